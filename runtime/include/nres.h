@@ -1,0 +1,828 @@
+/* nres.h - the public interface of libnres, the nres resilience runtime.
+ *
+ * nres decides, for every call a program makes to a dependency, whether to
+ * make it, how long to let it run, whether and when to try again, and when to
+ * stop asking a dependency that is failing. This header is ordered like
+ * uv.h: export macro, error map, time, forward typedefs, callbacks, then one
+ * section per object (its struct, then its functions).
+ *
+ * Rules that hold for every function here:
+ * - The caller owns memory. Structs are filled in by nres_<object>_init and
+ *   nothing in this header allocates, except where a function says so.
+ * - Time is passed in as monotonic nanoseconds (nres_time_t); no function
+ *   reads a clock unless its name says so (nres_clock_now, the drivers).
+ * - Functions returning int return 0 or a negative NRES_E* code. Misuse
+ *   returns NRES_EINVAL.
+ * - State shared between calls (budget, breaker, window, rate limiter,
+ *   bulkhead, estimator) is safe to use from any thread, holds no pointers
+ *   and may live in memory shared between processes. A policy holds pointers
+ *   to such state and is safe to use from any thread once built. A call
+ *   (nres_call_t) belongs to one thread at a time.
+ */
+#ifndef NRES_H
+#define NRES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nres/errno.h"
+#include "nres/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+# define NRES_EXTERN __attribute__((visibility("default")))
+#else
+# define NRES_EXTERN /* nothing */
+#endif
+
+/* Shared state uses C11 atomics; a binding that cannot parse _Atomic (LuaJIT
+ * FFI) declares the same structs opaquely with the sizes published below. */
+#if !defined(__cplusplus) && !defined(__STDC_NO_ATOMICS__)
+# define NRES_ATOMIC(T) _Atomic T
+#else
+# define NRES_ATOMIC(T) T
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+typedef enum {
+#define XX(code, value, _) NRES_ ## code = value,
+  NRES_ERRNO_MAP(XX)
+#undef XX
+  NRES_ERRNO_MAX_ = -1100
+} nres_errno_t;
+
+/* Message for an error code ("invalid argument"); "unknown error" if the
+ * code is not one of nres's. The string is static. */
+NRES_EXTERN const char *nres_strerror(int err);
+/* Name of an error code ("EINVAL"); "UNKNOWN" otherwise. Static string. */
+NRES_EXTERN const char *nres_err_name(int err);
+
+/* --------------------------------------------------------------- version */
+
+NRES_EXTERN unsigned nres_version(void);             /* NRES_VERSION_HEX */
+NRES_EXTERN const char *nres_version_string(void);   /* "0.1.0" */
+NRES_EXTERN unsigned nres_abi_version(void);         /* NRES_ABI_VERSION */
+
+/* ------------------------------------------------------------- allocator */
+
+typedef void *(*nres_malloc_func)(size_t size);
+typedef void *(*nres_realloc_func)(void *ptr, size_t size);
+typedef void *(*nres_calloc_func)(size_t count, size_t size);
+typedef void (*nres_free_func)(void *ptr);
+
+/* Replace the functions every allocation of libnres goes through, so tests
+ * and the stress suite can count them. All four or none (NRES_EINVAL).
+ * Call it before any other nres function allocates, or after everything
+ * allocated with the previous allocator has been freed. */
+NRES_EXTERN int nres_replace_allocator(nres_malloc_func malloc_func,
+                                       nres_realloc_func realloc_func,
+                                       nres_calloc_func calloc_func,
+                                       nres_free_func free_func);
+
+/* ------------------------------------------------------------------ time */
+
+/* Monotonic time and durations, in nanoseconds. Arithmetic on them
+ * saturates: a sum past the end of time is NRES_TIME_NEVER. */
+typedef uint64_t nres_time_t;
+
+#define NRES_TIME_NEVER UINT64_MAX
+#define NRES_USEC ((nres_time_t) 1000)
+#define NRES_MSEC ((nres_time_t) 1000000)
+#define NRES_SEC  ((nres_time_t) 1000000000)
+
+static inline nres_time_t nres_time_add(nres_time_t a, nres_time_t b) {
+  return a > NRES_TIME_NEVER - b ? NRES_TIME_NEVER : a + b;
+}
+
+static inline nres_time_t nres_time_sub(nres_time_t a, nres_time_t b) {
+  return a > b ? a - b : 0;   /* a duration never goes negative */
+}
+
+static inline nres_time_t nres_time_min(nres_time_t a, nres_time_t b) {
+  return a < b ? a : b;
+}
+
+/* Seconds as a double to nanoseconds, saturating; NaN and negatives are 0. */
+NRES_EXTERN nres_time_t nres_time_from_sec(double seconds);
+
+/* CLOCK_MONOTONIC in nanoseconds. The one place the runtime reads a clock;
+ * drivers use it, the decision engine never does. */
+NRES_EXTERN nres_time_t nres_clock_now(void);
+
+/* ------------------------------------------------------------ randomness */
+
+/* A small seedable PRNG (one 64-bit word, splitmix64). Not thread-safe: one
+ * per call or per thread. A fixed seed gives a reproducible sequence. */
+typedef struct nres_rng_s { uint64_t state; } nres_rng_t;
+
+NRES_EXTERN void nres_rng_seed(nres_rng_t *rng, uint64_t seed);
+NRES_EXTERN uint64_t nres_rng_next(nres_rng_t *rng);
+/* Uniform in [0, bound); 0 when bound is 0. */
+NRES_EXTERN uint64_t nres_rng_below(nres_rng_t *rng, uint64_t bound);
+/* Uniform in [0, 1). */
+NRES_EXTERN double nres_rng_unit(nres_rng_t *rng);
+
+/* ------------------------------------------------------ forward typedefs */
+
+typedef struct nres_verdict_s nres_verdict_t;
+typedef struct nres_backoff_s nres_backoff_t;
+typedef struct nres_backoff_state_s nres_backoff_state_t;
+typedef struct nres_budget_s nres_budget_t;
+typedef struct nres_window_s nres_window_t;
+typedef struct nres_breaker_config_s nres_breaker_config_t;
+typedef struct nres_breaker_s nres_breaker_t;
+typedef struct nres_ratelimit_s nres_ratelimit_t;
+typedef struct nres_bulkhead_config_s nres_bulkhead_config_t;
+typedef struct nres_bulkhead_s nres_bulkhead_t;
+typedef struct nres_estimator_s nres_estimator_t;
+typedef struct nres_hedge_s nres_hedge_t;
+typedef struct nres_event_s nres_event_t;
+typedef struct nres_counters_s nres_counters_t;
+typedef struct nres_policy_s nres_policy_t;
+typedef struct nres_attempt_s nres_attempt_t;
+typedef struct nres_attempt_rec_s nres_attempt_rec_t;
+typedef struct nres_action_s nres_action_t;
+typedef struct nres_call_s nres_call_t;
+
+/* ------------------------------------------------------------- callbacks */
+
+/* The one optional synchronous listener of a policy. It runs on the thread
+ * driving the call, inside the executor: keep it short, never re-enter the
+ * call from it. */
+typedef void (*nres_event_cb)(const nres_event_t *event, void *data);
+
+/* The blocking attempt of the sync driver: run the work once, bounded by
+ * attempt->deadline if it can, and say how it went. */
+typedef nres_verdict_t (*nres_attempt_fn)(void *arg,
+                                          const nres_attempt_t *attempt);
+
+/* ---------------------------------------------------------------- verdict */
+
+/* What an attempt's outcome means for the decision. One classifier feeds
+ * retry, breaker, budget and telemetry. CANCELED is the caller's own
+ * cancellation: never retried, never counted as a failure. */
+typedef enum {
+  NRES_OK = 0,
+  NRES_TRANSIENT = 1,      /* may succeed if tried again */
+  NRES_THROTTLED = 2,      /* the dependency asks us to slow down */
+  NRES_PERMANENT = 3,      /* will fail again: never retried */
+  NRES_CANCELED = 4,       /* the caller gave up */
+  NRES_VERDICT_COUNT = 5
+} nres_verdict_kind_t;
+
+/* Verdict flags. */
+enum {
+  NRES_VF_SELF = 1,        /* self-imposed (a local limiter refused) */
+  NRES_VF_TIMEOUT = 2,     /* the attempt ran past its deadline */
+  NRES_VF_RETRY_AFTER = 4  /* retry_after is set */
+};
+
+struct nres_verdict_s {
+  uint8_t kind;            /* nres_verdict_kind_t */
+  uint8_t flags;           /* NRES_VF_* */
+  uint16_t reserved_;
+  int32_t code;            /* what was classified (errno, status); for logs */
+  nres_time_t retry_after; /* with NRES_VF_RETRY_AFTER: wait at least this */
+};
+
+static inline nres_verdict_t nres_verdict(int kind) {
+  nres_verdict_t v = { (uint8_t) kind, 0, 0, 0, 0 };
+  return v;
+}
+
+/* Stable lowercase names: "ok", "transient", "throttled", "permanent",
+ * "canceled"; "unknown" otherwise. */
+NRES_EXTERN const char *nres_verdict_name(int kind);
+
+/* A classifier rule: codes lo..hi (inclusive) map to a verdict kind. A
+ * table of rules is searched in order; the first match wins. */
+typedef struct nres_rule_s {
+  int32_t lo, hi;
+  uint8_t kind;
+  uint8_t flags;
+} nres_rule_t;
+
+/* Classify code with rules; fallback_kind if no rule matches. */
+NRES_EXTERN nres_verdict_t nres_classify_code(const nres_rule_t *rules,
+                                              size_t count, int32_t code,
+                                              int fallback_kind);
+
+/* Negative errno of an operation: 0 OK; timeouts, refused, reset, aborted,
+ * unreachable, EAGAIN, EINTR, EPIPE... TRANSIENT (timeouts flagged);
+ * ECANCELED CANCELED; anything else PERMANENT. Positive values are misuse
+ * and classify as PERMANENT. */
+NRES_EXTERN nres_verdict_t nres_classify_errno(int err);
+
+/* An HTTP status. retry_after is the parsed Retry-After in ns, or
+ * NRES_TIME_NEVER when the response had none. 2xx/3xx OK; 429 THROTTLED;
+ * 503 with Retry-After THROTTLED; other 5xx and 408 TRANSIENT; other 4xx OK
+ * (the dependency answered; not retried); anything else PERMANENT. */
+NRES_EXTERN nres_verdict_t nres_classify_http(int status,
+                                              nres_time_t retry_after);
+
+/* The default tables behind the two functions above, for callers that
+ * extend them. */
+NRES_EXTERN const nres_rule_t *nres_errno_rules(size_t *count);
+NRES_EXTERN const nres_rule_t *nres_http_rules(size_t *count);
+
+/* ---------------------------------------------------------------- backoff */
+
+typedef enum {
+  NRES_BACKOFF_NONE = 0,        /* retry at once */
+  NRES_BACKOFF_CONSTANT,        /* base every time */
+  NRES_BACKOFF_LINEAR,          /* base * n */
+  NRES_BACKOFF_EXPONENTIAL,     /* base * factor^(n-1), capped at max */
+  NRES_BACKOFF_DECORRELATED     /* a smooth randomised exponential curve
+                                   whose median first delay is base
+                                   (jitter must be NONE: it is built in) */
+} nres_backoff_kind_t;
+
+typedef enum {
+  NRES_JITTER_NONE = 0,
+  NRES_JITTER_FULL,             /* uniform in [0, d] */
+  NRES_JITTER_EQUAL,            /* d/2 + uniform in [0, d/2] */
+  NRES_JITTER_DECORRELATED      /* uniform in [base, 3 * previous delay] */
+} nres_jitter_t;
+
+struct nres_backoff_s {
+  uint8_t kind;                 /* nres_backoff_kind_t */
+  uint8_t jitter;               /* nres_jitter_t */
+  uint8_t reserved_[6];
+  double factor;                /* exponential growth; >= 1 */
+  nres_time_t base;             /* first delay */
+  nres_time_t max;              /* no delay is longer, jitter included */
+  nres_time_t throttled_base;   /* base after THROTTLED without retry-after;
+                                   0 = same as base */
+};
+
+/* Per-call memory of the backoff (the decorrelated kinds need the past). */
+struct nres_backoff_state_s {
+  nres_time_t prev;             /* the last delay returned */
+  double curve;                 /* decorrelated kind: the curve's last point */
+};
+
+/* Fill in the defaults: exponential, full jitter, base 100 ms, factor 2,
+ * max 30 s, throttled base 1 s. */
+NRES_EXTERN void nres_backoff_init(nres_backoff_t *backoff);
+/* NRES_EINVAL if a field is out of range (unknown kind or jitter, factor
+ * below 1 or not finite, max below base, jitter with the decorrelated kind). */
+NRES_EXTERN int nres_backoff_check(const nres_backoff_t *backoff);
+NRES_EXTERN void nres_backoff_state_reset(nres_backoff_state_t *state);
+/* The delay before retry number `retry` (1 = the first retry). A verdict
+ * with NRES_VF_RETRY_AFTER gets exactly min(retry_after, max), no jitter;
+ * THROTTLED without it uses throttled_base. Saturating arithmetic, clamped
+ * to max after jitter: never overflows, wraps, or exceeds max. */
+NRES_EXTERN nres_time_t nres_backoff_next(const nres_backoff_t *backoff,
+                                          nres_backoff_state_t *state,
+                                          uint32_t retry,
+                                          const nres_verdict_t *verdict,
+                                          nres_rng_t *rng);
+
+/* ----------------------------------------------------------------- budget */
+
+/* Retry budget: a token bucket shared by any number of policies and
+ * threads. Each OK deposits `ratio` tokens, each retry or hedge spends one,
+ * a floor refills `min_per_sec` tokens per second; capacity defaults to
+ * max(10 s * min_per_sec, 1) and the bucket starts full. The first attempt
+ * of a call is never charged; self-imposed refusals neither spend nor
+ * deposit. Tokens are fixed point, in millionths. */
+struct nres_budget_s {
+  int64_t deposit;              /* micro-tokens per OK */
+  int64_t capacity;             /* micro-tokens */
+  uint64_t refill_per_sec;      /* micro-tokens per second */
+  NRES_ATOMIC(int64_t) tokens;
+  NRES_ATOMIC(uint64_t) refilled_at;   /* time the floor was last credited */
+  NRES_ATOMIC(uint64_t) spent;         /* retries and hedges allowed */
+  NRES_ATOMIC(uint64_t) refused;       /* retries and hedges refused */
+};
+
+/* ratio in (0, 1]; min_per_sec >= 0; capacity 0 = the default. */
+NRES_EXTERN int nres_budget_init(nres_budget_t *budget, double ratio,
+                                 double min_per_sec, double capacity);
+/* Credit one OK outcome. */
+NRES_EXTERN void nres_budget_deposit(nres_budget_t *budget);
+/* Take one token for a retry or hedge: 0 if allowed, NRES_EBUDGET if not. */
+NRES_EXTERN int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
+/* Tokens available now (floor credit included), for telemetry. */
+NRES_EXTERN double nres_budget_level(nres_budget_t *budget, nres_time_t now);
+
+/* ----------------------------------------------------------------- window */
+
+/* Outcome counts over a sliding time window made of rotating buckets; each
+ * bucket is one atomic word (calls, failures, slow calls, all saturating at
+ * 65535, and a 16-bit slice number). Used by the breaker and by hedging. */
+#define NRES_WINDOW_MAX_BUCKETS 16
+
+struct nres_window_s {
+  nres_time_t width;            /* one bucket's span */
+  uint32_t count;               /* buckets in use */
+  uint32_t reserved_;
+  NRES_ATOMIC(uint64_t) bucket[NRES_WINDOW_MAX_BUCKETS];
+};
+
+/* span > 0, 1 <= buckets <= NRES_WINDOW_MAX_BUCKETS. */
+NRES_EXTERN int nres_window_init(nres_window_t *window, nres_time_t span,
+                                 uint32_t buckets);
+NRES_EXTERN void nres_window_add(nres_window_t *window, nres_time_t now,
+                                 int failure, int slow);
+/* Sums over the buckets still inside the window at `now`. */
+NRES_EXTERN void nres_window_sum(const nres_window_t *window, nres_time_t now,
+                                 uint32_t *calls, uint32_t *failures,
+                                 uint32_t *slow);
+NRES_EXTERN void nres_window_clear(nres_window_t *window);
+
+/* ---------------------------------------------------------------- breaker */
+
+typedef enum {
+  NRES_BREAKER_CLOSED = 0,
+  NRES_BREAKER_OPEN = 1,
+  NRES_BREAKER_HALF_OPEN = 2,
+  NRES_BREAKER_ISOLATED = 3     /* opened by hand, until reset */
+} nres_breaker_state_t;
+
+/* What an admitted attempt's outcome means to the breaker. */
+typedef enum {
+  NRES_BREAKER_SUCCESS = 0,     /* OK, THROTTLED, PERMANENT */
+  NRES_BREAKER_FAILURE = 1,     /* TRANSIENT, timeouts */
+  NRES_BREAKER_IGNORE = 2       /* canceled, self-imposed: only frees a
+                                   probe permit */
+} nres_breaker_outcome_t;
+
+struct nres_breaker_config_s {
+  uint32_t consecutive;         /* trip after this many failures in a row;
+                                   0 = off. Default 5 */
+  uint32_t min_calls;           /* ratios need this many calls in the
+                                   window. Default 20 */
+  double failure_ratio;         /* trip at this failure ratio; 0 = off.
+                                   Default 0.5 */
+  double slow_ratio;            /* trip at this slow-call ratio; 0 = off.
+                                   Default 0 */
+  nres_time_t window;           /* span of the ratio window. Default 30 s */
+  uint32_t buckets;             /* buckets in the window. Default 10 */
+  uint32_t probes;              /* concurrent half-open probes. Default 1 */
+  uint32_t success_threshold;   /* probe successes that close it. Default 2 */
+  uint32_t reserved_;
+  nres_time_t break_for;        /* first open period. Default 15 s */
+  nres_time_t break_max;        /* open period doubles up to this. 2 min */
+  double break_jitter;          /* open period shortened by up to this
+                                   fraction, at random. Default 0.1 */
+};
+
+/* The whole state machine is one atomic word (state, probe permits in use,
+ * probe successes, a half-open generation and the open-until time in ms);
+ * counters and the window sit beside it. */
+struct nres_breaker_s {
+  nres_breaker_config_t config;
+  NRES_ATOMIC(uint64_t) word;
+  NRES_ATOMIC(uint32_t) consecutive;    /* current run of failures */
+  NRES_ATOMIC(uint32_t) level;          /* trips since last closed */
+  NRES_ATOMIC(uint64_t) trips;          /* times it opened */
+  NRES_ATOMIC(uint64_t) rejected;       /* admissions refused */
+  nres_window_t window;
+};
+
+NRES_EXTERN void nres_breaker_config_init(nres_breaker_config_t *config);
+NRES_EXTERN int nres_breaker_init(nres_breaker_t *breaker,
+                                  const nres_breaker_config_t *config);
+/* Ask to run an attempt. 0: admitted, *permit is 0 (closed) or a probe
+ * permit (half-open) that must be passed to exactly one of record/release.
+ * NRES_ECIRCUIT: refused. */
+NRES_EXTERN int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now,
+                                     uint32_t *permit);
+/* Report an admitted attempt's outcome (and whether it was slow). Returns
+ * the state the breaker entered because of it, or -1 if it did not change.
+ * rng supplies the break jitter. */
+NRES_EXTERN int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
+                                    uint32_t permit, int outcome, int slow,
+                                    nres_rng_t *rng);
+/* Give back a probe permit with no outcome (a canceled probe). */
+NRES_EXTERN void nres_breaker_release(nres_breaker_t *breaker,
+                                      uint32_t permit);
+/* The state as of `now` (OPEN whose time is up reads HALF_OPEN). */
+NRES_EXTERN int nres_breaker_state(const nres_breaker_t *breaker,
+                                   nres_time_t now);
+NRES_EXTERN void nres_breaker_isolate(nres_breaker_t *breaker);
+NRES_EXTERN void nres_breaker_reset(nres_breaker_t *breaker);
+/* "closed", "open", "half-open", "isolated". */
+NRES_EXTERN const char *nres_breaker_state_name(int state);
+
+/* ------------------------------------------------------------- rate limit */
+
+/* GCRA rate limiter: `rate` admissions per second with a burst of `burst`
+ * at once; one atomic word (the theoretical arrival time). */
+struct nres_ratelimit_s {
+  nres_time_t interval;         /* ns between admissions at the rate */
+  nres_time_t tolerance;        /* how far ahead of time a burst may go */
+  NRES_ATOMIC(uint64_t) tat;
+  NRES_ATOMIC(uint64_t) refused;
+};
+
+/* rate > 0 per second, burst >= 1. */
+NRES_EXTERN int nres_ratelimit_init(nres_ratelimit_t *limit, double rate,
+                                    uint32_t burst);
+/* 0 admitted; NRES_ELIMITED with *retry_after = how long until an
+ * admission would succeed. */
+NRES_EXTERN int nres_ratelimit_acquire(nres_ratelimit_t *limit,
+                                       nres_time_t now,
+                                       nres_time_t *retry_after);
+
+/* --------------------------------------------------------------- bulkhead */
+
+/* Concurrency limiter: at most `limit` attempts in flight, with a bounded
+ * queue of callers waiting up to `queue_timeout` for a slot. With
+ * `adaptive`, the limit moves between min_limit and max_limit by AIMD on
+ * latency: +1/limit per completion under `latency_target`, * `decrease` on
+ * one over it or on a TRANSIENT or THROTTLED verdict. */
+struct nres_bulkhead_config_s {
+  uint32_t limit;               /* fixed limit, or the adaptive start */
+  uint32_t queue;               /* callers that may wait; 0 = none */
+  nres_time_t queue_timeout;    /* longest wait for a slot */
+  nres_time_t poll;             /* how often a waiter looks again. 1 ms */
+  uint32_t adaptive;            /* 0 fixed, 1 AIMD */
+  uint32_t min_limit, max_limit;
+  uint32_t reserved_;
+  nres_time_t latency_target;   /* AIMD: slower completions shrink it */
+  double decrease;              /* AIMD multiplicative factor. 0.9 */
+};
+
+struct nres_bulkhead_s {
+  nres_bulkhead_config_t config;
+  NRES_ATOMIC(uint32_t) inflight;
+  NRES_ATOMIC(uint32_t) waiting;
+  NRES_ATOMIC(uint64_t) limit_fp;       /* limit << 16 (fixed point) */
+  NRES_ATOMIC(uint64_t) refused;
+};
+
+NRES_EXTERN void nres_bulkhead_config_init(nres_bulkhead_config_t *config);
+NRES_EXTERN int nres_bulkhead_init(nres_bulkhead_t *bulkhead,
+                                   const nres_bulkhead_config_t *config);
+/* Take a slot: 0, or NRES_EFULL. A caller already queued passes queued=1:
+ * new arrivals do not overtake waiting callers. */
+NRES_EXTERN int nres_bulkhead_acquire(nres_bulkhead_t *bulkhead, int queued);
+/* Join the wait queue: 0, or NRES_EFULL when the queue is full. */
+NRES_EXTERN int nres_bulkhead_enqueue(nres_bulkhead_t *bulkhead);
+NRES_EXTERN void nres_bulkhead_dequeue(nres_bulkhead_t *bulkhead);
+/* Give a slot back, with the attempt's latency and verdict kind for the
+ * adaptive limit (kind < 0: no sample, e.g. canceled). */
+NRES_EXTERN void nres_bulkhead_release(nres_bulkhead_t *bulkhead,
+                                       nres_time_t latency, int kind);
+NRES_EXTERN uint32_t nres_bulkhead_limit(const nres_bulkhead_t *bulkhead);
+
+/* -------------------------------------------------------------- estimator */
+
+/* Latency quantiles from a log-linear histogram (16 sub-buckets per power
+ * of two: at most 6.25 % relative error) over rotating windows of `period`;
+ * fixed memory, lock-free record. */
+#define NRES_HIST_SUB 16
+#define NRES_HIST_BUCKETS (NRES_HIST_SUB * 38)   /* up to 2^41 ns ~ 36 min */
+#define NRES_ESTIMATOR_WINDOWS 2
+
+/* Bucket index of a value, and the upper bound of a bucket's values. */
+NRES_EXTERN uint32_t nres_hist_index(uint64_t value);
+NRES_EXTERN uint64_t nres_hist_upper(uint32_t index);
+
+struct nres_estimator_s {
+  nres_time_t period;           /* how long one window collects */
+  NRES_ATOMIC(uint64_t) epoch[NRES_ESTIMATOR_WINDOWS];
+  NRES_ATOMIC(uint32_t) count[NRES_ESTIMATOR_WINDOWS][NRES_HIST_BUCKETS];
+};
+
+/* period > 0. Quantiles read the current and the previous window. */
+NRES_EXTERN int nres_estimator_init(nres_estimator_t *estimator,
+                                    nres_time_t period);
+NRES_EXTERN void nres_estimator_record(nres_estimator_t *estimator,
+                                       nres_time_t now, nres_time_t latency);
+/* The q-quantile (0 < q <= 1) of recent samples, and how many there are
+ * (*samples may be NULL). 0 when there are none. */
+NRES_EXTERN nres_time_t nres_estimator_quantile(
+    const nres_estimator_t *estimator, nres_time_t now, double q,
+    uint64_t *samples);
+
+/* ------------------------------------------------------------------ hedge */
+
+struct nres_hedge_s {
+  uint32_t max;                 /* attempts in flight at once, the first
+                                   included; 0 or 1 = no hedging; at most
+                                   NRES_MAX_INFLIGHT */
+  uint32_t min_samples;         /* quantile delay needs this many samples;
+                                   before that, no hedging. Default 20 */
+  nres_time_t delay;            /* fixed hedge delay; 0 = use quantile */
+  double quantile;              /* live latency quantile, e.g. 0.95 */
+  double suppress_ratio;        /* no hedging while the failure ratio of the
+                                   hedge window is at least this. 0.5 */
+  nres_window_t window;         /* recent outcomes, for suppression */
+};
+
+/* ------------------------------------------------------------------ event */
+
+typedef enum {
+  NRES_EV_ATTEMPT = 0,          /* an attempt ended: verdict, latency */
+  NRES_EV_RETRY,                /* a retry was scheduled: delay */
+  NRES_EV_HEDGE,                /* a hedged attempt started */
+  NRES_EV_REJECT,               /* admission refused: source */
+  NRES_EV_BREAKER,              /* the breaker changed state: state */
+  NRES_EV_DONE                  /* the call ended: stop */
+} nres_event_type_t;
+
+/* Where a refusal came from. */
+typedef enum {
+  NRES_REJECT_BREAKER = 0,
+  NRES_REJECT_BUDGET,
+  NRES_REJECT_RATE,
+  NRES_REJECT_CONCURRENCY,
+  NRES_REJECT_DRAINING,
+  NRES_REJECT_COUNT
+} nres_reject_t;
+
+struct nres_event_s {
+  uint8_t type;                 /* nres_event_type_t */
+  uint8_t value;                /* verdict kind, reject source, breaker
+                                   state or stop reason, by type */
+  uint16_t attempt;             /* attempt number, where it applies */
+  uint32_t reserved_;
+  nres_time_t now;
+  nres_time_t duration;         /* latency (ATTEMPT) or delay (RETRY) */
+  const nres_call_t *call;
+};
+
+/* -------------------------------------------------------------- stop reasons */
+
+/* Why a call ended. Stable: values and names never change. */
+#define NRES_STOP_MAP(XX)                                                    \
+  XX(NONE,       "running")                                                  \
+  XX(OK,         "ok")                                                       \
+  XX(PERMANENT,  "permanent")                                                \
+  XX(ATTEMPTS,   "attempts exhausted")                                       \
+  XX(DEADLINE,   "deadline exceeded")                                        \
+  XX(BUDGET,     "budget exhausted")                                         \
+  XX(CIRCUIT,    "circuit open")                                             \
+  XX(LIMITED,    "rate limited")                                             \
+  XX(CANCELED,   "canceled")                                                 \
+  XX(DRAINING,   "draining")                                                 \
+
+typedef enum {
+#define XX(name, _) NRES_STOP_ ## name,
+  NRES_STOP_MAP(XX)
+#undef XX
+  NRES_STOP_COUNT
+} nres_stop_t;
+
+NRES_EXTERN const char *nres_stop_name(int stop);
+/* The NRES_E* code of a stop reason (0 for OK). */
+NRES_EXTERN int nres_stop_error(int stop);
+
+/* --------------------------------------------------------------- counters */
+
+/* A snapshot of a policy's telemetry. */
+struct nres_counters_s {
+  uint64_t calls;               /* calls ended */
+  uint64_t attempts;            /* attempts started */
+  uint64_t retries;             /* attempts after a failure */
+  uint64_t hedges;              /* hedged attempts */
+  uint64_t abandoned;           /* hedge losers canceled unclassified */
+  uint64_t fallbacks;           /* failed calls handed to the fallback */
+  uint64_t late;                /* completions after their attempt ended */
+  uint64_t verdicts[NRES_VERDICT_COUNT];
+  uint64_t stops[NRES_STOP_COUNT];
+  uint64_t rejects[NRES_REJECT_COUNT];
+};
+
+/* ----------------------------------------------------------------- policy */
+
+typedef enum {
+  NRES_PRESET_NONE = 0,   /* everything off: a passthrough that costs
+                             nothing, no telemetry */
+  NRES_PRESET_TRIVIAL,    /* 3 attempts, no delay, no time bounds */
+  NRES_PRESET_DEFAULT     /* 3 attempts, exponential backoff with full
+                             jitter, deadline 30 s, attempt timeout 10 s,
+                             budget, breaker, measured attempt ceiling */
+} nres_preset_t;
+
+/* Most attempts one call may have in flight (hedging). */
+#define NRES_MAX_INFLIGHT 4
+
+/* A policy: configuration (public fields, set between init and build) and
+ * its telemetry. Fields after `private_` are the runtime's. A policy must
+ * not be copied or moved once initialised: it points into itself. */
+struct nres_policy_s {
+  uint32_t attempts;            /* total attempts, the first included;
+                                   hedges count. >= 1 */
+  uint32_t telemetry;           /* 1: keep counters */
+  nres_backoff_t backoff;
+  nres_time_t deadline;         /* over the whole call; 0 = none */
+  nres_time_t attempt_timeout;  /* per attempt; 0 = none */
+  /* Measured attempt ceiling: factor * the `ceiling_quantile` latency of
+   * OK attempts, at least ceiling_floor, once ceiling_samples exist. */
+  double ceiling_factor;        /* 0 = off */
+  double ceiling_quantile;
+  nres_time_t ceiling_floor;
+  uint32_t ceiling_samples;
+  /* Slow calls for the breaker's slow ratio: slower than slow_threshold,
+   * or (if 0) than slow_factor * the estimator's p50. */
+  uint32_t reserved0_;
+  nres_time_t slow_threshold;
+  double slow_factor;
+  /* Refusals of the rate limiter are waited out when the wait is at most
+   * this (and fits the deadline); otherwise the call stops. */
+  nres_time_t limit_wait;
+  uint32_t fallback;            /* 1: failed calls are marked for the
+                                   driver to run its fallback */
+  uint32_t reserved1_;
+  uint64_t seed;                /* jitter PRNG seed */
+  nres_hedge_t hedge;
+  /* Shared state, any of which may be NULL (off). init points the ones a
+   * preset enables at the policy's own storage below; point them anywhere
+   * else to share one budget or breaker between policies. */
+  nres_budget_t *budget;
+  nres_breaker_t *breaker;
+  nres_ratelimit_t *ratelimit;
+  nres_bulkhead_t *bulkhead;
+  nres_estimator_t *estimator;
+  nres_event_cb on_event;
+  void *event_data;
+  struct {
+    nres_budget_t budget;
+    nres_breaker_t breaker;
+    nres_estimator_t estimator;
+  } own;
+  /* private_: derived at build, and the counters. */
+  uint32_t private_flags;
+  uint32_t private_magic;
+  NRES_ATOMIC(uint32_t) draining;
+  NRES_ATOMIC(uint64_t) sequence;       /* seeds per-call PRNGs */
+  NRES_ATOMIC(uint64_t) quantile_at;    /* when the cache below was filled */
+  NRES_ATOMIC(uint64_t) quantile_ceiling;
+  NRES_ATOMIC(uint64_t) quantile_slow;
+  NRES_ATOMIC(uint64_t) quantile_hedge;
+  NRES_ATOMIC(uint64_t) n_verdicts[NRES_VERDICT_COUNT];
+  NRES_ATOMIC(uint64_t) n_stops[NRES_STOP_COUNT];
+  NRES_ATOMIC(uint64_t) n_rejects[NRES_REJECT_COUNT];
+  NRES_ATOMIC(uint64_t) n_retries;
+  NRES_ATOMIC(uint64_t) n_hedges;
+  NRES_ATOMIC(uint64_t) n_abandoned;
+  NRES_ATOMIC(uint64_t) n_fallbacks;
+  NRES_ATOMIC(uint64_t) n_late;
+};
+
+/* Fill in a preset's configuration and reset the telemetry. */
+NRES_EXTERN int nres_policy_init(nres_policy_t *policy, int preset);
+/* Check the configuration and derive what the executor needs. NRES_EINVAL
+ * names no field: the Lua face validates field by field before this. A
+ * policy is usable from any thread once built, and its public fields must
+ * not change after. */
+NRES_EXTERN int nres_policy_build(nres_policy_t *policy);
+/* Refuse new calls with NRES_STOP_DRAINING (on = 1) or accept them again. */
+NRES_EXTERN void nres_policy_drain(nres_policy_t *policy, int on);
+/* Copy the counters out; relaxed reads, no locks. */
+NRES_EXTERN void nres_policy_counters(const nres_policy_t *policy,
+                                      nres_counters_t *out);
+NRES_EXTERN void nres_policy_counters_reset(nres_policy_t *policy);
+
+/* ---------------------------------------------------------------- attempt */
+
+/* What the sync driver tells an attempt. */
+struct nres_attempt_s {
+  uint32_t number;              /* 1-based, over the whole call */
+  uint32_t hedge;               /* 1 if a hedged attempt */
+  nres_time_t deadline;         /* absolute; NRES_TIME_NEVER = none */
+  nres_time_t remaining;        /* deadline - now when it started: the time
+                                   to propagate downstream */
+};
+
+/* ------------------------------------------------------------------- call */
+
+typedef enum {
+  NRES_ATTEMPT = 0,             /* run an attempt in `slot` */
+  NRES_WAIT = 1,                /* wait until `until`, or for an attempt
+                                   in flight to end */
+  NRES_DONE = 2                 /* the call is over: see `stop` */
+} nres_action_kind_t;
+
+struct nres_action_s {
+  uint8_t kind;                 /* nres_action_kind_t */
+  uint8_t slot;                 /* ATTEMPT: the slot to report on */
+  uint8_t hedge;                /* ATTEMPT: 1 if hedged */
+  uint8_t stop;                 /* DONE: nres_stop_t */
+  uint8_t cancel;               /* mask of slots whose attempts the driver
+                                   must abandon (their outcome is unwanted) */
+  uint8_t fallback;             /* DONE: run the fallback */
+  uint16_t attempt;             /* ATTEMPT: number, 1-based */
+  nres_time_t deadline;         /* ATTEMPT: the attempt's end at the latest;
+                                   NRES_TIME_NEVER = unbounded */
+  nres_time_t until;            /* WAIT and ATTEMPT: call nres_call_resume
+                                   at this time (a hedge may be due);
+                                   NRES_TIME_NEVER = no need */
+};
+
+/* One attempt of the log. */
+struct nres_attempt_rec_s {
+  nres_time_t start;
+  nres_time_t end;              /* 0 while in flight */
+  uint16_t number;
+  uint8_t slot;
+  uint8_t hedge;
+  uint8_t kind;                 /* verdict kind, when ended */
+  uint8_t flags;                /* verdict flags, or 0xff: abandoned */
+  uint16_t reserved_;
+};
+
+/* The attempt log keeps the last NRES_LOG_CAP attempts of a call. */
+#define NRES_LOG_CAP 8
+
+/* One call: a flat state machine, fixed size, owned by the caller. Fields
+ * are readable at any time; only nres_call_* write them. */
+struct nres_call_s {
+  nres_policy_t *policy;
+  nres_time_t start;
+  nres_time_t deadline;         /* NRES_TIME_NEVER = none */
+  nres_time_t resume_at;        /* the pending WAIT's end, or a hedge time */
+  uint8_t phase;                /* private: where the machine is */
+  uint8_t stop;                 /* nres_stop_t; NONE while running */
+  uint8_t inflight;             /* mask of slots with attempts in flight */
+  uint8_t fallback;             /* 1 when the fallback should run */
+  uint16_t attempts;            /* attempts started */
+  uint16_t retries;
+  uint16_t hedges;
+  uint16_t log_len;             /* attempts logged in total (ring) */
+  uint32_t reserved_;
+  nres_verdict_t last;          /* the last verdict reported */
+  nres_backoff_state_t backoff;
+  nres_rng_t rng;               /* seeded at the first random need */
+  struct {
+    nres_time_t start;
+    nres_time_t deadline;
+    uint32_t permit;            /* breaker probe permit */
+    uint16_t number;
+    uint8_t hedge;
+    uint8_t held;               /* 1: holds a bulkhead slot */
+  } slot[NRES_MAX_INFLIGHT];
+  nres_attempt_rec_t log[NRES_LOG_CAP];
+};
+
+/* Start a call at `now`. The first action is returned. */
+NRES_EXTERN nres_action_t nres_call_begin(nres_call_t *call,
+                                          nres_policy_t *policy,
+                                          nres_time_t now);
+/* The same with an inherited (inbound) absolute deadline, which can only
+ * tighten the policy's. */
+NRES_EXTERN nres_action_t nres_call_begin_within(nres_call_t *call,
+                                                 nres_policy_t *policy,
+                                                 nres_time_t now,
+                                                 nres_time_t inbound);
+/* The attempt in `slot` ended with `verdict`. A report for a slot with no
+ * attempt in flight (late, or abandoned) changes nothing, is counted as
+ * late, and returns the pending action again. */
+NRES_EXTERN nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
+                                           nres_time_t now,
+                                           nres_verdict_t verdict);
+/* A WAIT's time came, or an ATTEMPT's `until` (hedge) time. */
+NRES_EXTERN nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now);
+/* The caller gives up: every permit is released, nothing counts as a
+ * failure, and DONE with NRES_STOP_CANCELED comes back (with the slots to
+ * abandon). Canceling a finished call returns its DONE again. */
+NRES_EXTERN nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now);
+/* Time left before the call's deadline (NRES_TIME_NEVER if none). */
+NRES_EXTERN nres_time_t nres_call_remaining(const nres_call_t *call,
+                                            nres_time_t now);
+/* The i-th most recent attempt of the log (0 = the last), or NULL. */
+NRES_EXTERN const nres_attempt_rec_t *nres_call_log(const nres_call_t *call,
+                                                     unsigned i);
+
+/* ------------------------------------------------------------ sync driver */
+
+/* Run a call on this thread: attempts are `fn`, waits sleep with
+ * clock_nanosleep. Hedging needs an asynchronous driver: here an attempt
+ * always ends before a hedge could start. Returns 0 when the call
+ * succeeded, otherwise the NRES_E* code of its stop reason (NRES_EINVAL on
+ * misuse, and then fn is never called). `call` keeps the details. */
+NRES_EXTERN int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
+                         nres_call_t *call);
+
+/* ------------------------------------------------------------------ sizes */
+
+/* Sizes of the public structs, so bindings can check their declarations. */
+typedef enum {
+  NRES_SIZEOF_POLICY = 0,
+  NRES_SIZEOF_CALL,
+  NRES_SIZEOF_ACTION,
+  NRES_SIZEOF_VERDICT,
+  NRES_SIZEOF_BUDGET,
+  NRES_SIZEOF_BREAKER,
+  NRES_SIZEOF_RATELIMIT,
+  NRES_SIZEOF_BULKHEAD,
+  NRES_SIZEOF_ESTIMATOR,
+  NRES_SIZEOF_COUNTERS,
+  NRES_SIZEOF_COUNT
+} nres_sizeof_t;
+
+/* 0 for an unknown kind. */
+NRES_EXTERN size_t nres_sizeof(int kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NRES_H */

@@ -1,0 +1,1 @@
+/* backoff.c - placeholder until written */

@@ -1,0 +1,1 @@
+/* breaker.c - placeholder until written */

@@ -1,0 +1,1 @@
+/* budget.c - placeholder until written */

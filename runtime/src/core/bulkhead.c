@@ -1,0 +1,1 @@
+/* bulkhead.c - placeholder until written */

@@ -1,0 +1,1 @@
+/* estimator.c - placeholder until written */

@@ -1,0 +1,1 @@
+/* ratelimit.c - placeholder until written */

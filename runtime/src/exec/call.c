@@ -1,0 +1,1 @@
+/* call.c - placeholder until written */

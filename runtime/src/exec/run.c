@@ -1,0 +1,1 @@
+/* run.c - placeholder until written */

@@ -1,0 +1,1 @@
+/* uv.c - placeholder until written */

@@ -580,7 +580,8 @@ NRES_EXTERN int nres_stop_error(int stop);
 /* A snapshot of a policy's telemetry. */
 struct nres_counters_s {
   uint64_t calls;               /* calls ended */
-  uint64_t attempts;            /* attempts started */
+  uint64_t attempts;            /* attempts ended (classified or
+                                   abandoned) */
   uint64_t retries;             /* attempts after a failure */
   uint64_t hedges;              /* hedged attempts */
   uint64_t abandoned;           /* hedge losers canceled unclassified */
@@ -620,7 +621,8 @@ struct nres_policy_s {
   double ceiling_factor;        /* 0 = off */
   double ceiling_quantile;
   nres_time_t ceiling_floor;
-  uint32_t ceiling_samples;
+  uint32_t min_samples;         /* measured values (ceiling, slow
+                                   threshold) need this many samples */
   /* Slow calls for the breaker's slow ratio: slower than slow_threshold,
    * or (if 0) than slow_factor * the estimator's p50. */
   uint32_t reserved0_;
@@ -654,7 +656,8 @@ struct nres_policy_s {
   uint32_t private_magic;
   NRES_ATOMIC(uint32_t) draining;
   NRES_ATOMIC(uint64_t) sequence;       /* seeds per-call PRNGs */
-  NRES_ATOMIC(uint64_t) quantile_at;    /* when the cache below was filled */
+  NRES_ATOMIC(uint64_t) quantile_next;  /* when the cache below is stale */
+  NRES_ATOMIC(uint64_t) quantile_samples;
   NRES_ATOMIC(uint64_t) quantile_ceiling;
   NRES_ATOMIC(uint64_t) quantile_slow;
   NRES_ATOMIC(uint64_t) quantile_hedge;
@@ -747,8 +750,10 @@ struct nres_call_s {
   uint16_t attempts;            /* attempts started */
   uint16_t retries;
   uint16_t hedges;
-  uint16_t log_len;             /* attempts logged in total (ring) */
+  uint8_t queued;               /* 1: waiting in the bulkhead's queue */
+  uint8_t seeded;               /* 1: rng is seeded */
   uint32_t reserved_;
+  nres_time_t queue_end;        /* when a queued wait gives up */
   nres_verdict_t last;          /* the last verdict reported */
   nres_backoff_state_t backoff;
   nres_rng_t rng;               /* seeded at the first random need */

@@ -1,2 +1,713 @@
-/* placeholder */
-int main(void) { return 1; }
+/* test_call.c - the flat executor's state machine, on a virtual clock.
+ *
+ * Each test drives nres_call_begin/report/resume/cancel by hand, as a
+ * driver would, and checks the actions, the stop reason, the attempt log,
+ * the permits given back and the counters. No real time passes.
+ */
+#include "nres_test.h"
+
+#define MS NRES_MSEC
+#define SEC NRES_SEC
+
+static nres_verdict_t ok(void) { return nres_verdict(NRES_OK); }
+static nres_verdict_t transient(void) { return nres_verdict(NRES_TRANSIENT); }
+
+static nres_policy_t *trivial(nres_policy_t *p) {
+  assert_int_equal(nres_policy_init(p, NRES_PRESET_TRIVIAL), 0);
+  return p;
+}
+
+static void build(nres_policy_t *p) {
+  assert_int_equal(nres_policy_build(p), 0);
+}
+
+static nres_counters_t counters(const nres_policy_t *p) {
+  nres_counters_t c;
+  nres_policy_counters(p, &c);
+  return c;
+}
+
+static void passthrough_is_one_attempt_without_bookkeeping(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_NONE), 0);
+  build(&p);
+  a = nres_call_begin(&call, &p, 5);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_int_equal(a.attempt, 1);
+  assert_true(a.deadline == NRES_TIME_NEVER);
+  a = nres_call_report(&call, a.slot, 7, transient());
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+  assert_int_equal(counters(&p).calls, 0);   /* telemetry off */
+  a = nres_call_begin(&call, &p, 9);
+  a = nres_call_report(&call, a.slot, 9, ok());
+  assert_int_equal(a.stop, NRES_STOP_OK);
+  assert_int_equal(nres_stop_error(call.stop), 0);
+}
+
+static void trivial_retries_at_once_until_ok(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_counters_t c;
+  (void) state;
+
+  build(trivial(&p));
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_int_equal(a.attempt, 1);
+  a = nres_call_report(&call, a.slot, 1, transient());
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_int_equal(a.attempt, 2);
+  a = nres_call_report(&call, a.slot, 2, transient());
+  assert_int_equal(a.attempt, 3);
+  a = nres_call_report(&call, a.slot, 3, ok());
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_OK);
+  assert_int_equal(call.attempts, 3);
+  assert_int_equal(call.retries, 2);
+  c = counters(&p);
+  assert_int_equal(c.calls, 1);
+  assert_int_equal(c.attempts, 3);
+  assert_int_equal(c.retries, 2);
+  assert_int_equal(c.verdicts[NRES_TRANSIENT], 2);
+  assert_int_equal(c.verdicts[NRES_OK], 1);
+  assert_int_equal(c.stops[NRES_STOP_OK], 1);
+}
+
+static void attempts_exhausted_after_the_configured_count(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  int n = 0;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 5;
+  build(&p);
+  for (a = nres_call_begin(&call, &p, 0); a.kind == NRES_ATTEMPT; n++)
+    a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(n, 5);
+  assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+  assert_int_equal(nres_stop_error(a.stop), NRES_EATTEMPTS);
+}
+
+static void permanent_and_canceled_are_never_retried(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  build(trivial(&p));
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, nres_verdict(NRES_PERMANENT));
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_PERMANENT);
+  assert_int_equal(call.attempts, 1);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, nres_verdict(NRES_CANCELED));
+  assert_int_equal(a.stop, NRES_STOP_CANCELED);
+  assert_int_equal(call.attempts, 1);
+}
+
+static void backoff_waits_and_early_resume_keeps_waiting(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.backoff.kind = NRES_BACKOFF_CONSTANT;
+  p.backoff.jitter = NRES_JITTER_NONE;
+  p.backoff.base = 100 * MS;
+  p.backoff.max = 100 * MS;
+  build(&p);
+  a = nres_call_begin(&call, &p, 1 * SEC);
+  a = nres_call_report(&call, a.slot, 1 * SEC + 10 * MS, transient());
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(a.until == 1 * SEC + 110 * MS);
+  a = nres_call_resume(&call, 1 * SEC + 50 * MS);
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(a.until == 1 * SEC + 110 * MS);
+  a = nres_call_resume(&call, 1 * SEC + 110 * MS);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_int_equal(a.attempt, 2);
+}
+
+static void attempt_ceiling_is_timeout_or_time_left(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.deadline = 1 * SEC;
+  p.attempt_timeout = 300 * MS;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  assert_true(a.deadline == 300 * MS);
+  assert_true(nres_call_remaining(&call, 100 * MS) == 900 * MS);
+  a = nres_call_report(&call, a.slot, 800 * MS, transient());
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_true(a.deadline == 1 * SEC);   /* 200 ms left < 300 ms timeout */
+  a = nres_call_report(&call, a.slot, 1 * SEC, transient());
+  assert_int_equal(a.stop, NRES_STOP_DEADLINE);
+  assert_true(nres_call_remaining(&call, 2 * SEC) == 0);
+}
+
+static void no_retry_when_backoff_ends_past_deadline(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.deadline = 1 * SEC;
+  p.backoff.kind = NRES_BACKOFF_CONSTANT;
+  p.backoff.base = p.backoff.max = 300 * MS;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 600 * MS, transient());
+  assert_int_equal(a.kind, NRES_WAIT);   /* 900 ms < 1 s */
+  a = nres_call_resume(&call, 900 * MS);
+  a = nres_call_report(&call, a.slot, 750 * MS + 200 * MS, transient());
+  assert_int_equal(a.kind, NRES_DONE);   /* 950 + 300 ms > 1 s */
+  assert_int_equal(a.stop, NRES_STOP_DEADLINE);
+  assert_int_equal(call.attempts, 2);
+}
+
+static void inherited_deadline_only_tightens(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.deadline = 1 * SEC;
+  build(&p);
+  a = nres_call_begin_within(&call, &p, 0, 400 * MS);
+  assert_true(a.deadline == 400 * MS);
+  a = nres_call_begin_within(&call, &p, 0, 5 * SEC);
+  assert_true(a.deadline == 1 * SEC);
+  /* A passthrough policy still honours an inbound deadline. */
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_NONE), 0);
+  build(&p);
+  a = nres_call_begin_within(&call, &p, 0, 400 * MS);
+  assert_true(a.deadline == 400 * MS);
+  a = nres_call_begin_within(&call, &p, 500 * MS, 400 * MS);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_DEADLINE);
+}
+
+static void retry_after_is_honoured_exactly_and_bounded_by_deadline(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_verdict_t v = nres_verdict(NRES_THROTTLED);
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.breaker = NULL;
+  build(&p);
+  v.flags = NRES_VF_RETRY_AFTER;
+  v.retry_after = 2 * SEC;
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 10 * MS, v);
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(a.until == 2 * SEC + 10 * MS);   /* no jitter */
+  a = nres_call_resume(&call, a.until);
+  v.retry_after = 60 * SEC;   /* capped at max 30 s, past the deadline */
+  a = nres_call_report(&call, a.slot, 3 * SEC, v);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_DEADLINE);
+}
+
+static void budget_refuses_retries_and_ignores_self_imposed(void **state) {
+  nres_policy_t p;
+  nres_budget_t budget;
+  nres_call_t call;
+  nres_action_t a;
+  nres_verdict_t self = nres_verdict(NRES_THROTTLED);
+  (void) state;
+
+  trivial(&p);
+  assert_int_equal(nres_budget_init(&budget, 0.1, 0, 2), 0);
+  p.budget = &budget;
+  build(&p);
+  /* Two tokens: the first call retries twice, the second not at all. */
+  a = nres_call_begin(&call, &p, 0);
+  while (a.kind == NRES_ATTEMPT)
+    a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_BUDGET);
+  assert_int_equal(counters(&p).rejects[NRES_REJECT_BUDGET], 1);
+  /* A self-imposed refusal retries without spending. */
+  self.flags = NRES_VF_SELF;
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, self);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  /* Ten OKs deposit one token (ratio 0.1): one more retry is allowed. */
+  for (int i = 0; i < 10; i++) {
+    a = nres_call_begin(&call, &p, 0);
+    a = nres_call_report(&call, a.slot, 0, ok());
+  }
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(a.stop, NRES_STOP_BUDGET);
+}
+
+static void breaker_opens_rejects_then_probes_and_closes(void **state) {
+  nres_policy_t p;
+  nres_breaker_t br;
+  nres_breaker_config_t cfg;
+  nres_call_t call;
+  nres_action_t a;
+  nres_verdict_t timeout = transient();
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 1;
+  nres_breaker_config_init(&cfg);
+  cfg.consecutive = 2;
+  cfg.break_for = 1 * SEC;
+  cfg.break_jitter = 0;
+  cfg.success_threshold = 1;
+  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
+  p.breaker = &br;
+  build(&p);
+  timeout.flags = NRES_VF_TIMEOUT;   /* timeouts count as failures */
+  for (int i = 0; i < 2; i++) {
+    a = nres_call_begin(&call, &p, 0);
+    a = nres_call_report(&call, a.slot, 0, timeout);
+  }
+  a = nres_call_begin(&call, &p, 10 * MS);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_CIRCUIT);
+  assert_int_equal(call.attempts, 0);
+  assert_int_equal(counters(&p).rejects[NRES_REJECT_BREAKER], 1);
+  /* After the break: one probe; a second caller is refused meanwhile. */
+  a = nres_call_begin(&call, &p, 1 * SEC);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  {
+    nres_call_t other;
+    nres_action_t b = nres_call_begin(&other, &p, 1 * SEC);
+    assert_int_equal(b.stop, NRES_STOP_CIRCUIT);
+  }
+  a = nres_call_report(&call, a.slot, 1 * SEC, ok());
+  assert_int_equal(a.stop, NRES_STOP_OK);
+  assert_int_equal(nres_breaker_state(&br, 1 * SEC), NRES_BREAKER_CLOSED);
+}
+
+static void canceled_probe_never_leaves_breaker_stuck_half_open(void **state) {
+  nres_policy_t p;
+  nres_breaker_t br;
+  nres_breaker_config_t cfg;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 1;
+  nres_breaker_config_init(&cfg);
+  cfg.consecutive = 1;
+  cfg.break_for = 1 * SEC;
+  cfg.break_jitter = 0;
+  cfg.success_threshold = 1;
+  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
+  p.breaker = &br;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  a = nres_call_begin(&call, &p, 2 * SEC);   /* the probe */
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_cancel(&call, 2 * SEC);
+  assert_int_equal(a.stop, NRES_STOP_CANCELED);
+  assert_int_equal(a.cancel, 1);
+  a = nres_call_begin(&call, &p, 2 * SEC);   /* permit was given back */
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_report(&call, a.slot, 2 * SEC, ok());
+  assert_int_equal(nres_breaker_state(&br, 2 * SEC), NRES_BREAKER_CLOSED);
+}
+
+static void canceled_outcome_is_not_a_breaker_failure(void **state) {
+  nres_policy_t p;
+  nres_breaker_t br;
+  nres_breaker_config_t cfg;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  nres_breaker_config_init(&cfg);
+  cfg.consecutive = 1;
+  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
+  p.breaker = &br;
+  p.fallback = 1;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, nres_verdict(NRES_CANCELED));
+  assert_int_equal(a.stop, NRES_STOP_CANCELED);
+  assert_int_equal(a.fallback, 0);   /* canceled: no fallback either */
+  assert_int_equal(nres_breaker_state(&br, 0), NRES_BREAKER_CLOSED);
+}
+
+static void hedge_starts_after_delay_and_first_ok_wins(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a, h;
+  nres_counters_t c;
+  (void) state;
+
+  trivial(&p);
+  p.hedge.max = 2;
+  p.hedge.delay = 50 * MS;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_true(a.until == 50 * MS);
+  assert_int_equal(nres_call_resume(&call, 40 * MS).kind, NRES_WAIT);
+  h = nres_call_resume(&call, 50 * MS);
+  assert_int_equal(h.kind, NRES_ATTEMPT);
+  assert_int_equal(h.hedge, 1);
+  assert_int_equal(h.attempt, 2);
+  assert_int_not_equal(h.slot, a.slot);
+  assert_true(h.until == NRES_TIME_NEVER);   /* max 2 in flight */
+  h = nres_call_report(&call, h.slot, 60 * MS, ok());
+  assert_int_equal(h.kind, NRES_DONE);
+  assert_int_equal(h.stop, NRES_STOP_OK);
+  assert_int_equal(h.cancel, 1u << a.slot);
+  c = counters(&p);
+  assert_int_equal(c.hedges, 1);
+  assert_int_equal(c.abandoned, 1);
+  assert_int_equal(c.verdicts[NRES_OK], 1);
+  assert_int_equal(c.verdicts[NRES_TRANSIENT], 0);   /* loser unclassified */
+  /* The loser's late report changes nothing and is counted. */
+  h = nres_call_report(&call, a.slot, 70 * MS, transient());
+  assert_int_equal(h.kind, NRES_DONE);
+  assert_int_equal(h.stop, NRES_STOP_OK);
+  assert_int_equal(counters(&p).late, 1);
+  assert_int_equal(nres_call_log(&call, 1)->flags, 0xff);   /* abandoned */
+}
+
+static void exhausted_budget_never_cancels_inflight_hedges(void **state) {
+  nres_policy_t p;
+  nres_budget_t budget;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.hedge.max = 3;
+  p.hedge.delay = 10 * MS;
+  assert_int_equal(nres_budget_init(&budget, 0.1, 0, 1), 0);
+  p.budget = &budget;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_resume(&call, 10 * MS);   /* hedge 1 spends the token */
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_true(a.until == 20 * MS);
+  a = nres_call_resume(&call, 20 * MS);   /* hedge 2 refused: keep waiting */
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_int_equal(__builtin_popcount(call.inflight), 2);
+  a = nres_call_report(&call, 0, 30 * MS, ok());
+  assert_int_equal(a.stop, NRES_STOP_OK);
+}
+
+static void failed_hedge_waits_for_the_others(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a, h;
+  (void) state;
+
+  trivial(&p);
+  p.hedge.max = 2;
+  p.hedge.delay = 10 * MS;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  h = nres_call_resume(&call, 10 * MS);
+  h = nres_call_report(&call, h.slot, 15 * MS, transient());
+  assert_int_equal(h.kind, NRES_WAIT);
+  a = nres_call_report(&call, a.slot, 20 * MS, transient());
+  assert_int_equal(a.kind, NRES_ATTEMPT);   /* retry: attempt 3 */
+  assert_int_equal(a.attempt, 3);
+  a = nres_call_report(&call, a.slot, 25 * MS, transient());
+  assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+}
+
+static void hedging_is_suppressed_while_failure_ratio_is_high(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 1;
+  p.hedge.max = 2;
+  p.hedge.delay = 10 * MS;
+  p.hedge.min_samples = 4;
+  p.hedge.suppress_ratio = 0.5;
+  build(&p);
+  for (int i = 0; i < 4; i++) {
+    a = nres_call_begin(&call, &p, 0);
+    a = nres_call_report(&call, a.slot, 0, transient());
+  }
+  p.attempts = 2;   /* one hedge would be allowed by count */
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_resume(&call, 10 * MS);
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_int_equal(call.hedges, 0);
+}
+
+static void rate_limiter_refuses_or_waits_within_limit_wait(void **state) {
+  nres_policy_t p;
+  nres_ratelimit_t rl;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  assert_int_equal(nres_ratelimit_init(&rl, 1, 1), 0);
+  p.ratelimit = &rl;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(a.stop, NRES_STOP_LIMITED);
+  assert_int_equal(counters(&p).rejects[NRES_REJECT_RATE], 1);
+  p.limit_wait = 2 * SEC;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(a.until > 0 && a.until <= 1 * SEC);
+  a = nres_call_resume(&call, a.until);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+}
+
+static void bulkhead_queues_then_admits_or_times_out(void **state) {
+  nres_policy_t p;
+  nres_bulkhead_t bh;
+  nres_bulkhead_config_t cfg;
+  nres_call_t a_call, b_call, c_call;
+  nres_action_t a, b, c;
+  (void) state;
+
+  trivial(&p);
+  nres_bulkhead_config_init(&cfg);
+  cfg.limit = 1;
+  cfg.queue = 1;
+  cfg.queue_timeout = 100 * MS;
+  cfg.poll = 10 * MS;
+  assert_int_equal(nres_bulkhead_init(&bh, &cfg), 0);
+  p.bulkhead = &bh;
+  build(&p);
+  a = nres_call_begin(&a_call, &p, 0);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  b = nres_call_begin(&b_call, &p, 0);
+  assert_int_equal(b.kind, NRES_WAIT);
+  assert_true(b.until == 10 * MS);
+  c = nres_call_begin(&c_call, &p, 0);
+  assert_int_equal(c.stop, NRES_STOP_LIMITED);   /* queue full */
+  b = nres_call_resume(&b_call, 10 * MS);
+  assert_int_equal(b.kind, NRES_WAIT);            /* still busy */
+  a = nres_call_report(&a_call, a.slot, 15 * MS, ok());
+  b = nres_call_resume(&b_call, 20 * MS);
+  assert_int_equal(b.kind, NRES_ATTEMPT);
+  assert_int_equal(bh.waiting, 0);
+  /* A queued caller gives up at queue_timeout and leaves the queue. */
+  c = nres_call_begin(&c_call, &p, 20 * MS);
+  assert_int_equal(c.kind, NRES_WAIT);
+  while (c.kind == NRES_WAIT)
+    c = nres_call_resume(&c_call, c.until);
+  assert_int_equal(c.stop, NRES_STOP_LIMITED);
+  assert_true(c_call.attempts == 0);
+  assert_int_equal(bh.waiting, 0);
+  b = nres_call_report(&b_call, b.slot, 200 * MS, ok());
+  assert_int_equal(bh.inflight, 0);
+}
+
+static void draining_refuses_new_calls(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  (void) state;
+
+  build(trivial(&p));
+  nres_policy_drain(&p, 1);
+  assert_int_equal(nres_call_begin(&call, &p, 0).stop, NRES_STOP_DRAINING);
+  assert_int_equal(counters(&p).rejects[NRES_REJECT_DRAINING], 1);
+  nres_policy_drain(&p, 0);
+  assert_int_equal(nres_call_begin(&call, &p, 0).kind, NRES_ATTEMPT);
+}
+
+static void fallback_is_marked_on_failure_only(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 1;
+  p.fallback = 1;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(a.fallback, 1);
+  assert_int_equal(call.fallback, 1);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, ok());
+  assert_int_equal(a.fallback, 0);
+  assert_int_equal(counters(&p).fallbacks, 1);
+}
+
+static void cancel_during_backoff_ends_the_call(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.backoff.kind = NRES_BACKOFF_CONSTANT;
+  p.backoff.base = p.backoff.max = 1 * SEC;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(a.kind, NRES_WAIT);
+  a = nres_call_cancel(&call, 10 * MS);
+  assert_int_equal(a.stop, NRES_STOP_CANCELED);
+  assert_int_equal(a.cancel, 0);
+  a = nres_call_resume(&call, 2 * SEC);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_CANCELED);
+}
+
+static void attempt_log_keeps_the_last_attempts_in_order(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 12;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  for (nres_time_t t = 1; a.kind == NRES_ATTEMPT; t++)
+    a = nres_call_report(&call, a.slot, t, t == 12 ? ok() : transient());
+  assert_int_equal(a.stop, NRES_STOP_OK);
+  assert_int_equal(nres_call_log(&call, 0)->number, 12);
+  assert_int_equal(nres_call_log(&call, 0)->kind, NRES_OK);
+  assert_int_equal(nres_call_log(&call, 7)->number, 5);
+  assert_int_equal(nres_call_log(&call, 7)->kind, NRES_TRANSIENT);
+  assert_true(nres_call_log(&call, 0)->end == 12);
+  assert_null(nres_call_log(&call, 8));
+}
+
+static int events_seen[8];
+static void count_event(const nres_event_t *ev, void *data) {
+  assert_ptr_equal(data, events_seen);
+  events_seen[ev->type]++;
+}
+
+static void events_reach_the_listener(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.on_event = count_event;
+  p.event_data = events_seen;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 1, transient());
+  a = nres_call_report(&call, a.slot, 2, ok());
+  assert_int_equal(events_seen[NRES_EV_ATTEMPT], 2);
+  assert_int_equal(events_seen[NRES_EV_RETRY], 1);
+  assert_int_equal(events_seen[NRES_EV_DONE], 1);
+  assert_int_equal(events_seen[NRES_EV_REJECT], 0);
+}
+
+static void measured_ceiling_follows_latency_with_a_floor(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_time_t t = 0;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  build(&p);
+  a = nres_call_begin(&call, &p, t);
+  assert_true(a.deadline == t + 10 * SEC);   /* no samples: the timeout */
+  nres_call_report(&call, a.slot, t + 100 * MS, ok());
+  for (int i = 0; i < 30; i++) {
+    a = nres_call_begin(&call, &p, t);
+    t += 100 * MS;
+    nres_call_report(&call, a.slot, t, ok());
+  }
+  t += 1 * SEC;
+  a = nres_call_begin(&call, &p, t);
+  /* 3 x p95 of 100 ms samples: 300 ms, within the histogram's 6.25 %. */
+  assert_true(a.deadline - t >= 300 * MS);
+  assert_true(a.deadline - t <= 320 * MS);
+  nres_call_report(&call, a.slot, t, ok());
+}
+
+static void unbuilt_policy_and_bad_slot_are_misuse(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);   /* not built */
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_NONE);
+  assert_int_equal(nres_stop_error(a.stop), NRES_ESTATE);
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(nres_call_report(&call, 3, 0, ok()).kind, NRES_WAIT);
+  assert_int_equal(nres_call_report(&call, 99, 0, ok()).kind, NRES_WAIT);
+  assert_int_equal(counters(&p).late, 2);
+  a = nres_call_report(&call, a.slot, 0, ok());
+  assert_int_equal(a.stop, NRES_STOP_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(passthrough_is_one_attempt_without_bookkeeping),
+    cmocka_unit_test(trivial_retries_at_once_until_ok),
+    cmocka_unit_test(attempts_exhausted_after_the_configured_count),
+    cmocka_unit_test(permanent_and_canceled_are_never_retried),
+    cmocka_unit_test(backoff_waits_and_early_resume_keeps_waiting),
+    cmocka_unit_test(attempt_ceiling_is_timeout_or_time_left),
+    cmocka_unit_test(no_retry_when_backoff_ends_past_deadline),
+    cmocka_unit_test(inherited_deadline_only_tightens),
+    cmocka_unit_test(retry_after_is_honoured_exactly_and_bounded_by_deadline),
+    cmocka_unit_test(budget_refuses_retries_and_ignores_self_imposed),
+    cmocka_unit_test(breaker_opens_rejects_then_probes_and_closes),
+    cmocka_unit_test(canceled_probe_never_leaves_breaker_stuck_half_open),
+    cmocka_unit_test(canceled_outcome_is_not_a_breaker_failure),
+    cmocka_unit_test(hedge_starts_after_delay_and_first_ok_wins),
+    cmocka_unit_test(exhausted_budget_never_cancels_inflight_hedges),
+    cmocka_unit_test(failed_hedge_waits_for_the_others),
+    cmocka_unit_test(hedging_is_suppressed_while_failure_ratio_is_high),
+    cmocka_unit_test(rate_limiter_refuses_or_waits_within_limit_wait),
+    cmocka_unit_test(bulkhead_queues_then_admits_or_times_out),
+    cmocka_unit_test(draining_refuses_new_calls),
+    cmocka_unit_test(fallback_is_marked_on_failure_only),
+    cmocka_unit_test(cancel_during_backoff_ends_the_call),
+    cmocka_unit_test(attempt_log_keeps_the_last_attempts_in_order),
+    cmocka_unit_test(events_reach_the_listener),
+    cmocka_unit_test(measured_ceiling_follows_latency_with_a_floor),
+    cmocka_unit_test(unbuilt_policy_and_bad_slot_are_misuse),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

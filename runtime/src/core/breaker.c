@@ -1,1 +1,368 @@
-/* breaker.c - placeholder until written */
+/* breaker.c - the circuit breaker: stop calling a dependency that is down.
+ *
+ * CLOSED admits everything and watches outcomes: a run of `consecutive`
+ * failures, or a failure (or slow-call) ratio over the sliding window once
+ * it holds `min_calls` calls, trips it OPEN. OPEN refuses everything for a
+ * break (break_for, doubling per reopening up to break_max, shortened at
+ * random by up to break_jitter so that many breakers do not retry in step).
+ * When the break is over the next caller turns it HALF_OPEN and becomes a
+ * probe; at most `probes` probes run at once, `success_threshold` probe
+ * successes close it and one failure reopens it. ISOLATED is an operator's
+ * OPEN that only reset ends.
+ *
+ * The whole state machine is one atomic 64-bit word, so a transition is one
+ * compare-and-swap and no thread can see, say, a half-open state with the
+ * probe count of another generation (resilience4j #1432 admitted more
+ * probes than configured by keeping them apart). From bit 0:
+ *
+ *   bits  0-1   state (nres_breaker_state_t)
+ *   bits  2-9   probe permits in use (config.probes <= 255)
+ *   bits 10-17  probe successes in this half-open period (threshold <= 255)
+ *   bits 18-25  generation: bumped on each entry to HALF_OPEN and kept
+ *               through every other transition. A probe permit is
+ *               generation + 1 (never 0), so a permit from an earlier
+ *               half-open period is recognised as stale and ignored.
+ *   bits 26-63  open-until, in ms, modulo 2^38. Compared with wrapping
+ *               arithmetic (a break is far shorter than 2^37 ms, 4.3 years),
+ *               so any epoch works: nanoseconds since boot or since 1970
+ *               (ngx.now) alike. It is rounded up, never admitting early.
+ *
+ * The hot path, acquire while CLOSED, is one relaxed load and no write.
+ * Counters (current failure run, break level, trips, refusals) and the
+ * window sit beside the word; they steer decisions but never decide a
+ * transition on their own, so they can be updated without a lock.
+ */
+#include "internal.h"
+
+#define PROBE_ONE (1ull << 2)
+#define SUCCESS_ONE (1ull << 10)
+#define UNTIL_SHIFT 26
+#define UNTIL_MASK ((1ull << 38) - 1)
+#define UNTIL_HALF (1ull << 37)
+
+#define STATE(w) ((unsigned) ((w) & 3))
+#define PROBES(w) ((uint32_t) (((w) >> 2) & 0xff))
+#define SUCCESSES(w) ((uint32_t) (((w) >> 10) & 0xff))
+#define GEN(w) ((uint32_t) (((w) >> 18) & 0xff))
+#define UNTIL(w) ((w) >> UNTIL_SHIFT)
+
+/* Longest break: well inside the half of the ms ring that reads "later". */
+#define BREAK_LIMIT ((UNTIL_HALF - 2) * NRES_MSEC)
+
+static uint64_t pack(unsigned state, uint32_t gen, uint64_t until_ms) {
+  return (uint64_t) state | (uint64_t) (gen & 0xff) << 18 |
+         (until_ms & UNTIL_MASK) << UNTIL_SHIFT;
+}
+
+static int time_up(uint64_t w, nres_time_t now) {
+  return ((now / NRES_MSEC - UNTIL(w)) & UNTIL_MASK) < UNTIL_HALF;
+}
+
+/* The break before the next half-open period, for the level-th opening
+ * since it last closed: break_for * 2^level, capped, then jittered down. */
+static nres_time_t break_duration(const nres_breaker_config_t *config,
+                                  uint32_t level, nres_rng_t *rng) {
+  nres_time_t d;
+  double j;
+
+  d = config->break_for;
+  if (level >= 64 || d > (config->break_max >> level))
+    d = config->break_max;
+  else
+    d <<= level;
+  if (d > config->break_max)
+    d = config->break_max;
+
+  /* Jitter after the cap, so capped breaks still spread out. */
+  if (config->break_jitter > 0 && rng != NULL) {
+    j = (double) d * (1.0 - config->break_jitter * nres_rng_unit(rng));
+    if (nres__time_from_double(j) < d)
+      d = nres__time_from_double(j);
+  }
+  if (d > BREAK_LIMIT)
+    d = BREAK_LIMIT;
+  return d;
+}
+
+/* Enter OPEN from exactly the word `w`; 0 if the word has changed (the
+ * caller looks again). The word first goes OPEN with an open-until far in
+ * the future, and only the winner of that CAS takes a break level and
+ * writes the real open-until: so the level a break is computed from is
+ * exactly the number of openings before it, however threads interleave. */
+static int open_from(nres_breaker_t *breaker, uint64_t w, nres_time_t now,
+                     nres_rng_t *rng) {
+  uint64_t held;
+  uint64_t exp;
+  uint64_t until;
+  nres_time_t end;
+  uint32_t level;
+
+  held = pack(NRES_BREAKER_OPEN, GEN(w), now / NRES_MSEC + UNTIL_HALF - 1);
+  exp = w;
+  while (!nres__cas(&breaker->word, &exp, held))
+    if (exp != w)
+      return 0;   /* not a spurious failure: someone else moved it */
+
+  nres__add(&breaker->trips, 1);
+  level = nres__add(&breaker->level, 1);
+  end = nres_time_add(now, break_duration(&breaker->config, level, rng));
+  until = end / NRES_MSEC + (end % NRES_MSEC != 0);
+  exp = held;
+  while (!nres__cas(&breaker->word, &exp, pack(NRES_BREAKER_OPEN, GEN(held),
+                                                until)))
+    if (exp != held)
+      break;   /* isolated or reset meanwhile: theirs wins */
+  return 1;
+}
+
+static void close_from_scratch(nres_breaker_t *breaker) {
+  nres__store(&breaker->consecutive, 0);
+  nres__store(&breaker->level, 0);
+  nres_window_clear(&breaker->window);
+}
+
+void nres_breaker_config_init(nres_breaker_config_t *config) {
+  config->consecutive = 5;
+  config->min_calls = 20;
+  config->failure_ratio = 0.5;
+  config->slow_ratio = 0;
+  config->window = 30 * NRES_SEC;
+  config->buckets = 10;
+  config->probes = 1;
+  config->success_threshold = 2;
+  config->reserved_ = 0;
+  config->break_for = 15 * NRES_SEC;
+  config->break_max = 120 * NRES_SEC;
+  config->break_jitter = 0.1;
+}
+
+int nres_breaker_init(nres_breaker_t *breaker,
+                      const nres_breaker_config_t *config) {
+  if (breaker == NULL || config == NULL)
+    return NRES_EINVAL;
+  if (!(config->failure_ratio >= 0 && config->failure_ratio <= 1) ||
+      !(config->slow_ratio >= 0 && config->slow_ratio <= 1))
+    return NRES_EINVAL;
+  /* Both counts live in 8 bits of the state word. */
+  if (config->probes < 1 || config->probes > 255 ||
+      config->success_threshold < 1 || config->success_threshold > 255)
+    return NRES_EINVAL;
+  if (config->break_for == 0 || config->break_max < config->break_for)
+    return NRES_EINVAL;
+  if (!(config->break_jitter >= 0 && config->break_jitter < 1))
+    return NRES_EINVAL;
+  if (config->window == 0)
+    return NRES_EINVAL;
+  if (nres_window_init(&breaker->window, config->window, config->buckets))
+    return NRES_EINVAL;
+
+  breaker->config = *config;
+  nres__store(&breaker->word, pack(NRES_BREAKER_CLOSED, 0, 0));
+  nres__store(&breaker->consecutive, 0);
+  nres__store(&breaker->level, 0);
+  nres__store(&breaker->trips, 0);
+  nres__store(&breaker->rejected, 0);
+  return 0;
+}
+
+int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now,
+                         uint32_t *permit) {
+  uint64_t w;
+  uint64_t n;
+
+  if (breaker == NULL || permit == NULL)
+    return NRES_EINVAL;
+
+  w = nres__load(&breaker->word);
+  for (;;) {
+    switch (STATE(w)) {
+      case NRES_BREAKER_CLOSED:
+        *permit = 0;
+        return 0;
+      case NRES_BREAKER_OPEN:
+        if (!time_up(w, now))
+          goto refuse;
+        /* First caller after the break: a new generation, one probe. */
+        n = pack(NRES_BREAKER_HALF_OPEN, GEN(w) + 1, UNTIL(w)) + PROBE_ONE;
+        break;
+      case NRES_BREAKER_HALF_OPEN:
+        if (PROBES(w) >= breaker->config.probes)
+          goto refuse;
+        n = w + PROBE_ONE;
+        break;
+      default:
+        goto refuse;
+    }
+    if (nres__cas(&breaker->word, &w, n)) {
+      *permit = GEN(n) + 1;
+      return 0;
+    }
+  }
+
+refuse:
+  *permit = 0;
+  nres__add(&breaker->rejected, 1);
+  return NRES_ECIRCUIT;
+}
+
+/* Did the window's ratios cross a threshold? */
+static int ratio_tripped(nres_breaker_t *breaker, nres_time_t now) {
+  const nres_breaker_config_t *c = &breaker->config;
+  uint32_t calls, failures, slow;
+
+  nres_window_sum(&breaker->window, now, &calls, &failures, &slow);
+  if (calls == 0 || calls < c->min_calls)
+    return 0;
+  if (c->failure_ratio > 0 && (double) failures >= c->failure_ratio * calls)
+    return 1;
+  if (c->slow_ratio > 0 && (double) slow >= c->slow_ratio * calls)
+    return 1;
+  return 0;
+}
+
+/* A probe's outcome. A slow probe is a failed one when slowness can trip
+ * the breaker: closing on it would only trip again min_calls later. */
+static int record_probe(nres_breaker_t *breaker, nres_time_t now,
+                        uint32_t permit, int failed, nres_rng_t *rng) {
+  uint64_t w;
+  uint64_t n;
+
+  w = nres__load(&breaker->word);
+  for (;;) {
+    if (STATE(w) != NRES_BREAKER_HALF_OPEN || GEN(w) + 1 != permit ||
+        PROBES(w) == 0)
+      return -1;   /* stale: its half-open period is over */
+    if (failed) {
+      if (open_from(breaker, w, now, rng))
+        return NRES_BREAKER_OPEN;
+      w = nres__load(&breaker->word);
+      continue;
+    }
+    if (SUCCESSES(w) + 1 >= breaker->config.success_threshold) {
+      n = pack(NRES_BREAKER_CLOSED, GEN(w), 0);
+      if (nres__cas(&breaker->word, &w, n)) {
+        close_from_scratch(breaker);
+        return NRES_BREAKER_CLOSED;
+      }
+    } else {
+      n = w - PROBE_ONE + SUCCESS_ONE;
+      if (nres__cas(&breaker->word, &w, n))
+        return -1;
+    }
+  }
+}
+
+/* An outcome of a call admitted while closed. */
+static int record_closed(nres_breaker_t *breaker, nres_time_t now,
+                         int failure, int slow, nres_rng_t *rng) {
+  const nres_breaker_config_t *c = &breaker->config;
+  uint64_t w;
+  uint32_t run;
+  int ratios;
+  int trip;
+
+  w = nres__load(&breaker->word);
+  if (STATE(w) != NRES_BREAKER_CLOSED)
+    return -1;   /* it tripped while this call ran: old news */
+
+  ratios = c->failure_ratio > 0 || c->slow_ratio > 0;
+  trip = 0;
+  if (!failure) {
+    /* Success traffic is the common case: write only when it changes. */
+    if (nres__load(&breaker->consecutive) != 0)
+      nres__store(&breaker->consecutive, 0);
+    if (ratios)
+      nres_window_add(&breaker->window, now, 0, slow);
+    if (slow && c->slow_ratio > 0)
+      trip = ratio_tripped(breaker, now);
+  } else {
+    run = nres__add(&breaker->consecutive, 1) + 1;
+    if (ratios)
+      nres_window_add(&breaker->window, now, 1, slow);
+    trip = (c->consecutive > 0 && run >= c->consecutive) ||
+           (ratios && ratio_tripped(breaker, now));
+  }
+  if (!trip)
+    return -1;
+  /* A closed word only changes when the state does, so this loop ends as
+   * soon as some thread has tripped it (or isolated it). */
+  while (STATE(w) == NRES_BREAKER_CLOSED) {
+    if (open_from(breaker, w, now, rng))
+      return NRES_BREAKER_OPEN;
+    w = nres__load(&breaker->word);
+  }
+  return -1;
+}
+
+int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
+                        uint32_t permit, int outcome, int slow,
+                        nres_rng_t *rng) {
+  int failed;
+
+  if (breaker == NULL)
+    return NRES_EINVAL;
+  /* IGNORE, and anything unknown: free the permit so a half-open breaker
+   * can never be left waiting for a probe that will not report. */
+  if (outcome != NRES_BREAKER_SUCCESS && outcome != NRES_BREAKER_FAILURE) {
+    nres_breaker_release(breaker, permit);
+    return -1;
+  }
+  if (permit != 0) {
+    failed = outcome == NRES_BREAKER_FAILURE ||
+             (slow && breaker->config.slow_ratio > 0);
+    return record_probe(breaker, now, permit, failed, rng);
+  }
+  return record_closed(breaker, now, outcome == NRES_BREAKER_FAILURE, slow,
+                       rng);
+}
+
+void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit) {
+  uint64_t w;
+
+  if (breaker == NULL || permit == 0)
+    return;
+  w = nres__load(&breaker->word);
+  while (STATE(w) == NRES_BREAKER_HALF_OPEN && GEN(w) + 1 == permit &&
+         PROBES(w) > 0)
+    if (nres__cas(&breaker->word, &w, w - PROBE_ONE))
+      return;
+}
+
+int nres_breaker_state(const nres_breaker_t *breaker, nres_time_t now) {
+  uint64_t w;
+
+  if (breaker == NULL)
+    return NRES_EINVAL;
+  w = nres__load(&breaker->word);
+  if (STATE(w) == NRES_BREAKER_OPEN && time_up(w, now))
+    return NRES_BREAKER_HALF_OPEN;
+  return (int) STATE(w);
+}
+
+void nres_breaker_isolate(nres_breaker_t *breaker) {
+  uint64_t w;
+
+  w = nres__load(&breaker->word);
+  while (!nres__cas(&breaker->word, &w,
+                    pack(NRES_BREAKER_ISOLATED, GEN(w), 0)))
+    ;
+}
+
+void nres_breaker_reset(nres_breaker_t *breaker) {
+  uint64_t w;
+
+  w = nres__load(&breaker->word);
+  while (!nres__cas(&breaker->word, &w, pack(NRES_BREAKER_CLOSED, GEN(w), 0)))
+    ;
+  close_from_scratch(breaker);
+}
+
+const char *nres_breaker_state_name(int state) {
+  switch (state) {
+    case NRES_BREAKER_CLOSED: return "closed";
+    case NRES_BREAKER_OPEN: return "open";
+    case NRES_BREAKER_HALF_OPEN: return "half-open";
+    case NRES_BREAKER_ISOLATED: return "isolated";
+  }
+  return "unknown";
+}

@@ -1,1 +1,151 @@
-/* policy.c - placeholder until written */
+/* policy.c - presets, validation and telemetry of a policy.
+ *
+ * A policy is configuration plus counters. nres_policy_init fills in a
+ * preset, the caller adjusts public fields, and nres_policy_build checks
+ * them and derives the flags the executor branches on, so the per-call path
+ * never re-examines the configuration. Counters are relaxed atomics read
+ * without locks; calls and attempts are derived from them at read time so
+ * the hot path bumps as few shared words as possible.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "core/policy.h"
+
+static int ratio_ok(double r, int zero_ok) {
+  return isfinite(r) && r <= 1 && (r > 0 || (zero_ok && r == 0));
+}
+
+int nres_policy_init(nres_policy_t *policy, int preset) {
+  nres_breaker_config_t breaker;
+
+  if (policy == NULL || preset < NRES_PRESET_NONE || preset > NRES_PRESET_DEFAULT)
+    return NRES_EINVAL;
+  memset(policy, 0, sizeof(*policy));
+  policy->attempts = preset == NRES_PRESET_NONE ? 1 : 3;
+  policy->telemetry = preset != NRES_PRESET_NONE;
+  policy->backoff.kind = NRES_BACKOFF_NONE;
+  policy->backoff.factor = 2;
+  policy->ceiling_quantile = 0.95;
+  policy->ceiling_floor = 50 * NRES_MSEC;
+  policy->min_samples = 20;
+  policy->slow_factor = 3;
+  policy->seed = 0x6e726573u;   /* "nres" */
+  policy->hedge.min_samples = 20;
+  policy->hedge.quantile = 0.95;
+  policy->hedge.suppress_ratio = 0.5;
+  nres_window_init(&policy->hedge.window, 10 * NRES_SEC, 10);
+  nres_estimator_init(&policy->own.estimator, 30 * NRES_SEC);
+
+  if (preset == NRES_PRESET_DEFAULT) {
+    nres_backoff_init(&policy->backoff);
+    policy->deadline = 30 * NRES_SEC;
+    policy->attempt_timeout = 10 * NRES_SEC;
+    policy->ceiling_factor = 3;
+    nres_budget_init(&policy->own.budget, 0.1, 3, 0);
+    nres_breaker_config_init(&breaker);
+    nres_breaker_init(&policy->own.breaker, &breaker);
+    policy->budget = &policy->own.budget;
+    policy->breaker = &policy->own.breaker;
+    policy->estimator = &policy->own.estimator;
+  }
+  return 0;
+}
+
+int nres_policy_build(nres_policy_t *policy) {
+  uint32_t flags = 0;
+  const nres_hedge_t *hedge;
+
+  if (policy == NULL)
+    return NRES_EINVAL;
+  hedge = &policy->hedge;
+  if (policy->attempts < 1 || policy->attempts > UINT16_MAX)
+    return NRES_EINVAL;
+  if (nres_backoff_check(&policy->backoff) != 0)
+    return NRES_EINVAL;
+  if (policy->deadline && policy->attempt_timeout > policy->deadline)
+    return NRES_EINVAL;
+  if (!isfinite(policy->ceiling_factor) || policy->ceiling_factor < 0)
+    return NRES_EINVAL;
+  if (policy->ceiling_factor > 0 &&
+      (policy->estimator == NULL || !ratio_ok(policy->ceiling_quantile, 0)))
+    return NRES_EINVAL;
+  if (hedge->max > NRES_MAX_INFLIGHT || !ratio_ok(hedge->suppress_ratio, 1))
+    return NRES_EINVAL;
+  if (hedge->max > 1 && hedge->delay == 0 &&
+      (policy->estimator == NULL || !ratio_ok(hedge->quantile, 0)))
+    return NRES_EINVAL;
+  if (policy->breaker != NULL && policy->breaker->config.slow_ratio > 0 &&
+      policy->slow_threshold == 0 &&
+      (policy->estimator == NULL || !(policy->slow_factor > 0) ||
+       !isfinite(policy->slow_factor)))
+    return NRES_EINVAL;
+
+  if (policy->telemetry)
+    flags |= NRES__F_TELEMETRY;
+  if (policy->deadline || policy->attempt_timeout || policy->ceiling_factor > 0)
+    flags |= NRES__F_BOUNDED;
+  if (policy->ceiling_factor > 0)
+    flags |= NRES__F_CEILING;
+  if (hedge->max > 1)
+    flags |= NRES__F_HEDGE;
+  if (policy->breaker != NULL && policy->breaker->config.slow_ratio > 0)
+    flags |= NRES__F_SLOW;
+  if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
+      ((flags & NRES__F_HEDGE) && hedge->delay == 0))
+    flags |= NRES__F_QUANTILES;
+  if (policy->attempts == 1 && flags == 0 && policy->budget == NULL &&
+      policy->breaker == NULL && policy->ratelimit == NULL &&
+      policy->bulkhead == NULL && policy->estimator == NULL &&
+      policy->on_event == NULL && !policy->fallback)
+    flags |= NRES__F_PASSTHROUGH;
+
+  policy->private_flags = flags;
+  nres__store(&policy->quantile_next, 0);
+  policy->private_magic = NRES__POLICY_MAGIC;
+  return 0;
+}
+
+void nres_policy_drain(nres_policy_t *policy, int on) {
+  atomic_store_explicit(&policy->draining, on ? 1u : 0u, memory_order_release);
+}
+
+void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
+  nres_policy_t *p = (nres_policy_t *) policy;   /* loads only */
+  int i;
+
+  memset(out, 0, sizeof(*out));
+  for (i = 0; i < NRES_VERDICT_COUNT; i++) {
+    out->verdicts[i] = nres__load(&p->n_verdicts[i]);
+    out->attempts += out->verdicts[i];
+  }
+  for (i = 0; i < NRES_STOP_COUNT; i++) {
+    out->stops[i] = nres__load(&p->n_stops[i]);
+    out->calls += out->stops[i];
+  }
+  for (i = 0; i < NRES_REJECT_COUNT; i++)
+    out->rejects[i] = nres__load(&p->n_rejects[i]);
+  out->retries = nres__load(&p->n_retries);
+  out->hedges = nres__load(&p->n_hedges);
+  out->abandoned = nres__load(&p->n_abandoned);
+  out->attempts += out->abandoned;
+  out->fallbacks = nres__load(&p->n_fallbacks);
+  out->late = nres__load(&p->n_late);
+}
+
+void nres_policy_counters_reset(nres_policy_t *policy) {
+  int i;
+
+  for (i = 0; i < NRES_VERDICT_COUNT; i++)
+    nres__store(&policy->n_verdicts[i], 0);
+  for (i = 0; i < NRES_STOP_COUNT; i++)
+    nres__store(&policy->n_stops[i], 0);
+  for (i = 0; i < NRES_REJECT_COUNT; i++)
+    nres__store(&policy->n_rejects[i], 0);
+  nres__store(&policy->n_retries, 0);
+  nres__store(&policy->n_hedges, 0);
+  nres__store(&policy->n_abandoned, 0);
+  nres__store(&policy->n_fallbacks, 0);
+  nres__store(&policy->n_late, 0);
+}

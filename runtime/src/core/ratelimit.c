@@ -1,1 +1,67 @@
-/* ratelimit.c - placeholder until written */
+/* ratelimit.c - the GCRA rate limiter: `rate` admissions per second with a
+ * burst of `burst`.
+ *
+ * GCRA (the generic cell rate algorithm) keeps one number, the theoretical
+ * arrival time (tat): when the next admission would be due if callers came
+ * exactly at the rate. An admission moves tat one interval forward; it is
+ * allowed while tat stays within `tolerance` (burst intervals) of now. One
+ * atomic word and one CAS per admission, so the limiter can be shared by
+ * threads and by processes mapping the same memory. It is separate from the
+ * bulkhead because it bounds a rate, not a concurrency.
+ */
+#include <math.h>
+
+#include "internal.h"
+
+int nres_ratelimit_init(nres_ratelimit_t *limit, double rate, uint32_t burst) {
+  nres_time_t interval;
+
+  if (limit == NULL || !(rate > 0) || !isfinite(rate) || burst < 1)
+    return NRES_EINVAL;
+
+  /* Rounded to the nearest ns; a rate above 1e9/s is capped at one
+   * admission per ns, a rate too low to represent saturates. */
+  interval = nres__time_from_double(1e9 / rate + 0.5);
+  if (interval == 0)
+    interval = 1;
+
+  limit->interval = interval;
+  limit->tolerance = nres__mul_sat(interval, burst);
+  nres__store(&limit->tat, 0);
+  nres__store(&limit->refused, 0);
+  return 0;
+}
+
+int nres_ratelimit_acquire(nres_ratelimit_t *limit, nres_time_t now,
+                           nres_time_t *retry_after) {
+  uint64_t tat;
+  uint64_t from;
+  uint64_t new_tat;
+  nres_time_t wait;
+
+  tat = nres__load(&limit->tat);
+  for (;;) {
+    from = tat > now ? tat : now;
+    /* A tat past the end of time cannot be stored: saturating it would
+     * leave tat stuck at NRES_TIME_NEVER and, with a saturated tolerance,
+     * admit everything after. Such a rate (one admission per centuries)
+     * refuses instead. */
+    if (from > NRES_TIME_NEVER - limit->interval) {
+      wait = NRES_TIME_NEVER;
+      break;
+    }
+    new_tat = from + limit->interval;
+    if (new_tat - now > limit->tolerance) {
+      wait = new_tat - now - limit->tolerance;
+      break;
+    }
+    if (nres__cas(&limit->tat, &tat, new_tat))
+      return 0;
+  }
+
+  /* A refusal leaves tat alone: refused callers do not use up the rate. */
+  nres__add(&limit->refused, 1);
+  if (retry_after != NULL)
+    *retry_after = wait;
+  return NRES_ELIMITED;
+}

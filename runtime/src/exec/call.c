@@ -1,1 +1,571 @@
-/* call.c - placeholder until written */
+/* call.c - the flat executor: one per-call state machine, driven by pulls.
+ *
+ * Every driver (sync, libuv, Lua, nginx) runs this one machine, so they
+ * cannot drift. The machine never runs work, sleeps or reads a clock: it is
+ * told the time and what happened, and answers with the next action -
+ * ATTEMPT (run one, bounded by a deadline), WAIT (until a time, or until an
+ * attempt in flight ends) or DONE (with the reason).
+ *
+ * Order of operations, per attempt: rate limiter -> bulkhead (queue) ->
+ * breaker admission -> attempt ceiling = min(attempt timeout, measured
+ * ceiling, time left) -> run -> classify (the driver) -> record (log,
+ * bulkhead, breaker, estimator, hedge window, telemetry) -> decide: OK
+ * deposits and ends; CANCELED and PERMANENT end; attempts used up ends;
+ * deadline spent ends; backoff that would end past the deadline ends;
+ * budget refusal ends; otherwise wait the backoff and go round again.
+ * Hedges are extra attempts started while others run; they spend budget,
+ * count as attempts, and the losers are abandoned, never classified.
+ *
+ * Nothing here allocates. Every permit taken (probe, bulkhead slot, queue
+ * place) is given back on every exit path: report, win of another attempt,
+ * cancel.
+ */
+#include <string.h>
+
+#include "internal.h"
+#include "core/policy.h"
+
+enum {
+  PHASE_IDLE = 0,     /* not begun */
+  PHASE_RUNNING,      /* attempts in flight; resume_at may be a hedge time */
+  PHASE_BACKOFF,      /* waiting out a retry delay */
+  PHASE_ADMIT,        /* waiting for a rate limiter or a bulkhead slot */
+  PHASE_DONE
+};
+
+#define NRES__ABANDONED 0xff   /* log flags of an attempt never classified */
+
+static void emit(nres_call_t *call, int type, int value, unsigned attempt,
+                 nres_time_t now, nres_time_t duration) {
+  nres_event_t ev;
+
+  ev.type = (uint8_t) type;
+  ev.value = (uint8_t) value;
+  ev.attempt = (uint16_t) attempt;
+  ev.reserved_ = 0;
+  ev.now = now;
+  ev.duration = duration;
+  ev.call = call;
+  call->policy->on_event(&ev, call->policy->event_data);
+}
+
+#define EMIT(call, ...)                                                      \
+  do {                                                                       \
+    if ((call)->policy->on_event != NULL)                                    \
+      emit((call), __VA_ARGS__);                                             \
+  } while (0)
+
+#define COUNT(policy, field)                                                 \
+  do {                                                                       \
+    if ((policy)->private_flags & NRES__F_TELEMETRY)                         \
+      nres__add(&(policy)->field, 1);                                        \
+  } while (0)
+
+static nres_rng_t *call_rng(nres_call_t *call) {
+  if (!call->seeded) {
+    uint64_t seq = nres__add(&call->policy->sequence, 1);
+    nres_rng_seed(&call->rng, call->policy->seed ^ (seq * 0x9e3779b97f4a7c15ull));
+    call->seeded = 1;
+  }
+  return &call->rng;
+}
+
+/* The breaker only draws a random number when it trips, so it gets the
+ * call's generator if seeded, else one seeded from the time: no shared
+ * write on the path of every outcome. */
+static nres_rng_t *breaker_rng(nres_call_t *call, nres_time_t now,
+                               nres_rng_t *scratch) {
+  if (call->seeded)
+    return &call->rng;
+  nres_rng_seed(scratch, call->policy->seed ^ now);
+  return scratch;
+}
+
+/* Refresh the policy's cached quantiles at most every
+ * NRES__QUANTILE_REFRESH; one caller wins the refresh, the rest read. */
+static uint64_t quantile_samples(nres_policy_t *p, nres_time_t now) {
+  uint64_t next = nres__load(&p->quantile_next);
+  uint64_t samples;
+
+  if (now >= next &&
+      nres__cas(&p->quantile_next, &next,
+                nres_time_add(now, NRES__QUANTILE_REFRESH))) {
+    nres__store(&p->quantile_ceiling,
+                nres_estimator_quantile(p->estimator, now, p->ceiling_quantile,
+                                        &samples));
+    nres__store(&p->quantile_slow,
+                nres_estimator_quantile(p->estimator, now, 0.5, NULL));
+    nres__store(&p->quantile_hedge,
+                nres_estimator_quantile(p->estimator, now, p->hedge.quantile,
+                                        NULL));
+    nres__store(&p->quantile_samples, samples);
+    return samples;
+  }
+  return nres__load(&p->quantile_samples);
+}
+
+static nres_time_t scaled(uint64_t value, double factor) {
+  return nres__time_from_double((double) value * factor);
+}
+
+/* ----------------------------------------------------------- bookkeeping */
+
+static nres_attempt_rec_t *log_of(nres_call_t *call, unsigned number) {
+  return &call->log[(number - 1) % NRES_LOG_CAP];
+}
+
+/* Give back what an attempt in flight holds, without an outcome. */
+static void abandon(nres_call_t *call, unsigned slot, nres_time_t now) {
+  nres_policy_t *p = call->policy;
+
+  if (call->slot[slot].held)
+    nres_bulkhead_release(p->bulkhead, 0, -1);
+  if (call->slot[slot].permit)
+    nres_breaker_release(p->breaker, call->slot[slot].permit);
+  call->slot[slot].held = 0;
+  call->slot[slot].permit = 0;
+  call->inflight &= (uint8_t) ~(1u << slot);
+  log_of(call, call->slot[slot].number)->end = now;
+  log_of(call, call->slot[slot].number)->flags = NRES__ABANDONED;
+  COUNT(p, n_abandoned);
+}
+
+static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
+  nres_policy_t *p = call->policy;
+  nres_action_t a;
+  unsigned slot;
+
+  memset(&a, 0, sizeof(a));
+  a.kind = NRES_DONE;
+  a.cancel = call->inflight;
+  a.until = NRES_TIME_NEVER;
+  a.deadline = NRES_TIME_NEVER;
+  for (slot = 0; call->inflight; slot++)
+    if (call->inflight & (1u << slot))
+      abandon(call, slot, now);
+  if (call->queued) {
+    nres_bulkhead_dequeue(p->bulkhead);
+    call->queued = 0;
+  }
+  call->phase = PHASE_DONE;
+  call->stop = (uint8_t) stop;
+  call->resume_at = NRES_TIME_NEVER;
+  if (p->fallback && stop != NRES_STOP_OK && stop != NRES_STOP_CANCELED) {
+    call->fallback = 1;
+    COUNT(p, n_fallbacks);
+  }
+  a.stop = call->stop;
+  a.fallback = call->fallback;
+  COUNT(p, n_stops[stop]);
+  EMIT(call, NRES_EV_DONE, stop, call->attempts, now, now - call->start);
+  return a;
+}
+
+static nres_action_t reject(nres_call_t *call, nres_time_t now, int source,
+                            int stop) {
+  COUNT(call->policy, n_rejects[source]);
+  EMIT(call, NRES_EV_REJECT, source, call->attempts, now, 0);
+  return done(call, now, stop);
+}
+
+static nres_action_t wait_until(nres_call_t *call, int phase,
+                                nres_time_t until) {
+  nres_action_t a;
+
+  memset(&a, 0, sizeof(a));
+  a.kind = NRES_WAIT;
+  a.deadline = NRES_TIME_NEVER;
+  a.until = until;
+  call->phase = (uint8_t) phase;
+  call->resume_at = until;
+  return a;
+}
+
+/* What the call is waiting for right now (for late reports). */
+static nres_action_t pending(nres_call_t *call) {
+  nres_action_t a;
+
+  if (call->phase == PHASE_DONE || call->phase == PHASE_IDLE) {
+    memset(&a, 0, sizeof(a));
+    a.kind = NRES_DONE;
+    a.stop = call->stop;
+    a.fallback = call->fallback;
+    a.deadline = a.until = NRES_TIME_NEVER;
+    return a;
+  }
+  return wait_until(call, call->phase, call->resume_at);
+}
+
+static unsigned inflight_count(const nres_call_t *call) {
+  return (unsigned) __builtin_popcount(call->inflight);
+}
+
+/* When the next hedge may start, or NRES_TIME_NEVER. */
+static nres_time_t next_hedge(nres_call_t *call, nres_time_t now) {
+  nres_policy_t *p = call->policy;
+  nres_time_t delay = p->hedge.delay;
+
+  if (!(p->private_flags & NRES__F_HEDGE) ||
+      inflight_count(call) >= p->hedge.max || call->attempts >= p->attempts)
+    return NRES_TIME_NEVER;
+  if (delay == 0) {
+    if (quantile_samples(p, now) < p->hedge.min_samples)
+      return NRES_TIME_NEVER;
+    delay = nres__load(&p->quantile_hedge);
+  }
+  delay = nres_time_add(now, delay);
+  return delay < call->deadline ? delay : NRES_TIME_NEVER;
+}
+
+static int hedge_suppressed(nres_call_t *call, nres_time_t now) {
+  const nres_hedge_t *h = &call->policy->hedge;
+  uint32_t calls, failures, slow;
+
+  nres_window_sum(&h->window, now, &calls, &failures, &slow);
+  return calls >= h->min_samples && calls > 0 &&
+         (double) failures >= h->suppress_ratio * (double) calls;
+}
+
+/* ------------------------------------------------------------- admission */
+
+/* A hedge that cannot start: keep waiting for the attempts in flight. */
+static nres_action_t skip(nres_call_t *call, int *skipped) {
+  *skipped = 1;
+  return wait_until(call, PHASE_RUNNING, NRES_TIME_NEVER);
+}
+
+/* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
+ * end of the call: the running attempts go on, so *skipped is set and the
+ * caller keeps waiting. */
+static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
+                           int *skipped) {
+  nres_policy_t *p = call->policy;
+  nres_time_t ceiling, retry_after;
+  uint32_t permit = 0;
+  unsigned slot, number;
+  nres_action_t a;
+
+  if (now >= call->deadline)
+    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+
+  if (p->ratelimit != NULL &&
+      nres_ratelimit_acquire(p->ratelimit, now, &retry_after) != 0) {
+    if (hedge)
+      return skip(call, skipped);
+    if (retry_after <= p->limit_wait &&
+        nres_time_add(now, retry_after) < call->deadline)
+      return wait_until(call, PHASE_ADMIT, nres_time_add(now, retry_after));
+    return reject(call, now, NRES_REJECT_RATE, NRES_STOP_LIMITED);
+  }
+
+  if (p->bulkhead != NULL) {
+    if (nres_bulkhead_acquire(p->bulkhead, call->queued) != 0) {
+      const nres_bulkhead_config_t *bc = &p->bulkhead->config;
+      if (hedge)
+        return skip(call, skipped);
+      if (!call->queued) {
+        if (bc->queue == 0 || nres_bulkhead_enqueue(p->bulkhead) != 0)
+          return reject(call, now, NRES_REJECT_CONCURRENCY, NRES_STOP_LIMITED);
+        call->queued = 1;
+        call->queue_end = nres_time_min(nres_time_add(now, bc->queue_timeout),
+                                        call->deadline);
+      }
+      if (now >= call->queue_end)
+        return reject(call, now, NRES_REJECT_CONCURRENCY, NRES_STOP_LIMITED);
+      return wait_until(call, PHASE_ADMIT,
+                        nres_time_min(nres_time_add(now, bc->poll),
+                                      call->queue_end));
+    }
+    if (call->queued) {
+      nres_bulkhead_dequeue(p->bulkhead);
+      call->queued = 0;
+    }
+  }
+
+  if (p->breaker != NULL &&
+      nres_breaker_acquire(p->breaker, now, &permit) != 0) {
+    if (p->bulkhead != NULL)
+      nres_bulkhead_release(p->bulkhead, 0, -1);
+    if (hedge)
+      return skip(call, skipped);
+    return reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT);
+  }
+
+  if (hedge && p->budget != NULL && nres_budget_spend(p->budget, now) != 0) {
+    if (permit)
+      nres_breaker_release(p->breaker, permit);
+    if (p->bulkhead != NULL)
+      nres_bulkhead_release(p->bulkhead, 0, -1);
+    return skip(call, skipped);
+  }
+
+  ceiling = call->deadline;
+  if (p->private_flags & NRES__F_BOUNDED) {
+    if (p->attempt_timeout)
+      ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
+    if ((p->private_flags & NRES__F_CEILING) &&
+        quantile_samples(p, now) >= p->min_samples) {
+      nres_time_t measured = scaled(nres__load(&p->quantile_ceiling),
+                                    p->ceiling_factor);
+      if (measured < p->ceiling_floor)
+        measured = p->ceiling_floor;
+      ceiling = nres_time_min(ceiling, nres_time_add(now, measured));
+    }
+  }
+
+  slot = (unsigned) __builtin_ctz(~(unsigned) call->inflight);
+  number = ++call->attempts;
+  call->inflight |= (uint8_t) (1u << slot);
+  call->slot[slot].start = now;
+  call->slot[slot].deadline = ceiling;
+  call->slot[slot].permit = permit;
+  call->slot[slot].number = (uint16_t) number;
+  call->slot[slot].hedge = (uint8_t) hedge;
+  call->slot[slot].held = p->bulkhead != NULL;
+  {
+    nres_attempt_rec_t *rec = log_of(call, number);
+    rec->start = now;
+    rec->end = 0;
+    rec->number = (uint16_t) number;
+    rec->slot = (uint8_t) slot;
+    rec->hedge = (uint8_t) hedge;
+    rec->kind = 0;
+    rec->flags = 0;
+  }
+  if (hedge) {
+    call->hedges++;
+    COUNT(p, n_hedges);
+    EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
+  }
+
+  call->phase = PHASE_RUNNING;
+  call->resume_at = next_hedge(call, now);
+  a.kind = NRES_ATTEMPT;
+  a.slot = (uint8_t) slot;
+  a.hedge = (uint8_t) hedge;
+  a.stop = 0;
+  a.cancel = 0;
+  a.fallback = 0;
+  a.attempt = (uint16_t) number;
+  a.deadline = ceiling;
+  a.until = call->resume_at;
+  return a;
+}
+
+static nres_action_t admit_next(nres_call_t *call, nres_time_t now) {
+  int skipped = 0;
+  return admit(call, now, 0, &skipped);
+}
+
+/* ---------------------------------------------------------------- begin */
+
+nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound) {
+  call->policy = policy;
+  call->start = now;
+  call->stop = NRES_STOP_NONE;
+  call->inflight = 0;
+  call->fallback = 0;
+  call->attempts = 0;
+  call->retries = 0;
+  call->hedges = 0;
+  call->queued = 0;
+  call->seeded = 0;
+  call->last = nres_verdict(NRES_OK);
+
+  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC) {
+    call->phase = PHASE_IDLE;   /* misuse: DONE with stop NONE */
+    return pending(call);
+  }
+
+  if (policy->private_flags & NRES__F_PASSTHROUGH && inbound == NRES_TIME_NEVER) {
+    nres_action_t a;
+    call->deadline = NRES_TIME_NEVER;
+    call->resume_at = NRES_TIME_NEVER;
+    call->phase = PHASE_RUNNING;
+    call->attempts = 1;
+    call->inflight = 1;
+    call->slot[0].start = now;
+    call->slot[0].deadline = NRES_TIME_NEVER;
+    call->slot[0].permit = 0;
+    call->slot[0].number = 1;
+    call->slot[0].hedge = 0;
+    call->slot[0].held = 0;
+    call->log[0].start = now;
+    call->log[0].end = 0;
+    call->log[0].number = 1;
+    call->log[0].slot = 0;
+    call->log[0].hedge = 0;
+    a.kind = NRES_ATTEMPT;
+    a.slot = 0;
+    a.hedge = 0;
+    a.stop = 0;
+    a.cancel = 0;
+    a.fallback = 0;
+    a.attempt = 1;
+    a.deadline = NRES_TIME_NEVER;
+    a.until = NRES_TIME_NEVER;
+    return a;
+  }
+
+  call->deadline = policy->deadline ? nres_time_add(now, policy->deadline)
+                                    : NRES_TIME_NEVER;
+  if (inbound < call->deadline)
+    call->deadline = inbound;   /* an inherited deadline only tightens */
+  call->resume_at = NRES_TIME_NEVER;
+  nres_backoff_state_reset(&call->backoff);
+
+  if (atomic_load_explicit(&policy->draining, memory_order_acquire))
+    return reject(call, now, NRES_REJECT_DRAINING, NRES_STOP_DRAINING);
+  return admit_next(call, now);
+}
+
+nres_action_t nres_call_begin(nres_call_t *call, nres_policy_t *policy,
+                              nres_time_t now) {
+  return nres_call_begin_within(call, policy, now, NRES_TIME_NEVER);
+}
+
+/* ---------------------------------------------------------------- decide */
+
+static nres_action_t retry(nres_call_t *call, nres_time_t now,
+                           const nres_verdict_t *v) {
+  nres_policy_t *p = call->policy;
+  nres_time_t delay;
+
+  if (call->attempts >= p->attempts)
+    return done(call, now, NRES_STOP_ATTEMPTS);
+  if (now >= call->deadline)
+    return done(call, now, NRES_STOP_DEADLINE);
+  delay = nres_backoff_next(&p->backoff, &call->backoff, call->retries + 1u,
+                            v, call_rng(call));
+  if (delay > 0 && nres_time_add(now, delay) >= call->deadline)
+    return done(call, now, NRES_STOP_DEADLINE);
+  /* Self-imposed refusals neither spend nor deposit. */
+  if (p->budget != NULL && !(v->flags & NRES_VF_SELF) &&
+      nres_budget_spend(p->budget, now) != 0)
+    return reject(call, now, NRES_REJECT_BUDGET, NRES_STOP_BUDGET);
+  call->retries++;
+  COUNT(p, n_retries);
+  EMIT(call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
+  if (delay == 0)
+    return admit_next(call, now);
+  return wait_until(call, PHASE_BACKOFF, nres_time_add(now, delay));
+}
+
+nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
+                               nres_time_t now, nres_verdict_t verdict) {
+  nres_policy_t *p = call->policy;
+  nres_time_t latency;
+  int self, kind = verdict.kind;
+  nres_attempt_rec_t *rec;
+  nres_rng_t rng;
+
+  if (slot >= NRES_MAX_INFLIGHT || !(call->inflight & (1u << slot)) ||
+      kind >= NRES_VERDICT_COUNT) {
+    if (p != NULL)
+      COUNT(p, n_late);
+    return pending(call);
+  }
+
+  call->inflight &= (uint8_t) ~(1u << slot);
+  call->last = verdict;
+  rec = log_of(call, call->slot[slot].number);
+  rec->end = now;
+  rec->kind = (uint8_t) kind;
+  rec->flags = verdict.flags;
+
+  if (p->private_flags & NRES__F_PASSTHROUGH) {
+    call->phase = PHASE_DONE;
+    call->stop = kind == NRES_OK          ? NRES_STOP_OK
+                 : kind == NRES_PERMANENT ? NRES_STOP_PERMANENT
+                 : kind == NRES_CANCELED  ? NRES_STOP_CANCELED
+                                          : NRES_STOP_ATTEMPTS;
+    return pending(call);
+  }
+
+  latency = nres_time_sub(now, call->slot[slot].start);
+  self = (verdict.flags & NRES_VF_SELF) || kind == NRES_CANCELED;
+  if (call->slot[slot].held) {
+    nres_bulkhead_release(p->bulkhead, latency, self ? -1 : kind);
+    call->slot[slot].held = 0;
+  }
+  if (p->breaker != NULL && (!self || call->slot[slot].permit)) {
+    int outcome = self                      ? NRES_BREAKER_IGNORE
+                  : kind == NRES_TRANSIENT  ? NRES_BREAKER_FAILURE
+                                            : NRES_BREAKER_SUCCESS;
+    int slow = 0, entered;
+    if (p->private_flags & NRES__F_SLOW) {
+      nres_time_t threshold = p->slow_threshold;
+      if (threshold == 0 && quantile_samples(p, now) >= p->min_samples)
+        threshold = scaled(nres__load(&p->quantile_slow), p->slow_factor);
+      slow = threshold != 0 && latency > threshold;
+    }
+    entered = nres_breaker_record(p->breaker, now, call->slot[slot].permit,
+                                  outcome, slow, breaker_rng(call, now, &rng));
+    call->slot[slot].permit = 0;
+    if (entered >= 0)
+      EMIT(call, NRES_EV_BREAKER, entered, call->slot[slot].number, now, 0);
+  }
+  if (kind == NRES_OK && p->estimator != NULL)
+    nres_estimator_record(p->estimator, now, latency);
+  if ((p->private_flags & NRES__F_HEDGE) && !self)
+    nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
+  COUNT(p, n_verdicts[kind]);
+  EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now, latency);
+
+  switch (kind) {
+    case NRES_OK:
+      if (p->budget != NULL && !(verdict.flags & NRES_VF_SELF))
+        nres_budget_deposit(p->budget);
+      return done(call, now, NRES_STOP_OK);
+    case NRES_CANCELED:
+      return done(call, now, NRES_STOP_CANCELED);
+    case NRES_PERMANENT:
+      return done(call, now, NRES_STOP_PERMANENT);
+  }
+  if (call->inflight) {
+    /* Others still run: wait for them, and for the next hedge if due. */
+    if (call->resume_at == NRES_TIME_NEVER)
+      call->resume_at = next_hedge(call, now);
+    return wait_until(call, PHASE_RUNNING, call->resume_at);
+  }
+  return retry(call, now, &verdict);
+}
+
+nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {
+  int skipped = 0;
+
+  switch (call->phase) {
+    case PHASE_BACKOFF:
+    case PHASE_ADMIT:
+      if (now < call->resume_at)
+        return pending(call);
+      return admit_next(call, now);
+    case PHASE_RUNNING:
+      if (call->resume_at == NRES_TIME_NEVER || now < call->resume_at)
+        return pending(call);
+      call->resume_at = NRES_TIME_NEVER;
+      if (now >= call->deadline || hedge_suppressed(call, now))
+        return pending(call);
+      return admit(call, now, 1, &skipped);
+  }
+  return pending(call);
+}
+
+nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
+  if (call->phase == PHASE_DONE || call->phase == PHASE_IDLE)
+    return pending(call);
+  return done(call, now, NRES_STOP_CANCELED);
+}
+
+nres_time_t nres_call_remaining(const nres_call_t *call, nres_time_t now) {
+  if (call->deadline == NRES_TIME_NEVER)
+    return NRES_TIME_NEVER;
+  return nres_time_sub(call->deadline, now);
+}
+
+const nres_attempt_rec_t *nres_call_log(const nres_call_t *call, unsigned i) {
+  if (i >= call->attempts || i >= NRES_LOG_CAP)
+    return NULL;
+  return &call->log[(call->attempts - 1u - i) % NRES_LOG_CAP];
+}

@@ -1,0 +1,24 @@
+/* policy.h - what nres_policy_build derives, for the executor's eyes only.
+ *
+ * The executor branches on these flags instead of re-reading the
+ * configuration on every call.
+ */
+#ifndef NRES_CORE_POLICY_H
+#define NRES_CORE_POLICY_H
+
+#define NRES__POLICY_MAGIC 0x6e726570u   /* set by a successful build */
+
+enum {
+  NRES__F_PASSTHROUGH = 1,   /* nothing on: one attempt, no bookkeeping */
+  NRES__F_TELEMETRY = 2,     /* keep counters */
+  NRES__F_BOUNDED = 4,       /* some time bound per attempt or call */
+  NRES__F_CEILING = 8,       /* measured attempt ceiling */
+  NRES__F_HEDGE = 16,        /* hedging */
+  NRES__F_SLOW = 32,         /* classify slow attempts for the breaker */
+  NRES__F_QUANTILES = 64     /* some decision reads the estimator */
+};
+
+/* How often the quantiles the executor uses are recomputed. */
+#define NRES__QUANTILE_REFRESH (100 * NRES_MSEC)
+
+#endif /* NRES_CORE_POLICY_H */

@@ -1,2 +1,749 @@
-/* placeholder */
-int main(void) { return 1; }
+/* test_breaker.c - the circuit breaker (core/breaker.c) on a virtual clock.
+ *
+ * Walks the state machine one transition at a time: when CLOSED trips (a
+ * run of failures, a failure ratio over min_calls, a slow-call ratio), how
+ * long OPEN refuses (break_for, doubled per reopening up to break_max,
+ * jittered down by at most break_jitter, never early), how many probes
+ * HALF_OPEN admits and what closes or reopens it, isolate and reset, and
+ * that outcomes which arrive late (calls admitted before a trip, probes of
+ * an older half-open period) change nothing. Two regression tests replay
+ * resilience4j bugs: more probes admitted than configured under contention
+ * (#1432, 8 threads, run under TSan too) and a breaker stuck half-open
+ * after its probe was canceled (#903). The closed hot path is proved to
+ * write nothing by running it on a read-only page.
+ */
+#include <math.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "nres_test.h"
+
+#define T0 NRES_SEC
+#define REFUSED (-100)
+
+/* Defaults with no jitter, so break lengths are exact. */
+static void plain_config(nres_breaker_config_t *c) {
+  nres_breaker_config_init(c);
+  c->break_jitter = 0;
+}
+
+/* One whole call: admission and outcome. REFUSED if not admitted. */
+static int call(nres_breaker_t *b, nres_time_t now, int outcome, int slow,
+                nres_rng_t *rng) {
+  uint32_t permit;
+
+  if (nres_breaker_acquire(b, now, &permit) != 0)
+    return REFUSED;
+  return nres_breaker_record(b, now, permit, outcome, slow, rng);
+}
+
+/* The first ms (from `from`, up to `limit` ms) at which the breaker reads
+ * half-open. state() is a pure read and monotonic in time while the
+ * breaker is left alone, so a binary search finds it. */
+static nres_time_t opens_after(const nres_breaker_t *b, nres_time_t from,
+                               nres_time_t limit_ms) {
+  nres_time_t lo = 0, hi = limit_ms, mid;
+
+  assert_int_equal(nres_breaker_state(b, from + hi * NRES_MSEC),
+                   NRES_BREAKER_HALF_OPEN);
+  while (lo < hi) {
+    mid = lo + (hi - lo) / 2;
+    if (nres_breaker_state(b, from + mid * NRES_MSEC) == NRES_BREAKER_HALF_OPEN)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo * NRES_MSEC;
+}
+
+static void config_defaults(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+
+  (void) state;
+  nres_breaker_config_init(&c);
+  assert_int_equal(c.consecutive, 5);
+  assert_int_equal(c.min_calls, 20);
+  assert_true(c.failure_ratio == 0.5);
+  assert_true(c.slow_ratio == 0);
+  assert_int_equal(c.window, 30 * NRES_SEC);
+  assert_int_equal(c.buckets, 10);
+  assert_int_equal(c.probes, 1);
+  assert_int_equal(c.success_threshold, 2);
+  assert_int_equal(c.break_for, 15 * NRES_SEC);
+  assert_int_equal(c.break_max, 120 * NRES_SEC);
+  assert_true(c.break_jitter == 0.1);
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  assert_int_equal(nres_breaker_state(&b, T0), NRES_BREAKER_CLOSED);
+  assert_int_equal(b.window.width, 3 * NRES_SEC);
+}
+
+static void invalid_config_is_einval(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+
+  (void) state;
+#define BAD(field, value)                                                    \
+  do {                                                                       \
+    nres_breaker_config_init(&c);                                            \
+    c.field = value;                                                         \
+    assert_int_equal(nres_breaker_init(&b, &c), NRES_EINVAL);                \
+  } while (0)
+  BAD(failure_ratio, -0.1);
+  BAD(failure_ratio, 1.1);
+  BAD(failure_ratio, NAN);
+  BAD(slow_ratio, -0.1);
+  BAD(slow_ratio, 1.5);
+  BAD(probes, 0);
+  BAD(probes, 256);
+  BAD(success_threshold, 0);
+  BAD(success_threshold, 256);
+  BAD(break_for, 0);
+  BAD(break_max, 14 * NRES_SEC);   /* below break_for */
+  BAD(break_jitter, -0.1);
+  BAD(break_jitter, 1.0);
+  BAD(window, 0);
+  BAD(buckets, 0);
+  BAD(buckets, NRES_WINDOW_MAX_BUCKETS + 1);
+#undef BAD
+  nres_breaker_config_init(&c);
+  assert_int_equal(nres_breaker_init(NULL, &c), NRES_EINVAL);
+  assert_int_equal(nres_breaker_init(&b, NULL), NRES_EINVAL);
+
+  /* the edges that are allowed */
+  c.failure_ratio = 1;
+  c.slow_ratio = 1;
+  c.probes = 255;
+  c.success_threshold = 255;
+  c.break_max = c.break_for;
+  c.break_jitter = 0.999;
+  c.consecutive = 0;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+}
+
+static void trips_on_n_consecutive_failures_and_not_before(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t permit = 7;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.failure_ratio = 0;   /* the run alone decides */
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 4; i++) {
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+    assert_int_equal(nres_breaker_state(&b, T0), NRES_BREAKER_CLOSED);
+  }
+  assert_int_equal(b.trips, 0);
+  assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+  assert_int_equal(nres_breaker_state(&b, T0), NRES_BREAKER_OPEN);
+  assert_int_equal(b.trips, 1);
+  assert_int_equal(nres_breaker_acquire(&b, T0, &permit), NRES_ECIRCUIT);
+  assert_int_equal(permit, 0);
+  assert_int_equal(b.rejected, 1);
+}
+
+static void success_resets_the_failure_run(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.failure_ratio = 0;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 4; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 0, NULL), -1);
+  assert_int_equal(b.consecutive, 0);
+  for (i = 0; i < 4; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  /* an ignored outcome (canceled) neither breaks nor extends the run */
+  assert_int_equal(call(&b, T0, NRES_BREAKER_IGNORE, 0, NULL), -1);
+  assert_int_equal(b.consecutive, 4);
+  assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+}
+
+static void failure_ratio_trip_honours_min_calls(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.consecutive = 0;   /* the ratio alone decides */
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+
+  /* all failures, but fewer than min_calls (20) */
+  for (i = 0; i < 19; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  assert_int_equal(nres_breaker_state(&b, T0), NRES_BREAKER_CLOSED);
+  assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+
+  /* enough calls, the ratio reached on the dot: 11 of 22 */
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 11; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 0, NULL), -1);
+  for (i = 0; i < 10; i++)   /* 10 of 21 is below 0.5 */
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+
+  /* failures that have left the window (30 s) no longer count */
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 19; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  assert_int_equal(call(&b, T0 + 31 * NRES_SEC, NRES_BREAKER_FAILURE, 0, NULL),
+                   -1);
+  assert_int_equal(nres_breaker_state(&b, T0 + 31 * NRES_SEC),
+                   NRES_BREAKER_CLOSED);
+}
+
+static void slow_call_ratio_trips_on_slow_successes(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.consecutive = 0;
+  c.failure_ratio = 0;
+  c.slow_ratio = 0.5;
+  c.min_calls = 10;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 5; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 0, NULL), -1);
+  for (i = 0; i < 4; i++)   /* 4 slow of 9: below min_calls anyway */
+    assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 1, NULL), -1);
+  assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 1, NULL),
+                   NRES_BREAKER_OPEN);
+
+  /* with the slow ratio off, slowness means nothing */
+  c.slow_ratio = 0;
+  c.failure_ratio = 0.5;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 50; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 1, NULL), -1);
+}
+
+/* Trip a fresh breaker with c at `at` (by a run of failures). */
+static void trip_at(nres_breaker_t *b, const nres_breaker_config_t *c,
+                    nres_time_t at, nres_rng_t *rng) {
+  uint32_t i;
+
+  assert_int_equal(nres_breaker_init(b, c), 0);
+  for (i = 1; i < c->consecutive; i++)
+    assert_int_equal(call(b, at, NRES_BREAKER_FAILURE, 0, rng), -1);
+  assert_int_equal(call(b, at, NRES_BREAKER_FAILURE, 0, rng),
+                   NRES_BREAKER_OPEN);
+}
+
+static void open_refuses_until_break_then_admits_exactly_probes(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t p[4];
+  nres_time_t t;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.probes = 3;
+  c.break_for = 10 * NRES_SEC;
+  trip_at(&b, &c, T0, NULL);
+
+  t = T0 + 10 * NRES_SEC;
+  assert_int_equal(nres_breaker_acquire(&b, t - NRES_MSEC, &p[0]),
+                   NRES_ECIRCUIT);
+  assert_int_equal(nres_breaker_state(&b, t - 1), NRES_BREAKER_OPEN);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_HALF_OPEN);
+  assert_int_equal(b.rejected, 1);
+  for (i = 0; i < 3; i++) {
+    assert_int_equal(nres_breaker_acquire(&b, t, &p[i]), 0);
+    assert_int_not_equal(p[i], 0);
+    assert_int_equal(p[i], p[0]);   /* one half-open period, one permit */
+  }
+  assert_int_equal(nres_breaker_acquire(&b, t, &p[3]), NRES_ECIRCUIT);
+  assert_int_equal(nres_breaker_acquire(&b, t + 60 * NRES_SEC, &p[3]),
+                   NRES_ECIRCUIT);
+  assert_int_equal(b.rejected, 3);
+
+  /* a trip between ms ticks is rounded up: never a moment early */
+  trip_at(&b, &c, T0 + 123456, NULL);
+  t = T0 + 123456 + 10 * NRES_SEC;
+  assert_int_equal(nres_breaker_state(&b, t - 1), NRES_BREAKER_OPEN);
+  assert_int_equal(nres_breaker_acquire(&b, t - 1, &p[0]), NRES_ECIRCUIT);
+  assert_int_equal(nres_breaker_state(&b, t - 123456 + NRES_MSEC),
+                   NRES_BREAKER_HALF_OPEN);
+}
+
+static void success_threshold_probe_successes_close_it(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t p;
+  uint32_t calls;
+  nres_time_t t;
+
+  (void) state;
+  plain_config(&c);
+  c.break_for = 10 * NRES_SEC;
+  trip_at(&b, &c, T0, NULL);
+  t = T0 + 10 * NRES_SEC;
+
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  assert_int_equal(nres_breaker_record(&b, t, p, NRES_BREAKER_SUCCESS, 0, NULL),
+                   -1);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_HALF_OPEN);
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  assert_int_equal(nres_breaker_record(&b, t, p, NRES_BREAKER_SUCCESS, 0, NULL),
+                   NRES_BREAKER_CLOSED);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_CLOSED);
+  assert_int_equal(b.consecutive, 0);
+  assert_int_equal(b.level, 0);
+  nres_window_sum(&b.window, t, &calls, NULL, NULL);
+  assert_int_equal(calls, 0);
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  assert_int_equal(p, 0);
+
+  /* the old probe permit means nothing now */
+  assert_int_equal(nres_breaker_record(&b, t, 1, NRES_BREAKER_FAILURE, 0, NULL),
+                   -1);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_CLOSED);
+}
+
+static void failed_probe_reopens_with_doubled_break_capped(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  nres_time_t t;
+
+  (void) state;
+  plain_config(&c);
+  c.success_threshold = 1;
+  c.break_for = 10 * NRES_SEC;
+  c.break_max = 35 * NRES_SEC;
+  trip_at(&b, &c, T0, NULL);
+  t = T0;
+  assert_int_equal(opens_after(&b, t, 200000), 10 * NRES_SEC);
+
+  t += 10 * NRES_SEC;
+  assert_int_equal(call(&b, t, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+  assert_int_equal(opens_after(&b, t, 200000), 20 * NRES_SEC);
+
+  t += 20 * NRES_SEC;
+  assert_int_equal(call(&b, t, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+  assert_int_equal(opens_after(&b, t, 200000), 35 * NRES_SEC);   /* not 40 */
+
+  t += 35 * NRES_SEC;
+  assert_int_equal(call(&b, t, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+  assert_int_equal(opens_after(&b, t, 200000), 35 * NRES_SEC);
+  assert_int_equal(b.trips, 4);
+
+  /* closing forgets the level: the next trip breaks for break_for */
+  t += 35 * NRES_SEC;
+  assert_int_equal(call(&b, t, NRES_BREAKER_SUCCESS, 0, NULL),
+                   NRES_BREAKER_CLOSED);
+  for (int i = 1; i < 5; i++)
+    assert_int_equal(call(&b, t, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  assert_int_equal(call(&b, t, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+  assert_int_equal(opens_after(&b, t, 200000), 10 * NRES_SEC);
+}
+
+static void jitter_keeps_break_within_bounds(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  nres_rng_t rng;
+  nres_time_t d, lo = NRES_TIME_NEVER, hi = 0, capped_lo = NRES_TIME_NEVER;
+  uint64_t seed;
+
+  (void) state;
+  nres_breaker_config_init(&c);
+  c.break_for = 8 * NRES_SEC;
+  c.break_max = 8 * NRES_SEC;
+  c.break_jitter = 0.25;
+  for (seed = 1; seed <= 200; seed++) {
+    nres_rng_seed(&rng, seed);
+    trip_at(&b, &c, T0, &rng);
+    d = opens_after(&b, T0, 8000);
+    /* in [d * (1 - j), d], rounded up to the ms */
+    assert_true(d >= 6 * NRES_SEC && d <= 8 * NRES_SEC);
+    if (d < lo)
+      lo = d;
+    if (d > hi)
+      hi = d;
+
+    /* a capped break is jittered too, after the cap */
+    assert_int_equal(call(&b, T0 + d, NRES_BREAKER_FAILURE, 0, &rng),
+                     NRES_BREAKER_OPEN);
+    d = opens_after(&b, T0 + d, 8000);
+    assert_true(d >= 6 * NRES_SEC && d <= 8 * NRES_SEC);
+    if (d < capped_lo)
+      capped_lo = d;
+  }
+  /* and it is actually spread over the range */
+  assert_true(lo < 6200 * NRES_MSEC);
+  assert_true(hi > 7800 * NRES_MSEC);
+  assert_true(capped_lo < 6200 * NRES_MSEC);
+}
+
+static void isolate_holds_until_reset(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t p;
+  uint32_t probe;
+  nres_time_t t;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.failure_ratio = 0;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 4; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  nres_breaker_isolate(&b);
+  assert_int_equal(nres_breaker_state(&b, T0), NRES_BREAKER_ISOLATED);
+  assert_int_equal(nres_breaker_state(&b, T0 + 3600 * NRES_SEC),
+                   NRES_BREAKER_ISOLATED);
+  assert_int_equal(nres_breaker_acquire(&b, T0 + 3600 * NRES_SEC, &p),
+                   NRES_ECIRCUIT);
+  assert_int_equal(b.rejected, 1);
+  assert_int_equal(b.trips, 0);   /* an operator's isolation is no trip */
+  assert_int_equal(nres_breaker_record(&b, T0, 0, NRES_BREAKER_FAILURE, 0, NULL),
+                   -1);
+
+  nres_breaker_reset(&b);
+  assert_int_equal(nres_breaker_state(&b, T0), NRES_BREAKER_CLOSED);
+  assert_int_equal(nres_breaker_acquire(&b, T0, &p), 0);
+  assert_int_equal(p, 0);
+  /* the run of 4 was forgotten: 4 more do not trip it */
+  for (i = 0; i < 4; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);
+
+  /* isolating a half-open breaker strands its probe: the probe's outcome
+   * neither closes nor reopens anything after a reset */
+  t = T0 + 15 * NRES_SEC;
+  assert_int_equal(nres_breaker_acquire(&b, t, &probe), 0);
+  assert_int_not_equal(probe, 0);
+  nres_breaker_isolate(&b);
+  assert_int_equal(nres_breaker_record(&b, t, probe, NRES_BREAKER_SUCCESS, 0,
+                                       NULL),
+                   -1);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_ISOLATED);
+  nres_breaker_reset(&b);
+  assert_int_equal(nres_breaker_record(&b, t, probe, NRES_BREAKER_FAILURE, 0,
+                                       NULL),
+                   -1);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_CLOSED);
+  assert_int_equal(b.level, 0);
+}
+
+static void outcomes_admitted_before_trip_leave_open_breaker_alone(
+    void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t p[10];
+  uint32_t calls;
+  uint32_t consecutive;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.break_for = 10 * NRES_SEC;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 10; i++) {
+    assert_int_equal(nres_breaker_acquire(&b, T0, &p[i]), 0);
+    assert_int_equal(p[i], 0);
+  }
+  for (i = 0; i < 4; i++)
+    assert_int_equal(nres_breaker_record(&b, T0, p[i], NRES_BREAKER_FAILURE,
+                                         0, NULL),
+                     -1);
+  assert_int_equal(nres_breaker_record(&b, T0, p[4], NRES_BREAKER_FAILURE, 0,
+                                       NULL),
+                   NRES_BREAKER_OPEN);
+  consecutive = b.consecutive;
+  nres_window_sum(&b.window, T0, &calls, NULL, NULL);
+  assert_int_equal(calls, 5);
+
+  /* the other five finish later, some well, some not */
+  for (i = 5; i < 10; i++)
+    assert_int_equal(nres_breaker_record(&b, T0 + NRES_SEC, p[i],
+                                         i % 2 ? NRES_BREAKER_SUCCESS
+                                               : NRES_BREAKER_FAILURE,
+                                         0, NULL),
+                     -1);
+  assert_int_equal(nres_breaker_state(&b, T0 + NRES_SEC), NRES_BREAKER_OPEN);
+  assert_int_equal(b.consecutive, consecutive);
+  assert_int_equal(b.trips, 1);
+  nres_window_sum(&b.window, T0 + NRES_SEC, &calls, NULL, NULL);
+  assert_int_equal(calls, 5);
+  /* nor did they move the end of the break */
+  assert_int_equal(opens_after(&b, T0, 200000), 10 * NRES_SEC);
+}
+
+static void stale_probe_permit_from_older_generation_is_ignored(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t old, cur, extra;
+  nres_time_t t;
+
+  (void) state;
+  plain_config(&c);
+  c.success_threshold = 1;
+  c.break_for = 10 * NRES_SEC;
+  c.break_max = 10 * NRES_SEC;
+  trip_at(&b, &c, T0, NULL);
+  /* a probe of the first half-open period fails, and a second begins */
+  t = T0 + 10 * NRES_SEC;
+  assert_int_equal(nres_breaker_acquire(&b, t, &old), 0);
+  assert_int_equal(nres_breaker_record(&b, t, old, NRES_BREAKER_FAILURE, 0,
+                                       NULL),
+                   NRES_BREAKER_OPEN);
+  t += 10 * NRES_SEC;
+  assert_int_equal(nres_breaker_acquire(&b, t, &cur), 0);
+  assert_int_not_equal(cur, old);
+
+  /* the old permit can neither close, reopen nor free a probe slot */
+  assert_int_equal(nres_breaker_record(&b, t, old, NRES_BREAKER_SUCCESS, 0,
+                                       NULL),
+                   -1);
+  assert_int_equal(nres_breaker_record(&b, t, old, NRES_BREAKER_FAILURE, 0,
+                                       NULL),
+                   -1);
+  nres_breaker_release(&b, old);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_HALF_OPEN);
+  assert_int_equal(nres_breaker_acquire(&b, t, &extra), NRES_ECIRCUIT);
+  assert_int_equal(b.trips, 2);
+
+  assert_int_equal(nres_breaker_record(&b, t, cur, NRES_BREAKER_SUCCESS, 0,
+                                       NULL),
+                   NRES_BREAKER_CLOSED);
+}
+
+/* Regression, resilience4j #1432: "half-open admits more probes than
+ * configured". Eight threads acquire probes, hold them a moment and give
+ * them back (release, success, or a failure that reopens); each admitted
+ * probe counts itself in an in-flight counter for its permit (one per
+ * half-open period), which must never exceed `probes`. */
+struct hammer {
+  nres_breaker_t breaker;
+  _Atomic uint64_t clock;
+  _Atomic uint32_t inflight[257];   /* by permit: 1..256 */
+  _Atomic uint32_t max_inflight;
+  _Atomic uint32_t stop;            /* half-open periods nearly wrapped */
+  int allow_failures;
+};
+
+struct hammer_arg {
+  struct hammer *h;
+  uint64_t seed;
+};
+
+static void *hammer_worker(void *arg) {
+  struct hammer_arg *a = arg;
+  struct hammer *h = a->h;
+  nres_rng_t rng;
+  nres_time_t now;
+  uint32_t permit, n, m;
+  uint64_t roll;
+  int successes = 0;
+  int i;
+
+  nres_rng_seed(&rng, a->seed);
+  for (i = 0; i < 20000 && !atomic_load(&h->stop); i++) {
+    now = atomic_fetch_add(&h->clock, 50 * NRES_USEC) + 50 * NRES_USEC;
+    if (nres_breaker_acquire(&h->breaker, now, &permit) != 0)
+      continue;
+    if (permit == 0) {   /* it closed: trip it again */
+      nres_breaker_record(&h->breaker, now, 0, NRES_BREAKER_FAILURE, 0, &rng);
+      continue;
+    }
+    if (permit >= 200)   /* stop before permits could come round again */
+      atomic_store(&h->stop, 1);
+    n = atomic_fetch_add(&h->inflight[permit], 1) + 1;
+    m = atomic_load(&h->max_inflight);
+    while (n > m && !atomic_compare_exchange_weak(&h->max_inflight, &m, n))
+      ;
+    if (nres_rng_below(&rng, 4) == 0)
+      sched_yield();   /* hold the probe while others try */
+    atomic_fetch_sub(&h->inflight[permit], 1);
+
+    roll = nres_rng_below(&rng, 100);
+    if (h->allow_failures && roll < 10) {
+      nres_breaker_record(&h->breaker, now, permit, NRES_BREAKER_FAILURE, 0,
+                          &rng);
+    } else if (roll < 30 && (h->allow_failures || successes < 30)) {
+      successes++;
+      nres_breaker_record(&h->breaker, now, permit, NRES_BREAKER_SUCCESS, 0,
+                          &rng);
+    } else if (roll < 65) {
+      nres_breaker_release(&h->breaker, permit);
+    } else {
+      nres_breaker_record(&h->breaker, now, permit, NRES_BREAKER_IGNORE, 0,
+                          &rng);
+    }
+  }
+  return NULL;
+}
+
+static void hammer(uint32_t probes, int allow_failures) {
+  static struct hammer h;
+  struct hammer_arg a[8];
+  nres_breaker_config_t c;
+  nres_time_t t;
+  uint32_t p;
+  uint32_t i;
+
+  memset(&h, 0, sizeof(h));
+  plain_config(&c);
+  c.consecutive = 1;
+  c.probes = probes;
+  c.break_for = NRES_MSEC;
+  c.break_max = 4 * NRES_MSEC;
+  /* Without failures, 8 threads record at most 240 successes: the breaker
+   * stays in one half-open period the whole time. */
+  c.success_threshold = allow_failures ? 3 : 255;
+  trip_at(&h.breaker, &c, T0, NULL);
+  atomic_store(&h.clock, T0);
+  h.allow_failures = allow_failures;
+  for (i = 0; i < 8; i++) {
+    a[i].h = &h;
+    a[i].seed = 1000 * probes + i;
+  }
+  test_run_threads(8, hammer_worker, a, sizeof(a[0]));
+
+  assert_true(atomic_load(&h.max_inflight) >= 1);
+  assert_true(atomic_load(&h.max_inflight) <= probes);
+  /* probes were refused for want of a slot: the limit was contended */
+  assert_true(h.breaker.rejected > 0);
+
+  if (!allow_failures) {
+    /* Every permit came back: exactly `probes` can be had again. */
+    t = atomic_load(&h.clock);
+    assert_int_equal(nres_breaker_state(&h.breaker, t), NRES_BREAKER_HALF_OPEN);
+    for (i = 0; i < probes; i++)
+      assert_int_equal(nres_breaker_acquire(&h.breaker, t, &p), 0);
+    assert_int_equal(nres_breaker_acquire(&h.breaker, t, &p), NRES_ECIRCUIT);
+  }
+}
+
+static void half_open_admits_more_probes_than_configured(void **state) {
+  (void) state;
+  hammer(1, 0);
+  hammer(3, 0);
+  hammer(1, 1);
+  hammer(3, 1);
+}
+
+/* Regression, resilience4j #903: "breaker stuck half-open after a canceled
+ * probe". A probe given back without an outcome must free its slot, so the
+ * next caller can probe and the breaker can still close. */
+static void breaker_stuck_half_open_after_a_canceled_probe(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t p, q;
+  nres_time_t t;
+
+  (void) state;
+  plain_config(&c);
+  c.break_for = 10 * NRES_SEC;
+  trip_at(&b, &c, T0, NULL);
+  t = T0 + 10 * NRES_SEC;
+
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  assert_int_equal(nres_breaker_acquire(&b, t, &q), NRES_ECIRCUIT);
+  nres_breaker_release(&b, p);                     /* canceled */
+  nres_breaker_release(&b, p);                     /* twice: no effect */
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  assert_int_equal(nres_breaker_acquire(&b, t, &q), NRES_ECIRCUIT);
+  assert_int_equal(nres_breaker_record(&b, t, p, NRES_BREAKER_IGNORE, 0, NULL),
+                   -1);                            /* canceled, as outcome */
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_HALF_OPEN);
+
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  assert_int_equal(nres_breaker_record(&b, t, p, NRES_BREAKER_SUCCESS, 0, NULL),
+                   -1);
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  nres_breaker_release(&b, p);                     /* canceled in between */
+  assert_int_equal(nres_breaker_acquire(&b, t, &p), 0);
+  assert_int_equal(nres_breaker_record(&b, t, p, NRES_BREAKER_SUCCESS, 0, NULL),
+                   NRES_BREAKER_CLOSED);
+}
+
+/* Closed, the breaker is read by every call: admission, and a success with
+ * no failure run and no ratios to feed, must not write its memory. */
+static void closed_hot_path_writes_nothing(void **state) {
+  long page = sysconf(_SC_PAGESIZE);
+  nres_breaker_config_t c;
+  nres_breaker_t *b;
+  void *mem;
+  uint32_t p;
+  int i;
+
+  (void) state;
+  assert_true(sizeof(*b) <= (size_t) page);
+  mem = mmap(NULL, (size_t) page, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(mem != MAP_FAILED);
+  b = mem;
+  plain_config(&c);
+  c.failure_ratio = 0;
+  assert_int_equal(nres_breaker_init(b, &c), 0);
+
+  assert_int_equal(mprotect(mem, (size_t) page, PROT_READ), 0);
+  for (i = 0; i < 1000; i++) {
+    p = 99;
+    assert_int_equal(nres_breaker_acquire(b, T0, &p), 0);
+    assert_int_equal(p, 0);
+    assert_int_equal(nres_breaker_record(b, T0, p, NRES_BREAKER_SUCCESS, 0,
+                                         NULL),
+                     -1);
+  }
+  assert_int_equal(mprotect(mem, (size_t) page, PROT_READ | PROT_WRITE), 0);
+  assert_int_equal(munmap(mem, (size_t) page), 0);
+}
+
+static void state_names(void **state) {
+  (void) state;
+  assert_string_equal(nres_breaker_state_name(NRES_BREAKER_CLOSED), "closed");
+  assert_string_equal(nres_breaker_state_name(NRES_BREAKER_OPEN), "open");
+  assert_string_equal(nres_breaker_state_name(NRES_BREAKER_HALF_OPEN),
+                      "half-open");
+  assert_string_equal(nres_breaker_state_name(NRES_BREAKER_ISOLATED),
+                      "isolated");
+  assert_string_equal(nres_breaker_state_name(4), "unknown");
+  assert_string_equal(nres_breaker_state_name(-1), "unknown");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(config_defaults),
+    cmocka_unit_test(invalid_config_is_einval),
+    cmocka_unit_test(trips_on_n_consecutive_failures_and_not_before),
+    cmocka_unit_test(success_resets_the_failure_run),
+    cmocka_unit_test(failure_ratio_trip_honours_min_calls),
+    cmocka_unit_test(slow_call_ratio_trips_on_slow_successes),
+    cmocka_unit_test(open_refuses_until_break_then_admits_exactly_probes),
+    cmocka_unit_test(success_threshold_probe_successes_close_it),
+    cmocka_unit_test(failed_probe_reopens_with_doubled_break_capped),
+    cmocka_unit_test(jitter_keeps_break_within_bounds),
+    cmocka_unit_test(isolate_holds_until_reset),
+    cmocka_unit_test(outcomes_admitted_before_trip_leave_open_breaker_alone),
+    cmocka_unit_test(stale_probe_permit_from_older_generation_is_ignored),
+    cmocka_unit_test(half_open_admits_more_probes_than_configured),
+    cmocka_unit_test(breaker_stuck_half_open_after_a_canceled_probe),
+    cmocka_unit_test(closed_hot_path_writes_nothing),
+    cmocka_unit_test(state_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -84,20 +84,35 @@ static nres_time_t break_duration(const nres_breaker_config_t *config,
   return d;
 }
 
+/* The OPEN word for a break of d from now: open-until rounded up to the
+ * ms, so the breaker never admits a moment early. */
+static uint64_t open_word(uint32_t gen, nres_time_t now, nres_time_t d) {
+  nres_time_t end;
+
+  end = nres_time_add(now, d);
+  return pack(NRES_BREAKER_OPEN, gen,
+              end / NRES_MSEC + (end % NRES_MSEC != 0));
+}
+
 /* Enter OPEN from exactly the word `w`; 0 if the word has changed (the
- * caller looks again). The word first goes OPEN with an open-until far in
- * the future, and only the winner of that CAS takes a break level and
- * writes the real open-until: so the level a break is computed from is
- * exactly the number of openings before it, however threads interleave. */
+ * caller looks again). The word first goes OPEN for the longest break
+ * there is (break_max), and only the winner of that CAS takes a break
+ * level and writes the real open-until. So the level a break is computed
+ * from is the number of openings before it, however threads interleave;
+ * and if the winner dies in between (a worker killed while the state
+ * sits in shared memory) the breaker still half-opens after break_max. */
 static int open_from(nres_breaker_t *breaker, uint64_t w, nres_time_t now,
                      nres_rng_t *rng) {
+  nres_time_t longest;
   uint64_t held;
+  uint64_t target;
   uint64_t exp;
-  uint64_t until;
-  nres_time_t end;
   uint32_t level;
 
-  held = pack(NRES_BREAKER_OPEN, GEN(w), now / NRES_MSEC + UNTIL_HALF - 1);
+  longest = breaker->config.break_max;
+  if (longest > BREAK_LIMIT)
+    longest = BREAK_LIMIT;
+  held = open_word(GEN(w), now, longest);
   exp = w;
   while (!nres__cas(&breaker->word, &exp, held))
     if (exp != w)
@@ -105,13 +120,12 @@ static int open_from(nres_breaker_t *breaker, uint64_t w, nres_time_t now,
 
   nres__add(&breaker->trips, 1);
   level = nres__add(&breaker->level, 1);
-  end = nres_time_add(now, break_duration(&breaker->config, level, rng));
-  until = end / NRES_MSEC + (end % NRES_MSEC != 0);
+  target = open_word(GEN(w), now,
+                     break_duration(&breaker->config, level, rng));
   exp = held;
-  while (!nres__cas(&breaker->word, &exp, pack(NRES_BREAKER_OPEN, GEN(held),
-                                                until)))
+  while (!nres__cas(&breaker->word, &exp, target))
     if (exp != held)
-      break;   /* isolated or reset meanwhile: theirs wins */
+      break;   /* isolated, reset or half-open meanwhile: theirs wins */
   return 1;
 }
 

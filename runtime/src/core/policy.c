@@ -92,14 +92,19 @@ int nres_policy_build(nres_policy_t *policy) {
     flags |= NRES__F_HEDGE;
   if (policy->breaker != NULL && policy->breaker->config.slow_ratio > 0)
     flags |= NRES__F_SLOW;
+  if (policy->ratelimit != NULL || policy->bulkhead != NULL ||
+      policy->breaker != NULL)
+    flags |= NRES__F_GATED;
   if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
       ((flags & NRES__F_HEDGE) && hedge->delay == 0))
     flags |= NRES__F_QUANTILES;
-  if (policy->attempts == 1 && flags == 0 && policy->budget == NULL &&
-      policy->breaker == NULL && policy->ratelimit == NULL &&
-      policy->bulkhead == NULL && policy->estimator == NULL &&
-      policy->on_event == NULL && !policy->fallback)
-    flags |= NRES__F_PASSTHROUGH;
+  if (!(flags & (NRES__F_BOUNDED | NRES__F_HEDGE | NRES__F_GATED)) &&
+      policy->budget == NULL && policy->estimator == NULL &&
+      policy->on_event == NULL) {
+    flags |= NRES__F_TIMELESS;
+    if (policy->attempts == 1 && !policy->telemetry && !policy->fallback)
+      flags |= NRES__F_PASSTHROUGH;
+  }
 
   policy->private_flags = flags;
   nres__store(&policy->quantile_next, 0);

@@ -15,7 +15,9 @@ enum {
   NRES__F_CEILING = 8,       /* measured attempt ceiling */
   NRES__F_HEDGE = 16,        /* hedging */
   NRES__F_SLOW = 32,         /* classify slow attempts for the breaker */
-  NRES__F_QUANTILES = 64     /* some decision reads the estimator */
+  NRES__F_QUANTILES = 64,    /* some decision reads the estimator */
+  NRES__F_TIMELESS = 128,    /* no decision depends on the time */
+  NRES__F_GATED = 256        /* a rate limiter, bulkhead or breaker admits */
 };
 
 /* How often the quantiles the executor uses are recomputed. */

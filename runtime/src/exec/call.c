@@ -24,6 +24,7 @@
 
 #include "internal.h"
 #include "core/policy.h"
+#include "exec/call.h"
 
 enum {
   PHASE_IDLE = 0,     /* not begun */
@@ -133,29 +134,33 @@ static void abandon(nres_call_t *call, unsigned slot, nres_time_t now) {
 static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
   nres_policy_t *p = call->policy;
   nres_action_t a;
-  unsigned slot;
 
-  memset(&a, 0, sizeof(a));
   a.kind = NRES_DONE;
+  a.slot = 0;
+  a.hedge = 0;
+  a.stop = (uint8_t) stop;
   a.cancel = call->inflight;
-  a.until = NRES_TIME_NEVER;
+  a.fallback = 0;
+  a.attempt = call->attempts;
   a.deadline = NRES_TIME_NEVER;
-  for (slot = 0; call->inflight; slot++)
-    if (call->inflight & (1u << slot))
-      abandon(call, slot, now);
-  if (call->queued) {
-    nres_bulkhead_dequeue(p->bulkhead);
-    call->queued = 0;
+  a.until = NRES_TIME_NEVER;
+  if (__builtin_expect(call->inflight | call->queued, 0)) {
+    unsigned slot;
+    for (slot = 0; call->inflight; slot++)
+      if (call->inflight & (1u << slot))
+        abandon(call, slot, now);
+    if (call->queued) {
+      nres_bulkhead_dequeue(p->bulkhead);
+      call->queued = 0;
+    }
   }
   call->phase = PHASE_DONE;
   call->stop = (uint8_t) stop;
   call->resume_at = NRES_TIME_NEVER;
   if (p->fallback && stop != NRES_STOP_OK && stop != NRES_STOP_CANCELED) {
-    call->fallback = 1;
+    call->fallback = a.fallback = 1;
     COUNT(p, n_fallbacks);
   }
-  a.stop = call->stop;
-  a.fallback = call->fallback;
   COUNT(p, n_stops[stop]);
   EMIT(call, NRES_EV_DONE, stop, call->attempts, now, now - call->start);
   return a;
@@ -237,44 +242,44 @@ static nres_action_t skip(nres_call_t *call, int *skipped) {
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
  * end of the call: the running attempts go on, so *skipped is set and the
  * caller keeps waiting. */
-static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
-                           int *skipped) {
+/* The admission gates in order: rate limiter, bulkhead (with its queue),
+ * breaker. 1: the attempt may start (*permit may hold a probe permit).
+ * 0: *refusal is what happens instead. */
+static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
+                      int *skipped, uint32_t *permit, nres_action_t *refusal) {
   nres_policy_t *p = call->policy;
-  nres_time_t ceiling, retry_after;
-  uint32_t permit = 0;
-  unsigned slot, number;
-  nres_action_t a;
-
-  if (now >= call->deadline)
-    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+  nres_time_t retry_after;
 
   if (p->ratelimit != NULL &&
       nres_ratelimit_acquire(p->ratelimit, now, &retry_after) != 0) {
     if (hedge)
-      return skip(call, skipped);
+      return *refusal = skip(call, skipped), 0;
     if (retry_after <= p->limit_wait &&
         nres_time_add(now, retry_after) < call->deadline)
-      return wait_until(call, PHASE_ADMIT, nres_time_add(now, retry_after));
-    return reject(call, now, NRES_REJECT_RATE, NRES_STOP_LIMITED);
+      return *refusal = wait_until(call, PHASE_ADMIT,
+                                   nres_time_add(now, retry_after)), 0;
+    return *refusal = reject(call, now, NRES_REJECT_RATE, NRES_STOP_LIMITED), 0;
   }
 
   if (p->bulkhead != NULL) {
     if (nres_bulkhead_acquire(p->bulkhead, call->queued) != 0) {
       const nres_bulkhead_config_t *bc = &p->bulkhead->config;
       if (hedge)
-        return skip(call, skipped);
+        return *refusal = skip(call, skipped), 0;
       if (!call->queued) {
         if (bc->queue == 0 || nres_bulkhead_enqueue(p->bulkhead) != 0)
-          return reject(call, now, NRES_REJECT_CONCURRENCY, NRES_STOP_LIMITED);
+          return *refusal = reject(call, now, NRES_REJECT_CONCURRENCY,
+                                   NRES_STOP_LIMITED), 0;
         call->queued = 1;
         call->queue_end = nres_time_min(nres_time_add(now, bc->queue_timeout),
                                         call->deadline);
       }
       if (now >= call->queue_end)
-        return reject(call, now, NRES_REJECT_CONCURRENCY, NRES_STOP_LIMITED);
-      return wait_until(call, PHASE_ADMIT,
-                        nres_time_min(nres_time_add(now, bc->poll),
-                                      call->queue_end));
+        return *refusal = reject(call, now, NRES_REJECT_CONCURRENCY,
+                                 NRES_STOP_LIMITED), 0;
+      return *refusal = wait_until(call, PHASE_ADMIT,
+                                   nres_time_min(nres_time_add(now, bc->poll),
+                                                 call->queue_end)), 0;
     }
     if (call->queued) {
       nres_bulkhead_dequeue(p->bulkhead);
@@ -283,13 +288,30 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
   }
 
   if (p->breaker != NULL &&
-      nres_breaker_acquire(p->breaker, now, &permit) != 0) {
+      nres_breaker_acquire(p->breaker, now, permit) != 0) {
     if (p->bulkhead != NULL)
       nres_bulkhead_release(p->bulkhead, 0, -1);
     if (hedge)
-      return skip(call, skipped);
-    return reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT);
+      return *refusal = skip(call, skipped), 0;
+    return *refusal = reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT), 0;
   }
+  return 1;
+
+}
+
+static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
+                           int *skipped) {
+  nres_policy_t *p = call->policy;
+  nres_time_t ceiling;
+  uint32_t permit = 0;
+  unsigned slot, number;
+  nres_action_t a;
+
+  if (now >= call->deadline)
+    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+  if ((p->private_flags & NRES__F_GATED) &&
+      !pass_gates(call, now, hedge, skipped, &permit, &a))
+    return a;
 
   if (hedge && p->budget != NULL && nres_budget_spend(p->budget, now) != 0) {
     if (permit)
@@ -322,16 +344,9 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
   call->slot[slot].number = (uint16_t) number;
   call->slot[slot].hedge = (uint8_t) hedge;
   call->slot[slot].held = p->bulkhead != NULL;
-  {
-    nres_attempt_rec_t *rec = log_of(call, number);
-    rec->start = now;
-    rec->end = 0;
-    rec->number = (uint16_t) number;
-    rec->slot = (uint8_t) slot;
-    rec->hedge = (uint8_t) hedge;
-    rec->kind = 0;
-    rec->flags = 0;
-  }
+  *log_of(call, number) = (nres_attempt_rec_t) {
+    now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
+  };
   if (hedge) {
     call->hedges++;
     COUNT(p, n_hedges);
@@ -339,7 +354,8 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
   }
 
   call->phase = PHASE_RUNNING;
-  call->resume_at = next_hedge(call, now);
+  call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
+                                                      : NRES_TIME_NEVER;
   a.kind = NRES_ATTEMPT;
   a.slot = (uint8_t) slot;
   a.hedge = (uint8_t) hedge;
@@ -475,11 +491,7 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
   rec->flags = verdict.flags;
 
   if (p->private_flags & NRES__F_PASSTHROUGH) {
-    call->phase = PHASE_DONE;
-    call->stop = kind == NRES_OK          ? NRES_STOP_OK
-                 : kind == NRES_PERMANENT ? NRES_STOP_PERMANENT
-                 : kind == NRES_CANCELED  ? NRES_STOP_CANCELED
-                                          : NRES_STOP_ATTEMPTS;
+    nres__call_passthrough(call, p, verdict);
     return pending(call);
   }
 
@@ -530,6 +542,32 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     return wait_until(call, PHASE_RUNNING, call->resume_at);
   }
   return retry(call, now, &verdict);
+}
+
+const nres_attempt_t nres__passthrough_attempt = {
+  1, 0, NRES_TIME_NEVER, NRES_TIME_NEVER
+};
+
+int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
+                           nres_verdict_t verdict) {
+  static const uint8_t stop_of[NRES_VERDICT_COUNT] = {
+    NRES_STOP_OK, NRES_STOP_ATTEMPTS, NRES_STOP_ATTEMPTS, NRES_STOP_PERMANENT,
+    NRES_STOP_CANCELED
+  };
+  static const int8_t error_of[NRES_VERDICT_COUNT] = { 0, 1, 1, 2, 3 };
+  static const int errors[] = { 0, NRES_EATTEMPTS, NRES_EPERMANENT,
+                                NRES_ECANCELED };
+  unsigned kind = verdict.kind < NRES_VERDICT_COUNT ? verdict.kind
+                                                    : NRES_TRANSIENT;
+
+  call->policy = policy;
+  call->phase = PHASE_DONE;
+  call->stop = stop_of[kind];
+  call->inflight = 0;
+  call->fallback = 0;
+  call->attempts = 1;
+  call->last = verdict;
+  return errors[error_of[kind]];
 }
 
 nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {

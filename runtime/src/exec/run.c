@@ -1,23 +1,26 @@
 /* run.c - the sync driver: a call run to its end on the calling thread.
  *
- * Attempts are the caller's blocking function; waits sleep on
- * CLOCK_MONOTONIC with clock_nanosleep (absolute, so signals do not
- * stretch them). An attempt always ends before a hedge could be due, so
+ * Attempts are the caller's blocking function; waits sleep with nanosleep
+ * until nres_clock_now reaches the end (relative sleeps, re-checked, since
+ * nres_clock_now may count TSC ticks rather than CLOCK_MONOTONIC). An attempt always ends before a hedge could be due, so
  * this driver never hedges; the policy's other features all apply.
  */
-#include <errno.h>
 #include <time.h>
 
 #include "internal.h"
 #include "core/policy.h"
+#include "exec/call.h"
 
-static void sleep_until(nres_time_t until) {
-  struct timespec ts;
+static nres_time_t sleep_until(nres_time_t until) {
+  nres_time_t now;
 
-  ts.tv_sec = (time_t) (until / NRES_SEC);
-  ts.tv_nsec = (long) (until % NRES_SEC);
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-    ;
+  while ((now = nres_clock_now()) < until) {
+    struct timespec ts;
+    ts.tv_sec = (time_t) ((until - now) / NRES_SEC);
+    ts.tv_nsec = (long) ((until - now) % NRES_SEC);
+    nanosleep(&ts, NULL);   /* EINTR: the loop sleeps the rest */
+  }
+  return now;
 }
 
 int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
@@ -26,24 +29,21 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
   nres_action_t act;
   nres_verdict_t verdict;
   nres_time_t now;
+  int timeless;
 
   if (policy == NULL || fn == NULL || call == NULL ||
       policy->private_magic != NRES__POLICY_MAGIC)
     return NRES_EINVAL;
 
-  /* A passthrough needs no time: skip the clock reads. */
-  if (policy->private_flags & NRES__F_PASSTHROUGH) {
-    act = nres_call_begin(call, policy, 0);
-    attempt.number = 1;
-    attempt.hedge = 0;
-    attempt.deadline = NRES_TIME_NEVER;
-    attempt.remaining = NRES_TIME_NEVER;
-    verdict = fn(arg, &attempt);
-    nres_call_report(call, 0, 0, verdict);
-    return nres_stop_error(call->stop);
-  }
+  /* A passthrough is one attempt and nothing else. */
+  if (policy->private_flags & NRES__F_PASSTHROUGH)
+    return nres__call_passthrough(call, policy,
+                                  fn(arg, &nres__passthrough_attempt));
 
-  now = nres_clock_now();
+  /* A policy that makes no decision on time needs no clock: its time
+   * starts at 0 and moves only by the waits it asks for. */
+  timeless = (policy->private_flags & NRES__F_TIMELESS) != 0;
+  now = timeless ? 0 : nres_clock_now();
   act = nres_call_begin(call, policy, now);
   while (act.kind != NRES_DONE) {
     if (act.kind == NRES_ATTEMPT) {
@@ -54,7 +54,8 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
                               ? NRES_TIME_NEVER
                               : nres_time_sub(act.deadline, now);
       verdict = fn(arg, &attempt);
-      now = nres_clock_now();
+      if (!timeless)
+        now = nres_clock_now();
       act = nres_call_report(call, act.slot, now, verdict);
     } else {
       /* Nothing runs in the background here, so a WAIT always has an end;
@@ -63,8 +64,12 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
         nres_call_cancel(call, now);
         return NRES_ESTATE;
       }
-      sleep_until(act.until);
-      now = nres_clock_now();
+      if (timeless) {
+        sleep_until(nres_time_add(nres_clock_now(), act.until - now));
+        now = act.until;
+      } else {
+        now = sleep_until(act.until);
+      }
       act = nres_call_resume(call, now);
     }
   }

@@ -31,7 +31,7 @@ static void dispatch(nres_uv_t *req, nres_action_t act, nres_time_t now);
 
 static void on_resume(uv_timer_t *timer) {
   nres_uv_t *req = timer->data;
-  nres_time_t now = uv_hrtime();
+  nres_time_t now = nres_clock_now();
 
   if (req->done_pending) {
     req->done_pending = 0;
@@ -46,11 +46,18 @@ static void on_attempt_timeout(uv_timer_t *timer) {
   nres_uv_t *req = timer->data;
   unsigned slot = (unsigned) (timer - req->attempt_timer);
   uint32_t token = req->token[slot];
-  nres_time_t now = uv_hrtime();
+  nres_time_t now = nres_clock_now();
   nres_verdict_t v = nres_verdict(NRES_TRANSIENT);
 
   if (token == 0)
     return;
+  /* libuv measures timers from the loop's cached time, which may be
+   * behind: a timer can fire before the deadline. Then wait the rest. */
+  if (now < req->call.slot[slot].deadline) {
+    uv_timer_start(timer, on_attempt_timeout,
+                   ms_until(req->call.slot[slot].deadline, now), 0);
+    return;
+  }
   req->token[slot] = 0;
   if (req->abandon_cb != NULL)
     req->abandon_cb(req, token);
@@ -152,7 +159,7 @@ int nres_uv_start(nres_uv_t *req, nres_policy_t *policy, nres_time_t inbound,
   req->abandon_cb = abandon_cb;
   req->done_cb = done_cb;
   req->active = 1;
-  now = uv_hrtime();
+  now = nres_clock_now();
   act = nres_call_begin_within(&req->call, policy, now, inbound);
   if (act.kind == NRES_DONE) {
     /* Never call back from inside start: report from the loop. */
@@ -177,7 +184,7 @@ int nres_uv_complete(nres_uv_t *req, uint32_t token, nres_verdict_t verdict) {
   }
   req->token[slot] = 0;
   uv_timer_stop(&req->attempt_timer[slot]);
-  now = uv_hrtime();
+  now = nres_clock_now();
   dispatch(req, nres_call_report(&req->call, slot, now, verdict), now);
   return 0;
 }
@@ -194,7 +201,7 @@ int nres_uv_cancel(nres_uv_t *req) {
     req->done_cb(req, nres_stop_error(req->call.stop));
     return 0;
   }
-  now = uv_hrtime();
+  now = nres_clock_now();
   dispatch(req, nres_call_cancel(&req->call, now), now);
   return 0;
 }
@@ -210,7 +217,7 @@ void nres_uv_close(nres_uv_t *req, nres_uv_close_cb close_cb) {
   unsigned slot;
 
   if (req->active) {
-    nres_action_t act = nres_call_cancel(&req->call, uv_hrtime());
+    nres_action_t act = nres_call_cancel(&req->call, nres_clock_now());
     req->done_pending = 0;
     finish(req, act);
   }

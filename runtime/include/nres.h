@@ -237,8 +237,9 @@ typedef enum {
   NRES_BACKOFF_LINEAR,          /* base * n */
   NRES_BACKOFF_EXPONENTIAL,     /* base * factor^(n-1), capped at max */
   NRES_BACKOFF_DECORRELATED     /* a smooth randomised exponential curve
-                                   whose median first delay is base
-                                   (jitter must be NONE: it is built in) */
+                                   whose median first delay is about
+                                   0.9 * base (jitter must be NONE: it is
+                                   built in) */
 } nres_backoff_kind_t;
 
 typedef enum {
@@ -395,7 +396,8 @@ NRES_EXTERN int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now,
                                      uint32_t *permit);
 /* Report an admitted attempt's outcome (and whether it was slow). Returns
  * the state the breaker entered because of it, or -1 if it did not change.
- * rng supplies the break jitter. */
+ * rng supplies the break jitter. With slow_ratio > 0, a slow probe counts
+ * as a failed probe. */
 NRES_EXTERN int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
                                     uint32_t permit, int outcome, int slow,
                                     nres_rng_t *rng);

@@ -25,7 +25,8 @@ void nres__free(void *ptr);
 #define nres__store(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
 #define nres__add(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
 #define nres__sub(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_relaxed)
-/* Strong CAS; on failure *expected holds the current value. */
+/* Weak CAS: may fail spuriously, so use it in a loop (or where a missed
+ * turn is harmless); on failure *expected holds the current value. */
 #define nres__cas(p, expected, desired)                                      \
   atomic_compare_exchange_weak_explicit((p), (expected), (desired),          \
                                         memory_order_acq_rel,                \

@@ -22,6 +22,7 @@
 
 #define T0 NRES_SEC
 #define REFUSED (-100)
+#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Defaults with no jitter, so break lengths are exact. */
 static void plain_config(nres_breaker_config_t *c) {
@@ -280,6 +281,40 @@ static void open_refuses_until_break_then_admits_exactly_probes(void **state) {
   assert_int_equal(nres_breaker_acquire(&b, t - 1, &p[0]), NRES_ECIRCUIT);
   assert_int_equal(nres_breaker_state(&b, t - 123456 + NRES_MSEC),
                    NRES_BREAKER_HALF_OPEN);
+}
+
+/* Regression guard: open-until is kept in 38 bits of ms. Saturating it
+ * would leave a breaker open for good under a clock counting from 1970
+ * (ngx.now) instead of from boot; it wraps instead, and a break that
+ * crosses the wrap must still end on time. */
+static void break_ends_on_time_whatever_the_clock_epoch(void **state) {
+  static const nres_time_t starts[] = {
+    1700000000 * NRES_SEC + 123 * NRES_MSEC,          /* ns since 1970 */
+    ((nres_time_t) 3 << 38) * NRES_MSEC - 5 * NRES_SEC /* across the wrap */
+  };
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  nres_time_t t;
+  uint32_t p;
+  size_t i;
+
+  (void) state;
+  plain_config(&c);
+  c.success_threshold = 1;
+  c.break_for = 10 * NRES_SEC;
+  for (i = 0; i < COUNT_OF(starts); i++) {
+    t = starts[i];
+    trip_at(&b, &c, t, NULL);
+    assert_int_equal(nres_breaker_state(&b, t + 10 * NRES_SEC - 1),
+                     NRES_BREAKER_OPEN);
+    assert_int_equal(nres_breaker_acquire(&b, t + 5 * NRES_SEC, &p),
+                     NRES_ECIRCUIT);
+    assert_int_equal(nres_breaker_state(&b, t + 10 * NRES_SEC),
+                     NRES_BREAKER_HALF_OPEN);
+    assert_int_equal(call(&b, t + 10 * NRES_SEC, NRES_BREAKER_SUCCESS, 0,
+                          NULL),
+                     NRES_BREAKER_CLOSED);
+  }
 }
 
 static void success_threshold_probe_successes_close_it(void **state) {
@@ -734,6 +769,7 @@ int main(void) {
     cmocka_unit_test(failure_ratio_trip_honours_min_calls),
     cmocka_unit_test(slow_call_ratio_trips_on_slow_successes),
     cmocka_unit_test(open_refuses_until_break_then_admits_exactly_probes),
+    cmocka_unit_test(break_ends_on_time_whatever_the_clock_epoch),
     cmocka_unit_test(success_threshold_probe_successes_close_it),
     cmocka_unit_test(failed_probe_reopens_with_doubled_break_capped),
     cmocka_unit_test(jitter_keeps_break_within_bounds),

@@ -716,12 +716,15 @@ struct nres_action_s {
                                    must abandon (their outcome is unwanted) */
   uint8_t fallback;             /* DONE: run the fallback */
   uint16_t attempt;             /* ATTEMPT: number, 1-based */
-  nres_time_t deadline;         /* ATTEMPT: the attempt's end at the latest;
-                                   NRES_TIME_NEVER = unbounded */
-  nres_time_t until;            /* WAIT and ATTEMPT: call nres_call_resume
-                                   at this time (a hedge may be due);
-                                   NRES_TIME_NEVER = no need */
+  nres_time_t at;               /* ATTEMPT: the attempt's deadline; WAIT:
+                                   when to call nres_call_resume;
+                                   NRES_TIME_NEVER = none */
 };
+
+/* 16 bytes, so every step returns its action in two registers. After an
+ * ATTEMPT, a driver that can run attempts side by side also calls
+ * nres_call_resume at call->resume_at when that is not NRES_TIME_NEVER: a
+ * hedge may be due then. */
 
 /* One attempt of the log. */
 struct nres_attempt_rec_s {

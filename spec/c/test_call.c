@@ -38,7 +38,7 @@ static void passthrough_is_one_attempt_without_bookkeeping(void **state) {
   a = nres_call_begin(&call, &p, 5);
   assert_int_equal(a.kind, NRES_ATTEMPT);
   assert_int_equal(a.attempt, 1);
-  assert_true(a.deadline == NRES_TIME_NEVER);
+  assert_true(a.at == NRES_TIME_NEVER);
   a = nres_call_report(&call, a.slot, 7, transient());
   assert_int_equal(a.kind, NRES_DONE);
   assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
@@ -129,10 +129,10 @@ static void backoff_waits_and_early_resume_keeps_waiting(void **state) {
   a = nres_call_begin(&call, &p, 1 * SEC);
   a = nres_call_report(&call, a.slot, 1 * SEC + 10 * MS, transient());
   assert_int_equal(a.kind, NRES_WAIT);
-  assert_true(a.until == 1 * SEC + 110 * MS);
+  assert_true(a.at == 1 * SEC + 110 * MS);
   a = nres_call_resume(&call, 1 * SEC + 50 * MS);
   assert_int_equal(a.kind, NRES_WAIT);
-  assert_true(a.until == 1 * SEC + 110 * MS);
+  assert_true(a.at == 1 * SEC + 110 * MS);
   a = nres_call_resume(&call, 1 * SEC + 110 * MS);
   assert_int_equal(a.kind, NRES_ATTEMPT);
   assert_int_equal(a.attempt, 2);
@@ -149,11 +149,11 @@ static void attempt_ceiling_is_timeout_or_time_left(void **state) {
   p.attempt_timeout = 300 * MS;
   build(&p);
   a = nres_call_begin(&call, &p, 0);
-  assert_true(a.deadline == 300 * MS);
+  assert_true(a.at == 300 * MS);
   assert_true(nres_call_remaining(&call, 100 * MS) == 900 * MS);
   a = nres_call_report(&call, a.slot, 800 * MS, transient());
   assert_int_equal(a.kind, NRES_ATTEMPT);
-  assert_true(a.deadline == 1 * SEC);   /* 200 ms left < 300 ms timeout */
+  assert_true(a.at == 1 * SEC);   /* 200 ms left < 300 ms timeout */
   a = nres_call_report(&call, a.slot, 1 * SEC, transient());
   assert_int_equal(a.stop, NRES_STOP_DEADLINE);
   assert_true(nres_call_remaining(&call, 2 * SEC) == 0);
@@ -190,14 +190,14 @@ static void inherited_deadline_only_tightens(void **state) {
   p.deadline = 1 * SEC;
   build(&p);
   a = nres_call_begin_within(&call, &p, 0, 400 * MS);
-  assert_true(a.deadline == 400 * MS);
+  assert_true(a.at == 400 * MS);
   a = nres_call_begin_within(&call, &p, 0, 5 * SEC);
-  assert_true(a.deadline == 1 * SEC);
+  assert_true(a.at == 1 * SEC);
   /* A passthrough policy still honours an inbound deadline. */
   assert_int_equal(nres_policy_init(&p, NRES_PRESET_NONE), 0);
   build(&p);
   a = nres_call_begin_within(&call, &p, 0, 400 * MS);
-  assert_true(a.deadline == 400 * MS);
+  assert_true(a.at == 400 * MS);
   a = nres_call_begin_within(&call, &p, 500 * MS, 400 * MS);
   assert_int_equal(a.kind, NRES_DONE);
   assert_int_equal(a.stop, NRES_STOP_DEADLINE);
@@ -218,8 +218,8 @@ static void retry_after_is_honoured_exactly_and_bounded_by_deadline(void **state
   a = nres_call_begin(&call, &p, 0);
   a = nres_call_report(&call, a.slot, 10 * MS, v);
   assert_int_equal(a.kind, NRES_WAIT);
-  assert_true(a.until == 2 * SEC + 10 * MS);   /* no jitter */
-  a = nres_call_resume(&call, a.until);
+  assert_true(a.at == 2 * SEC + 10 * MS);   /* no jitter */
+  a = nres_call_resume(&call, a.at);
   v.retry_after = 60 * SEC;   /* capped at max 30 s, past the deadline */
   a = nres_call_report(&call, a.slot, 3 * SEC, v);
   assert_int_equal(a.kind, NRES_DONE);
@@ -373,14 +373,14 @@ static void hedge_starts_after_delay_and_first_ok_wins(void **state) {
   build(&p);
   a = nres_call_begin(&call, &p, 0);
   assert_int_equal(a.kind, NRES_ATTEMPT);
-  assert_true(a.until == 50 * MS);
+  assert_true(call.resume_at == 50 * MS);
   assert_int_equal(nres_call_resume(&call, 40 * MS).kind, NRES_WAIT);
   h = nres_call_resume(&call, 50 * MS);
   assert_int_equal(h.kind, NRES_ATTEMPT);
   assert_int_equal(h.hedge, 1);
   assert_int_equal(h.attempt, 2);
   assert_int_not_equal(h.slot, a.slot);
-  assert_true(h.until == NRES_TIME_NEVER);   /* max 2 in flight */
+  assert_true(call.resume_at == NRES_TIME_NEVER);   /* max 2 in flight */
   h = nres_call_report(&call, h.slot, 60 * MS, ok());
   assert_int_equal(h.kind, NRES_DONE);
   assert_int_equal(h.stop, NRES_STOP_OK);
@@ -414,7 +414,7 @@ static void exhausted_budget_never_cancels_inflight_hedges(void **state) {
   a = nres_call_begin(&call, &p, 0);
   a = nres_call_resume(&call, 10 * MS);   /* hedge 1 spends the token */
   assert_int_equal(a.kind, NRES_ATTEMPT);
-  assert_true(a.until == 20 * MS);
+  assert_true(call.resume_at == 20 * MS);
   a = nres_call_resume(&call, 20 * MS);   /* hedge 2 refused: keep waiting */
   assert_int_equal(a.kind, NRES_WAIT);
   assert_int_equal(__builtin_popcount(call.inflight), 2);
@@ -488,8 +488,8 @@ static void rate_limiter_refuses_or_waits_within_limit_wait(void **state) {
   build(&p);
   a = nres_call_begin(&call, &p, 0);
   assert_int_equal(a.kind, NRES_WAIT);
-  assert_true(a.until > 0 && a.until <= 1 * SEC);
-  a = nres_call_resume(&call, a.until);
+  assert_true(a.at > 0 && a.at <= 1 * SEC);
+  a = nres_call_resume(&call, a.at);
   assert_int_equal(a.kind, NRES_ATTEMPT);
 }
 
@@ -514,7 +514,7 @@ static void bulkhead_queues_then_admits_or_times_out(void **state) {
   assert_int_equal(a.kind, NRES_ATTEMPT);
   b = nres_call_begin(&b_call, &p, 0);
   assert_int_equal(b.kind, NRES_WAIT);
-  assert_true(b.until == 10 * MS);
+  assert_true(b.at == 10 * MS);
   c = nres_call_begin(&c_call, &p, 0);
   assert_int_equal(c.stop, NRES_STOP_LIMITED);   /* queue full */
   b = nres_call_resume(&b_call, 10 * MS);
@@ -527,7 +527,7 @@ static void bulkhead_queues_then_admits_or_times_out(void **state) {
   c = nres_call_begin(&c_call, &p, 20 * MS);
   assert_int_equal(c.kind, NRES_WAIT);
   while (c.kind == NRES_WAIT)
-    c = nres_call_resume(&c_call, c.until);
+    c = nres_call_resume(&c_call, c.at);
   assert_int_equal(c.stop, NRES_STOP_LIMITED);
   assert_true(c_call.attempts == 0);
   assert_int_equal(bh.waiting, 0);
@@ -645,7 +645,7 @@ static void measured_ceiling_follows_latency_with_a_floor(void **state) {
   assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
   build(&p);
   a = nres_call_begin(&call, &p, t);
-  assert_true(a.deadline == t + 10 * SEC);   /* no samples: the timeout */
+  assert_true(a.at == t + 10 * SEC);   /* no samples: the timeout */
   nres_call_report(&call, a.slot, t + 100 * MS, ok());
   for (int i = 0; i < 30; i++) {
     a = nres_call_begin(&call, &p, t);
@@ -655,8 +655,8 @@ static void measured_ceiling_follows_latency_with_a_floor(void **state) {
   t += 1 * SEC;
   a = nres_call_begin(&call, &p, t);
   /* 3 x p95 of 100 ms samples: 300 ms, within the histogram's 6.25 %. */
-  assert_true(a.deadline - t >= 300 * MS);
-  assert_true(a.deadline - t <= 320 * MS);
+  assert_true(a.at - t >= 300 * MS);
+  assert_true(a.at - t <= 320 * MS);
   nres_call_report(&call, a.slot, t, ok());
 }
 

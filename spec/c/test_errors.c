@@ -57,7 +57,7 @@ static void version_and_sizes_are_published(void **state) {
   assert_string_equal(nres_version_string(), "0.1.0");
   assert_int_equal(nres_sizeof(NRES_SIZEOF_CALL), sizeof(nres_call_t));
   assert_int_equal(nres_sizeof(NRES_SIZEOF_POLICY), sizeof(nres_policy_t));
-  assert_int_equal(nres_sizeof(NRES_SIZEOF_ACTION), 24);
+  assert_int_equal(nres_sizeof(NRES_SIZEOF_ACTION), 16);
   assert_int_equal(nres_sizeof(NRES_SIZEOF_VERDICT), 16);
   assert_int_equal(nres_sizeof(NRES_SIZEOF_COUNT), 0);
   assert_int_equal(nres_sizeof(-1), 0);

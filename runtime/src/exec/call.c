@@ -142,8 +142,7 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
   a.cancel = call->inflight;
   a.fallback = 0;
   a.attempt = call->attempts;
-  a.deadline = NRES_TIME_NEVER;
-  a.until = NRES_TIME_NEVER;
+  a.at = NRES_TIME_NEVER;
   if (__builtin_expect(call->inflight | call->queued, 0)) {
     unsigned slot;
     for (slot = 0; call->inflight; slot++)
@@ -179,8 +178,7 @@ static nres_action_t wait_until(nres_call_t *call, int phase,
 
   memset(&a, 0, sizeof(a));
   a.kind = NRES_WAIT;
-  a.deadline = NRES_TIME_NEVER;
-  a.until = until;
+  a.at = until;
   call->phase = (uint8_t) phase;
   call->resume_at = until;
   return a;
@@ -195,7 +193,7 @@ static nres_action_t pending(nres_call_t *call) {
     a.kind = NRES_DONE;
     a.stop = call->stop;
     a.fallback = call->fallback;
-    a.deadline = a.until = NRES_TIME_NEVER;
+    a.at = NRES_TIME_NEVER;
     return a;
   }
   return wait_until(call, call->phase, call->resume_at);
@@ -363,8 +361,7 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
   a.cancel = 0;
   a.fallback = 0;
   a.attempt = (uint16_t) number;
-  a.deadline = ceiling;
-  a.until = call->resume_at;
+  a.at = ceiling;
   return a;
 }
 
@@ -419,8 +416,7 @@ nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
     a.cancel = 0;
     a.fallback = 0;
     a.attempt = 1;
-    a.deadline = NRES_TIME_NEVER;
-    a.until = NRES_TIME_NEVER;
+    a.at = NRES_TIME_NEVER;
     return a;
   }
 

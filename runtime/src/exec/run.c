@@ -49,10 +49,10 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
     if (act.kind == NRES_ATTEMPT) {
       attempt.number = act.attempt;
       attempt.hedge = act.hedge;
-      attempt.deadline = act.deadline;
-      attempt.remaining = act.deadline == NRES_TIME_NEVER
+      attempt.deadline = act.at;
+      attempt.remaining = act.at == NRES_TIME_NEVER
                               ? NRES_TIME_NEVER
-                              : nres_time_sub(act.deadline, now);
+                              : nres_time_sub(act.at, now);
       verdict = fn(arg, &attempt);
       if (!timeless)
         now = nres_clock_now();
@@ -60,15 +60,15 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
     } else {
       /* Nothing runs in the background here, so a WAIT always has an end;
        * one without would be a bug in the machine: end, never spin. */
-      if (act.until == NRES_TIME_NEVER) {
+      if (act.at == NRES_TIME_NEVER) {
         nres_call_cancel(call, now);
         return NRES_ESTATE;
       }
       if (timeless) {
-        sleep_until(nres_time_add(nres_clock_now(), act.until - now));
-        now = act.until;
+        sleep_until(nres_time_add(nres_clock_now(), act.at - now));
+        now = act.at;
       } else {
-        now = sleep_until(act.until);
+        now = sleep_until(act.at);
       }
       act = nres_call_resume(call, now);
     }

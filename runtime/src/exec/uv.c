@@ -105,20 +105,20 @@ static void dispatch(nres_uv_t *req, nres_action_t act, nres_time_t now) {
       if (token >> SLOT_BITS == 0)   /* 0 means "no attempt" */
         token = (++req->serial << SLOT_BITS) | act.slot;
       req->token[act.slot] = token;
-      if (act.deadline != NRES_TIME_NEVER)
+      if (act.at != NRES_TIME_NEVER)
         uv_timer_start(&req->attempt_timer[act.slot], on_attempt_timeout,
-                       ms_until(act.deadline, now), 0);
-      arm_resume(req, act.until, now);
+                       ms_until(act.at, now), 0);
+      arm_resume(req, req->call.resume_at, now);   /* a hedge may be due */
       attempt.number = act.attempt;
       attempt.hedge = act.hedge;
-      attempt.deadline = act.deadline;
-      attempt.remaining = act.deadline == NRES_TIME_NEVER
+      attempt.deadline = act.at;
+      attempt.remaining = act.at == NRES_TIME_NEVER
                               ? NRES_TIME_NEVER
-                              : nres_time_sub(act.deadline, now);
+                              : nres_time_sub(act.at, now);
       req->attempt_cb(req, token, &attempt);
       return;
     case NRES_WAIT:
-      arm_resume(req, act.until, now);
+      arm_resume(req, act.at, now);
       return;
     default:
       finish(req, act);

@@ -812,6 +812,32 @@ NRES_EXTERN const nres_attempt_rec_t *nres_call_log(const nres_call_t *call,
 NRES_EXTERN int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
                          nres_call_t *call);
 
+/* ----------------------------------------------------------- binding steps */
+
+/* The same steps for bindings that cannot take 64-bit integers or structs
+ * by value without allocating (LuaJIT FFI): time in double nanoseconds
+ * (-1 = never / none), the verdict as scalars, the action written to *out
+ * as ints and doubles. Each returns out->kind. */
+typedef struct nres_step_s {
+  int32_t kind, slot, hedge, stop, cancel, fallback, attempt, reserved_;
+  double at;                    /* nres_action_t.at, -1 = never */
+  double resume_at;             /* call->resume_at (a hedge time), -1 */
+} nres_step_t;
+
+NRES_EXTERN int nres_step_begin(nres_call_t *call, nres_policy_t *policy,
+                                double now, double inbound, nres_step_t *out);
+/* retry_after < 0: none. */
+NRES_EXTERN int nres_step_report(nres_call_t *call, unsigned slot, double now,
+                                 int kind, int flags, double retry_after,
+                                 nres_step_t *out);
+NRES_EXTERN int nres_step_resume(nres_call_t *call, double now,
+                                 nres_step_t *out);
+NRES_EXTERN int nres_step_cancel(nres_call_t *call, double now,
+                                 nres_step_t *out);
+/* nres_clock_now as a double, and a sleep of ns nanoseconds on it. */
+NRES_EXTERN double nres_step_now(void);
+NRES_EXTERN void nres_step_sleep(double ns);
+
 /* ------------------------------------------------------------------ sizes */
 
 /* Sizes of the public structs, so bindings can check their declarations. */
@@ -826,6 +852,8 @@ typedef enum {
   NRES_SIZEOF_BULKHEAD,
   NRES_SIZEOF_ESTIMATOR,
   NRES_SIZEOF_COUNTERS,
+  NRES_SIZEOF_STEP,
+  NRES_SIZEOF_WINDOW,
   NRES_SIZEOF_COUNT
 } nres_sizeof_t;
 

@@ -33,6 +33,8 @@ size_t nres_sizeof(int kind) {
     case NRES_SIZEOF_BULKHEAD: return sizeof(nres_bulkhead_t);
     case NRES_SIZEOF_ESTIMATOR: return sizeof(nres_estimator_t);
     case NRES_SIZEOF_COUNTERS: return sizeof(nres_counters_t);
+    case NRES_SIZEOF_STEP: return sizeof(nres_step_t);
+    case NRES_SIZEOF_WINDOW: return sizeof(nres_window_t);
   }
   return 0;
 }

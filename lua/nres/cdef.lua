@@ -1,0 +1,208 @@
+-- nres.cdef: the one ffi.cdef of the binding, and the library it binds.
+--
+-- The declarations mirror runtime/include/nres.h (atomics declared as their
+-- plain types: same size and alignment). Loading checks the library's ABI
+-- version and the size of every struct declared here against what the
+-- library reports, so a stale or mismatched libnres is a clear error, not
+-- memory corruption. libnres is looked for in $NRES_LIB, then on
+-- package.cpath, then in the usual install locations; the error lists every
+-- path tried.
+local ffi = require "ffi"
+
+local ABI_VERSION = 1
+
+ffi.cdef [[
+typedef uint64_t nres_time_t;
+typedef struct nres_rng_s { uint64_t state; } nres_rng_t;
+
+typedef struct nres_verdict_s {
+  uint8_t kind, flags; uint16_t reserved_; int32_t code; nres_time_t retry_after;
+} nres_verdict_t;
+
+typedef struct nres_backoff_s {
+  uint8_t kind, jitter; uint8_t reserved_[6];
+  double factor; nres_time_t base, max, throttled_base;
+} nres_backoff_t;
+
+typedef struct nres_backoff_state_s { nres_time_t prev; double curve; } nres_backoff_state_t;
+
+typedef struct nres_budget_s {
+  int64_t deposit, capacity; uint64_t refill_per_sec;
+  int64_t tokens; uint64_t refilled_at, spent, refused;
+} nres_budget_t;
+
+typedef struct nres_window_s {
+  nres_time_t width; uint32_t count, reserved_; uint64_t bucket[16];
+} nres_window_t;
+
+typedef struct nres_breaker_config_s {
+  uint32_t consecutive, min_calls; double failure_ratio, slow_ratio;
+  nres_time_t window; uint32_t buckets, probes, success_threshold, reserved_;
+  nres_time_t break_for, break_max; double break_jitter;
+} nres_breaker_config_t;
+
+typedef struct nres_breaker_s {
+  nres_breaker_config_t config; uint64_t word; uint32_t consecutive, level;
+  uint64_t trips, rejected; nres_window_t window;
+} nres_breaker_t;
+
+typedef struct nres_ratelimit_s {
+  nres_time_t interval, tolerance; uint64_t tat, refused;
+} nres_ratelimit_t;
+
+typedef struct nres_bulkhead_config_s {
+  uint32_t limit, queue; nres_time_t queue_timeout, poll;
+  uint32_t adaptive, min_limit, max_limit, reserved_;
+  nres_time_t latency_target; double decrease;
+} nres_bulkhead_config_t;
+
+typedef struct nres_bulkhead_s {
+  nres_bulkhead_config_t config; uint32_t inflight, waiting; uint64_t limit_fp, refused;
+} nres_bulkhead_t;
+
+typedef struct nres_estimator_s {
+  nres_time_t period; uint64_t epoch[2]; uint32_t count[2][608];
+} nres_estimator_t;
+
+typedef struct nres_hedge_s {
+  uint32_t max, min_samples; nres_time_t delay; double quantile, suppress_ratio;
+  nres_window_t window;
+} nres_hedge_t;
+
+typedef struct nres_counters_s {
+  uint64_t calls, attempts, retries, hedges, abandoned, fallbacks, late;
+  uint64_t verdicts[5]; uint64_t stops[10]; uint64_t rejects[5];
+} nres_counters_t;
+
+typedef struct nres_policy_s {
+  uint32_t attempts, telemetry; nres_backoff_t backoff;
+  nres_time_t deadline, attempt_timeout;
+  double ceiling_factor, ceiling_quantile; nres_time_t ceiling_floor;
+  uint32_t min_samples, reserved0_; nres_time_t slow_threshold; double slow_factor;
+  nres_time_t limit_wait; uint32_t fallback, reserved1_; uint64_t seed;
+  nres_hedge_t hedge;
+  nres_budget_t *budget; nres_breaker_t *breaker; nres_ratelimit_t *ratelimit;
+  nres_bulkhead_t *bulkhead; nres_estimator_t *estimator;
+  void *on_event; void *event_data;
+  struct { nres_budget_t budget; nres_breaker_t breaker; nres_estimator_t estimator; } own;
+  uint32_t private_flags, private_magic, draining;
+  uint64_t sequence, quantile_next, quantile_samples, quantile_ceiling, quantile_slow,
+           quantile_hedge;
+  uint64_t n_verdicts[5], n_stops[10], n_rejects[5];
+  uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
+} nres_policy_t;
+
+typedef struct nres_attempt_rec_s {
+  nres_time_t start, end; uint16_t number; uint8_t slot, hedge, kind, flags; uint16_t reserved_;
+} nres_attempt_rec_t;
+
+typedef struct nres_call_s {
+  nres_policy_t *policy; nres_time_t start, deadline, resume_at;
+  uint8_t phase, stop, inflight, fallback; uint16_t attempts, retries, hedges;
+  uint8_t queued, seeded; uint32_t reserved_; nres_time_t queue_end;
+  nres_verdict_t last; nres_backoff_state_t backoff; nres_rng_t rng;
+  struct { nres_time_t start, deadline; uint32_t permit; uint16_t number;
+           uint8_t hedge, held; } slot[4];
+  nres_attempt_rec_t log[8];
+} nres_call_t;
+
+typedef struct nres_step_s {
+  int32_t kind, slot, hedge, stop, cancel, fallback, attempt, reserved_;
+  double at, resume_at;
+} nres_step_t;
+
+const char *nres_strerror(int err);
+const char *nres_err_name(int err);
+const char *nres_version_string(void);
+unsigned nres_abi_version(void);
+size_t nres_sizeof(int kind);
+const char *nres_stop_name(int stop);
+const char *nres_breaker_state_name(int state);
+
+void nres_backoff_init(nres_backoff_t *backoff);
+int nres_backoff_check(const nres_backoff_t *backoff);
+int nres_budget_init(nres_budget_t *budget, double ratio, double min_per_sec, double capacity);
+double nres_budget_level(nres_budget_t *budget, nres_time_t now);
+void nres_breaker_config_init(nres_breaker_config_t *config);
+int nres_breaker_init(nres_breaker_t *breaker, const nres_breaker_config_t *config);
+int nres_breaker_state(const nres_breaker_t *breaker, nres_time_t now);
+void nres_breaker_isolate(nres_breaker_t *breaker);
+void nres_breaker_reset(nres_breaker_t *breaker);
+int nres_ratelimit_init(nres_ratelimit_t *limit, double rate, uint32_t burst);
+void nres_bulkhead_config_init(nres_bulkhead_config_t *config);
+int nres_bulkhead_init(nres_bulkhead_t *bulkhead, const nres_bulkhead_config_t *config);
+uint32_t nres_bulkhead_limit(const nres_bulkhead_t *bulkhead);
+int nres_estimator_init(nres_estimator_t *estimator, nres_time_t period);
+nres_time_t nres_estimator_quantile(const nres_estimator_t *estimator, nres_time_t now,
+                                    double q, uint64_t *samples);
+int nres_window_init(nres_window_t *window, nres_time_t span, uint32_t buckets);
+
+int nres_policy_init(nres_policy_t *policy, int preset);
+int nres_policy_build(nres_policy_t *policy);
+void nres_policy_drain(nres_policy_t *policy, int on);
+void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out);
+void nres_policy_counters_reset(nres_policy_t *policy);
+const nres_attempt_rec_t *nres_call_log(const nres_call_t *call, unsigned i);
+
+int nres_step_begin(nres_call_t *call, nres_policy_t *policy, double now, double inbound,
+                    nres_step_t *out);
+int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,
+                     double retry_after, nres_step_t *out);
+int nres_step_resume(nres_call_t *call, double now, nres_step_t *out);
+int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out);
+double nres_step_now(void);
+void nres_step_sleep(double ns);
+]]
+
+-- The library: $NRES_LIB, then package.cpath, then install locations.
+local function candidates()
+  local list = {}
+  local env = os.getenv("NRES_LIB")
+  if env and env ~= "" then list[#list + 1] = env end
+  for template in package.cpath:gmatch("[^;]+") do
+    list[#list + 1] = template:gsub("%?", "libnres")
+  end
+  for _, dir in ipairs { "/usr/local/lib", "/usr/local/lib/x86_64-linux-gnu",
+                         "/usr/lib", "/usr/lib/x86_64-linux-gnu" } do
+    list[#list + 1] = dir .. "/libnres.so"
+  end
+  return list
+end
+
+local function load_library()
+  local tried = {}
+  for _, path in ipairs(candidates()) do
+    local ok, lib = pcall(ffi.load, path)
+    if ok then return lib, path end
+    tried[#tried + 1] = "  " .. path
+  end
+  error("nres: cannot load libnres; tried:\n" .. table.concat(tried, "\n")
+        .. "\nset NRES_LIB to the path of libnres.so (e.g. build/libnres.so)", 0)
+end
+
+local C, path = load_library()
+
+local abi = tonumber(C.nres_abi_version())
+if abi ~= ABI_VERSION then
+  error(string.format("nres: %s has ABI version %d, this Lua module expects %d;"
+    .. " rebuild or point NRES_LIB at a matching library", path, abi, ABI_VERSION), 0)
+end
+
+-- Sizes the library publishes (nres_sizeof_t order) against our declarations.
+local sizes = {
+  [0] = "nres_policy_t", "nres_call_t", false, "nres_verdict_t", "nres_budget_t",
+  "nres_breaker_t", "nres_ratelimit_t", "nres_bulkhead_t", "nres_estimator_t",
+  "nres_counters_t", "nres_step_t", "nres_window_t",
+}
+for kind = 0, #sizes do
+  local name = sizes[kind]
+  if name then
+    local theirs, ours = tonumber(C.nres_sizeof(kind)), ffi.sizeof(name)
+    if theirs ~= ours then
+      error(string.format("nres: %s is %d bytes in %s but %d in lua/nres/cdef.lua;"
+        .. " the library and the Lua module are out of step", name, theirs, path, ours), 0)
+    end
+  end
+end
+
+return { C = C, path = path }

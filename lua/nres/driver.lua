@@ -1,0 +1,48 @@
+-- nres.driver: where a Lua driver gets the time and how it waits.
+--
+-- A driver is a table { name, now = function() -> ns, sleep = function(ns) }.
+-- The decisions are the same C state machine whatever the driver; only the
+-- clock and the wait differ:
+--   blocking  plain LuaJIT: the runtime's monotonic clock, a blocking sleep;
+--   nginx     the same clock, ngx.sleep (yields: never blocks the worker);
+--   virtual   a clock that moves only when someone sleeps: tests and the
+--             simulator, deterministic and instant.
+local _M = { _VERSION = "0.1.0" }
+
+local C = require("nres.cdef").C
+
+_M.blocking = { name = "blocking", now = C.nres_step_now, sleep = C.nres_step_sleep }
+
+if type(ngx) == "table" and type(ngx.sleep) == "function" then
+  local ngx_sleep = ngx.sleep
+  _M.nginx = {
+    name = "nginx",
+    now = C.nres_step_now,
+    sleep = function(ns) ngx_sleep(ns / 1e9) end,
+  }
+end
+
+-- A virtual clock starting at `start` ns (default 1 s).
+function _M.virtual(start)
+  local d = { name = "virtual", t = start or 1e9 }
+  d.now = function() return d.t end
+  d.sleep = function(ns) if ns > 0 then d.t = d.t + ns end end
+  d.advance = d.sleep
+  return d
+end
+
+-- The driver a policy gets unless told otherwise.
+function _M.default()
+  return _M.nginx or _M.blocking
+end
+
+-- Check a user-supplied driver.
+function _M.check(d)
+  if type(d) ~= "table" or type(d.now) ~= "function" and type(d.now) ~= "cdata"
+     or type(d.sleep) ~= "function" and type(d.sleep) ~= "cdata" then
+    return nil, "expected a driver table { now = function() -> ns, sleep = function(ns) }"
+  end
+  return d
+end
+
+return _M

@@ -1,0 +1,345 @@
+-- nres.policy: declare a policy as a table, validate it, build it in C.
+--
+-- new(spec) resolves presets (policies/*.lua; `base` extends one, section
+-- tables merge key by key, false turns a feature off), checks the merged
+-- table against nres.schema (every problem at once, raised as one error
+-- naming the caller's line), then fills an nres_policy_t through the FFI
+-- and builds it. Shared state the policy points to (named budgets, rate
+-- limiters, bulkheads) is referenced from the Lua object so the collector
+-- keeps it alive as long as the policy.
+local ffi = require "ffi"
+local cdef = require "nres.cdef"
+local schema = require "nres.schema"
+local classify = require "nres.classify"
+local driver = require "nres.driver"
+local run = require "nres.run"
+
+local C = cdef.C
+local ffi_new, ffi_string = ffi.new, ffi.string
+local floor, type, pairs, error, setmetatable = math.floor, type, pairs, error, setmetatable
+local format, concat = string.format, table.concat
+
+local _M = { _VERSION = "0.1.0" }
+local mt = { __index = _M }
+
+local BACKOFF = { none = 0, constant = 1, linear = 2, exponential = 3, decorrelated = 4 }
+local JITTER = { none = 0, full = 1, equal = 2, decorrelated = 3 }
+
+local function ns(seconds) return floor(seconds * 1e9 + 0.5) end
+
+-- --------------------------------------------------------------- presets
+
+local presets_dir
+do
+  local env = os.getenv("NRES_POLICIES")
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/nres/policy%.lua$")
+  local candidates = {}
+  if env and env ~= "" then candidates[#candidates + 1] = env end
+  if here then
+    candidates[#candidates + 1] = here .. "/../policies"
+    candidates[#candidates + 1] = here .. "/nres/policies"
+  end
+  for _, dir in ipairs(candidates) do
+    local f = io.open(dir .. "/default.lua", "r")
+    if f then f:close(); presets_dir = dir; break end
+  end
+  _M.presets_tried = candidates
+end
+
+local preset_cache = {}
+
+-- A preset's table, loaded with an empty environment: presets are data.
+local function load_preset(name)
+  local cached = preset_cache[name]
+  if cached then return cached end
+  if type(name) ~= "string" or not name:match("^[%w_%-]+$") then
+    return nil, format("expected a preset name, got %s", schema.describe(name))
+  end
+  if not presets_dir then
+    return nil, "no policies/ folder found (tried " .. concat(_M.presets_tried, ", ")
+                .. "); set NRES_POLICIES"
+  end
+  local path = presets_dir .. "/" .. name .. ".lua"
+  local chunk, err = loadfile(path)
+  if not chunk then
+    if io.open(path, "r") == nil then
+      return nil, format('unknown preset "%s" (no %s)', name, path)
+    end
+    return nil, err
+  end
+  setfenv(chunk, {})
+  local ok, t = pcall(chunk)
+  if not ok or type(t) ~= "table" then
+    return nil, format("preset %s did not return a table (%s)", path, tostring(t))
+  end
+  preset_cache[name] = t
+  return t
+end
+_M.load_preset = load_preset
+
+local function merge(parent, child)
+  local out = {}
+  for k, v in pairs(parent) do out[k] = v end
+  for k, v in pairs(child) do
+    if k ~= "base" then
+      local p = out[k]
+      if schema.sections[k] and type(v) == "table" and type(p) == "table" then
+        local m = {}
+        for pk, pv in pairs(p) do m[pk] = pv end
+        for ck, cv in pairs(v) do m[ck] = cv end
+        out[k] = m
+      else
+        out[k] = v
+      end
+    end
+  end
+  return out
+end
+
+-- The merged table: the spec on top of its base chain ("default" unless
+-- the spec says base = ...). A preset name alone is that preset.
+local function resolve(spec, depth)
+  depth = depth or 0
+  if depth > 8 then return nil, "presets extend each other in a loop" end
+  if type(spec) == "string" then
+    local t, err = load_preset(spec)
+    if not t then return nil, err end
+    spec = t
+  end
+  if type(spec) ~= "table" then
+    return nil, "expected a policy table or a preset name, got " .. schema.describe(spec)
+  end
+  local base = spec.base
+  if base == nil and spec ~= preset_cache.default then base = "default" end
+  if spec == preset_cache.none then base = nil end
+  if base == nil then return merge({}, spec) end
+  if type(base) ~= "string" then
+    return nil, "base: expected a preset name (string), got " .. schema.describe(base)
+  end
+  local parent, err = resolve(base, depth + 1)
+  if not parent then return nil, "base: " .. err end
+  return merge(parent, spec)
+end
+_M.resolve = resolve
+
+-- ---------------------------------------------------------- named budgets
+
+local budgets = {}
+
+-- The budget named `name`, made with `cfg` (or the defaults) the first
+-- time it is named.
+local function named_budget(name, cfg)
+  local b = budgets[name]
+  if b then return b end
+  cfg = cfg or {}
+  b = ffi_new("nres_budget_t")
+  local rc = C.nres_budget_init(b, cfg.ratio or 0.1, cfg.min_per_sec or 3, cfg.capacity or 0)
+  if rc ~= 0 then return nil, ffi_string(C.nres_strerror(rc)) end
+  budgets[name] = b
+  return b
+end
+_M.named_budget = named_budget
+
+-- ------------------------------------------------------------------ build
+
+local function build(t)
+  local refs = {}
+  local cp = ffi_new("nres_policy_t")
+  C.nres_policy_init(cp, 0)
+  cp.attempts = t.attempts or 1
+  cp.telemetry = t.telemetry == false and 0 or 1
+  if t.seed then cp.seed = t.seed end
+
+  local b = t.backoff
+  C.nres_backoff_init(cp.backoff)
+  if type(b) == "table" then
+    cp.backoff.kind = BACKOFF[b.kind or "exponential"]
+    cp.backoff.jitter = JITTER[b.jitter or (b.kind == "decorrelated" and "none" or "full")]
+    if b.base then cp.backoff.base = ns(b.base) end
+    if b.factor then cp.backoff.factor = b.factor end
+    if b.max then cp.backoff.max = ns(b.max) end
+    if b.throttled_base then cp.backoff.throttled_base = ns(b.throttled_base) end
+  else
+    cp.backoff.kind = BACKOFF.none
+  end
+
+  cp.deadline = t.deadline and ns(t.deadline) or 0
+  cp.attempt_timeout = t.attempt_timeout and ns(t.attempt_timeout) or 0
+
+  local br, h, c = t.breaker, t.hedge, t.ceiling
+  local wants_latency = type(c) == "table"
+      or (type(h) == "table" and type(h.at) == "string")
+      or (type(br) == "table" and br.slow_ratio and not br.slow_call)
+      or type(t.latency) == "table"
+  if wants_latency and t.latency ~= false then
+    if type(t.latency) == "table" and t.latency.period then
+      C.nres_estimator_init(cp.own.estimator, ns(t.latency.period))
+    end
+    cp.estimator = cp.own.estimator
+  end
+
+  if type(c) == "table" then
+    cp.ceiling_factor = c.factor or 3
+    cp.ceiling_quantile = c.quantile or 0.95
+    cp.ceiling_floor = ns(c.floor or 0.05)
+    cp.min_samples = c.min_samples or 20
+  end
+
+  local bu = t.budget
+  if type(bu) == "string" then
+    cp.budget = named_budget(bu)
+    refs.budget = cp.budget
+  elseif type(bu) == "table" then
+    local rc = C.nres_budget_init(cp.own.budget, bu.ratio or 0.1, bu.min_per_sec or 3,
+                                  bu.capacity or 0)
+    if rc ~= 0 then return nil, "budget: " .. ffi_string(C.nres_strerror(rc)) end
+    cp.budget = cp.own.budget
+  end
+
+  if type(br) == "table" then
+    local cfg = ffi_new("nres_breaker_config_t")
+    C.nres_breaker_config_init(cfg)
+    cfg.consecutive = br.consecutive or 0
+    cfg.failure_ratio = br.ratio or 0
+    cfg.slow_ratio = br.slow_ratio or 0
+    if br.window then cfg.window = ns(br.window) end
+    if br.buckets then cfg.buckets = br.buckets end
+    if br.min_calls then cfg.min_calls = br.min_calls end
+    if br.break_for then cfg.break_for = ns(br.break_for) end
+    if br.break_max then cfg.break_max = ns(br.break_max)
+    elseif br.break_for and ns(br.break_for) > cfg.break_max then cfg.break_max = ns(br.break_for) end
+    if br.jitter then cfg.break_jitter = br.jitter end
+    if br.probes then cfg.probes = br.probes end
+    if br.successes then cfg.success_threshold = br.successes end
+    local rc = C.nres_breaker_init(cp.own.breaker, cfg)
+    if rc ~= 0 then return nil, "breaker: " .. ffi_string(C.nres_strerror(rc)) end
+    cp.breaker = cp.own.breaker
+    if br.slow_call then cp.slow_threshold = ns(br.slow_call) end
+  end
+
+  local l = t.limiter
+  if type(l) == "table" then
+    if l.rate then
+      local rl = ffi_new("nres_ratelimit_t")
+      local rc = C.nres_ratelimit_init(rl, l.rate, l.burst or 1)
+      if rc ~= 0 then return nil, "limiter: " .. ffi_string(C.nres_strerror(rc)) end
+      cp.ratelimit = rl
+      cp.limit_wait = ns(l.wait or 0)
+      refs.ratelimit = rl
+    end
+    if l.concurrency then
+      local cfg = ffi_new("nres_bulkhead_config_t")
+      C.nres_bulkhead_config_init(cfg)
+      cfg.limit = l.concurrency
+      cfg.queue = l.queue or 0
+      if l.queue_timeout then cfg.queue_timeout = ns(l.queue_timeout) end
+      if l.poll then cfg.poll = ns(l.poll) end
+      local a = l.adaptive
+      if type(a) == "table" then
+        cfg.adaptive = 1
+        cfg.min_limit = a.min or 1
+        cfg.max_limit = a.max or 1000
+        cfg.latency_target = ns(a.target)
+        cfg.decrease = a.decrease or 0.9
+      end
+      local bh = ffi_new("nres_bulkhead_t")
+      local rc = C.nres_bulkhead_init(bh, cfg)
+      if rc ~= 0 then return nil, "limiter: " .. ffi_string(C.nres_strerror(rc)) end
+      cp.bulkhead = bh
+      refs.bulkhead = bh
+    end
+  end
+
+  if type(h) == "table" then
+    cp.hedge.max = h.max or 2
+    if type(h.at) == "string" then
+      cp.hedge.quantile = tonumber(h.at:sub(2)) / 100
+      cp.hedge.delay = 0
+    else
+      cp.hedge.delay = ns(h.at)
+    end
+    if h.min_samples then cp.hedge.min_samples = h.min_samples end
+    if h.suppress then cp.hedge.suppress_ratio = h.suppress end
+  end
+
+  cp.fallback = t.fallback and 1 or 0
+  local rc = C.nres_policy_build(cp)
+  if rc ~= 0 then
+    return nil, "the runtime refused the checked policy (" .. ffi_string(C.nres_err_name(rc))
+                .. "): a gap in nres.schema, please report it"
+  end
+  return cp, refs
+end
+
+-- ---------------------------------------------------------------- objects
+
+local function fail(problems)
+  if #problems == 1 then return "nres.policy: " .. problems[1] end
+  return format("nres.policy: %d problems:\n  %s", #problems, concat(problems, "\n  "))
+end
+
+-- A policy from a table or a preset name. Misuse raises error(msg, level).
+function _M.new(spec, level)
+  level = (level or 1) + 1
+  local t, err = resolve(spec)
+  if not t then error("nres.policy: " .. err, level) end
+  local problems = schema.check(t)
+  if #problems > 0 then error(fail(problems), level) end
+  local cp, refs = build(t)
+  if not cp then error("nres.policy: " .. refs, level) end
+  return setmetatable({
+    cp = cp,
+    refs = refs,            -- keeps shared state alive with the policy
+    spec = t,
+    classify = classify.compile(t.classify),
+    fallback = t.fallback or nil,
+    admit = t.admit or nil,
+    on_event = t.on_event or nil,
+    driver = driver.default(),
+  }, mt)
+end
+
+_M.run = run.run
+
+-- The same policy on another driver (a virtual clock, nginx...).
+function _M.with_driver(self, d)
+  local ok, err = driver.check(d)
+  if not ok then error("bad argument #1 to 'with_driver' (" .. err .. ")", 2) end
+  local copy = setmetatable({}, mt)
+  for k, v in pairs(self) do copy[k] = v end
+  copy.driver = d
+  return copy
+end
+
+local counters = ffi_new("nres_counters_t")
+local stop_names = run.reasons
+local verdict_names = classify.names
+local reject_names = { [0] = "breaker", "budget", "rate", "concurrency", "draining" }
+
+-- The policy's counters as a table.
+function _M.stats(self)
+  C.nres_policy_counters(self.cp, counters)
+  local s = {
+    calls = tonumber(counters.calls), attempts = tonumber(counters.attempts),
+    retries = tonumber(counters.retries), hedges = tonumber(counters.hedges),
+    abandoned = tonumber(counters.abandoned), fallbacks = tonumber(counters.fallbacks),
+    late = tonumber(counters.late), verdicts = {}, stops = {}, rejects = {},
+  }
+  for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
+  for i = 1, 9 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
+  for i = 0, 4 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
+  local cp = self.cp
+  if cp.budget ~= nil then
+    s.budget = C.nres_budget_level(cp.budget, C.nres_step_now())
+  end
+  if cp.breaker ~= nil then
+    s.breaker = ffi_string(C.nres_breaker_state_name(
+      C.nres_breaker_state(cp.breaker, C.nres_step_now())))
+  end
+  return s
+end
+
+function _M.reset_stats(self) C.nres_policy_counters_reset(self.cp) end
+function _M.drain(self, on) C.nres_policy_drain(self.cp, on == false and 0 or 1) end
+
+return _M

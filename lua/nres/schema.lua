@@ -1,0 +1,388 @@
+-- nres.schema: what a policy table may say, and every way it can be wrong.
+--
+-- check(t) walks a policy table against the schema below and returns the
+-- list of problems, each naming the field path, what was expected and what
+-- was given ("backoff.base: expected a duration in seconds (finite number
+-- >= 0), got -1"), all at once. Unknown keys get the nearest valid name.
+-- The schema is also the documentation: every field has its unit, default
+-- (in policies/default.lua) and meaning in docs/ and README.md.
+local _M = { _VERSION = "0.1.0" }
+
+local type, pairs, ipairs, tostring, format = type, pairs, ipairs, tostring, string.format
+local huge, floor = math.huge, math.floor
+local sort, concat = table.sort, table.concat
+
+-- How a value reads in a message.
+local function describe(v)
+  local t = type(v)
+  if t == "number" then
+    if v ~= v then return "nan" end
+    if v == huge then return "inf" end
+    if v == -huge then return "-inf" end
+    return format("%.14g", v)
+  elseif t == "string" then
+    return format("%q", v)
+  elseif t == "nil" or t == "boolean" then
+    return tostring(v)
+  end
+  return "a " .. t
+end
+_M.describe = describe
+
+local function finite(v) return type(v) == "number" and v == v and v > -huge and v < huge end
+
+-- Value checkers: return nil when fine, else what was expected.
+local function number(lo, lo_open, hi, hi_open, what)
+  return function(v)
+    if finite(v) and (lo == nil or v > lo or (not lo_open and v == lo))
+       and (hi == nil or v < hi or (not hi_open and v == hi)) then
+      return nil
+    end
+    return what
+  end
+end
+
+local function integer(lo, hi)
+  local what = hi and format("an integer from %d to %d", lo, hi)
+               or format("an integer >= %d", lo)
+  return function(v)
+    if finite(v) and v == floor(v) and v >= lo and (hi == nil or v <= hi) then
+      return nil
+    end
+    return what
+  end
+end
+
+local duration = number(0, false, nil, false, "a duration in seconds (finite number >= 0)")
+local positive_duration = number(0, true, nil, false, "a duration in seconds (finite number > 0)")
+local ratio = number(0, true, 1, false, "a ratio in (0, 1]")
+local fraction = number(0, false, 1, true, "a fraction in [0, 1)")
+local open_fraction = number(0, true, 1, true, "a fraction in (0, 1)")
+local non_negative = number(0, false, nil, false, "a finite number >= 0")
+local positive = number(0, true, nil, false, "a finite number > 0")
+
+-- A checker that also accepts false (the feature turned off).
+local function optional(check)
+  return function(v)
+    if v == false then return nil end
+    local what = check(v)
+    return what and what .. " or false"
+  end
+end
+
+local function enum(values)
+  local set, quoted = {}, {}
+  for i, v in ipairs(values) do set[v] = true; quoted[i] = format("%q", v) end
+  local what = "one of " .. concat(quoted, ", ")
+  return function(v) if set[v] then return nil end return what end
+end
+
+local function kind_of(t, what)
+  return function(v) if type(v) == t then return nil end return what end
+end
+
+local verdict = enum { "ok", "transient", "throttled", "permanent" }
+
+-- A section: a table of fields, or false to turn it off, or (for some) a
+-- string naming shared state or a built-in.
+local function section(fields, opts)
+  opts = opts or {}
+  return { fields = fields, off = opts.off ~= false, name = opts.name,
+           what = opts.what }
+end
+
+local quantile_name = function(v)
+  if type(v) == "string" then
+    local q = v:match("^p(%d+%.?%d*)$")
+    q = tonumber(q)
+    if q and q > 0 and q < 100 then return nil end
+  elseif finite(v) and v > 0 then
+    return nil
+  end
+  return 'a latency quantile like "p95" or a fixed delay in seconds (> 0)'
+end
+
+_M.policy = {
+  base = kind_of("string", "a preset name (string)"),
+  attempts = integer(1, 65535),
+  backoff = section({
+    kind = enum { "none", "constant", "linear", "exponential", "decorrelated" },
+    base = duration,
+    factor = number(1, false, nil, false, "a finite number >= 1"),
+    max = duration,
+    jitter = enum { "none", "full", "equal", "decorrelated" },
+    throttled_base = duration,
+  }, { name = { none = true }, what = 'a table, "none" or false' }),
+  deadline = optional(positive_duration),
+  attempt_timeout = optional(positive_duration),
+  ceiling = section {
+    factor = positive,
+    quantile = ratio,
+    floor = duration,
+    min_samples = integer(1),
+  },
+  budget = section({
+    ratio = ratio,
+    min_per_sec = non_negative,
+    capacity = positive,
+  }, { name = "string", what = "a table, a budget name (string) or false" }),
+  breaker = section {
+    consecutive = optional(integer(1)),
+    ratio = optional(ratio),
+    window = positive_duration,
+    buckets = integer(1, 16),
+    min_calls = integer(1),
+    slow_ratio = optional(ratio),
+    slow_call = positive_duration,
+    break_for = positive_duration,
+    break_max = positive_duration,
+    jitter = fraction,
+    probes = integer(1, 255),
+    successes = integer(1, 255),
+  },
+  limiter = section {
+    rate = positive,
+    burst = integer(1, 4294967295),
+    wait = duration,
+    concurrency = integer(1, 4294967295),
+    queue = integer(0, 4294967295),
+    queue_timeout = positive_duration,
+    poll = positive_duration,
+    adaptive = section {
+      min = integer(1, 4294967295),
+      max = integer(1, 4294967295),
+      target = positive_duration,
+      decrease = open_fraction,
+    },
+  },
+  hedge = section {
+    at = quantile_name,
+    max = integer(2, 4),
+    min_samples = integer(1),
+    suppress = ratio,
+  },
+  latency = section {
+    period = positive_duration,
+  },
+  classify = "classify",
+  fallback = optional(kind_of("function", "a function")),
+  admit = optional(kind_of("function", "a function")),
+  on_event = optional(kind_of("function", "a function")),
+  telemetry = kind_of("boolean", "a boolean"),
+  seed = integer(0, 9007199254740991),
+}
+
+local classify_table = {
+  status = "map", errors = "map", patterns = "map", default = verdict,
+}
+
+-- Nearest valid name, for "did you mean".
+local function distance(a, b)
+  local la, lb = #a, #b
+  if math.abs(la - lb) > 2 then return 3 end
+  local prev, cur = {}, {}
+  for j = 0, lb do prev[j] = j end
+  for i = 1, la do
+    cur[0] = i
+    for j = 1, lb do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev, cur = cur, prev
+  end
+  return prev[lb]
+end
+
+local function unknown(problems, path, key, fields)
+  local names, best, best_d = {}, nil, 3
+  for name in pairs(fields) do
+    names[#names + 1] = name
+    local d = distance(key, name)
+    if d < best_d or (d == best_d and best and name < best) then best, best_d = name, d end
+  end
+  sort(names)
+  local hint = best and format('did you mean "%s"?', best)
+               or "valid: " .. concat(names, ", ")
+  problems[#problems + 1] = format("%s: unknown field (%s)", path, hint)
+end
+
+local function join(prefix, key)
+  if type(key) ~= "string" then key = "[" .. describe(key) .. "]" end
+  return prefix == "" and key or prefix .. "." .. key
+end
+
+local check_fields
+
+local function check_value(problems, path, spec, v)
+  if type(spec) == "function" then
+    local what = spec(v)
+    if what then
+      problems[#problems + 1] = format("%s: expected %s, got %s", path, what, describe(v))
+    end
+  elseif spec == "classify" then
+    local t = type(v)
+    if t == "function" then return end
+    if t == "string" then
+      if v ~= "default" and v ~= "http" then
+        problems[#problems + 1] = format(
+          '%s: expected "default", "http", a function or a table, got %s', path, describe(v))
+      end
+      return
+    end
+    if t ~= "table" then
+      problems[#problems + 1] = format(
+        '%s: expected "default", "http", a function or a table, got %s', path, describe(v))
+      return
+    end
+    for k, sub in pairs(v) do
+      local s = classify_table[k]
+      local p = join(path, k)
+      if s == nil then
+        unknown(problems, p, tostring(k), classify_table)
+      elseif s == "map" then
+        if type(sub) ~= "table" then
+          problems[#problems + 1] = format("%s: expected a table of verdicts, got %s", p, describe(sub))
+        else
+          for code, verdict_name in pairs(sub) do
+            local what = verdict(verdict_name)
+            if what then
+              problems[#problems + 1] = format("%s: expected %s, got %s",
+                join(p, code), what, describe(verdict_name))
+            end
+          end
+        end
+      else
+        check_value(problems, p, s, sub)
+      end
+    end
+  else -- section
+    if v == false and spec.off then return end
+    if type(v) == "string" and spec.name then
+      if spec.name == "string" or spec.name[v] then return end
+    end
+    if type(v) ~= "table" then
+      problems[#problems + 1] = format("%s: expected %s, got %s", path,
+        spec.what or "a table or false", describe(v))
+      return
+    end
+    check_fields(problems, path, spec.fields, v)
+  end
+end
+
+check_fields = function(problems, prefix, fields, t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    local spec = fields[k]
+    local path = join(prefix, k)
+    if spec == nil then
+      unknown(problems, path, tostring(k), fields)
+    else
+      check_value(problems, path, spec, t[k])
+    end
+  end
+end
+
+local function secs(v) return format("%.14g s", v) end
+
+-- Rules across fields, on the merged table (only where the fields
+-- themselves were valid, so one mistake is reported once).
+local function check_relations(problems, t)
+  local function ok(v) return finite(v) end
+  if ok(t.attempt_timeout) and ok(t.deadline) and t.attempt_timeout > t.deadline then
+    problems[#problems + 1] = format("attempt_timeout: %s is longer than the deadline (%s)",
+      secs(t.attempt_timeout), secs(t.deadline))
+  end
+  local b = t.backoff
+  if type(b) == "table" then
+    if ok(b.base) and ok(b.max) and b.max < b.base then
+      problems[#problems + 1] = format("backoff.max: expected >= backoff.base (%s), got %s",
+        secs(b.base), describe(b.max))
+    end
+    if b.kind == "decorrelated" and b.jitter ~= nil and b.jitter ~= "none" then
+      problems[#problems + 1] = format(
+        'backoff.jitter: the decorrelated kind has its own jitter; expected "none", got %s',
+        describe(b.jitter))
+    end
+  end
+  local br = t.breaker
+  if type(br) == "table" then
+    if ok(br.break_for) and ok(br.break_max) and br.break_max < br.break_for then
+      problems[#problems + 1] = format("breaker.break_max: expected >= breaker.break_for (%s), got %s",
+        secs(br.break_for), describe(br.break_max))
+    end
+    if not br.consecutive and not br.ratio and not br.slow_ratio then
+      problems[#problems + 1] = "breaker: nothing can trip it; set consecutive, ratio or slow_ratio"
+    end
+    if br.slow_call ~= nil and not br.slow_ratio then
+      problems[#problems + 1] = "breaker.slow_call: has no effect without breaker.slow_ratio"
+    end
+  end
+  local l = t.limiter
+  if type(l) == "table" then
+    if l.rate == nil and l.concurrency == nil then
+      problems[#problems + 1] = "limiter: expected rate (per second) or concurrency, got neither"
+    end
+    for _, k in ipairs { "burst", "wait" } do
+      if l[k] ~= nil and l.rate == nil then
+        problems[#problems + 1] = format("limiter.%s: has no effect without limiter.rate", k)
+      end
+    end
+    for _, k in ipairs { "queue", "queue_timeout", "poll", "adaptive" } do
+      if l[k] ~= nil and l[k] ~= false and l.concurrency == nil then
+        problems[#problems + 1] = format("limiter.%s: has no effect without limiter.concurrency", k)
+      end
+    end
+    if (l.queue or 0) > 0 and l.queue_timeout == nil then
+      problems[#problems + 1] = "limiter.queue_timeout: a queue needs a timeout (seconds > 0)"
+    end
+    local a = l.adaptive
+    if type(a) == "table" then
+      if a.target == nil then
+        problems[#problems + 1] = "limiter.adaptive.target: expected a duration in seconds (finite number > 0), got nil"
+      end
+      local lo, hi, start = a.min or 1, a.max, l.concurrency
+      if ok(lo) and ok(hi) and hi < lo then
+        problems[#problems + 1] = format("limiter.adaptive.max: expected >= limiter.adaptive.min (%d), got %s",
+          lo, describe(hi))
+      elseif ok(start) and ((ok(hi) and start > hi) or (ok(lo) and start < lo)) then
+        problems[#problems + 1] = format("limiter.concurrency: the adaptive start %d is outside [%s, %s]",
+          start, describe(lo), describe(hi or 1000))
+      end
+    end
+  end
+  local h = t.hedge
+  if type(h) == "table" then
+    if h.at == nil then
+      problems[#problems + 1] = 'hedge.at: expected a latency quantile like "p95" or a fixed delay in seconds (> 0), got nil'
+    elseif type(h.at) == "string" and t.latency == false then
+      problems[#problems + 1] = format(
+        "hedge.at: %s needs a latency source, but latency = false", describe(h.at))
+    end
+  end
+  local c = t.ceiling
+  if type(c) == "table" and t.latency == false then
+    problems[#problems + 1] = "ceiling: a measured attempt ceiling needs a latency source, but latency = false"
+  end
+  if type(br) == "table" and br.slow_ratio and br.slow_call == nil and t.latency == false then
+    problems[#problems + 1] = "breaker.slow_ratio: without slow_call the slow threshold is measured, but latency = false"
+  end
+end
+
+-- All problems of a merged policy table, in a stable order.
+function _M.check(t)
+  local problems = {}
+  if type(t) ~= "table" then
+    return { "policy: expected a table or a preset name, got " .. describe(t) }
+  end
+  check_fields(problems, "", _M.policy, t)
+  check_relations(problems, t)
+  return problems
+end
+
+-- Sections merged key by key when a policy extends a base.
+_M.sections = { backoff = true, ceiling = true, budget = true, breaker = true,
+                limiter = true, hedge = true, latency = true }
+
+return _M

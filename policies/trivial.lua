@@ -1,0 +1,6 @@
+-- trivial: three attempts at once, nothing else (no delay, no time bounds).
+return {
+  base = "none",
+  attempts = 3,
+  telemetry = true,
+}

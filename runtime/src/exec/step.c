@@ -1,0 +1,78 @@
+/* step.c - the pull API again, shaped for bindings such as LuaJIT's FFI.
+ *
+ * LuaJIT boxes every 64-bit integer and every struct returned by value into
+ * a fresh cdata, which is garbage on a hot path. These wrappers take time
+ * as double nanoseconds and the verdict as scalars, and write the action
+ * into a caller-owned nres_step_t made of ints and doubles only, which Lua
+ * reads as plain numbers. A double holds nanoseconds exactly for 104 days
+ * of uptime and to within 256 ns for Unix-epoch times: far below anything
+ * a decision depends on.
+ */
+#include <time.h>
+
+#include "internal.h"
+
+static nres_time_t from_ns(double ns) {
+  return nres__time_from_double(ns);
+}
+
+static double to_ns(nres_time_t t) {
+  return t == NRES_TIME_NEVER ? -1.0 : (double) t;
+}
+
+static int fill(nres_step_t *out, const nres_call_t *call, nres_action_t a) {
+  out->kind = a.kind;
+  out->slot = a.slot;
+  out->hedge = a.hedge;
+  out->stop = a.stop;
+  out->cancel = a.cancel;
+  out->fallback = a.fallback;
+  out->attempt = a.attempt;
+  out->at = to_ns(a.at);
+  out->resume_at = to_ns(call->resume_at);
+  return a.kind;
+}
+
+int nres_step_begin(nres_call_t *call, nres_policy_t *policy, double now,
+                    double inbound, nres_step_t *out) {
+  nres_time_t in = inbound < 0 ? NRES_TIME_NEVER : from_ns(inbound);
+  return fill(out, call,
+              nres_call_begin_within(call, policy, from_ns(now), in));
+}
+
+int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind,
+                     int flags, double retry_after, nres_step_t *out) {
+  nres_verdict_t v = nres_verdict(kind);
+  v.flags = (uint8_t) (flags & ~NRES_VF_RETRY_AFTER);
+  if (retry_after >= 0) {
+    v.flags |= NRES_VF_RETRY_AFTER;
+    v.retry_after = from_ns(retry_after);
+  }
+  return fill(out, call, nres_call_report(call, slot, from_ns(now), v));
+}
+
+int nres_step_resume(nres_call_t *call, double now, nres_step_t *out) {
+  return fill(out, call, nres_call_resume(call, from_ns(now)));
+}
+
+int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out) {
+  return fill(out, call, nres_call_cancel(call, from_ns(now)));
+}
+
+double nres_step_now(void) {
+  return (double) nres_clock_now();
+}
+
+void nres_step_sleep(double ns) {
+  nres_time_t until;
+
+  if (!(ns > 0))
+    return;
+  until = nres_time_add(nres_clock_now(), from_ns(ns));
+  for (nres_time_t now = nres_clock_now(); now < until; now = nres_clock_now()) {
+    struct timespec ts;
+    ts.tv_sec = (time_t) ((until - now) / NRES_SEC);
+    ts.tv_nsec = (long) ((until - now) % NRES_SEC);
+    nanosleep(&ts, NULL);
+  }
+}

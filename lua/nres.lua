@@ -30,7 +30,8 @@ local _M = {
 -- default) or a preset name ("none", "trivial", "default", "http",
 -- "gateway", "batch"). Raises error(msg, 2) naming every problem.
 function _M.policy(spec)
-  return policy.new(spec, 2)
+  local p = policy.new(spec, 2)   -- not a tail call: keeps error levels right
+  return p
 end
 
 -- nres.budget(name, { ratio, min_per_sec, capacity }): declare a named

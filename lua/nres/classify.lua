@@ -113,8 +113,8 @@ end
 
 local function verdict_of(v, ra, where)
   local kind = kinds[v]
-  if kind == nil or kind == 4 then
-    error(format('nres: %s returned %s; expected "ok", "transient", "throttled" or "permanent"',
+  if kind == nil then
+    error(format('nres: %s returned %s; expected "ok", "transient", "throttled", "permanent" or "canceled"',
       where, type(v) == "string" and format("%q", v) or tostring(v)), 0)
   end
   if ra ~= nil then

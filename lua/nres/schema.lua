@@ -81,7 +81,7 @@ local function kind_of(t, what)
   return function(v) if type(v) == t then return nil end return what end
 end
 
-local verdict = enum { "ok", "transient", "throttled", "permanent" }
+local verdict = enum { "ok", "transient", "throttled", "permanent", "canceled" }
 
 -- A section: a table of fields, or false to turn it off, or (for some) a
 -- string naming shared state or a built-in.
@@ -207,7 +207,7 @@ local function unknown(problems, path, key, fields)
 end
 
 local function join(prefix, key)
-  if type(key) ~= "string" then key = "[" .. describe(key) .. "]" end
+  if type(key) ~= "string" then return prefix .. "[" .. describe(key) .. "]" end
   return prefix == "" and key or prefix .. "." .. key
 end
 
@@ -289,8 +289,9 @@ local function secs(v) return format("%.14g s", v) end
 -- Rules across fields, on the merged table (only where the fields
 -- themselves were valid, so one mistake is reported once).
 local function check_relations(problems, t)
-  local function ok(v) return finite(v) end
-  if ok(t.attempt_timeout) and ok(t.deadline) and t.attempt_timeout > t.deadline then
+  local function ok(v) return finite(v) and v >= 0 end
+  local function pos(v) return finite(v) and v > 0 end
+  if pos(t.attempt_timeout) and pos(t.deadline) and t.attempt_timeout > t.deadline then
     problems[#problems + 1] = format("attempt_timeout: %s is longer than the deadline (%s)",
       secs(t.attempt_timeout), secs(t.deadline))
   end

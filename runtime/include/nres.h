@@ -308,6 +308,9 @@ NRES_EXTERN int nres_budget_init(nres_budget_t *budget, double ratio,
 NRES_EXTERN void nres_budget_deposit(nres_budget_t *budget);
 /* Take one token for a retry or hedge: 0 if allowed, NRES_EBUDGET if not. */
 NRES_EXTERN int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
+/* Give back a token spent on a retry that never started (refused by a
+ * gate, canceled during its backoff). */
+NRES_EXTERN void nres_budget_refund(nres_budget_t *budget);
 /* Tokens available now (floor credit included), for telemetry. */
 NRES_EXTERN double nres_budget_level(nres_budget_t *budget, nres_time_t now);
 
@@ -702,7 +705,7 @@ struct nres_attempt_s {
 
 typedef enum {
   NRES_ATTEMPT = 0,             /* run an attempt in `slot` */
-  NRES_WAIT = 1,                /* wait until `until`, or for an attempt
+  NRES_WAIT = 1,                /* wait until `at`, or for an attempt
                                    in flight to end */
   NRES_DONE = 2                 /* the call is over: see `stop` */
 } nres_action_kind_t;
@@ -757,7 +760,11 @@ struct nres_call_s {
   uint16_t hedges;
   uint8_t queued;               /* 1: waiting in the bulkhead's queue */
   uint8_t seeded;               /* 1: rng is seeded */
-  uint32_t reserved_;
+  uint8_t charged;              /* 1: a budget token is held for the retry
+                                   about to start */
+  uint8_t throttled;            /* 1: the dependency asked us to slow
+                                   down: no more hedges */
+  uint16_t reserved_;
   nres_time_t queue_end;        /* when a queued wait gives up */
   nres_verdict_t last;          /* the last verdict reported */
   nres_backoff_state_t backoff;
@@ -784,12 +791,13 @@ NRES_EXTERN nres_action_t nres_call_begin_within(nres_call_t *call,
                                                  nres_time_t now,
                                                  nres_time_t inbound);
 /* The attempt in `slot` ended with `verdict`. A report for a slot with no
- * attempt in flight (late, or abandoned) changes nothing, is counted as
- * late, and returns the pending action again. */
+ * attempt in flight (late, or abandoned), or with a verdict kind out of
+ * range (misuse), changes nothing, is counted as late, and returns the
+ * pending action again. */
 NRES_EXTERN nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
                                            nres_time_t now,
                                            nres_verdict_t verdict);
-/* A WAIT's time came, or an ATTEMPT's `until` (hedge) time. */
+/* A WAIT's time came, or call->resume_at (a hedge time) after an ATTEMPT. */
 NRES_EXTERN nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now);
 /* The caller gives up: every permit is released, nothing counts as a
  * failure, and DONE with NRES_STOP_CANCELED comes back (with the slots to

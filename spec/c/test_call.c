@@ -680,6 +680,114 @@ static void unbuilt_policy_and_bad_slot_are_misuse(void **state) {
   assert_int_equal(a.stop, NRES_STOP_OK);
 }
 
+static void queued_call_does_not_drain_the_rate_limiter(void **state) {
+  nres_policy_t p;
+  nres_ratelimit_t rl;
+  nres_bulkhead_t bh;
+  nres_bulkhead_config_t cfg;
+  nres_call_t a_call, b_call, c_call;
+  nres_action_t a, b, c;
+  (void) state;
+
+  trivial(&p);
+  assert_int_equal(nres_ratelimit_init(&rl, 10, 5), 0);
+  nres_bulkhead_config_init(&cfg);
+  cfg.limit = 1;
+  cfg.queue = 1;
+  cfg.queue_timeout = 1 * SEC;
+  cfg.poll = 1 * MS;
+  assert_int_equal(nres_bulkhead_init(&bh, &cfg), 0);
+  p.ratelimit = &rl;
+  p.bulkhead = &bh;
+  build(&p);
+  a = nres_call_begin(&a_call, &p, 0);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  b = nres_call_begin(&b_call, &p, 0);
+  for (int i = 0; i < 10; i++) {   /* B polls ten times while A runs */
+    assert_int_equal(b.kind, NRES_WAIT);
+    b = nres_call_resume(&b_call, b.at);
+  }
+  a = nres_call_report(&a_call, a.slot, 11 * MS, ok());
+  b = nres_call_resume(&b_call, b.at);
+  assert_int_equal(b.kind, NRES_ATTEMPT);
+  b = nres_call_report(&b_call, b.slot, 12 * MS, ok());
+  /* Two of five burst admissions used: a third caller still gets in. */
+  c = nres_call_begin(&c_call, &p, 12 * MS);
+  assert_int_equal(c.kind, NRES_ATTEMPT);
+}
+
+static void refused_retry_gives_its_budget_token_back(void **state) {
+  nres_policy_t p;
+  nres_budget_t budget;
+  nres_breaker_t br;
+  nres_breaker_config_t cfg;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  assert_int_equal(nres_budget_init(&budget, 0.1, 0, 5), 0);
+  nres_breaker_config_init(&cfg);
+  cfg.consecutive = 1;
+  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
+  p.budget = &budget;
+  p.breaker = &br;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());   /* trips it */
+  assert_int_equal(a.stop, NRES_STOP_CIRCUIT);
+  assert_int_equal(call.retries, 0);
+  assert_int_equal(counters(&p).retries, 0);
+  assert_true(nres_budget_level(&budget, 0) == 5.0);
+  /* Canceled during the backoff: the token comes back too. */
+  nres_breaker_reset(&br);
+  p.backoff.kind = NRES_BACKOFF_CONSTANT;
+  p.backoff.base = p.backoff.max = 1 * SEC;
+  build(&p);
+  cfg.consecutive = 10;
+  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(nres_budget_level(&budget, 0) == 4.0);
+  a = nres_call_cancel(&call, 1);
+  assert_true(nres_budget_level(&budget, 0) == 5.0);
+}
+
+static void throttled_answer_stops_further_hedges(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a, h;
+  nres_verdict_t throttled = nres_verdict(NRES_THROTTLED);
+  (void) state;
+
+  trivial(&p);
+  p.hedge.max = 2;
+  p.hedge.delay = 10 * MS;
+  build(&p);
+  throttled.flags = NRES_VF_RETRY_AFTER;
+  throttled.retry_after = 5 * SEC;
+  a = nres_call_begin(&call, &p, 0);
+  h = nres_call_resume(&call, 10 * MS);
+  assert_int_equal(h.kind, NRES_ATTEMPT);
+  a = nres_call_report(&call, h.slot, 11 * MS, throttled);
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(call.resume_at == NRES_TIME_NEVER);   /* no new hedge */
+  assert_int_equal(nres_call_resume(&call, 21 * MS).kind, NRES_WAIT);
+  assert_int_equal(call.attempts, 2);
+}
+
+static void draining_also_stops_passthrough_policies(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_NONE), 0);
+  build(&p);
+  nres_policy_drain(&p, 1);
+  assert_int_equal(nres_call_begin(&call, &p, 0).stop, NRES_STOP_DRAINING);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(passthrough_is_one_attempt_without_bookkeeping),
@@ -708,6 +816,10 @@ int main(void) {
     cmocka_unit_test(events_reach_the_listener),
     cmocka_unit_test(measured_ceiling_follows_latency_with_a_floor),
     cmocka_unit_test(unbuilt_policy_and_bad_slot_are_misuse),
+    cmocka_unit_test(queued_call_does_not_drain_the_rate_limiter),
+    cmocka_unit_test(refused_retry_gives_its_budget_token_back),
+    cmocka_unit_test(throttled_answer_stops_further_hedges),
+    cmocka_unit_test(draining_also_stops_passthrough_policies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

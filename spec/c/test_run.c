@@ -109,6 +109,28 @@ static void backoff_really_sleeps(void **state) {
               5 * NRES_MSEC);
 }
 
+static void passthrough_leaves_a_fully_described_call(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  job_t job = { 0, 0, NRES_OK, { 0, 0, 0, 0 } };
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_NONE), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  memset(&call, 0xaa, sizeof(call));
+  assert_int_equal(nres_run(&p, job_fn, &job, &call), 0);
+  assert_int_equal(call.attempts, 1);
+  assert_int_equal(call.retries, 0);
+  assert_int_equal(call.hedges, 0);
+  assert_true(call.deadline == NRES_TIME_NEVER);
+  assert_true(nres_call_remaining(&call, 5) == NRES_TIME_NEVER);
+  assert_int_equal(nres_call_log(&call, 0)->number, 1);
+  assert_int_equal(nres_call_log(&call, 0)->kind, NRES_OK);
+  nres_policy_drain(&p, 1);
+  assert_int_equal(nres_run(&p, job_fn, &job, &call), NRES_EDRAINING);
+  assert_int_equal(job.calls, 1);
+}
+
 /* ----------------------------------------------------------- allocations */
 
 static nres_verdict_t always_ok(void *arg, const nres_attempt_t *attempt) {
@@ -166,6 +188,7 @@ int main(void) {
     cmocka_unit_test(misuse_never_calls_the_function),
     cmocka_unit_test(attempt_learns_its_deadline_and_time_left),
     cmocka_unit_test(backoff_really_sleeps),
+    cmocka_unit_test(passthrough_leaves_a_fully_described_call),
     cmocka_unit_test(million_calls_allocate_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,7 +26,9 @@ extern "C" {
 typedef struct nres_uv_s nres_uv_t;
 
 /* Start an attempt; report it later with the token. May report at once
- * (nres_uv_complete inside the callback). */
+ * (nres_uv_complete inside the callback). Callbacks may complete, cancel
+ * or (from done_cb) start calls; nothing else of the request is touched
+ * after a callback changes its state. */
 typedef void (*nres_uv_attempt_cb)(nres_uv_t *req, uint32_t token,
                                    const nres_attempt_t *attempt);
 /* The attempt with this token is no longer wanted (timed out, lost to a
@@ -51,10 +53,11 @@ struct nres_uv_s {
   uv_timer_t attempt_timer[NRES_MAX_INFLIGHT];
   uint32_t token[NRES_MAX_INFLIGHT];  /* attempt in each slot; 0 = none */
   uint32_t serial;
+  uint32_t generation;                /* bumped by every start and end */
   uint8_t active;
   uint8_t done_pending;               /* DONE deferred to the loop */
   uint8_t closing;                    /* timers still closing */
-  uint8_t reserved_;
+  uint8_t closed;                     /* nres_uv_close was called */
 };
 
 /* Initialise the request's timers on `loop`. */
@@ -77,7 +80,8 @@ NRES_EXTERN int nres_uv_complete(nres_uv_t *req, uint32_t token,
 /* Give up the running call: attempts are abandoned, done_cb runs with
  * NRES_ECANCELED before this returns. NRES_ESTATE if nothing runs. */
 NRES_EXTERN int nres_uv_cancel(nres_uv_t *req);
-/* Close the timers (a running call is canceled first, without done_cb).
+/* Close the timers for good (a running call is canceled first, without
+ * done_cb; a later start is NRES_EINVAL; closing twice does nothing).
  * close_cb (may be NULL) runs once they are all closed. */
 NRES_EXTERN void nres_uv_close(nres_uv_t *req, nres_uv_close_cb close_cb);
 

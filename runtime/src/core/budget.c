@@ -139,6 +139,12 @@ int nres_budget_spend(nres_budget_t *budget, nres_time_t now) {
   return NRES_EBUDGET;
 }
 
+void nres_budget_refund(nres_budget_t *budget) {
+  /* The token was spent on an attempt that never started. */
+  add_tokens(budget, MICRO);
+  nres__sub(&budget->spent, 1);
+}
+
 double nres_budget_level(nres_budget_t *budget, nres_time_t now) {
   nres_time_t r;
   int64_t t;

@@ -6,13 +6,17 @@
  * A call needs two clock reads (its start and its attempt's end), and
  * clock_gettime costs ~30 ns in a VM: as much as the rest of the call. So
  * on x86-64, when the kernel itself keeps time with the TSC (clocksource
- * "tsc", invariant TSC), the clock counts TSC ticks instead, scaled to ns.
- * The scale is learned without a busy wait: the first read pairs a TSC
- * value with CLOCK_MONOTONIC, reads keep using clock_gettime until 50 ms
- * have passed, and the next read pairs them again and derives ticks per ns
- * from the interval (error ~1e-6). From then on the clock continues from
- * that pair, so it never jumps backwards at the switch. NRES_CLOCK=monotonic
- * in the environment keeps clock_gettime.
+ * "tsc"), the clock counts TSC ticks instead, scaled to ns. The scale is
+ * learned without a busy wait: the first read pairs a TSC value with
+ * CLOCK_MONOTONIC, reads keep using clock_gettime until 50 ms have passed,
+ * and the next read pairs them again and derives ns per tick from the
+ * interval. Each pair brackets the TSC read between two clock_gettime
+ * calls (retried when they are far apart), after a warm-up call, so the
+ * scale is off by a few ppm, not hundreds. From then on the clock
+ * continues from the second pair: it never jumps backwards at the switch.
+ * There is no later recalibration: over an hour it may drift a few ms from
+ * CLOCK_MONOTONIC, which no decision here notices (they use differences);
+ * NRES_CLOCK=monotonic in the environment keeps clock_gettime.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,15 +34,15 @@
 #endif
 
 #define CALIBRATION_SPAN (50 * NRES_MSEC)
+#define PAIR_TOLERANCE (2 * NRES_USEC)
 
 enum { TSC_UNKNOWN = 0, TSC_CALIBRATING, TSC_SWITCHING, TSC_READY, TSC_OFF };
 
-static struct {
-  atomic_int state;
-  uint64_t tsc0;        /* a TSC value ... */
-  nres_time_t ns0;      /* ... and CLOCK_MONOTONIC at the same moment */
-  uint64_t mult;        /* ns per tick, 32.32 fixed point */
-} tsc;
+static atomic_int tsc_state;
+/* The first pair, written once before TSC_CALIBRATING is published. */
+static atomic_uint_fast64_t first_tsc, first_ns;
+/* The scale, written by the switching thread, published by TSC_READY. */
+static uint64_t base_tsc, base_ns, mult;   /* mult: ns per tick, 32.32 */
 
 static nres_time_t monotonic(void) {
   struct timespec ts;
@@ -64,55 +68,73 @@ static int kernel_trusts_tsc(void) {
   return strncmp(name, "tsc", 3) == 0 && (name[3] == '\n' || name[3] == '\0');
 }
 
-/* Slow path: before the scale is known. One thread at a time calibrates;
- * the others read CLOCK_MONOTONIC meanwhile. */
+/* A TSC value and the CLOCK_MONOTONIC time of the same moment: the TSC
+ * read bracketed by two clock reads, the pair taken at their midpoint. */
+static void pair(uint64_t *ticks, nres_time_t *ns) {
+  for (int tries = 0;; tries++) {
+    nres_time_t before = monotonic();
+    uint64_t t = __rdtsc();
+    nres_time_t after = monotonic();
+    if (after - before <= PAIR_TOLERANCE || tries == 8) {
+      *ticks = t;
+      *ns = before + (after - before) / 2;
+      return;
+    }
+  }
+}
+
+/* Slow path: before the scale is known. One thread at a time moves the
+ * state on; the others read CLOCK_MONOTONIC meanwhile. */
 static nres_time_t calibrate(int state) {
-  nres_time_t now;
-  uint64_t ticks;
+  uint64_t ticks, t0;
+  nres_time_t now, n0;
 
   if (state == TSC_UNKNOWN) {
     int expected = TSC_UNKNOWN;
-    if (!atomic_compare_exchange_strong(&tsc.state, &expected, TSC_OFF))
+    if (!atomic_compare_exchange_strong(&tsc_state, &expected, TSC_OFF))
       return monotonic();
     if (!kernel_trusts_tsc())
       return monotonic();   /* stays OFF */
-    tsc.tsc0 = __rdtsc();
-    tsc.ns0 = monotonic();
-    atomic_store_explicit(&tsc.state, TSC_CALIBRATING, memory_order_release);
-    return tsc.ns0;
+    monotonic();            /* warm-up: the first call is slow */
+    pair(&ticks, &now);
+    atomic_store_explicit(&first_tsc, ticks, memory_order_relaxed);
+    atomic_store_explicit(&first_ns, now, memory_order_relaxed);
+    atomic_store_explicit(&tsc_state, TSC_CALIBRATING, memory_order_release);
+    return now;
   }
   now = monotonic();
-  if (state != TSC_CALIBRATING || now - tsc.ns0 < CALIBRATION_SPAN)
+  if (state != TSC_CALIBRATING)
+    return now;
+  n0 = atomic_load_explicit(&first_ns, memory_order_relaxed);
+  if (now - n0 < CALIBRATION_SPAN)
     return now;
   {
     int expected = TSC_CALIBRATING;
-    /* Claim the switch; others read CLOCK_MONOTONIC while it is made. */
-    if (!atomic_compare_exchange_strong(&tsc.state, &expected, TSC_SWITCHING))
+    if (!atomic_compare_exchange_strong(&tsc_state, &expected, TSC_SWITCHING))
       return now;
   }
-  ticks = __rdtsc();
-  now = monotonic();
-  if (ticks <= tsc.tsc0 || now <= tsc.ns0) {
-    atomic_store_explicit(&tsc.state, TSC_OFF, memory_order_release);
+  t0 = atomic_load_explicit(&first_tsc, memory_order_relaxed);
+  pair(&ticks, &now);
+  if (ticks <= t0 || now <= n0) {
+    atomic_store_explicit(&tsc_state, TSC_OFF, memory_order_release);
     return now;
   }
-  tsc.mult = (uint64_t) (((unsigned __int128) (now - tsc.ns0) << 32) /
-                         (ticks - tsc.tsc0));
-  tsc.tsc0 = ticks;
-  tsc.ns0 = now;
-  atomic_store_explicit(&tsc.state, TSC_READY, memory_order_release);
+  mult = (uint64_t) (((unsigned __int128) (now - n0) << 32) / (ticks - t0));
+  base_tsc = ticks;
+  base_ns = now;
+  atomic_store_explicit(&tsc_state, TSC_READY, memory_order_release);
   return now;
 }
 #endif
 
 nres_time_t nres_clock_now(void) {
 #if HAVE_TSC
-  int state = atomic_load_explicit(&tsc.state, memory_order_acquire);
+  int state = atomic_load_explicit(&tsc_state, memory_order_acquire);
   if (__builtin_expect(state == TSC_READY, 1)) {
-    uint64_t ticks = __rdtsc() - tsc.tsc0;
+    uint64_t ticks = __rdtsc() - base_tsc;
     if (ticks < (UINT64_C(1) << 62))   /* a TSC going back reads as huge */
-      return tsc.ns0 + (nres_time_t) (((unsigned __int128) ticks * tsc.mult) >> 32);
-    return tsc.ns0;
+      return base_ns + (nres_time_t) (((unsigned __int128) ticks * mult) >> 32);
+    return base_ns;
   }
   if (state != TSC_OFF)
     return calibrate(state);

@@ -99,10 +99,11 @@ static uint64_t quantile_samples(nres_policy_t *p, nres_time_t now) {
     nres__store(&p->quantile_hedge,
                 nres_estimator_quantile(p->estimator, now, p->hedge.quantile,
                                         NULL));
-    nres__store(&p->quantile_samples, samples);
+    /* Published last: whoever sees the count sees its quantiles. */
+    atomic_store_explicit(&p->quantile_samples, samples, memory_order_release);
     return samples;
   }
-  return nres__load(&p->quantile_samples);
+  return atomic_load_explicit(&p->quantile_samples, memory_order_acquire);
 }
 
 static nres_time_t scaled(uint64_t value, double factor) {
@@ -143,8 +144,12 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
   a.fallback = 0;
   a.attempt = call->attempts;
   a.at = NRES_TIME_NEVER;
-  if (__builtin_expect(call->inflight | call->queued, 0)) {
+  if (__builtin_expect(call->inflight | call->queued | call->charged, 0)) {
     unsigned slot;
+    if (call->charged) {   /* the retry it paid for never started */
+      nres_budget_refund(p->budget);
+      call->charged = 0;
+    }
     for (slot = 0; call->inflight; slot++)
       if (call->inflight & (1u << slot))
         abandon(call, slot, now);
@@ -161,7 +166,8 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
     COUNT(p, n_fallbacks);
   }
   COUNT(p, n_stops[stop]);
-  EMIT(call, NRES_EV_DONE, stop, call->attempts, now, now - call->start);
+  EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
+       nres_time_sub(now, call->start));
   return a;
 }
 
@@ -208,7 +214,7 @@ static nres_time_t next_hedge(nres_call_t *call, nres_time_t now) {
   nres_policy_t *p = call->policy;
   nres_time_t delay = p->hedge.delay;
 
-  if (!(p->private_flags & NRES__F_HEDGE) ||
+  if (!(p->private_flags & NRES__F_HEDGE) || call->throttled ||
       inflight_count(call) >= p->hedge.max || call->attempts >= p->attempts)
     return NRES_TIME_NEVER;
   if (delay == 0) {
@@ -248,7 +254,9 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
   nres_policy_t *p = call->policy;
   nres_time_t retry_after;
 
-  if (p->ratelimit != NULL &&
+  /* A call queued for the bulkhead was admitted by the rate limiter
+   * already: polling again must not take more admissions. */
+  if (p->ratelimit != NULL && !call->queued &&
       nres_ratelimit_acquire(p->ratelimit, now, &retry_after) != 0) {
     if (hedge)
       return *refusal = skip(call, skipped), 0;
@@ -349,6 +357,10 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
     call->hedges++;
     COUNT(p, n_hedges);
     EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
+  } else if (number > 1) {
+    call->charged = 0;   /* the token is now used */
+    call->retries++;
+    COUNT(p, n_retries);
   }
 
   call->phase = PHASE_RUNNING;
@@ -384,6 +396,8 @@ nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
   call->hedges = 0;
   call->queued = 0;
   call->seeded = 0;
+  call->charged = 0;
+  call->throttled = 0;
   call->last = nres_verdict(NRES_OK);
 
   if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC) {
@@ -391,7 +405,9 @@ nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
     return pending(call);
   }
 
-  if (policy->private_flags & NRES__F_PASSTHROUGH && inbound == NRES_TIME_NEVER) {
+  if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
+      inbound == NRES_TIME_NEVER &&
+      !atomic_load_explicit(&policy->draining, memory_order_relaxed)) {
     nres_action_t a;
     call->deadline = NRES_TIME_NEVER;
     call->resume_at = NRES_TIME_NEVER;
@@ -452,12 +468,14 @@ static nres_action_t retry(nres_call_t *call, nres_time_t now,
                             v, call_rng(call));
   if (delay > 0 && nres_time_add(now, delay) >= call->deadline)
     return done(call, now, NRES_STOP_DEADLINE);
-  /* Self-imposed refusals neither spend nor deposit. */
-  if (p->budget != NULL && !(v->flags & NRES_VF_SELF) &&
-      nres_budget_spend(p->budget, now) != 0)
-    return reject(call, now, NRES_REJECT_BUDGET, NRES_STOP_BUDGET);
-  call->retries++;
-  COUNT(p, n_retries);
+  /* Self-imposed refusals neither spend nor deposit. The token is taken
+   * now, before the wait, so an empty budget ends the call at once; it is
+   * given back if the retry never starts. */
+  if (p->budget != NULL && !(v->flags & NRES_VF_SELF)) {
+    if (nres_budget_spend(p->budget, now) != 0)
+      return reject(call, now, NRES_REJECT_BUDGET, NRES_STOP_BUDGET);
+    call->charged = 1;
+  }
   EMIT(call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
   if (delay == 0)
     return admit_next(call, now);
@@ -531,6 +549,8 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     case NRES_PERMANENT:
       return done(call, now, NRES_STOP_PERMANENT);
   }
+  if (kind == NRES_THROTTLED || (verdict.flags & NRES_VF_RETRY_AFTER))
+    call->throttled = 1;   /* asked to slow down: no more hedges */
   if (call->inflight) {
     /* Others still run: wait for them, and for the next hedge if due. */
     if (call->resume_at == NRES_TIME_NEVER)
@@ -557,12 +577,24 @@ int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
                                                     : NRES_TRANSIENT;
 
   call->policy = policy;
+  call->start = 0;   /* a passthrough reads no clock */
+  call->deadline = NRES_TIME_NEVER;
+  call->resume_at = NRES_TIME_NEVER;
   call->phase = PHASE_DONE;
   call->stop = stop_of[kind];
   call->inflight = 0;
   call->fallback = 0;
   call->attempts = 1;
+  call->retries = 0;
+  call->hedges = 0;
+  call->queued = 0;
+  call->seeded = 0;
+  call->charged = 0;
+  call->throttled = 0;
   call->last = verdict;
+  call->log[0] = (nres_attempt_rec_t) {
+    0, 0, 1, 0, 0, (uint8_t) kind, verdict.flags, 0
+  };
   return errors[error_of[kind]];
 }
 

@@ -35,8 +35,9 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
       policy->private_magic != NRES__POLICY_MAGIC)
     return NRES_EINVAL;
 
-  /* A passthrough is one attempt and nothing else. */
-  if (policy->private_flags & NRES__F_PASSTHROUGH)
+  /* A passthrough is one attempt and nothing else (unless draining). */
+  if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
+      !atomic_load_explicit(&policy->draining, memory_order_relaxed))
     return nres__call_passthrough(call, policy,
                                   fn(arg, &nres__passthrough_attempt));
 

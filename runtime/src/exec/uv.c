@@ -36,6 +36,7 @@ static void on_resume(uv_timer_t *timer) {
   if (req->done_pending) {
     req->done_pending = 0;
     req->active = 0;
+    req->generation++;
     req->done_cb(req, nres_stop_error(req->call.stop));
     return;
   }
@@ -59,8 +60,14 @@ static void on_attempt_timeout(uv_timer_t *timer) {
     return;
   }
   req->token[slot] = 0;
-  if (req->abandon_cb != NULL)
+  if (req->abandon_cb != NULL) {
+    uint32_t generation = req->generation;
     req->abandon_cb(req, token);
+    /* The callback may have ended this call (cancel, close, a sibling's
+     * completion) or even started another: then this timeout is stale. */
+    if (!req->active || req->generation != generation)
+      return;
+  }
   v.flags = NRES_VF_TIMEOUT;
   v.code = NRES_ETIMEDOUT;
   dispatch(req, nres_call_report(&req->call, slot, now, v), now);
@@ -81,6 +88,7 @@ static void finish(nres_uv_t *req, nres_action_t act) {
   unsigned slot;
 
   req->active = 0;
+  req->generation++;
   uv_timer_stop(&req->resume_timer);
   for (slot = 0; slot < NRES_MAX_INFLIGHT; slot++) {
     tokens[slot] = req->token[slot];
@@ -151,7 +159,7 @@ int nres_uv_start(nres_uv_t *req, nres_policy_t *policy, nres_time_t inbound,
 
   if (req == NULL || policy == NULL || attempt_cb == NULL || done_cb == NULL ||
       policy->private_magic != NRES__POLICY_MAGIC || req->loop == NULL ||
-      req->closing)
+      req->closed)
     return NRES_EINVAL;
   if (req->active)
     return NRES_EBUSY;
@@ -159,6 +167,7 @@ int nres_uv_start(nres_uv_t *req, nres_policy_t *policy, nres_time_t inbound,
   req->abandon_cb = abandon_cb;
   req->done_cb = done_cb;
   req->active = 1;
+  req->generation++;
   now = nres_clock_now();
   act = nres_call_begin_within(&req->call, policy, now, inbound);
   if (act.kind == NRES_DONE) {
@@ -198,6 +207,7 @@ int nres_uv_cancel(nres_uv_t *req) {
     req->done_pending = 0;
     uv_timer_stop(&req->resume_timer);
     req->active = 0;
+    req->generation++;
     req->done_cb(req, nres_stop_error(req->call.stop));
     return 0;
   }
@@ -216,6 +226,9 @@ static void on_timer_closed(uv_handle_t *handle) {
 void nres_uv_close(nres_uv_t *req, nres_uv_close_cb close_cb) {
   unsigned slot;
 
+  if (req->closed)
+    return;   /* closing twice would close the timers twice */
+  req->closed = 1;
   if (req->active) {
     nres_action_t act = nres_call_cancel(&req->call, nres_clock_now());
     req->done_pending = 0;

@@ -8,6 +8,7 @@
 -- limiters, bulkheads) is referenced from the Lua object so the collector
 -- keeps it alive as long as the policy.
 local ffi = require "ffi"
+local bit = require "bit"
 local cdef = require "nres.cdef"
 local schema = require "nres.schema"
 local classify = require "nres.classify"
@@ -44,6 +45,7 @@ do
     if f then f:close(); presets_dir = dir; break end
   end
   _M.presets_tried = candidates
+  _M.presets_dir = presets_dir
 end
 
 local preset_cache = {}
@@ -296,6 +298,8 @@ function _M.new(spec, level)
     admit = t.admit or nil,
     on_event = t.on_event or nil,
     driver = driver.default(),
+    -- Built as a passthrough (flag 1) and nothing Lua-side to run either.
+    passthrough = bit.band(cp.private_flags, 1) ~= 0 and not t.admit and not t.on_event,
   }, mt)
 end
 
@@ -328,13 +332,12 @@ function _M.stats(self)
   for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
   for i = 1, 9 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
   for i = 0, 4 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
-  local cp = self.cp
+  local cp, now = self.cp, self.driver.now()   -- state lives on the driver's clock
   if cp.budget ~= nil then
-    s.budget = C.nres_budget_level(cp.budget, C.nres_step_now())
+    s.budget = C.nres_budget_level(cp.budget, now)
   end
   if cp.breaker ~= nil then
-    s.breaker = ffi_string(C.nres_breaker_state_name(
-      C.nres_breaker_state(cp.breaker, C.nres_step_now())))
+    s.breaker = ffi_string(C.nres_breaker_state_name(C.nres_breaker_state(cp.breaker, now)))
   end
   return s
 end

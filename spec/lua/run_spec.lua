@@ -1,0 +1,294 @@
+-- run_spec.lua - p:run on a virtual clock: every stop reason, classifiers,
+-- thrown errors, fallback, admit, presets and overrides, a named budget
+-- shared by two policies, and determinism under a seed.
+local nres = require "nres"
+
+local function virtual(spec)
+  local d = nres.driver.virtual()
+  return nres.policy(spec):with_driver(d), d
+end
+
+-- A function failing `n` times with `err`, then returning `value`.
+local function flaky(n, err, value)
+  local calls = 0
+  return function(...)
+    calls = calls + 1
+    if calls <= n then return nil, err end
+    return value, ...
+  end, function() return calls end
+end
+
+describe("success", function()
+  it("returns fn's results and passes its arguments", function()
+    local p = virtual { base = "trivial" }
+    local a, b, c = p:run(function(x, y) return x + y, "two", 3 end, 1, 2)
+    expect.eq(a, 3); expect.eq(b, "two"); expect.eq(c, 3)
+  end)
+  it("retries until fn succeeds", function()
+    local p = virtual { base = "trivial" }
+    local fn, calls = flaky(2, "boom", "done")
+    expect.eq(p:run(fn), "done")
+    expect.eq(calls(), 3)
+    local s = p:stats()
+    expect.eq(s.calls, 1); expect.eq(s.attempts, 3); expect.eq(s.retries, 2)
+  end)
+end)
+
+describe("stop reasons", function()
+  it("attempts exhausted, with the attempt log and the last error", function()
+    local p = virtual { base = "trivial" }
+    local res, reason, info = p:run(function() return nil, "refused" end)
+    expect.eq(res, nil)
+    expect.eq(reason, "attempts exhausted")
+    expect.eq(info.attempts, 3)
+    expect.eq(info.retries, 2)
+    expect.eq(info.error, "refused")
+    expect.eq(#info.log, 3)
+    expect.eq(info.log[1].attempt, 1)
+    expect.eq(info.log[3].verdict, "transient")
+  end)
+  it("deadline exceeded when the backoff would end past it", function()
+    local p, d = virtual { base = "none", attempts = 5, deadline = 1,
+                           backoff = { kind = "constant", base = 0.3, max = 0.3, jitter = "none" } }
+    local _, reason, info = p:run(function() d.advance(0.3e9); return nil, "slow" end)
+    expect.eq(reason, "deadline exceeded")
+    expect.eq(info.attempts, 2)   -- 0.3 + 0.3 wait + 0.3 = 0.9; next wait ends at 1.5
+  end)
+  it("budget exhausted when retries outrun it", function()
+    local p = virtual { base = "none", attempts = 3, telemetry = true,
+                        budget = { ratio = 0.1, min_per_sec = 0, capacity = 1 } }
+    local _, reason, info = p:run(function() return nil, "down" end)
+    expect.eq(reason, "budget exhausted")
+    expect.eq(info.attempts, 2)
+    expect.eq(p:stats().rejects.budget, 1)
+  end)
+  it("circuit open, without calling fn", function()
+    local p = virtual { base = "none", breaker = { consecutive = 2, break_for = 10 } }
+    local fn, calls = flaky(100, "down")
+    p:run(fn); p:run(fn)
+    local _, reason, info = p:run(fn)
+    expect.eq(reason, "circuit open")
+    expect.eq(info.attempts, 0)
+    expect.eq(calls(), 2)
+    expect.eq(p:stats().breaker, "open")
+  end)
+  it("rate limited by the local limiter", function()
+    local p = virtual { base = "none", limiter = { rate = 1, burst = 1 } }
+    expect.eq(p:run(function() return 1 end), 1)
+    local _, reason = p:run(function() return 1 end)
+    expect.eq(reason, "rate limited")
+  end)
+  it("rate limited by the concurrency limit (a nested call)", function()
+    local p = virtual { base = "none", limiter = { concurrency = 1 } }
+    local inner_reason
+    p:run(function() local _, r = p:run(function() return 1 end); inner_reason = r; return 1 end)
+    expect.eq(inner_reason, "rate limited")
+  end)
+  it("permanent: no retry", function()
+    local p = virtual { base = "trivial", classify = function(_, err) return err and "permanent" or "ok" end }
+    local fn, calls = flaky(5, "bad request")
+    local _, reason = p:run(fn)
+    expect.eq(reason, "permanent")
+    expect.eq(calls(), 1)
+  end)
+  it("canceled: no retry and no fallback", function()
+    local fell = false
+    local p = virtual { base = "trivial", classify = function(_, err) return err and "canceled" or "ok" end,
+                        fallback = function() fell = true; return "x" end }
+    local res, reason = p:run(function() return nil, "client went away" end)
+    expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(fell, false)
+  end)
+  it("draining", function()
+    local p = virtual { base = "trivial" }
+    p:drain()
+    local _, reason = p:run(function() return 1 end)
+    expect.eq(reason, "draining")
+    p:drain(false)
+    expect.eq(p:run(function() return 1 end), 1)
+  end)
+end)
+
+describe("passthrough", function()
+  it("runs fn once and reports its failure like any policy", function()
+    local p = virtual "none"
+    expect.eq(p:run(function(a, b, c, d) return a + b + c + d end, 1, 2, 3, 4), 10)
+    local res, reason, info = p:run(function() return nil, "nope" end)
+    expect.eq(res, nil); expect.eq(reason, "attempts exhausted"); expect.eq(info.attempts, 1)
+    local _, r2 = p:run(function() error("thrown") end)
+    expect.eq(r2, "attempts exhausted")
+  end)
+  it("refuses a fifth argument instead of dropping it", function()
+    local p = virtual "none"
+    expect.error(function() p:run(print, 1, 2, 3, 4, 5) end,
+      "bad argument #6 to 'run' (fn takes at most 4 arguments; pass a table)")
+  end)
+  it("still honours draining", function()
+    local p = virtual "none"
+    p:drain()
+    local _, reason = p:run(function() return 1 end)
+    expect.eq(reason, "draining")
+  end)
+end)
+
+describe("errors thrown by fn", function()
+  it("are caught, classified and reported, never propagated raw", function()
+    local p = virtual { base = "trivial" }
+    local res, reason, info = p:run(function() error("kaboom") end)
+    expect.eq(res, nil)
+    expect.eq(reason, "attempts exhausted")
+    expect.truthy(info.thrown, "info.thrown")
+    expect.truthy(tostring(info.error):find("kaboom"), "error text")
+  end)
+  it("reach a classifier function as (nil, err)", function()
+    local seen
+    local p = virtual { base = "trivial", classify = function(res, err) seen = err; return "permanent" end }
+    p:run(function() error({ code = 7 }) end)
+    expect.eq(seen.code, 7)
+  end)
+end)
+
+describe("classifiers", function()
+  it("a table maps statuses, errors and patterns", function()
+    local p, d = virtual { base = "none", attempts = 3,
+      backoff = { kind = "constant", base = 0.01, max = 60 },
+      classify = { status = { [429] = "throttled", [404] = "permanent" },
+                   errors = { ["bad input"] = "permanent" },
+                   patterns = { ["refused$"] = "transient" } } }
+    local t0 = d.now()
+    local fn = flaky(1, nil, nil)
+    local n = 0
+    local res = p:run(function()
+      n = n + 1
+      if n == 1 then return { status = 429, headers = { ["Retry-After"] = "2" } } end
+      return { status = 200 }
+    end)
+    expect.eq(res.status, 200)
+    expect.near((d.now() - t0) / 1e9, 2, 1e-6, "waited Retry-After")
+    local _, reason = p:run(function() return { status = 404 } end)
+    expect.eq(reason, "permanent")
+    local _, r2 = p:run(function() return nil, "bad input" end)
+    expect.eq(r2, "permanent")
+    local _, r3, info = p:run(function() return nil, "connection refused" end)
+    expect.eq(r3, "attempts exhausted"); expect.eq(info.attempts, 3)
+    expect.truthy(fn, "unused")
+  end)
+  it("http: 503 with Retry-After waits, 404 is an answer, 500 is retried", function()
+    local p, d = virtual { base = "http", breaker = false, ceiling = false }
+    local t0, n = d.now(), 0
+    local res = p:run(function()
+      n = n + 1
+      if n == 1 then return { status = 503, headers = { ["Retry-After"] = "3" } } end
+      return { status = 200 }
+    end)
+    expect.eq(res.status, 200)
+    expect.near((d.now() - t0) / 1e9, 3, 1e-6, "waited 3 s")
+    expect.eq(p:run(function() return { status = 404 } end).status, 404)
+    local _, reason, info = p:run(function() return 500 end)
+    expect.eq(reason, "attempts exhausted"); expect.eq(info.attempts, 3)
+  end)
+  it("a classifier function's retry_after is honoured", function()
+    local p, d = virtual { base = "none", attempts = 2, backoff = { kind = "constant", base = 0.01, max = 10 },
+                           classify = function(_, err) if err then return "throttled", 4 end return "ok" end }
+    local t0 = d.now()
+    p:run(flaky(1, "slow down", "ok"))
+    expect.near((d.now() - t0) / 1e9, 4, 1e-6, "waited 4 s")
+  end)
+  it("a classifier returning nonsense is a clear error", function()
+    local p = virtual { base = "none", classify = function() return "maybe" end }
+    expect.error(function() p:run(function() return 1 end) end,
+      'nres: classify returned "maybe"; expected "ok", "transient", "throttled", "permanent" or "canceled"')
+  end)
+end)
+
+describe("fallback and admit", function()
+  it("a fallback's value is returned as a success and marked in info", function()
+    local got_reason, got_err
+    local p = virtual { base = "trivial", fallback = function(reason, err)
+      got_reason, got_err = reason, err; return "cached" end }
+    local res, err, info = p:run(function() return nil, "down" end)
+    expect.eq(res, "cached"); expect.eq(err, nil)
+    expect.truthy(info.fallback, "info.fallback")
+    expect.eq(got_reason, "attempts exhausted"); expect.eq(got_err, "down")
+    expect.eq(p:stats().fallbacks, 1)
+  end)
+  it("admit refuses attempts without calling fn, spending no budget", function()
+    local p = virtual { base = "none", attempts = 2, budget = { ratio = 0.1, min_per_sec = 0, capacity = 1 },
+                        admit = function(attempt) return false, "maintenance" end }
+    local fn, calls = flaky(0, nil, 1)
+    local _, reason = p:run(fn)
+    expect.eq(reason, "maintenance")
+    expect.eq(calls(), 0)
+    expect.near(p:stats().budget, 1, 1e-9, "budget untouched")
+  end)
+end)
+
+describe("presets", function()
+  it("are data, and a name alone is the preset", function()
+    local t = nres.preset("http")
+    expect.eq(t.classify, "http"); expect.eq(t.attempts, 3); expect.eq(t.base, nil)
+    expect.eq(nres.policy("none").cp.attempts, 1)
+  end)
+  it("extend with base, merging sections key by key", function()
+    local p = nres.policy { base = "http", attempts = 5, backoff = { base = 0.2 } }
+    expect.eq(p.cp.attempts, 5)
+    expect.eq(tonumber(p.cp.backoff.base), 0.2e9)
+    expect.eq(tonumber(p.cp.backoff.max), 30e9)   -- kept from default
+    expect.eq(p.spec.classify, "http")
+  end)
+  it("false turns a preset's feature off", function()
+    local p = nres.policy { breaker = false, budget = false }
+    expect.truthy(p.cp.breaker == nil and p.cp.budget == nil, "off")
+  end)
+end)
+
+describe("named budgets", function()
+  it("are shared by every policy that names them", function()
+    nres.budget("orders", { ratio = 0.1, min_per_sec = 0, capacity = 2 })
+    local p1 = virtual { base = "none", attempts = 3, budget = "orders" }
+    local p2 = virtual { base = "none", attempts = 3, budget = "orders" }
+    expect.truthy(p1.cp.budget == p2.cp.budget, "same budget")
+    local _, r1 = p1:run(function() return nil, "x" end)   -- spends both tokens
+    expect.eq(r1, "attempts exhausted")
+    local _, r2, info = p2:run(function() return nil, "x" end)
+    expect.eq(r2, "budget exhausted"); expect.eq(info.attempts, 1)
+  end)
+end)
+
+describe("determinism", function()
+  local function waits(seed)
+    local p, d = virtual { base = "none", attempts = 6, seed = seed,
+                           backoff = { kind = "exponential", base = 0.1, max = 10, jitter = "full" } }
+    local list = {}
+    p.on_event = function(kind, a) if kind == "wait" then list[#list + 1] = a end end
+    p:run(function() return nil, "x" end)
+    return table.concat(list, ",")
+  end
+  it("the same seed gives the same jittered waits", function()
+    expect.eq(waits(42), waits(42))
+  end)
+  it("another seed gives others", function()
+    expect.truthy(waits(42) ~= waits(43), "different")
+  end)
+end)
+
+describe("deadline propagation", function()
+  it("nres.remaining() is the attempt's time left, nil outside", function()
+    local p = nres.policy { base = "none", deadline = 2, attempt_timeout = 0.3 }
+    local left = p:run(function() return nres.remaining() end)
+    expect.truthy(left > 0.29 and left <= 0.3, "remaining " .. tostring(left))
+    expect.eq(nres.remaining(), nil)
+    expect.eq(nres.policy("trivial"):run(function() return nres.remaining() end), nil)
+  end)
+end)
+
+describe("the library", function()
+  it("reports every path tried when it cannot be found", function()
+    local cmd = "cd " .. os.getenv("PWD") .. " && NRES_LIB=/nonexistent/libnres.so "
+      .. "LUA_CPATH='/nowhere/?.so' luajit -e 'require \"nres\"' 2>&1"
+    local out = io.popen(cmd):read("*a")
+    expect.truthy(out:find("cannot load libnres; tried:", 1, true), out)
+    expect.truthy(out:find("/nonexistent/libnres.so", 1, true), out)
+    expect.truthy(out:find("/nowhere/libnres.so", 1, true), out)
+    expect.truthy(out:find("/usr/local/lib/libnres.so", 1, true), out)
+  end)
+end)

@@ -57,6 +57,16 @@ function _M.preset(name)
   return t
 end
 
+-- The scenario DSL of nresrun (see lua/nres/scenario.lua, lua/nres/dep.lua).
+function _M.scenario(t)
+  local sc = require("nres.scenario").new(t, 2)   -- not a tail call
+  return sc
+end
+_M.dep = require "nres.dep"
+_M.raw = require("nres.scenario").raw
+_M.naive = require("nres.scenario").naive
+_M.peer = require("nres.scenario").peer
+
 -- Seconds left for the attempt running now (nil when unbounded): what to
 -- propagate downstream, e.g. as X-Deadline-Ms. Valid inside fn.
 _M.remaining = run.remaining

@@ -136,6 +136,8 @@ int nres_estimator_init(nres_estimator_t *estimator, nres_time_t period);
 nres_time_t nres_estimator_quantile(const nres_estimator_t *estimator, nres_time_t now,
                                     double q, uint64_t *samples);
 int nres_window_init(nres_window_t *window, nres_time_t span, uint32_t buckets);
+uint32_t nres_hist_index(uint64_t value);
+uint64_t nres_hist_upper(uint32_t index);
 
 int nres_policy_init(nres_policy_t *policy, int preset);
 int nres_policy_build(nres_policy_t *policy);

@@ -1,0 +1,66 @@
+-- bench/stress.lua - the stress matrix, modelled on the reference suite
+-- (../shared/reference/000_*.txt): what a process sustains under load, and
+-- what the dependency feels from the other side.
+--
+--   build/nresrun bench/stress.lua --quick    one pass, ~1 minute
+--   build/nresrun bench/stress.lua            the full matrix, ~20 minutes
+--
+-- Sections: executor (closed loop, workers 1 / cores / 8 x cores, healthy
+-- dependency), retry-twice (the dependency fails twice then succeeds, zero
+-- delay; the hand-written loop is the baseline), latency (open loop, two
+-- rates), budget (open loop, two rates; the dependency fails every 4th or
+-- every 2nd attempt by one shared counter). Workers are coroutines on one
+-- thread: with a dependency that answers at once, more workers interleave
+-- but add no parallelism (this runtime's Lua side is single-threaded).
+local nres = require "nres"
+
+local healthy = nres.dep.model{ name = "healthy" }
+
+-- Fails twice, then succeeds: two of every three calls fail, by one counter.
+local calls = 0
+local twice = nres.dep.fn(function()
+  calls = calls + 1
+  if calls % 3 ~= 0 then return nil, "unavailable" end
+  return true
+end)
+
+local budgeted = nres.policy{ base = "trivial", budget = { ratio = 0.1, min_per_sec = 3 } }
+
+return nres.scenario{
+  name = "stress",
+  repetitions = 3, warmup = 2, window = 5, seed = 1,
+  quick = { repetitions = 1, warmup = 0.3, window = 1 },
+  sections = {
+    {
+      name = "executor",
+      dependency = healthy,
+      load = { workers = { 1, "cores", "8x" } },
+      arms = { raw = nres.raw, passthrough = "none", trivial = "trivial",
+               default = "default", naive = nres.naive(3) },
+      baseline = "raw",
+    },
+    {
+      name = "retry-twice",
+      dependency = twice,
+      load = { workers = { 1, "cores", "8x" } },
+      arms = { naive = nres.naive(3), trivial = "trivial",
+               budgetless = nres.policy{ base = "default", backoff = false, budget = false,
+                                         breaker = false } },
+      baseline = "naive",
+    },
+    {
+      name = "latency",
+      dependency = healthy,
+      load = { open_rate = { 50000, 200000 } },
+      arms = { raw = nres.raw, passthrough = "none", trivial = "trivial", default = "default" },
+      baseline = "raw",
+    },
+    {
+      name = "budget",
+      dependency = { nres.dep.flaky{ fail_every = 4 }, nres.dep.flaky{ fail_every = 2 } },
+      load = { open_rate = { 20000, 100000 } },
+      arms = { raw = nres.raw, unbudgeted = "trivial", budgeted = budgeted },
+      baseline = "unbudgeted",
+    },
+  },
+}

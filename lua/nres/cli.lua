@@ -1,0 +1,134 @@
+-- nres.cli: the command line of nresrun.
+--
+--   nresrun SCENARIO.lua [options]    run the scenario's matrix, write reports
+--   nresrun SCENARIO.lua --list       list its cells
+--   nresrun --help | --version
+--
+-- Exit codes: 0 every cell ran and is trusted; 1 a cell failed or is
+-- untrusted; 2 usage or scenario error. Internally, each cell runs as
+-- `nresrun SCENARIO.lua --cell I --rep R --seed S`, printing one JSON line.
+local _M = { _VERSION = "0.1.0" }
+
+local format = string.format
+
+local USAGE = [[
+usage: nresrun SCENARIO.lua [--quick] [--repetitions N] [--warmup S] [--window S]
+                            [--seed N] [--only PATTERN] [--out DIR] [--list]
+                            [--max-minutes M]
+       nresrun --help | --version
+
+Runs a scenario: every cell (section x dependency x load x arm) in a fresh
+process, in a seeded shuffled order, warm-up then a measured window, N times;
+writes DIR/<name>-<UTC time>.json and .md (DIR: artifacts/stress).
+
+  --quick          one value per load dimension, 1 repetition, short windows
+  --repetitions N  repetitions per cell (overrides the scenario)
+  --warmup S       warm-up seconds per run
+  --window S       measured seconds per run
+  --seed N         shuffle and cell seeds (default 1): same seed, same order
+  --only PATTERN   Lua pattern on "section/arm": run only matching cells
+  --out DIR        where the reports go
+  --list           print the cells and exit
+  --max-minutes M  refuse a matrix longer than M minutes (default 60)
+
+Exit codes: 0 all cells ran and are trusted, 1 a cell failed or is
+untrusted, 2 usage or scenario error.]]
+
+local flags = { quick = true, list = true, help = true, version = true }
+local values = { repetitions = "count", warmup = "seconds", window = "seconds",
+                 seed = "count", only = "string", out = "string", cell = "count",
+                 rep = "count", ["max-minutes"] = "seconds" }
+
+local function parse(args)
+  local opts, positional = {}, {}
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local name = a:match("^%-%-([%w%-]+)$")
+    if name and flags[name] then
+      opts[name] = true
+    elseif name and values[name] then
+      local v = args[i + 1]
+      if v == nil then return nil, format("--%s needs a value", name) end
+      local kind = values[name]
+      if kind ~= "string" then
+        local n = tonumber(v)
+        if not n or n < 0 or (kind == "count" and (n ~= math.floor(n) or n < 1)) then
+          return nil, format("--%s: expected %s, got %q", name,
+            kind == "count" and "a whole number >= 1" or "seconds >= 0", v)
+        end
+        v = n
+      end
+      opts[name:gsub("%-", "_")] = v
+      i = i + 1
+    elseif a:sub(1, 1) == "-" then
+      return nil, format("unknown option %s (see --help)", a)
+    else
+      positional[#positional + 1] = a
+    end
+    i = i + 1
+  end
+  return opts, positional
+end
+_M.parse = parse
+
+local function fail(msg)
+  io.stderr:write("nresrun: ", msg, "\n")
+  return 2
+end
+
+local function load_scenario(path)
+  local scenario = require "nres.scenario"
+  local chunk, err = loadfile(path)
+  if not chunk then return nil, err end
+  local ok, sc = pcall(chunk)
+  if not ok then return nil, tostring(sc) end
+  if getmetatable(sc) == nil or getmetatable(sc).__index ~= scenario then
+    return nil, format("%s: a scenario file must return nres.scenario{...}, got %s",
+      path, require("nres.schema").describe(sc))
+  end
+  return sc
+end
+
+function _M.main(...)
+  local opts, positional = parse({ ... })
+  if not opts then return fail(positional) end
+  if opts.help then print(USAGE) return 0 end
+  if opts.version then
+    print("nresrun " .. require("nres").version .. " (" .. (jit and jit.version or "Lua") .. ")")
+    return 0
+  end
+  if #positional ~= 1 then return fail("expected one scenario file (see --help)") end
+  local path = positional[1]
+  local sc, err = load_scenario(path)
+  if not sc then return fail(err) end
+  local cells = sc:cells(opts)
+  if #cells == 0 then return fail("no cells" .. (opts.only and " match --only " .. opts.only or "")) end
+
+  if opts.cell then   -- a child: run one cell, print one JSON line
+    local cell = cells[opts.cell]
+    if not cell then return fail(format("no cell %d (the scenario has %d)", opts.cell, #cells)) end
+    local metrics = require("nres.cell").run(cell, opts.seed or 1)
+    io.stdout:write(require("cjson.safe").encode(metrics), "\n")
+    return 0
+  end
+
+  local runs = sc:runs(cells, opts.seed or 1)
+  if opts.list then
+    for _, c in ipairs(cells) do
+      print(format("%3d  %s  (x%d, %gs + %gs)", c.index, c.key, c.repetitions, c.warmup, c.window))
+    end
+    return 0
+  end
+  local seconds, why = sc:fit(runs, opts)
+  if not seconds then return fail(why) end
+  local runner = require "nres.runner"
+  local doc, code, stamp = runner.run(sc, path, runs, opts)
+  local stem = (sc.spec.name or path:match("([^/]+)%.lua$") or "scenario") .. "-" .. stamp
+  local json_path, md_path = require("nres.report").write(doc, opts.out or "artifacts/stress", stem)
+  print(require("nres.report").markdown(doc))
+  print(format("reports: %s %s", md_path, json_path))
+  return code
+end
+
+return _M

@@ -1,0 +1,53 @@
+-- nres.host: the services of the nresrun executable, through the FFI.
+--
+-- Only available inside nresrun (its functions are exported by the
+-- executable); `available` says whether they are. See runtime/src/host/host.h.
+local ffi = require "ffi"
+
+ffi.cdef [[
+double nres_host_lua_bytes(void);
+double nres_host_heap_bytes(void);
+long nres_host_peak_rss_kb(void);
+const char *nres_host_exe(void);
+int nres_host_isatty(int fd);
+typedef struct nres_host_child_s {
+  int status; int timed_out; double seconds; size_t out_len, err_len;
+} nres_host_child_t;
+int nres_host_spawn(const char *const *argv, double timeout_s, char *out, size_t out_cap,
+                    char *err, size_t err_cap, nres_host_child_t *child);
+]]
+
+local C = ffi.C
+local _M = { _VERSION = "0.1.0" }
+
+_M.available = pcall(function() return C.nres_host_exe end)
+if not _M.available then return _M end
+
+function _M.lua_bytes() return C.nres_host_lua_bytes() end
+function _M.heap_bytes() return C.nres_host_heap_bytes() end
+function _M.peak_rss_kb() return tonumber(C.nres_host_peak_rss_kb()) end
+function _M.exe() return ffi.string(C.nres_host_exe()) end
+function _M.isatty(fd) return C.nres_host_isatty(fd) == 1 end
+
+local OUT_CAP, ERR_CAP = 1024 * 1024, 64 * 1024
+local out_buf, err_buf = ffi.new("char[?]", OUT_CAP), ffi.new("char[?]", ERR_CAP)
+local child = ffi.new("nres_host_child_t")
+
+-- Run argv (argv[1] a path) for at most timeout seconds. Returns
+-- { status, timed_out, seconds, stdout, stderr } or nil, err.
+function _M.spawn(argv, timeout)
+  local cargv = ffi.new("const char *[?]", #argv + 1)
+  for i, a in ipairs(argv) do cargv[i - 1] = a end
+  cargv[#argv] = nil
+  local rc = C.nres_host_spawn(cargv, timeout, out_buf, OUT_CAP, err_buf, ERR_CAP, child)
+  if rc ~= 0 then return nil, "cannot start " .. argv[1] end
+  return {
+    status = child.status,
+    timed_out = child.timed_out == 1,
+    seconds = child.seconds,
+    stdout = ffi.string(out_buf, child.out_len),
+    stderr = ffi.string(err_buf, child.err_len),
+  }
+end
+
+return _M

@@ -1,0 +1,201 @@
+-- nres.report: nresrun's reports, JSON (every repetition) and Markdown.
+--
+-- The JSON keeps machine facts, versions, the seed, the settings and every
+-- repetition of every cell under stable names, so anything the Markdown
+-- says can be recomputed from it. The Markdown shows, per section, each
+-- cell's medians with their spread (± half the range, as % of the median),
+-- a ratio against the section's baseline arm under the same dependency and
+-- load, and a warning block for untrusted or failed cells.
+local cjson = require "cjson.safe"
+
+local format, concat, sort = string.format, table.concat, table.sort
+local floor = math.floor
+
+local _M = { _VERSION = "0.1.0" }
+
+local function read(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function cmd(c)
+  local p = io.popen(c .. " 2>/dev/null")
+  if not p then return nil end
+  local s = p:read("*a")
+  p:close()
+  return s and s:gsub("%s+$", "") or nil
+end
+
+function _M.machine()
+  local cpuinfo = read("/proc/cpuinfo") or ""
+  local meminfo = read("/proc/meminfo") or ""
+  return {
+    cpu = cpuinfo:match("model name%s*:%s*([^\n]+)") or "unknown",
+    cores = select(2, cpuinfo:gsub("\nprocessor%s*:", "")) + (cpuinfo:match("^processor") and 1 or 0),
+    memory_kb = tonumber(meminfo:match("MemTotal:%s*(%d+)")),
+    kernel = cmd("uname -sr"),
+    hostname = cmd("hostname"),
+  }
+end
+
+local function median(list)
+  local c = {}
+  for i, v in ipairs(list) do c[i] = v end
+  sort(c)
+  local n = #c
+  if n == 0 then return nil end
+  return n % 2 == 1 and c[(n + 1) / 2] or (c[n / 2] + c[n / 2 + 1]) / 2
+end
+_M.median = median
+
+-- ± half the range as % of the median.
+local function spread(list)
+  local m = median(list)
+  if not m or m == 0 or #list < 2 then return 0 end
+  local lo, hi = math.huge, -math.huge
+  for _, v in ipairs(list) do lo = math.min(lo, v); hi = math.max(hi, v) end
+  return (hi - lo) / 2 / math.abs(m) * 100
+end
+_M.spread = spread
+
+local function num(v, digits)
+  if v == nil then return "-" end
+  if v ~= v then return "nan" end
+  local a = math.abs(v)
+  if a >= 1e6 then return format("%.2fM", v / 1e6) end
+  if a >= 1e4 then return format("%.1fk", v / 1e3) end
+  if a >= 100 then return format("%.0f", v) end
+  return format("%." .. (digits or 2) .. "f", v)
+end
+
+-- Group results (one per repetition) into cells, in plan order.
+local function cells_of(results)
+  local by_key, by_arm, order = {}, {}, {}
+  for _, r in ipairs(results) do
+    local c = by_key[r.key]
+    if not c then
+      c = { key = r.key, section = r.section, arm = r.arm, dependency = r.dependency,
+            load = r.load, load_value = r.load_value, baseline = r.baseline,
+            group = r.group, index = r.index, reps = {} }
+      by_key[r.key] = c
+      by_arm[r.group .. "\0" .. r.arm] = c
+      order[#order + 1] = c
+    end
+    c.reps[#c.reps + 1] = r
+  end
+  sort(order, function(a, b) return a.index < b.index end)
+  return order, by_arm
+end
+
+local function values(c, field)
+  local out = {}
+  for _, r in ipairs(c.reps) do
+    if r.ok and type(r[field]) == "number" then out[#out + 1] = r[field] end
+  end
+  return out
+end
+
+local function cell_ok(c)
+  for _, r in ipairs(c.reps) do if not r.ok then return false end end
+  return true
+end
+
+local function cell_trusted(c)
+  for _, r in ipairs(c.reps) do if not (r.ok and r.trusted) then return false end end
+  return true
+end
+
+-- Markdown.
+function _M.markdown(doc)
+  local out = {}
+  local function w(...) out[#out + 1] = format(...) end
+  w("# nresrun: %s", doc.scenario)
+  w("")
+  w("%s UTC · seed %d · %s · %d run(s) · %s, %d cores · nres %s · %s",
+    doc.started, doc.seed, doc.settings.quick and "quick" or "full", #doc.results,
+    doc.machine.cpu, doc.machine.cores, doc.versions.nres, doc.versions.luajit)
+  w("")
+  w("Medians over repetitions, ± half the range as %% of the median. ratio = ops/s"
+    .. " against the section's baseline arm under the same dependency and load.")
+  local cells, by_arm = cells_of(doc.results)
+  local warnings = {}
+  local section
+  for _, c in ipairs(cells) do
+    if c.section ~= section then
+      section = c.section
+      w("")
+      w("## %s", section)
+      w("")
+      w("| arm | dependency | load | ops/s | ratio | p50 µs | p99 µs | attempts/op | retries/op | dep req/op | completion | heap B/op | GC B/op | trusted |")
+      w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    end
+    local ops = values(c, "ops_per_sec")
+    local m = median(ops)
+    local ratio = "-"
+    if c.baseline and c.baseline ~= c.arm then
+      local b = by_arm[c.group .. "\0" .. c.baseline]
+      local bm = b and median(values(b, "ops_per_sec"))
+      if bm and bm > 0 and m then ratio = format("%.2f", m / bm) end
+    elseif c.baseline == c.arm then
+      ratio = "1.00 (baseline)"
+    end
+    local ok, trusted = cell_ok(c), cell_trusted(c)
+    w("| %s | %s | %s=%s | %s ±%.0f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
+      c.arm, c.dependency, c.load, tostring(c.load_value),
+      ok and num(m) or "FAILED", spread(ops), ratio,
+      num(median(values(c, "p50_us")), 1), num(median(values(c, "p99_us")), 1),
+      num(median(values(c, "attempts_per_op"))), num(median(values(c, "retries_per_op"))),
+      num(median(values(c, "dependency_requests_per_op"))),
+      num(median(values(c, "completion_ratio")), 3),
+      num(median(values(c, "heap_bytes_per_op")), 1), num(median(values(c, "gc_bytes_per_op")), 1),
+      trusted and "yes" or "**no**")
+    if not ok then
+      for _, r in ipairs(c.reps) do
+        if not r.ok then
+          warnings[#warnings + 1] = format("- **failed** %s rep %d: %s%s", c.key, r.repetition,
+            r.error or "?", r.stderr and r.stderr ~= "" and (" — stderr: `" .. r.stderr:sub(-300):gsub("\n", " ⏎ ") .. "`") or "")
+        end
+      end
+    elseif not trusted then
+      for _, r in ipairs(c.reps) do
+        if not r.trusted then
+          warnings[#warnings + 1] = format("- untrusted %s rep %d: missed %d of %d arrivals, shed %d%s",
+            c.key, r.repetition, r.missed or 0, r.arrivals or 0, r.shed or 0,
+            r.identity_ok == false and ", accounting identity broken" or "")
+        end
+      end
+    end
+  end
+  if #warnings > 0 then
+    w("")
+    w("## Warnings")
+    w("")
+    for _, l in ipairs(warnings) do w("%s", l) end
+  end
+  w("")
+  return concat(out, "\n")
+end
+
+function _M.json(doc)
+  cjson.encode_sparse_array(true)
+  return cjson.encode(doc)
+end
+
+-- Write both files under dir; returns their paths.
+function _M.write(doc, dir, stem)
+  os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+  local base = dir .. "/" .. stem
+  local f = assert(io.open(base .. ".json", "w"))
+  f:write(_M.json(doc), "\n")
+  f:close()
+  f = assert(io.open(base .. ".md", "w"))
+  f:write(_M.markdown(doc))
+  f:close()
+  return base .. ".json", base .. ".md"
+end
+
+_M.floor = floor
+return _M

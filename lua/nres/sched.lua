@@ -1,0 +1,103 @@
+-- nres.sched: a coroutine scheduler for nresrun's cells, and its driver.
+--
+-- Workers are coroutines on one thread. A worker that waits (a policy's
+-- backoff, a dependency's latency) yields its wake-up time; the scheduler
+-- keeps them in a binary heap and, when nothing is due, sleeps the thread
+-- until the next one. The driver it hands to policies (now, sleep) makes
+-- every wait a yield, so one thread carries many calls in flight, as an
+-- event loop would. Coroutines are reused: nothing is allocated per call.
+local nres_driver = require "nres.driver"
+
+local co_create, co_resume, co_yield, co_status =
+  coroutine.create, coroutine.resume, coroutine.yield, coroutine.status
+local floor = math.floor
+
+local _M = { _VERSION = "0.1.0" }
+local mt = { __index = _M }
+
+local now = nres_driver.blocking.now
+local real_sleep = nres_driver.blocking.sleep
+
+function _M.new()
+  local s = setmetatable({ at = {}, co = {}, n = 0, now = now }, mt)
+  -- The driver policies get: waits yield to this scheduler.
+  s.driver = {
+    name = "sched",
+    now = now,
+    sleep = function(ns) if ns > 0 then co_yield(now() + ns) end end,
+  }
+  return s
+end
+
+local function push(s, at, co)
+  local n = s.n + 1
+  s.n = n
+  local A, Co = s.at, s.co
+  while n > 1 do
+    local parent = floor(n / 2)
+    if A[parent] <= at then break end
+    A[n], Co[n] = A[parent], Co[parent]
+    n = parent
+  end
+  A[n], Co[n] = at, co
+end
+
+local function pop(s)
+  local A, Co = s.at, s.co
+  local top_at, top_co = A[1], Co[1]
+  local n = s.n
+  local last_at, last_co = A[n], Co[n]
+  A[n], Co[n] = nil, nil
+  n = n - 1
+  s.n = n
+  local i = 1
+  while true do
+    local l = i * 2
+    if l > n then break end
+    local r = l + 1
+    local c = (r <= n and A[r] < A[l]) and r or l
+    if A[c] >= last_at then break end
+    A[i], Co[i] = A[c], Co[c]
+    i = c
+  end
+  if n > 0 then A[i], Co[i] = last_at, last_co end
+  return top_at, top_co
+end
+
+-- Resume co; if it yields a time, it sleeps until then.
+local function step(s, co, ...)
+  local ok, at = co_resume(co, ...)
+  if not ok then error(at, 0) end
+  if type(at) == "number" and co_status(co) == "suspended" then
+    push(s, at, co)
+  end
+  return at
+end
+_M.resume = step
+
+-- Start fn(...) as a worker; it runs until its first wait.
+function _M.spawn(s, fn, ...)
+  local co = co_create(fn)
+  step(s, co, ...)
+  return co
+end
+
+-- Run due workers until `deadline` (ns); sleeps the thread while nothing
+-- is due. Returns when the deadline passes or no worker is waiting.
+function _M.run_until(s, deadline)
+  while s.n > 0 do
+    local t = now()
+    if t >= deadline then return end
+    local next_at = s.at[1]
+    if next_at > t then
+      real_sleep((next_at < deadline and next_at or deadline) - t)
+    else
+      local _, co = pop(s)
+      step(s, co)
+    end
+  end
+end
+
+function _M.waiting(s) return s.n end
+
+return _M

@@ -1,0 +1,21 @@
+# nresrun.cmake - the nresrun executable: a LuaJIT host for the scenario
+# runner (the runner itself is Lua, in lua/nres/). Included by CMakeLists.txt.
+pkg_check_modules(LUAJIT REQUIRED IMPORTED_TARGET luajit)
+
+add_executable(nresrun
+  runtime/src/host/main.c
+  runtime/src/host/luahost.c
+  runtime/src/host/child.c)
+target_include_directories(nresrun PRIVATE runtime/src)
+target_compile_options(nresrun PRIVATE ${NRES_WARNINGS})
+target_compile_definitions(nresrun PRIVATE _GNU_SOURCE)
+# Linked with the shared libnres: the Lua face (ffi.load) then binds the
+# same library instance, whose allocator the host counts.
+target_link_libraries(nresrun PRIVATE nres PkgConfig::LUAJIT ${CMAKE_DL_LIBS})
+# Host functions are called from Lua through the FFI: export them.
+set_target_properties(nresrun PROPERTIES ENABLE_EXPORTS ON
+  C_VISIBILITY_PRESET default
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
+  BUILD_RPATH ${CMAKE_BINARY_DIR}
+  INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS nresrun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

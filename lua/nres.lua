@@ -63,6 +63,12 @@ function _M.scenario(t)
   return sc
 end
 _M.dep = require "nres.dep"
+
+-- A simulation on a virtual clock (see lua/nres/sim.lua): nresrun runs it.
+function _M.simulation(t)
+  local sim = require("nres.sim").new(t, 2)   -- not a tail call
+  return sim
+end
 _M.raw = require("nres.scenario").raw
 _M.naive = require("nres.scenario").naive
 _M.peer = require("nres.scenario").peer

@@ -83,6 +83,8 @@ local function load_scenario(path)
   if not chunk then return nil, err end
   local ok, sc = pcall(chunk)
   if not ok then return nil, tostring(sc) end
+  local ok_sim, sim = pcall(require, "nres.sim")
+  if ok_sim and sim.is_simulation and sim.is_simulation(sc) then return sc end
   if getmetatable(sc) == nil or getmetatable(sc).__index ~= scenario then
     return nil, format("%s: a scenario file must return nres.scenario{...}, got %s",
       path, require("nres.schema").describe(sc))
@@ -102,6 +104,10 @@ function _M.main(...)
   local path = positional[1]
   local sc, err = load_scenario(path)
   if not sc then return fail(err) end
+  local ok_sim, sim = pcall(require, "nres.sim")
+  if ok_sim and sim.is_simulation and sim.is_simulation(sc) then
+    return sim.main(sc, path, opts)   -- a virtual-clock simulation (nres.sim)
+  end
   local cells = sc:cells(opts)
   if #cells == 0 then return fail("no cells" .. (opts.only and " match --only " .. opts.only or "")) end
 

@@ -6,6 +6,9 @@
 -- until the next one. The driver it hands to policies (now, sleep) makes
 -- every wait a yield, so one thread carries many calls in flight, as an
 -- event loop would. Coroutines are reused: nothing is allocated per call.
+-- On a virtual clock (new{ virtual = true }) nothing sleeps: run_until
+-- jumps the clock to the next wake-up, so simulated minutes take
+-- milliseconds and a seed reproduces the run exactly.
 local nres_driver = require "nres.driver"
 
 local co_create, co_resume, co_yield, co_status =
@@ -18,13 +21,26 @@ local mt = { __index = _M }
 local now = nres_driver.blocking.now
 local real_sleep = nres_driver.blocking.sleep
 
-function _M.new()
-  local s = setmetatable({ at = {}, co = {}, n = 0, now = now }, mt)
+-- opts.virtual: a virtual clock starting at opts.start ns (default 1 s).
+function _M.new(opts)
+  local s = setmetatable({ at = {}, co = {}, n = 0 }, mt)
+  if opts and opts.virtual then
+    local t = opts.start or 1e9
+    s.virtual = true
+    s.now = function() return t end
+    -- Jump the clock (forward only); used by run_until instead of sleeping.
+    s.advance_to = function(at) if at > t then t = at end end
+    s.sleep_thread = s.advance_to
+  else
+    s.now = now
+    s.sleep_thread = function(ns_until) real_sleep(ns_until - now()) end
+  end
+  local clock = s.now
   -- The driver policies get: waits yield to this scheduler.
   s.driver = {
-    name = "sched",
-    now = now,
-    sleep = function(ns) if ns > 0 then co_yield(now() + ns) end end,
+    name = s.virtual and "sched-virtual" or "sched",
+    now = clock,
+    sleep = function(ns) if ns > 0 then co_yield(clock() + ns) end end,
   }
   return s
 end
@@ -85,12 +101,13 @@ end
 -- Run due workers until `deadline` (ns); sleeps the thread while nothing
 -- is due. Returns when the deadline passes or no worker is waiting.
 function _M.run_until(s, deadline)
+  local clock, sleep_thread = s.now, s.sleep_thread
   while s.n > 0 do
-    local t = now()
+    local t = clock()
     if t >= deadline then return end
     local next_at = s.at[1]
     if next_at > t then
-      real_sleep((next_at < deadline and next_at or deadline) - t)
+      sleep_thread(next_at < deadline and next_at or deadline)
     else
       local _, co = pop(s)
       step(s, co)

@@ -77,12 +77,47 @@ local function fail(msg)
   return 2
 end
 
+-- The line of the file a scenario problem is about: the first line that
+-- sets the problem's field ("key ="), after the nres.scenario line.
+local function locate(lines, problem, start)
+  local path = problem:match("^(scenario[%w_%.%[%]\"]*)")
+  local key = path and path:gsub("%[[^%]]*%]$", ""):match("([%w_]+)$")
+  if key and key ~= "scenario" then
+    for i = start, #lines do
+      if lines[i]:find("%f[%w_]" .. key .. "%s*=") then return i end
+    end
+  end
+  return start
+end
+
+-- Give every problem of an error from nres.scenario its file:line (the
+-- call was a tail call when the position reads "?").
+local function place(path, msg)
+  local rest = msg:match("^%?: (.*)$")
+  if not rest then return msg end
+  local lines, start = {}, 1
+  for line in io.lines(path) do
+    lines[#lines + 1] = line
+    if start == 1 and line:find("nres%.scenario") then start = #lines end
+  end
+  local count, list = rest:match("^(%d+ problems):\n(.*)$")
+  if not count then
+    return format("%s:%d: %s", path, locate(lines, rest, start), rest)
+  end
+  local out = { format("%s:%d: %s:", path, start, count) }
+  for p in list:gmatch("  ([^\n]+)") do
+    out[#out + 1] = format("  %s:%d: %s", path, locate(lines, p, start), p)
+  end
+  return table.concat(out, "\n")
+end
+_M.place = place
+
 local function load_scenario(path)
   local scenario = require "nres.scenario"
   local chunk, err = loadfile(path)
   if not chunk then return nil, err end
   local ok, sc = pcall(chunk)
-  if not ok then return nil, tostring(sc) end
+  if not ok then return nil, place(path, tostring(sc)) end
   local ok_sim, sim = pcall(require, "nres.sim")
   if ok_sim and sim.is_simulation and sim.is_simulation(sc) then return sc end
   if getmetatable(sc) == nil or getmetatable(sc).__index ~= scenario then

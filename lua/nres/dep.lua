@@ -18,10 +18,12 @@ local random, log, sqrt, cos, exp = math.random, math.log, math.sqrt, math.cos, 
 
 local _M = { _VERSION = "0.1.0" }
 
+-- "file:line" of the function `level` frames up, or "?" when that frame
+-- is gone (a tail call) or is not Lua.
 local function where(level)
   local info = debug.getinfo(level + 1, "Sl")
-  if not info then return "?" end
-  return (info.short_src or "?") .. ":" .. (info.currentline or 0)
+  if not info or info.what == "C" or (info.currentline or -1) < 0 then return "?" end
+  return (info.short_src or "?") .. ":" .. info.currentline
 end
 _M.where = where
 
@@ -115,7 +117,9 @@ local function check(t, kind)
       local what = checks[k](v)
       if what then problems[#problems + 1] = format("%s: expected %s, got %s", path, what, describe(v)) end
     else
-      problems[#problems + 1] = format("%s: unknown field for a %s dependency", path, kind)
+      local valid = { latency = true, phases = true }
+      for name in pairs(checks) do valid[name] = true end
+      problems[#problems + 1] = format("%s: unknown field (%s)", path, schema.hint(tostring(k), valid))
     end
   end
   if t.fail_every and t.fail_prob then
@@ -127,35 +131,39 @@ end
 local function make(kind, t, level)
   local at = where(level + 1)
   if type(t) ~= "table" then
-    error(format("%s: nres.dep.%s: expected a table, got %s", at, kind, describe(t)), level + 1)
+    error(format("%s: nres.dep.%s: expected a table, got %s", at, kind, describe(t)), 0)
   end
   local problems = check(t, kind)
   if #problems > 0 then
-    error(at .. ": nres.dep." .. kind .. ": " .. table.concat(problems, "; "), level + 1)
+    error(at .. ": nres.dep." .. kind .. ": " .. table.concat(problems, "; "), 0)
   end
   local spec = { kind = "model", where = at }
   for k, v in pairs(t) do spec[k] = v end
   return spec
 end
 
-function _M.model(t) return make("model", t, 2) end
+function _M.model(t)
+  local spec = make("model", t, 2)   -- not a tail call: keeps the caller's line
+  return spec
+end
 
 function _M.flaky(t)
   local spec = make("flaky", t, 2)
   if spec.fail_every == nil and spec.fail_prob == nil then
-    error(spec.where .. ": nres.dep.flaky: expected fail_every or fail_prob", 2)
+    error(spec.where .. ": nres.dep.flaky: expected fail_every or fail_prob", 0)
   end
   return spec
 end
 
 function _M.latency(t)
-  return make("latency", { latency = t }, 2)
+  local spec = make("latency", { latency = t }, 2)
+  return spec
 end
 
 function _M.fn(f)
   local at = where(2)
   if type(f) ~= "function" then
-    error(format("%s: nres.dep.fn: expected a function (n, sleep) -> res, err, got %s", at, describe(f)), 2)
+    error(format("%s: nres.dep.fn: expected a function (n, sleep) -> res, err, got %s", at, describe(f)), 0)
   end
   return { kind = "fn", fn = f, where = at }
 end

@@ -3,7 +3,8 @@
 -- The runs (cell × repetition) go in a fixed-seed shuffled order, so drift
 -- and warmth land on every arm alike. Each run is nresrun re-executing
 -- itself with `--cell I --rep R`; the child prints one JSON line with its
--- metrics. A child that crashes, hangs (killed at warm-up + window + 30 s)
+-- metrics. A child that crashes, hangs (killed at warm-up + window + grace,
+-- 30 s unless the scenario says otherwise)
 -- or prints no valid line is recorded as failed with its stderr, and the
 -- run goes on. Peer arms run the peer's own driver (bench/peers/) the same
 -- way; without its runtime they are skipped, visibly.
@@ -97,7 +98,7 @@ function _M.run(scenario, path, runs, opts)
     if not argv then
       result.ok, result.skipped, result.error = false, true, "skipped: " .. why
     else
-      local timeout = c.warmup + c.window + 30
+      local timeout = c.warmup + c.window + c.grace
       local child, err = host.spawn(argv, timeout)
       if not child then
         result.ok, result.error = false, err

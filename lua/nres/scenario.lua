@@ -51,7 +51,7 @@ _M.cores = cores
 local top_fields = {
   name = true, description = true, sections = true, dependency = true, load = true,
   arms = true, baseline = true, repetitions = true, warmup = true, window = true,
-  seed = true, quick = true, max_minutes = true, max_inflight = true,
+  seed = true, quick = true, max_minutes = true, max_inflight = true, grace = true,
 }
 local section_fields = {
   name = true, description = true, dependency = true, load = true, arms = true,
@@ -64,13 +64,7 @@ local function positive(v) return type(v) == "number" and v == v and v > 0 and v
 local function count(v) return type(v) == "number" and v >= 1 and v == floor(v) and v < 1e9 end
 
 local function suggest(key, fields)
-  local names = {}
-  for k in pairs(fields) do names[#names + 1] = k end
-  table.sort(names)
-  for _, n in ipairs(names) do
-    if n:sub(1, 3) == tostring(key):sub(1, 3) then return format(' (did you mean "%s"?)', n) end
-  end
-  return " (valid: " .. table.concat(names, ", ") .. ")"
+  return " (" .. schema.hint(tostring(key), fields) .. ")"
 end
 
 local function list_of(v)
@@ -141,7 +135,8 @@ local function check_section(problems, path, s, top)
   end
   local arms = s.arms or top.arms
   if type(arms) ~= "table" or next(arms) == nil then
-    problems[#problems + 1] = format("%s.arms: expected a table of name = arm, got %s", path, describe(arms))
+    problems[#problems + 1] = format("%s.arms: expected a table of name = arm, got %s", path,
+      type(arms) == "table" and "an empty table" or describe(arms))
   else
     for name, a in pairs(arms) do
       if type(name) ~= "string" then
@@ -195,7 +190,7 @@ function _M.new(t, level)
       problems[#problems + 1] = format("scenario.%s: expected an integer >= 1, got %s", k, describe(t[k]))
     end
   end
-  for _, k in ipairs { "warmup", "window", "max_minutes" } do
+  for _, k in ipairs { "warmup", "window", "max_minutes", "grace" } do
     if t[k] ~= nil and not (type(t[k]) == "number" and t[k] >= 0 and t[k] < 1e6 and (k == "warmup" or t[k] > 0)) then
       problems[#problems + 1] = format("scenario.%s: expected seconds (%s), got %s", k, k == "warmup" and ">= 0" or "> 0", describe(t[k]))
     end
@@ -237,8 +232,11 @@ function _M.new(t, level)
     sections[1] = own
   end
   if #problems > 0 then
+    -- `return nres.scenario{...}` is a tail call: the caller's frame, and
+    -- so its line, may be gone ("?"). nresrun then finds each field's line
+    -- in the file itself (nres.cli).
     error(at .. ": " .. (#problems == 1 and problems[1]
-      or format("%d problems:\n  %s", #problems, table.concat(problems, "\n  "))), level)
+      or format("%d problems:\n  %s", #problems, table.concat(problems, "\n  "))), 0)
   end
   return setmetatable({ spec = t, sections = sections, where = at }, mt)
 end
@@ -279,6 +277,7 @@ function _M.cells(self, opts)
             workers = kind == "workers" and resolve_workers(v) or nil,
             rate = kind == "open_rate" and v or nil,
             max_inflight = pick(s, top, "max_inflight", 10000),
+            grace = top.grace or 30,
             repetitions = opts.repetitions or (opts.quick and ((top.quick or {}).repetitions or 1))
                           or pick(s, top, "repetitions", 3),
             warmup = opts.warmup or (opts.quick and ((top.quick or {}).warmup or 0.3))

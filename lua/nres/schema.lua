@@ -193,7 +193,8 @@ local function distance(a, b)
   return prev[lb]
 end
 
-local function unknown(problems, path, key, fields)
+-- "did you mean" for key among the keys of `fields`, or the valid names.
+function _M.hint(key, fields)
   local names, best, best_d = {}, nil, 3
   for name in pairs(fields) do
     names[#names + 1] = name
@@ -201,9 +202,11 @@ local function unknown(problems, path, key, fields)
     if d < best_d or (d == best_d and best and name < best) then best, best_d = name, d end
   end
   sort(names)
-  local hint = best and format('did you mean "%s"?', best)
-               or "valid: " .. concat(names, ", ")
-  problems[#problems + 1] = format("%s: unknown field (%s)", path, hint)
+  return best and format('did you mean "%s"?', best) or "valid: " .. concat(names, ", ")
+end
+
+local function unknown(problems, path, key, fields)
+  problems[#problems + 1] = format("%s: unknown field (%s)", path, _M.hint(key, fields))
 end
 
 local function join(prefix, key)

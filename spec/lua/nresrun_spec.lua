@@ -1,0 +1,210 @@
+-- nresrun_spec.lua - the nresrun command: scenario errors with file:line,
+-- the matrix and its seeded shuffle, crashing and hanging cells, the
+-- accounting identity, the JSON report's schema, and a tiny end-to-end run.
+-- Needs NRESRUN (the built executable) in the environment.
+local cjson = require "cjson.safe"
+local scenario = require "nres.scenario"
+local nres = require "nres"
+
+local NRESRUN = assert(os.getenv("NRESRUN"), "set NRESRUN to the nresrun executable")
+local dir = os.tmpname()
+os.remove(dir)
+os.execute("mkdir -p " .. dir)
+
+local function write(name, text)
+  local path = dir .. "/" .. name
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+-- Run nresrun; returns exit code, stdout, stderr.
+local function run(args)
+  local out, err = dir .. "/stdout", dir .. "/stderr"
+  local ok, how, code = os.execute(string.format("%s %s >%s 2>%s", NRESRUN, args, out, err))
+  if type(ok) == "number" then code = ok / 256 end   -- Lua 5.1 os.execute
+  local function slurp(p) local f = io.open(p); local s = f:read("*a"); f:close(); return s end
+  return code, slurp(out), slurp(err)
+end
+
+local HEAD = 'local nres = require "nres"\nreturn nres.scenario{\n'
+
+describe("scenario errors name file:line and the field", function()
+  local cases = {
+    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{ fail_every = 2 },\n  load = { workers = 1 },\n'
+      .. '  arms = { raw = nres.raw },\n  windw = 5,\n}\n',
+      '$F:7: scenario.windw: unknown field (did you mean "window"?)' },
+    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{ fail_every = 2 },\n'
+      .. '  load = { workers = { 1, "many" } },\n  arms = { raw = nres.raw },\n}\n',
+      '$F:5: scenario.load.workers[2]: expected a count, "cores" or "Nx", got "many"' },
+    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{ fail_every = 2 },\n  load = { workers = 1 },\n'
+      .. '  arms = {\n    raw = nres.raw,\n    fast = 42,\n  },\n}\n',
+      '$F:8: scenario.arms.fast: expected a policy, a preset name, nres.raw, nres.naive(n) or nres.peer{...}, got 42' },
+    { HEAD .. '  name = "x",\n  dependency = nres.dep.fn(print),\n  load = { threads = 4 },\n'
+      .. '  arms = { raw = nres.raw },\n}\n',
+      '$F:5: scenario.load.threads: unknown load kind (workers, open_rate)' },
+    { HEAD .. '  name = "x",\n  load = { workers = 1 },\n  arms = { raw = nres.raw },\n}\n',
+      '$F:2: scenario.dependency: missing (nres.dep.flaky{...}, nres.dep.model{...}, nres.dep.fn(f))' },
+    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{\n    fail_evry = 2 },\n'
+      .. '  load = { workers = 1 }, arms = { raw = nres.raw },\n}\n',
+      '$F:4: nres.dep.flaky: dependency.fail_evry: unknown field (did you mean "fail_every"?)' },
+    { HEAD .. '  name = "x", dependency = nres.dep.model{ latency = { normal = 1 } },\n'
+      .. '  load = { workers = 1 }, arms = { raw = nres.raw },\n}\n',
+      '$F:3: nres.dep.model: dependency.latency.normal: unknown latency kind (fixed, uniform, lognormal)' },
+    { HEAD .. '  name = "x", dependency = nres.dep.flaky{ fail_every = 2 },\n'
+      .. '  load = { workers = 1 },\n  arms = { p = nres.policy{ attempts = 0 } },\n}\n',
+      '$F:5: nres.policy: attempts: expected an integer from 1 to 65535, got 0' },
+    { HEAD .. '  name = "x", dependency = nres.dep.flaky{ fail_every = 2 },\n'
+      .. '  load = { workers = 1 },\n  arms = { p = "nosuch" },\n  baseline = "nope",\n}\n',
+      '$F:2: 2 problems:\n  $F:5: scenario.arms.p: unknown preset "nosuch"\n  $F:6: scenario.baseline: no arm named "nope"' },
+    { 'return { name = "not a scenario" }\n',
+      '$F: a scenario file must return nres.scenario{...}, got a table' },
+    { 'return nres.scenario{\n', nil },   -- a syntax error: message from Lua
+  }
+  for i, c in ipairs(cases) do
+    it("case " .. i, function()
+      local path = write("bad" .. i .. ".lua", c[1])
+      local code, _, err = run(path .. " --list")
+      expect.eq(code, 2, "exit code")
+      if c[2] then
+        expect.eq(err, "nresrun: " .. c[2]:gsub("%$F", path) .. "\n")
+      else
+        expect.truthy(err:find(path, 1, true), "names the file: " .. err)
+      end
+    end)
+  end
+  it("refuses a matrix that cannot fit", function()
+    local path = write("long.lua", HEAD .. '  name = "long", dependency = nres.dep.flaky{ fail_every = 2 },\n'
+      .. '  load = { workers = { 1, 2, 3, 4 } }, arms = { raw = nres.raw, t = "trivial" },\n'
+      .. '  repetitions = 10, window = 60,\n}\n')
+    local code, _, err = run(path)
+    expect.eq(code, 2)
+    expect.truthy(err:find("the matrix needs about 83 minutes (80 runs); the limit is 60", 1, true), err)
+  end)
+  it("usage errors exit 2, --help and --version exit 0", function()
+    expect.eq((run("--bogus")), 2)
+    expect.eq((run("")), 2)
+    expect.eq((run("x.lua --repetitions 0")), 2)
+    local code, out = run("--help")
+    expect.eq(code, 0)
+    expect.truthy(out:find("Exit codes", 1, true), "help text")
+    code, out = run("--version")
+    expect.eq(code, 0)
+    expect.truthy(out:find("^nresrun %d"), out)
+  end)
+end)
+
+describe("the matrix", function()
+  local sc = nres.scenario {
+    name = "m",
+    sections = {
+      { name = "a", dependency = { nres.dep.flaky{ fail_every = 2 }, nres.dep.flaky{ fail_every = 4 } },
+        load = { workers = { 1, 2, 3 } }, arms = { raw = nres.raw, t = "trivial" } },
+      { name = "b", dependency = nres.dep.model{}, load = { open_rate = { 10, 20 } },
+        arms = { raw = nres.raw } },
+    },
+    repetitions = 3,
+  }
+  it("is the product of dependencies, load values and arms, per section", function()
+    local cells = sc:cells()
+    expect.eq(#cells, 2 * 3 * 2 + 2)
+    expect.eq(cells[1].key, "a/raw/fails every 2/workers=1")
+    expect.eq(cells[2].key, "a/t/fails every 2/workers=1")
+    expect.eq(cells[13].key, "b/raw/healthy/open_rate=10")
+    expect.eq(#sc:runs(cells, 1), 14 * 3)
+  end)
+  it("quick keeps one value per dimension and one repetition", function()
+    local cells = sc:cells { quick = true }
+    expect.eq(#cells, 2 * 1 * 2 + 1)
+    expect.eq(cells[1].repetitions, 1)
+  end)
+  it("--only filters section/arm", function()
+    expect.eq(#sc:cells { only = "^a/t" }, 6)
+  end)
+  it("shuffles the same way under the same seed, otherwise not", function()
+    local function order(seed)
+      local out = {}
+      for _, r in ipairs(sc:runs(sc:cells(), seed)) do out[#out + 1] = r.cell.index .. ":" .. r.repetition end
+      return table.concat(out, " ")
+    end
+    expect.eq(order(7), order(7))
+    expect.truthy(order(7) ~= order(8), "seed changes order")
+    local sorted = {}
+    for _, r in ipairs(sc:runs(sc:cells(), 7)) do sorted[#sorted + 1] = r.cell.index end
+    table.sort(sorted)
+    expect.eq(#sorted, 42)
+  end)
+end)
+
+describe("a run", function()
+  local path = write("tiny.lua", HEAD .. [[
+  name = "tiny",
+  dependency = nres.dep.flaky{ fail_every = 3 },
+  load = { workers = 2 },
+  arms = { raw = nres.raw, trivial = "trivial" },
+  repetitions = 1, warmup = 0.1, window = 0.3,
+}
+]])
+  local code, out = run(path .. " --out " .. dir .. "/out")
+  it("exits 0 and writes both reports", function()
+    expect.eq(code, 0, out)
+    expect.truthy(out:find("reports: " .. dir .. "/out/tiny%-"), out)
+  end)
+  local json_path = out:match("reports: %S+ (%S+%.json)")
+  local doc = json_path and cjson.decode(io.open(json_path):read("*a")) or {}
+  it("keeps every repetition under stable names with the accounting identity", function()
+    expect.eq(#doc.results, 2)
+    for _, r in ipairs(doc.results) do
+      for _, k in ipairs { "ops_per_sec", "p50_us", "p90_us", "p99_us", "max_us", "heap_bytes_per_op",
+                           "gc_bytes_per_op", "attempts_per_op", "retries_per_op",
+                           "dependency_requests_per_op", "completion_ratio" } do
+        expect.eq(type(r[k]), "number", k)
+      end
+      expect.eq(type(r.trusted), "boolean", "trusted")
+      expect.eq(type(r.section), "string"); expect.eq(type(r.arm), "string")
+      expect.eq(r.arrivals, r.successes + r.failures + r.rejections, "arrivals identity")
+      expect.truthy(r.ops_per_sec > 0, "ops/s")
+      expect.eq(r.trusted, true)
+    end
+    expect.eq(type(doc.machine.cores), "number")
+    expect.eq(doc.seed, 1)
+  end)
+  it("measures what the arms do to the dependency", function()
+    local by = {}
+    for _, r in ipairs(doc.results) do by[r.arm] = r end
+    expect.near(by.raw.completion_ratio, 2 / 3, 0.01, "raw completion")
+    expect.near(by.trivial.completion_ratio, 1, 1e-9, "trivial completion")
+    expect.near(by.trivial.dependency_requests_per_op, 1.5, 0.01, "trivial requests/op")
+    expect.near(by.trivial.retries_per_op, 0.5, 0.01, "retries/op")
+    expect.eq(by.trivial.heap_bytes_per_op, 0, "heap bytes/op")
+  end)
+  it("records a crashing and a hanging cell, and goes on", function()
+    local bad = write("bad.lua", HEAD .. [[
+  name = "bad",
+  dependency = nres.dep.fn(function()
+    if os.getenv("NRES_TEST_MODE") == nil then end
+    return true
+  end),
+  load = { workers = 1 },
+  arms = { ok = nres.raw,
+           crash = nres.policy{ base = "none", admit = function()
+             require("ffi").cast("int *", 0)[0] = 1 end },
+           hang = nres.policy{ base = "none", admit = function() while true do end end } },
+  repetitions = 1, warmup = 0, window = 0.2, grace = 2,
+}
+]])
+    local code2, out2 = run(bad .. " --out " .. dir .. "/out2")
+    expect.eq(code2, 1)
+    local jp = out2:match("reports: %S+ (%S+%.json)")
+    local d = cjson.decode(io.open(jp):read("*a"))
+    local by = {}
+    for _, r in ipairs(d.results) do by[r.arm] = r end
+    expect.eq(by.ok.ok, true)
+    expect.eq(by.crash.ok, false)
+    expect.truthy(by.crash.error:find("crashed (signal 11)", 1, true), by.crash.error)
+    expect.eq(by.hang.ok, false)
+    expect.truthy(by.hang.error:find("hung: killed after 2 s", 1, true), by.hang.error)
+    expect.truthy(out2:find("**failed**", 1, true), "warning block")
+  end)
+end)

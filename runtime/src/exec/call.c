@@ -243,6 +243,50 @@ static nres_action_t skip(nres_call_t *call, int *skipped) {
   return wait_until(call, PHASE_RUNNING, NRES_TIME_NEVER);
 }
 
+/* Start an admitted attempt in the first free slot, bounded by ceiling. */
+static nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
+                                   int hedge, uint32_t permit,
+                                   nres_time_t ceiling) {
+  nres_policy_t *p = call->policy;
+  unsigned slot, number;
+  nres_action_t a;
+
+  slot = (unsigned) __builtin_ctz(~(unsigned) call->inflight);
+  number = ++call->attempts;
+  call->inflight |= (uint8_t) (1u << slot);
+  call->slot[slot].start = now;
+  call->slot[slot].deadline = ceiling;
+  call->slot[slot].permit = permit;
+  call->slot[slot].number = (uint16_t) number;
+  call->slot[slot].hedge = (uint8_t) hedge;
+  call->slot[slot].held = p->bulkhead != NULL;
+  *log_of(call, number) = (nres_attempt_rec_t) {
+    now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
+  };
+  if (hedge) {
+    call->hedges++;
+    COUNT(p, n_hedges);
+    EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
+  } else if (number > 1) {
+    call->charged = 0;   /* the token is now used */
+    call->retries++;
+    COUNT(p, n_retries);
+  }
+
+  call->phase = PHASE_RUNNING;
+  call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
+                                                      : NRES_TIME_NEVER;
+  a.kind = NRES_ATTEMPT;
+  a.slot = (uint8_t) slot;
+  a.hedge = (uint8_t) hedge;
+  a.stop = 0;
+  a.cancel = 0;
+  a.fallback = 0;
+  a.attempt = (uint16_t) number;
+  a.at = ceiling;
+  return a;
+}
+
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
  * end of the call: the running attempts go on, so *skipped is set and the
  * caller keeps waiting. */
@@ -310,7 +354,6 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
   nres_policy_t *p = call->policy;
   nres_time_t ceiling;
   uint32_t permit = 0;
-  unsigned slot, number;
   nres_action_t a;
 
   if (now >= call->deadline)
@@ -341,40 +384,7 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
     }
   }
 
-  slot = (unsigned) __builtin_ctz(~(unsigned) call->inflight);
-  number = ++call->attempts;
-  call->inflight |= (uint8_t) (1u << slot);
-  call->slot[slot].start = now;
-  call->slot[slot].deadline = ceiling;
-  call->slot[slot].permit = permit;
-  call->slot[slot].number = (uint16_t) number;
-  call->slot[slot].hedge = (uint8_t) hedge;
-  call->slot[slot].held = p->bulkhead != NULL;
-  *log_of(call, number) = (nres_attempt_rec_t) {
-    now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
-  };
-  if (hedge) {
-    call->hedges++;
-    COUNT(p, n_hedges);
-    EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
-  } else if (number > 1) {
-    call->charged = 0;   /* the token is now used */
-    call->retries++;
-    COUNT(p, n_retries);
-  }
-
-  call->phase = PHASE_RUNNING;
-  call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
-                                                      : NRES_TIME_NEVER;
-  a.kind = NRES_ATTEMPT;
-  a.slot = (uint8_t) slot;
-  a.hedge = (uint8_t) hedge;
-  a.stop = 0;
-  a.cancel = 0;
-  a.fallback = 0;
-  a.attempt = (uint16_t) number;
-  a.at = ceiling;
-  return a;
+  return start_attempt(call, now, hedge, permit, ceiling);
 }
 
 static nres_action_t admit_next(nres_call_t *call, nres_time_t now) {
@@ -384,10 +394,13 @@ static nres_action_t admit_next(nres_call_t *call, nres_time_t now) {
 
 /* ---------------------------------------------------------------- begin */
 
-nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
-                                     nres_time_t now, nres_time_t inbound) {
+/* A call's fields before its first step (and a passthrough's record). */
+static void reset(nres_call_t *call, nres_policy_t *policy, nres_time_t now) {
   call->policy = policy;
   call->start = now;
+  call->deadline = NRES_TIME_NEVER;
+  call->resume_at = NRES_TIME_NEVER;
+  call->phase = PHASE_IDLE;
   call->stop = NRES_STOP_NONE;
   call->inflight = 0;
   call->fallback = 0;
@@ -399,48 +412,23 @@ nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
   call->charged = 0;
   call->throttled = 0;
   call->last = nres_verdict(NRES_OK);
+}
 
-  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC) {
-    call->phase = PHASE_IDLE;   /* misuse: DONE with stop NONE */
-    return pending(call);
-  }
+nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound) {
+  reset(call, policy, now);
+  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC)
+    return pending(call);   /* misuse: DONE with stop NONE */
 
   if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
       inbound == NRES_TIME_NEVER &&
-      !atomic_load_explicit(&policy->draining, memory_order_relaxed)) {
-    nres_action_t a;
-    call->deadline = NRES_TIME_NEVER;
-    call->resume_at = NRES_TIME_NEVER;
-    call->phase = PHASE_RUNNING;
-    call->attempts = 1;
-    call->inflight = 1;
-    call->slot[0].start = now;
-    call->slot[0].deadline = NRES_TIME_NEVER;
-    call->slot[0].permit = 0;
-    call->slot[0].number = 1;
-    call->slot[0].hedge = 0;
-    call->slot[0].held = 0;
-    call->log[0].start = now;
-    call->log[0].end = 0;
-    call->log[0].number = 1;
-    call->log[0].slot = 0;
-    call->log[0].hedge = 0;
-    a.kind = NRES_ATTEMPT;
-    a.slot = 0;
-    a.hedge = 0;
-    a.stop = 0;
-    a.cancel = 0;
-    a.fallback = 0;
-    a.attempt = 1;
-    a.at = NRES_TIME_NEVER;
-    return a;
-  }
+      !atomic_load_explicit(&policy->draining, memory_order_relaxed))
+    return start_attempt(call, now, 0, 0, NRES_TIME_NEVER);
 
-  call->deadline = policy->deadline ? nres_time_add(now, policy->deadline)
-                                    : NRES_TIME_NEVER;
+  if (policy->deadline)
+    call->deadline = nres_time_add(now, policy->deadline);
   if (inbound < call->deadline)
     call->deadline = inbound;   /* an inherited deadline only tightens */
-  call->resume_at = NRES_TIME_NEVER;
   nres_backoff_state_reset(&call->backoff);
 
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
@@ -576,21 +564,10 @@ int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
   unsigned kind = verdict.kind < NRES_VERDICT_COUNT ? verdict.kind
                                                     : NRES_TRANSIENT;
 
-  call->policy = policy;
-  call->start = 0;   /* a passthrough reads no clock */
-  call->deadline = NRES_TIME_NEVER;
-  call->resume_at = NRES_TIME_NEVER;
+  reset(call, policy, 0);   /* a passthrough reads no clock */
   call->phase = PHASE_DONE;
   call->stop = stop_of[kind];
-  call->inflight = 0;
-  call->fallback = 0;
   call->attempts = 1;
-  call->retries = 0;
-  call->hedges = 0;
-  call->queued = 0;
-  call->seeded = 0;
-  call->charged = 0;
-  call->throttled = 0;
   call->last = verdict;
   call->log[0] = (nres_attempt_rec_t) {
     0, 0, 1, 0, 0, (uint8_t) kind, verdict.flags, 0

@@ -1,13 +1,27 @@
 /* call.h - the executor's internal entry points for the drivers.
  *
- * A passthrough policy (everything off) has exactly one attempt and no
- * bookkeeping, so a driver that already ran that attempt records it here
- * instead of walking the state machine: the call reads the same afterwards.
+ * What every driver needs beside the public steps: the attempt description
+ * built from an ATTEMPT action, and the passthrough record. A passthrough
+ * policy (everything off) has exactly one attempt and no bookkeeping, so a
+ * driver that already ran that attempt records it here instead of walking
+ * the state machine: the call reads the same afterwards.
  */
 #ifndef NRES_EXEC_CALL_H
 #define NRES_EXEC_CALL_H
 
 #include "nres.h"
+
+/* What a driver tells an attempt about itself, from its ATTEMPT action. */
+static inline nres_attempt_t nres__attempt_of(nres_action_t act,
+                                              nres_time_t now) {
+  nres_attempt_t a;
+  a.number = act.attempt;
+  a.hedge = act.hedge;
+  a.deadline = act.at;
+  a.remaining = act.at == NRES_TIME_NEVER ? NRES_TIME_NEVER
+                                          : nres_time_sub(act.at, now);
+  return a;
+}
 
 /* The attempt every passthrough call runs. */
 extern const nres_attempt_t nres__passthrough_attempt;

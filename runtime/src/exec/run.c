@@ -48,12 +48,7 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
   act = nres_call_begin(call, policy, now);
   while (act.kind != NRES_DONE) {
     if (act.kind == NRES_ATTEMPT) {
-      attempt.number = act.attempt;
-      attempt.hedge = act.hedge;
-      attempt.deadline = act.at;
-      attempt.remaining = act.at == NRES_TIME_NEVER
-                              ? NRES_TIME_NEVER
-                              : nres_time_sub(act.at, now);
+      attempt = nres__attempt_of(act, now);
       verdict = fn(arg, &attempt);
       if (!timeless)
         now = nres_clock_now();

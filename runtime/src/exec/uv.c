@@ -16,6 +16,7 @@
 #include "nres/uv.h"
 #include "internal.h"
 #include "core/policy.h"
+#include "exec/call.h"
 
 #define SLOT_MASK 3u
 #define SLOT_BITS 2
@@ -117,12 +118,7 @@ static void dispatch(nres_uv_t *req, nres_action_t act, nres_time_t now) {
         uv_timer_start(&req->attempt_timer[act.slot], on_attempt_timeout,
                        ms_until(act.at, now), 0);
       arm_resume(req, req->call.resume_at, now);   /* a hedge may be due */
-      attempt.number = act.attempt;
-      attempt.hedge = act.hedge;
-      attempt.deadline = act.at;
-      attempt.remaining = act.at == NRES_TIME_NEVER
-                              ? NRES_TIME_NEVER
-                              : nres_time_sub(act.at, now);
+      attempt = nres__attempt_of(act, now);
       req->attempt_cb(req, token, &attempt);
       return;
     case NRES_WAIT:

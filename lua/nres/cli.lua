@@ -81,8 +81,9 @@ end
 -- sets the problem's field ("key ="), after the nres.scenario line.
 local function locate(lines, problem, start)
   local path = problem:match("^(scenario[%w_%.%[%]\"]*)")
+               or problem:match("^(simulation[%w_%.%[%]\"]*)")
   local key = path and path:gsub("%[[^%]]*%]$", ""):match("([%w_]+)$")
-  if key and key ~= "scenario" then
+  if key and key ~= "scenario" and key ~= "simulation" then
     for i = start, #lines do
       if lines[i]:find("%f[%w_]" .. key .. "%s*=") then return i end
     end
@@ -98,7 +99,9 @@ local function place(path, msg)
   local lines, start = {}, 1
   for line in io.lines(path) do
     lines[#lines + 1] = line
-    if start == 1 and line:find("nres%.scenario") then start = #lines end
+    if start == 1 and (line:find("nres%.scenario") or line:find("nres%.simulation")) then
+      start = #lines
+    end
   end
   local count, list = rest:match("^(%d+ problems):\n(.*)$")
   if not count then

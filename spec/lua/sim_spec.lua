@@ -1,0 +1,432 @@
+-- sim_spec.lua - the virtual-clock simulator (nres.sim, nres.simdep,
+-- nres.simrun, nres.simreport, nres.svg): the capacity model on its own,
+-- determinism under a seed, the breaker opening in an outage and closing
+-- after it, the budget falling and refilling, retry amplification, the
+-- accounting identity, the reports, and every validation error with its
+-- exact message. Plain luajit, virtual clock only: no real time asserted.
+local nres = require "nres"
+local sim = require "nres.sim"
+local simdep = require "nres.simdep"
+local sched = require "nres.sched"
+local report = require "nres.simreport"
+local svg = require "nres.svg"
+local cjson = require "cjson.safe"
+
+local function outage_sim(policies, seed)
+  local s = nres.simulation{
+    name = "spec-outage",
+    policies = policies,
+    dependency = {
+      latency = { lognormal = { 0.01, 0.3 } },
+      phases = { { name = "outage", from = 20, to = 35, fail = 1 } },
+    },
+    load = { rate = 200 },
+    duration = 90,
+    seed = seed or 1,
+  }
+  return s
+end
+
+-- The comparable part of a run (wall time and memory left out), as text.
+local function fingerprint(run)
+  local skip = { real_s = true, lua_kb_after = true, lua_kb_before = true, lua_bytes_per_op = true }
+  local function clean(v, top)
+    if v == false then return "none" end
+    if type(v) ~= "table" then return v end
+    local t = {}
+    for k, x in pairs(v) do if not (top and skip[k]) then t[k] = clean(x) end end
+    return t
+  end
+  return cjson.encode({ series = clean(run.series), transitions = clean(run.transitions),
+                        totals = clean(run.totals, true) })
+end
+
+local function run_of(doc, name)
+  for _, r in ipairs(doc.runs) do if r.policy == name then return r end end
+  error("no run " .. name)
+end
+
+describe("simdep capacity", function()
+  -- Four requests at the same instant against 2 servers and a queue of 1,
+  -- each served in exactly 10 ms.
+  it("serves, queues in FIFO order, then refuses", function()
+    local s = sched.new{ virtual = true }
+    local t0 = s.now()
+    local inst = simdep.instantiate({ latency = { fixed = 0.010 }, capacity = { concurrency = 2, queue = 1 } },
+                                    simdep.rng(1), s.now, s.driver.sleep, t0)
+    local got = {}
+    for i = 1, 4 do
+      s:spawn(function()
+        local r, err = inst.call(nil)
+        got[i] = { r = r, err = err, at = (s.now() - t0) / 1e6 }
+      end)
+    end
+    s:run_until(t0 + 1e9)
+    expect.eq(got[1].r, true) expect.eq(got[1].at, 10)
+    expect.eq(got[2].r, true) expect.eq(got[2].at, 10)
+    expect.eq(got[3].r, true, "queued request") expect.eq(got[3].at, 20, "queued request ends after a second service")
+    expect.eq(got[4].r, nil) expect.eq(got[4].err, "overloaded") expect.eq(got[4].at, 0, "refused at once")
+    expect.eq(inst.requests, 4) expect.eq(inst.refused, 1)
+    expect.eq(inst.busy(t0 + 15e6), 1, "one server still busy at 15 ms")
+    expect.eq(inst.queued(t0 + 5e6), 1, "one waiting at 5 ms")
+    expect.eq(inst.queued(t0 + 10e6), 0, "its turn came at 10 ms")
+  end)
+
+  it("a client that stops waiting gets a timeout; the server stays busy", function()
+    local s = sched.new{ virtual = true }
+    local t0 = s.now()
+    local inst = simdep.instantiate({ latency = { fixed = 0.050 }, capacity = { concurrency = 1 } },
+                                    simdep.rng(1), s.now, s.driver.sleep, t0)
+    local r1, e1, at1, r2, e2
+    s:spawn(function() r1, e1 = inst.call(0.020); at1 = (s.now() - t0) / 1e6 end)
+    s:run_until(t0 + 30e6)
+    s:spawn(function() r2, e2 = inst.call(nil) end)
+    s:run_until(t0 + 1e9)
+    expect.eq(r1, nil) expect.eq(e1, "timeout") expect.eq(at1, 20)
+    expect.eq(inst.timeouts, 1)
+    expect.eq(r2, nil, "the abandoned request still holds the only server")
+    expect.eq(e2, "overloaded")
+  end)
+
+  it("a rate limit refuses beyond its burst and refills", function()
+    local s = sched.new{ virtual = true }
+    local t0 = s.now()
+    local inst = simdep.instantiate({ capacity = { rate = 10, burst = 2 } }, simdep.rng(1), s.now, s.driver.sleep, t0)
+    local out = {}
+    s:spawn(function()
+      for i = 1, 3 do out[i] = inst.call(nil) or "refused" end
+      s.driver.sleep(100e6)          -- 1 token at 10/s
+      out[4] = inst.call(nil) or "refused"
+      out[5] = inst.call(nil) or "refused"
+    end)
+    s:run_until(t0 + 1e9)
+    expect.eq(table.concat({ tostring(out[1]), tostring(out[2]), out[3], tostring(out[4]), out[5] }, " "),
+              "true true refused true refused")
+  end)
+
+  it("phases: an outage fails everything inside [from, to) only", function()
+    local s = sched.new{ virtual = true }
+    local t0 = s.now()
+    local inst = simdep.instantiate({ phases = { { from = 1, to = 2, fail = 1 } } }, simdep.rng(1), s.now, s.driver.sleep, t0)
+    local out = {}
+    s:spawn(function()
+      for i = 1, 4 do
+        out[i] = inst.call(nil) and "ok" or "fail"
+        s.driver.sleep(0.5e9)
+      end
+    end)
+    s:run_until(t0 + 10e9)
+    expect.eq(table.concat(out, " "), "ok ok fail fail")
+  end)
+
+  it("rng: a seed gives a stream in (0, 1); another seed another stream", function()
+    local a, b, c = simdep.rng(7), simdep.rng(7), simdep.rng(8)
+    local same, differ = true, false
+    for _ = 1, 1000 do
+      local x, y, z = a(), b(), c()
+      if x ~= y then same = false end
+      if x ~= z then differ = true end
+      if not (x > 0 and x < 1) then error("out of (0, 1): " .. x) end
+    end
+    expect.truthy(same, "same seed, same stream")
+    expect.truthy(differ, "another seed, another stream")
+  end)
+end)
+
+describe("simulation runs", function()
+  local policy = nres.policy{ breaker = { consecutive = 5, break_for = 5, break_max = 5 } }
+  local s1 = outage_sim({ default = policy, trivial = "trivial", none = "none" }, 1)
+  local doc1 = s1:run()
+  local doc1b = s1:run()
+  local doc2 = outage_sim({ default = policy, trivial = "trivial", none = "none" }, 2):run()
+
+  it("the same seed replays the same run, the same policy object reused", function()
+    for _, name in ipairs { "default", "trivial", "none" } do
+      expect.eq(fingerprint(run_of(doc1b, name)), fingerprint(run_of(doc1, name)), name)
+    end
+  end)
+
+  it("another seed gives another run", function()
+    expect.truthy(fingerprint(run_of(doc2, "default")) ~= fingerprint(run_of(doc1, "default")))
+    expect.truthy(fingerprint(run_of(doc2, "none")) ~= fingerprint(run_of(doc1, "none")))
+  end)
+
+  it("--seed overrides the file's seed", function()
+    local d = s1:run{ seed = 2, only = "^none$" }
+    expect.eq(#d.runs, 1)
+    expect.eq(fingerprint(d.runs[1]), fingerprint(run_of(doc2, "none")))
+  end)
+
+  it("every policy sees the same arrivals", function()
+    local a, b = run_of(doc1, "none").series.arrivals, run_of(doc1, "trivial").series.arrivals
+    for i = 1, 90 do expect.eq(a[i], b[i], "second " .. i) end
+    expect.eq(run_of(doc1, "none").totals.arrivals, run_of(doc1, "default").totals.arrivals)
+  end)
+
+  it("the breaker opens in the outage's first second and closes after it", function()
+    local tr = run_of(doc1, "default").transitions
+    expect.truthy(#tr >= 3, "at least open, half-open, closed")
+    expect.eq(tr[1].from, "closed") expect.eq(tr[1].to, "open")
+    expect.truthy(tr[1].t >= 20 and tr[1].t < 21, "opened at " .. tr[1].t)
+    for _, x in ipairs(tr) do
+      if x.to == "closed" then expect.truthy(x.t >= 35, "closed only after the outage, at " .. x.t) end
+    end
+    expect.eq(tr[#tr].to, "closed")
+    expect.truthy(tr[#tr].t < 35 + 5 + 1, "closed within one break after the outage, at " .. tr[#tr].t)
+    local S = run_of(doc1, "default").series
+    expect.eq(S.breaker[25], "open")
+    expect.eq(S.breaker[90], "closed")
+    local during = 0
+    for sec = 22, 35 do during = during + S.dep_requests[sec] end
+    expect.truthy(during <= 5, "only half-open probes reach it while open: " .. during)
+  end)
+
+  it("retries multiply the load on a dead dependency; the breaker removes it", function()
+    local tv, no, de = run_of(doc1, "trivial").series, run_of(doc1, "none").series, run_of(doc1, "default").series
+    for sec = 22, 34 do
+      expect.eq(tv.dep_requests[sec] >= 2.9 * tv.arrivals[sec], true, "trivial x3 at " .. sec)
+      expect.eq(tv.success_ratio[sec], 0, "trivial fails at " .. sec)
+      expect.eq(no.success_ratio[sec], 0)
+    end
+    expect.eq(run_of(doc1, "none").totals.dep_requests_per_op, 1)
+    local probes = 0
+    for sec = 22, 34 do probes = probes + de.dep_requests[sec] end
+    expect.truthy(probes <= 5, "default: only probes, got " .. probes)
+  end)
+
+  it("totals: every arrival ends in exactly one outcome", function()
+    for _, r in ipairs(doc1.runs) do
+      local T = r.totals
+      expect.truthy(T.identity_ok, r.policy)
+      expect.eq(T.arrivals, T.ok + T.failed + T.rejected + T.shed + T.unfinished, r.policy)
+      expect.truthy(T.arrivals > 17000 and T.arrivals < 19000, "about 200/s for 90 s: " .. T.arrivals)
+      local sum = 0
+      for i = 1, 90 do sum = sum + r.series.arrivals[i] end
+      expect.eq(sum, T.arrivals)
+    end
+    local T = run_of(doc1, "default").totals
+    expect.truthy((T.rejected_by["circuit open"] or 0) > 0, "rejections while open")
+  end)
+
+  it("the budget falls while retries spend it and refills afterwards", function()
+    local s = nres.simulation{
+      name = "spec-brownout",
+      policy = nres.policy{ breaker = false, budget = { ratio = 0.1, min_per_sec = 3 } },
+      dependency = { latency = { fixed = 0.005 },
+                     phases = { { name = "brownout", from = 10, to = 20, fail = 0.3 } } },
+      load = { rate = 100 },
+      duration = 40,
+    }
+    local r = s:run().runs[1]
+    local B, T = r.series.budget, r.totals
+    expect.eq(T.budget_capacity, 30)
+    expect.eq(B[9], 30, "full before")
+    expect.truthy(T.budget_min < 3, "falls during the brownout, to " .. T.budget_min)
+    expect.truthy(r.series.budget_min[15] < 3, "low inside the brownout")
+    expect.eq(B[40], 30, "refilled after")
+    expect.truthy((T.rejected_by["budget exhausted"] or 0) > 0, "and retries were refused")
+  end)
+
+  it("max_inflight sheds arrivals and the identity still holds", function()
+    local s = nres.simulation{
+      policy = "none", max_inflight = 3,
+      dependency = { latency = { fixed = 0.1 } },
+      load = { rate = 100, arrivals = "fixed" },
+      duration = 5,
+    }
+    local T = s:run().runs[1].totals
+    expect.eq(T.arrivals, 500)
+    expect.eq(T.ok, 150, "3 in flight, 100 ms each: 30/s")
+    expect.eq(T.shed, 350)
+    expect.truthy(T.identity_ok)
+  end)
+
+  it("an unbounded wait past the grace period is counted unfinished", function()
+    local s = nres.simulation{
+      policy = "none", grace = 1,
+      dependency = { latency = { fixed = 10 } },
+      load = { rate = 10, arrivals = "fixed" },
+      duration = 2,
+    }
+    local T = s:run().runs[1].totals
+    expect.eq(T.arrivals, 20)
+    expect.eq(T.unfinished, 20)
+    expect.truthy(T.identity_ok)
+  end)
+end)
+
+describe("reports", function()
+  local dir = os.tmpname()
+  os.remove(dir)
+  local s = outage_sim({ default = "default", trivial = "trivial" }, 3)
+  local out = io.stdout
+  local printed = {}
+  io.stdout = { write = function(_, ...) for _, x in ipairs { ... } do printed[#printed + 1] = x end end }
+  local real_print = print
+  print = function(...) printed[#printed + 1] = table.concat({ ... }, "\t") end
+  local ok, code = pcall(sim.main, s, "spec/sim.lua", { out = dir })
+  io.stdout, print = out, real_print
+
+  local function read(ext)
+    local p = io.popen("ls " .. dir .. "/*." .. ext)
+    local name = p:read("*l")
+    p:close()
+    local f = name and io.open(name)
+    if not f then return nil, name end
+    local text = f:read("*a")
+    f:close()
+    return text, name
+  end
+
+  it("main writes .md, .json and .svg and exits 0", function()
+    expect.truthy(ok, tostring(code))
+    expect.eq(code, 0)
+    local md, md_name = read("md")
+    expect.truthy(md_name:match("/spec%-outage%-%d+T%d+Z%.md$"), md_name)
+    expect.truthy(md:find("## Summary", 1, true))
+    expect.truthy(md:find("| outage | default |", 1, true))
+    expect.truthy(md:find("![per-second plot](spec-outage-", 1, true))
+    expect.truthy(table.concat(printed):find("## Breaker transitions", 1, true), "the table went to stdout")
+  end)
+
+  it("the JSON holds every second of every series", function()
+    local doc = cjson.decode((read("json")))
+    expect.eq(doc.kind, "simulation")
+    expect.eq(doc.seed, 3)
+    expect.eq(#doc.runs, 2)
+    for _, r in ipairs(doc.runs) do
+      expect.eq(#r.series.dep_requests, 90, r.policy)
+      expect.eq(#r.series.success_ratio, 90, r.policy)
+      expect.eq(r.totals.identity_ok, true)
+    end
+    expect.eq(doc.runs[1].series.breaker[25], "open")
+    expect.eq(doc.dependency.phases[1].name, "outage")
+  end)
+
+  it("the SVG is one document with a panel per policy", function()
+    local text = read("svg")
+    expect.truthy(text:match("^<%?xml"), "xml header")
+    expect.truthy(text:match("</svg>\n$"), "closed")
+    local _, opens = text:gsub("<svg", "")
+    expect.eq(opens, 1)
+    local _, paths = text:gsub("<path ", "")
+    expect.eq(paths, 2 * 4 + 1, "4 lines per panel, and the budget line of default")
+    expect.truthy(text:find(">default  (preset default", 1, true))
+    expect.truthy(text:find("breaker open", 1, true))
+    -- every element closed: count tags
+    local _, o = text:gsub("<(%a+)[^>]*[^/]>", "")
+    local _, c = text:gsub("</%a+>", "")
+    expect.eq(o, c, "open and close tags")
+  end)
+
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+describe("svg", function()
+  it("ticks step by 1, 2 or 5 x 10^k", function()
+    expect.eq(table.concat(svg.ticks(0, 300, 10), " "), "0 50 100 150 200 250 300")
+    expect.eq(table.concat(svg.ticks(0, 100, 4), " "), "0 50 100")
+    expect.eq(table.concat(svg.ticks(0, 1, 5), " "), "0 0.2 0.4 0.6 0.8 1")
+    expect.eq(svg.nice_max(1206), 1500)
+    expect.eq(svg.nice_max(0), 1)
+  end)
+  it("escapes text and breaks lines at gaps", function()
+    local text = svg.chart{ x = { min = 0, max = 4 }, title = "a<b & \"c\"",
+      panels = { { series = { { values = { 1, 2, false, 3, 4 } } } } } }
+    expect.truthy(text:find("a&lt;b &amp; &quot;c&quot;", 1, true))
+    local d = text:match('<path d="([^"]+)"')
+    local _, moves = d:gsub("M", "")
+    expect.eq(moves, 2, "a gap starts a new segment")
+  end)
+  it("refuses a chart without an x range", function()
+    expect.error(function() svg.chart{ panels = { {} }, x = { min = 1, max = 1 } } end,
+      "nres.svg: x: expected { min, max } with max > min")
+  end)
+end)
+
+describe("the shipped simulation", function()
+  it("bench/sim-outage.lua loads as a simulation", function()
+    local s = dofile("bench/sim-outage.lua")
+    expect.truthy(sim.is_simulation(s))
+    expect.truthy(not sim.is_simulation(nres.scenario{ dependency = nres.dep.model{}, load = { workers = 1 }, arms = { raw = nres.raw } }))
+    expect.truthy(not sim.is_simulation({}))
+    local names = {}
+    for _, p in ipairs(s.policies) do names[#names + 1] = p.name end
+    expect.eq(table.concat(names, " "), "default default-no-budget none trivial")
+  end)
+end)
+
+-- { simulation table, exact message without the "file:line: " position }
+local base = function(over)
+  local t = { policy = "default", dependency = { latency = { fixed = 0.01 } }, load = { rate = 10 }, duration = 60 }
+  for k, v in pairs(over) do
+    if v == "nil" then t[k] = nil else t[k] = v end
+  end
+  return t
+end
+local bad = {
+  { base{ polcy = 1 }, 'simulation.polcy: unknown field (did you mean "policies"?)' },
+  { base{ duration = "nil" }, "simulation.duration: missing (simulated seconds)" },
+  { base{ duration = 0 }, "simulation.duration: expected whole simulated seconds from 1 to 86400, got 0" },
+  { base{ duration = 1.5 }, "simulation.duration: expected whole simulated seconds from 1 to 86400, got 1.5" },
+  { base{ seed = -1 }, "simulation.seed: expected an integer from 0 to 2147483646, got -1" },
+  { base{ name = "a b" }, "simulation.name: expected a name of letters, digits, '-', '_' or '.', got \"a b\"" },
+  { base{ max_inflight = 0 }, "simulation.max_inflight: expected an integer from 1 to 1000000, got 0" },
+  { base{ grace = -1 }, "simulation.grace: expected simulated seconds from 0 to 3600, got -1" },
+  { base{ policy = "nil" }, "simulation.policy: missing (a policy, a preset name, or policies = { name = policy, ... })" },
+  { base{ policies = { a = "none" } }, "simulation.policies: give policy = ... or policies = { name = ... }, not both" },
+  { base{ policy = "nope" }, 'simulation.policy: unknown preset "nope"' },
+  { base{ policy = 42 }, "simulation.policy: expected a policy (nres.policy{...}) or a preset name, got 42" },
+  { base{ policy = "nil", policies = {} }, "simulation.policies: expected a table of name = policy or preset name, got a table" },
+  { base{ policy = "nil", policies = { x = {} } }, "simulation.policies.x: expected a policy (nres.policy{...}) or a preset name, got a table" },
+  { base{ policy = nres.policy{ budget = "shared-spec-budget" } },
+    'simulation.policy.budget: the named budget "shared-spec-budget" is shared by the whole process; a simulation needs fresh state per run (give a budget table)' },
+  { base{ dependency = "nil" }, "simulation.dependency: missing (a table: latency, fail_prob, fail_every, capacity, phases)" },
+  { base{ dependency = 5 }, "simulation.dependency: expected a table { latency, fail_prob, fail_every, capacity, phases }, got 5" },
+  { base{ dependency = nres.dep.fn(function() return true end) },
+    "simulation.dependency: a nres.dep.fn dependency needs real time; a simulation models its dependency (a table or nres.dep.model{...})" },
+  { base{ dependency = { latncy = 1 } }, "simulation.dependency.latncy: unknown field (capacity, error, fail_every, fail_prob, latency, name, phases)" },
+  { base{ dependency = { latency = { normal = 1 } } }, "simulation.dependency.latency.normal: unknown latency kind (fixed, uniform, lognormal)" },
+  { base{ dependency = { latency = { lognormal = { 0, 1 } } } },
+    "simulation.dependency.latency.lognormal: expected { median seconds > 0, sigma >= 0 }, got a table" },
+  { base{ dependency = { fail_prob = 2 } }, "simulation.dependency.fail_prob: expected a probability in [0, 1], got 2" },
+  { base{ dependency = { fail_prob = 0.1, fail_every = 2 } }, "simulation.dependency: fail_every and fail_prob are two failure models; choose one" },
+  { base{ dependency = { capacity = {} } }, "simulation.dependency.capacity: expected concurrency (servers) and/or rate (requests per second), got neither" },
+  { base{ dependency = { capacity = { concurrency = 0 } } }, "simulation.dependency.capacity.concurrency: expected an integer from 1 to 100000, got 0" },
+  { base{ dependency = { capacity = { rate = 5, queue = 3 } } }, "simulation.dependency.capacity.queue: has no effect without capacity.concurrency" },
+  { base{ dependency = { capacity = { concurrency = 4, burst = 3 } } }, "simulation.dependency.capacity.burst: has no effect without capacity.rate" },
+  { base{ dependency = { capacity = { concurency = 4 } } },
+    "2 problems:\n  simulation.dependency.capacity.concurency: unknown field (burst, concurrency, queue, rate)\n  simulation.dependency.capacity: expected concurrency (servers) and/or rate (requests per second), got neither" },
+  { base{ dependency = { phases = { { from = 10, to = 5, fail = 1 } } } }, "simulation.dependency.phases[1].to: expected after from (10 s), got 5" },
+  { base{ dependency = { phases = { { from = 70, to = 80, fail = 1 } } } },
+    "simulation.dependency.phases[1].from: 70 s is not before the end of the simulation (duration 60 s)" },
+  { base{ dependency = { phases = { { from = 1, to = 2 } } } }, "simulation.dependency.phases[1]: changes nothing; set fail and/or latency_factor" },
+  { base{ dependency = { phases = { { from = 1, to = 2, fail = 1, kind = "x" } } } },
+    "simulation.dependency.phases[1].kind: unknown field (fail, from, latency_factor, name, to)" },
+  { base{ dependency = { phases = { { from = 1, to = 2, fail = 1.5 } } } }, "simulation.dependency.phases[1].fail: expected a probability in [0, 1], got 1.5" },
+  { base{ load = "nil" }, "simulation.load: expected { rate = arrivals per second }, got nil" },
+  { base{ load = { rate = 0 } }, "simulation.load.rate: expected arrivals per second (> 0), got 0" },
+  { base{ load = { rate = 10, arival = "fixed" } }, 'simulation.load.arival: unknown field (valid: arrivals, rate)' },
+  { base{ load = { rate = 10, arrivals = "burst" } }, 'simulation.load.arrivals: expected "poisson" or "fixed", got "burst"' },
+  { base{ load = { rate = 1e6 }, duration = 3600 },
+    "simulation.load.rate: 1000000 arrivals/s for 3600 s is 3600000000 arrivals per policy; at most 20000000 (lower the rate or the duration)" },
+}
+
+describe("validation", function()
+  for i, case in ipairs(bad) do
+    it(string.format("bad simulation %d: %s", i, case[2]:sub(1, 60)), function()
+      expect.error(function()
+        local s = nres.simulation(case[1])   -- not a tail call: keeps the position
+        return s
+      end, case[2], "sim_spec.lua")
+    end)
+  end
+  it("a dependency made with nres.dep.model is accepted", function()
+    local s = nres.simulation(base{ dependency = nres.dep.model{ fail_prob = 0.1, latency = { fixed = 0.01 } } })
+    expect.truthy(sim.is_simulation(s))
+  end)
+  it("not a table", function()
+    expect.error(function() local s = nres.simulation(5) return s end,
+      "nres.simulation: expected a table, got 5", "sim_spec.lua")
+  end)
+end)

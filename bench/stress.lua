@@ -23,6 +23,15 @@ local twice = nres.dep.fn(function()
   if calls % 3 ~= 0 then return nil, "unavailable" end
   return true
 end)
+twice.name = "fails twice"   -- the peer driver knows this dependency by name
+
+-- Peers: the same cells run by cockatiel (npm, the JS port of Polly) on
+-- node (bench/peers/); skipped with a note when node is missing. Each is
+-- compared with its own runtime's raw arm, js_raw.
+local function js(arm, baseline)
+  return nres.peer{ runtime = "node", script = "bench/peers/cockatiel.js", arm = arm,
+                    baseline = baseline or "js_raw" }
+end
 
 local budgeted = nres.policy{ base = "trivial", budget = { ratio = 0.1, min_per_sec = 3 } }
 
@@ -36,7 +45,9 @@ return nres.scenario{
       dependency = healthy,
       load = { workers = { 1, "cores", "8x" } },
       arms = { raw = nres.raw, passthrough = "none", trivial = "trivial",
-               default = "default", naive = nres.naive(3) },
+               default = "default", naive = nres.naive(3),
+               js_raw = js "empty", js_passthrough = js "passthrough", js_retry = js "retry",
+               js_default = js "default", js_naive = js "naive" },
       baseline = "raw",
     },
     {
@@ -45,21 +56,25 @@ return nres.scenario{
       load = { workers = { 1, "cores", "8x" } },
       arms = { naive = nres.naive(3), trivial = "trivial",
                budgetless = nres.policy{ base = "default", backoff = false, budget = false,
-                                         breaker = false } },
+                                         breaker = false },
+               js_naive = js("naive", "js_naive"), js_retry = js("retry", "js_naive") },
       baseline = "naive",
     },
     {
       name = "latency",
       dependency = healthy,
       load = { open_rate = { 50000, 200000 } },
-      arms = { raw = nres.raw, passthrough = "none", trivial = "trivial", default = "default" },
+      arms = { raw = nres.raw, passthrough = "none", trivial = "trivial", default = "default",
+               js_raw = js "empty", js_default = js "default" },
       baseline = "raw",
     },
     {
       name = "budget",
       dependency = { nres.dep.flaky{ fail_every = 4 }, nres.dep.flaky{ fail_every = 2 } },
       load = { open_rate = { 20000, 100000 } },
-      arms = { raw = nres.raw, unbudgeted = "trivial", budgeted = budgeted },
+      arms = { raw = nres.raw, unbudgeted = "trivial", budgeted = budgeted,
+               -- cockatiel has no budget: its retry alone.
+               js_raw = js "empty", js_retry = js "retry" },
       baseline = "unbudgeted",
     },
   },

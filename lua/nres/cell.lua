@@ -175,7 +175,7 @@ function _M.run(cell, seed)
         -- Nothing due: run due timers, else wait (spin when close).
         local next_timer = s.n > 0 and s.at[1] or huge
         if next_timer <= t then
-          s:run_until(t + 1)
+          s:run_due(t)
         else
           local wake = next_timer < due_at and next_timer or due_at
           if wake - t > spin_ns then C.nres_step_sleep(wake - t - spin_ns / 2) end

@@ -48,7 +48,15 @@ local function child_argv(ctx, run)
     }
     spec.dependency = {}
     for k, v in pairs(c.dependency) do if type(v) ~= "function" then spec.dependency[k] = v end end
-    return { runtime, c.arm_spec.script, cjson.encode(spec) }
+    -- The script from the current directory, else from the repository
+    -- (the executable lives in build/ or bin/ beside it).
+    local script = c.arm_spec.script
+    local f = io.open(script, "r")
+    if f then f:close() else
+      local root = host.exe():match("^(.*)/[^/]+/[^/]+$")
+      if root then script = root .. "/" .. script end
+    end
+    return { runtime, script, cjson.encode(spec) }
   end
   local argv = { host.exe(), ctx.path, "--cell", tostring(c.index), "--rep", tostring(run.repetition),
                  "--seed", tostring(run.seed) }

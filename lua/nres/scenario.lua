@@ -270,8 +270,11 @@ function _M.cells(self, opts)
     for di, d in ipairs(deps) do
       for _, v in ipairs(values) do
         for _, name in ipairs(sorted_keys(arms)) do
+          local a = arms[name]
           local cell = {
-            section = s.name, arm = name, arm_spec = arms[name], baseline = baseline,
+            section = s.name, arm = name, arm_spec = a,
+            -- A peer compares with its own runtime's raw arm when it names one.
+            baseline = type(a) == "table" and a.kind == "peer" and a.baseline or baseline,
             dependency = d, dependency_index = di, dependency_label = dep.label(d),
             load = kind, load_value = v,
             workers = kind == "workers" and resolve_workers(v) or nil,

@@ -115,6 +115,14 @@ function _M.run_until(s, deadline)
   end
 end
 
+-- Run every worker whose wake-up time is at or before t, without waiting.
+function _M.run_due(s, t)
+  while s.n > 0 and s.at[1] <= t do
+    local _, co = pop(s)
+    step(s, co)
+  end
+end
+
 function _M.waiting(s) return s.n end
 
 return _M

@@ -9,7 +9,9 @@
 -- dependency), retry-twice (the dependency fails twice then succeeds, zero
 -- delay; the hand-written loop is the baseline), latency (open loop, two
 -- rates), budget (open loop, two rates; the dependency fails every 4th or
--- every 2nd attempt by one shared counter). Workers are coroutines on one
+-- every 2nd attempt by one shared counter), http (closed loop, 8 workers,
+-- the dependency server `nresrun serve` in its own process; the C HTTP
+-- client on the cell's event loop). Workers are coroutines on one
 -- thread: with a dependency that answers at once, more workers interleave
 -- but add no parallelism (this runtime's Lua side is single-threaded).
 local nres = require "nres"
@@ -34,6 +36,20 @@ local function js(arm, baseline)
 end
 
 local budgeted = nres.policy{ base = "trivial", budget = { ratio = 0.1, min_per_sec = 3 } }
+
+-- http: every arm against /echo and against /flaky (503 on every 4th
+-- request, one counter). nres.raw is the C client with one attempt and
+-- nothing else (the "none" preset), so raw on /echo is the issue's "raw"
+-- arm and raw on /flaky its "raw-flaky": the transport's own cost per
+-- request, which the report subtracts (dependency requests/op x raw-flaky's
+-- heap B/op) to show the handler's own cost.
+local echo = nres.dep.http{ path = "/echo", name = "echo" }
+local flaky = nres.dep.http{ path = "/flaky?n=4", name = "flaky n=4" }
+-- lib: the http preset, 3 attempts, no backoff, budget off.
+local lib = nres.policy{ base = "http", attempts = 3, backoff = false, budget = false }
+-- lib-minimal: everything optional off (no deadline, timeouts, breaker,
+-- budget, telemetry), the 3 attempts kept: the retry loop alone.
+local lib_minimal = nres.policy{ base = "none", attempts = 3 }
 
 return nres.scenario{
   name = "stress",
@@ -76,6 +92,13 @@ return nres.scenario{
                -- cockatiel has no budget: its retry alone.
                js_raw = js "empty", js_retry = js "retry" },
       baseline = "unbudgeted",
+    },
+    {
+      name = "http",
+      dependency = { echo, flaky },
+      load = { workers = 8 },
+      arms = { raw = nres.raw, lib = lib, ["lib-minimal"] = lib_minimal },
+      baseline = "raw",
     },
   },
 }

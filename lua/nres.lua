@@ -69,6 +69,8 @@ function _M.simulation(t)
   local sim = require("nres.sim").new(t, 2)   -- not a tail call
   return sim
 end
+-- HTTP requests from scenarios' workers, inside nresrun (lua/nres/http.lua).
+_M.http = require "nres.http"
 _M.raw = require("nres.scenario").raw
 _M.naive = require("nres.scenario").naive
 _M.peer = require("nres.scenario").peer

@@ -8,6 +8,13 @@
 -- 1 ms late is missed, one with no worker left (max_inflight) is shed.
 -- Every arrival in the window ends in exactly one outcome - success,
 -- failure or rejection - and the cell checks that identity.
+--
+-- An http dependency (nres.dep.http) is the dependency server in a child
+-- process (`nresrun serve`): started and reset before the cell, stopped
+-- after it (also when the cell fails), its /stats read at the window's
+-- start and end for the requests it counted. Its arms run the C HTTP
+-- client on the cell's event loop (nres.http); a success is a response
+-- classified OK.
 local ffi = require "ffi"
 local C = require("nres.cdef").C
 local dep = require "nres.dep"
@@ -27,8 +34,35 @@ local MISSED_NS = 1e6
 local REJECTIONS = { ["circuit open"] = true, ["budget exhausted"] = true,
                      ["rate limited"] = true, ["draining"] = true }
 
+-- The operation of an arm against the HTTP dependency server.
+local function make_http_op(cell, inst)
+  local http = require "nres.http"
+  local fetch, url, method, flags = http.fetch, inst.url, inst.method, inst.flags
+  local a = cell.arm_spec
+  if a.kind == "raw" or a.kind == "naive" then
+    local cp = http.c_policy("none", 2)
+    local attempts = a.kind == "naive" and a.attempts or 1
+    return function()
+      local reason
+      for _ = 1, attempts do
+        local code, why = fetch(url, method, cp, flags)
+        if code then return true end
+        reason = why
+      end
+      return false, attempts > 1 and "attempts exhausted" or reason
+    end, nil
+  end
+  local cp, p = http.c_policy(a, 2)
+  return function()
+    local code, reason = fetch(url, method, cp, flags)
+    if code then return true end
+    return false, reason
+  end, p
+end
+
 -- The operation an arm performs: returns true, or false and a reason.
 local function make_op(cell, inst, driver)
+  if cell.dependency.kind == "http" then return make_http_op(cell, inst) end
   local a, call = cell.arm_spec, inst.call
   if a.kind == "raw" then
     return function(n)
@@ -65,16 +99,35 @@ local function quantile(hist, total, q)
   return tonumber(C.nres_hist_upper(BUCKETS - 1))
 end
 
--- Run the cell; returns the metrics table.
-function _M.run(cell, seed)
+-- The cell (srv: the http dependency server, or nil); returns the metrics.
+local function run_cell(cell, seed, srv)
   math.randomseed(seed or 1)
   local s = sched_mod.new()
   local now = s.now
   local t0 = now()
   local measure_at = t0 + cell.warmup * 1e9
   local stop_at = measure_at + cell.window * 1e9
-  local inst = dep.instantiate(cell.dependency, s.driver.sleep,
-                               function() return (now() - t0) / 1e9 end)
+  local inst
+  local http = srv and require "nres.http"
+  if srv then
+    local d = cell.dependency
+    inst = { url = srv.base .. d.path, method = d.method or "GET",
+             flags = d.idempotent and 1 or 0 }
+  else
+    inst = dep.instantiate(cell.dependency, s.driver.sleep,
+                           function() return (now() - t0) / 1e9 end)
+  end
+  -- Requests the dependency counted so far (its own view).
+  local function dep_requests()
+    if srv then return srv:requests() end
+    return inst.requests
+  end
+  -- Executor counters: the policy's, or the HTTP client's (it runs
+  -- per-host copies of the policy).
+  local function exec_stats(p)
+    if srv then return http.counters() end
+    return p:stats()
+  end
   local op, p = make_op(cell, inst, s.driver)
 
   local hist = ffi.new("uint32_t[?]", BUCKETS)
@@ -84,9 +137,10 @@ function _M.run(cell, seed)
   local base = nil   -- counters at the start of the window
 
   local function snapshot()
-    base = { requests = inst.requests, heap = host.available and host.heap_bytes() or 0,
+    base = { requests = dep_requests(), heap = host.available and host.heap_bytes() or 0,
              lua = host.available and host.lua_bytes() or 0,
-             stats = p and p:stats() or nil }
+             stats = p and exec_stats(p) or nil,
+             sent = srv and http.counters().sent or nil }
   end
 
   -- One finished operation that started at `started` (scheduled time for
@@ -172,13 +226,15 @@ function _M.run(cell, seed)
         end
         i = i + 1
       else
-        -- Nothing due: run due timers, else wait (spin when close).
+        -- Nothing due: run due timers, else wait (spin when close); with
+        -- requests in flight, the wait runs the event loop.
         local next_timer = s.n > 0 and s.at[1] or huge
         if next_timer <= t then
           s:run_due(t)
         else
           local wake = next_timer < due_at and next_timer or due_at
-          if wake - t > spin_ns then C.nres_step_sleep(wake - t - spin_ns / 2) end
+          local wait = wake - t > spin_ns and wake - t - spin_ns / 2 or 0
+          if not s:wait_io(wait) and wait > 0 then C.nres_step_sleep(wait) end
         end
       end
     end
@@ -194,6 +250,7 @@ function _M.run(cell, seed)
   if base == nil then snapshot() end
   local window = cell.window
   local ops = m.arrivals - m.shed
+  local requests_now = dep_requests()
   local out = {
     ops_per_sec = (m.successes + m.failures + m.rejections - m.shed) / window,
     arrivals = m.arrivals, successes = m.successes, failures = m.failures,
@@ -201,7 +258,7 @@ function _M.run(cell, seed)
     failed_by = reasons_failed, rejected_by = reasons_rejected,
     p50_us = quantile(hist, ops, 0.5) / 1e3, p90_us = quantile(hist, ops, 0.9) / 1e3,
     p99_us = quantile(hist, ops, 0.99) / 1e3, max_us = m.max_ns / 1e3,
-    dependency_requests_per_op = ops > 0 and (inst.requests - base.requests) / ops or 0,
+    dependency_requests_per_op = ops > 0 and (requests_now - base.requests) / ops or 0,
     completion_ratio = m.arrivals > 0 and m.successes / m.arrivals or 0,
     pacer_lag_max_us = m.lag_max / 1e3,
     pacer_lag_mean_us = (m.arrivals > 0 and cell.rate) and m.lag_sum / m.arrivals / 1e3 or 0,
@@ -211,8 +268,14 @@ function _M.run(cell, seed)
     out.heap_bytes_per_op = ops > 0 and (host.heap_bytes() - base.heap) / ops or 0
     out.gc_bytes_per_op = ops > 0 and (host.lua_bytes() - base.lua) / ops or 0
   end
+  if srv then
+    local c = http.counters()
+    out.dependency_requests = requests_now - base.requests
+    out.client_requests_per_op = ops > 0 and (c.sent - base.sent) / ops or 0
+    out.connections = c.connects
+  end
   if p and base.stats and p.cp.telemetry == 1 then
-    local st = p:stats()
+    local st = exec_stats(p)
     out.attempts_per_op = ops > 0 and (st.attempts - base.stats.attempts) / ops or 0
     out.retries_per_op = ops > 0 and (st.retries - base.stats.retries) / ops or 0
   else
@@ -222,6 +285,26 @@ function _M.run(cell, seed)
   out.identity_ok = (m.arrivals == m.successes + m.failures + m.rejections)
   out.trusted = out.identity_ok and m.shed == 0
                 and (m.arrivals == 0 or m.missed <= 0.001 * m.arrivals) and ops > 0
+  return out
+end
+
+-- Run the cell; returns the metrics table. An http dependency's server
+-- lives exactly as long as this call, whatever happens in the cell.
+function _M.run(cell, seed)
+  if cell.dependency.kind ~= "http" then return run_cell(cell, seed) end
+  local http = require "nres.http"
+  local srv, err = http.serve{ flaky_every = cell.dependency.flaky_every }
+  if not srv then error(cell.dependency.where .. ": nres.dep.http: " .. err, 0) end
+  local ok, out = pcall(function()
+    srv:reset()
+    return run_cell(cell, seed, srv)
+  end)
+  local closed_ok, close_err = pcall(http.close)
+  local stopped, stop_err = srv:stop()
+  if not ok then error(out, 0) end
+  if not closed_ok then error(close_err, 0) end
+  if not stopped then error(stop_err, 0) end
+  out.dependency_pid = srv.pid
   return out
 end
 

@@ -4,6 +4,8 @@
 --   nres.dep.model{ fail_prob = 0.1, latency = { lognormal = { 0.002, 0.5 } } }
 --   nres.dep.model{ phases = { { from = 10, to = 40, fail = 1 } } }  an outage
 --   nres.dep.fn(function(n, sleep) ... end)      your own
+--   nres.dep.http{ path = "/flaky?n=4" }          the HTTP dependency server,
+--                                                 a process of its own
 --
 -- A constructor returns a spec (plain data plus the file:line it was
 -- written at, for error messages); a cell instantiates it. An instance is a
@@ -166,6 +168,53 @@ function _M.fn(f)
     error(format("%s: nres.dep.fn: expected a function (n, sleep) -> res, err, got %s", at, describe(f)), 0)
   end
   return { kind = "fn", fn = f, where = at }
+end
+
+-- The HTTP dependency server (`nresrun serve`, runtime/src/host/
+-- depserver.c): the cell starts it as a child process, resets it, and
+-- reports the requests it counted. Arms run the C HTTP client (nres.http):
+-- nres.raw is one attempt (the "none" preset), a preset or policy runs
+-- under that policy.
+local http_fields = {
+  path = function(v)
+    if type(v) == "string" and v:find("^/[%w%-._~!$&'()*+,;=:@/%%?]*$") and #v <= 1024 then return nil end
+    return 'a path starting with "/" (e.g. "/echo", "/flaky?n=4")'
+  end,
+  method = function(v)
+    if type(v) == "string" and v:find("^[%w!#$%%&'*+.^_`|~-]+$") and #v <= 16 then return nil end
+    return "an HTTP method token"
+  end,
+  idempotent = function(v) if type(v) == "boolean" then return nil end return "a boolean" end,
+  flaky_every = checks.fail_every,
+  name = checks.name,
+}
+
+function _M.http(t)
+  local at = where(2)
+  if type(t) ~= "table" then
+    error(format("%s: nres.dep.http: expected a table, got %s", at, describe(t)), 0)
+  end
+  local problems = {}
+  for k, v in pairs(t) do
+    local check_field = http_fields[k]
+    if not check_field then
+      problems[#problems + 1] = format("dependency.%s: unknown field (%s)", tostring(k),
+                                       schema.hint(tostring(k), http_fields))
+    else
+      local what = check_field(v)
+      if what then
+        problems[#problems + 1] = format("dependency.%s: expected %s, got %s", k, what, describe(v))
+      end
+    end
+  end
+  if t.path == nil then problems[#problems + 1] = 'dependency.path: missing (e.g. "/echo")' end
+  if #problems > 0 then
+    table.sort(problems)
+    error(at .. ": nres.dep.http: " .. table.concat(problems, "; "), 0)
+  end
+  local spec = { kind = "http", where = at }
+  for k, v in pairs(t) do spec[k] = v end
+  return spec
 end
 
 function _M.is_spec(v)

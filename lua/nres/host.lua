@@ -17,10 +17,34 @@ int nres_host_spawn(const char *const *argv, double timeout_s, char *out, size_t
                     char *err, size_t err_cap, nres_host_child_t *child);
 ]]
 
+-- The cells' event loop and the dependency server child (host.h; only in
+-- an nresrun built with the http component). Policies and counters are
+-- passed as void * so this block needs no other declarations.
+ffi.cdef [[
+typedef struct nres_host_http_s {
+  int32_t id; int32_t running; int32_t status; int32_t status_code; int32_t error;
+  uint32_t attempts; uint32_t stop; double resp_len;
+} nres_host_http_t;
+int nres_host_loop_init(void);
+nres_host_http_t *nres_host_http_new(void);
+int nres_host_http_start(nres_host_http_t *slot, const char *url, const char *method,
+                         uint32_t flags, void *policy);
+int nres_host_loop_run(double timeout_ns);
+int nres_host_loop_take(int32_t *ids, int cap);
+int nres_host_http_counters(void *out, double client_out[4]);
+int nres_host_loop_close(void);
+typedef struct nres_host_server_s { int pid; int stdin_fd; int port; int status; } nres_host_server_t;
+int nres_host_server_start(const char *const *argv, double timeout_s, nres_host_server_t *srv);
+int nres_host_server_stop(nres_host_server_t *srv);
+int nres_host_http_get(int port, const char *path, double timeout_s, char *out, size_t out_cap);
+]]
+
 local C = ffi.C
 local _M = { _VERSION = "0.1.0" }
 
 _M.available = pcall(function() return C.nres_host_exe end)
+-- The http cells' loop (lua/nres/http.lua uses it).
+_M.http_available = _M.available and pcall(function() return C.nres_host_loop_init end)
 if not _M.available then return _M end
 
 function _M.lua_bytes() return C.nres_host_lua_bytes() end

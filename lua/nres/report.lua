@@ -5,7 +5,12 @@
 -- says can be recomputed from it. The Markdown shows, per section, each
 -- cell's medians with their spread (± half the range, as % of the median),
 -- a ratio against the section's baseline arm under the same dependency and
--- load, and a warning block for untrusted or failed cells.
+-- load, and a warning block for untrusted or failed cells. A section whose
+-- cells ran the HTTP client (they report client_requests_per_op) gets a
+-- second table: the handler's own cost, i.e. heap B/op minus dependency
+-- requests/op x the transport's B/request (the baseline arm's heap B/op /
+-- its dependency requests/op, same dependency and load: raw on /flaky is
+-- the issue's raw-flaky).
 local cjson = require "cjson.safe"
 
 local format, concat, sort = string.format, table.concat, table.sort
@@ -108,6 +113,45 @@ local function cell_trusted(c)
   return true
 end
 
+local function is_http(c)
+  for _, r in ipairs(c.reps) do
+    if r.ok and r.client_requests_per_op ~= nil then return true end
+  end
+  return false
+end
+
+-- The handler's own cost table of one section's http cells (w: writer).
+local function own_cost(w, cells, by_arm)
+  local rows = {}
+  for _, c in ipairs(cells) do if is_http(c) then rows[#rows + 1] = c end end
+  if #rows == 0 then return end
+  w("")
+  w("Handler's own cost: own B/op = heap B/op − dep req/op × transport B/req, where transport"
+    .. " B/req is the baseline arm's heap B/op ÷ its dep req/op under the same dependency and"
+    .. " load (raw on /flaky = raw-flaky). Heap = libnres's allocator (the C client);"
+    .. " GC = the Lua state. ops/s ratio against the baseline arm, as above.")
+  w("")
+  w("| arm | dependency | heap B/op | dep req/op | transport B/req | own B/op | GC B/op | client req/op | ops/s ratio |")
+  w("|---|---|---|---|---|---|---|---|---|")
+  for _, c in ipairs(rows) do
+    local heap = median(values(c, "heap_bytes_per_op"))
+    local req = median(values(c, "dependency_requests_per_op"))
+    local b = c.baseline and by_arm[c.group .. "\0" .. c.baseline]
+    local per_req, own, ratio
+    if b then
+      local bh, br = median(values(b, "heap_bytes_per_op")), median(values(b, "dependency_requests_per_op"))
+      if bh and br and br > 0 then per_req = bh / br end
+      local m, bm = median(values(c, "ops_per_sec")), median(values(b, "ops_per_sec"))
+      if m and bm and bm > 0 then ratio = m / bm end
+    end
+    if heap and req and per_req then own = heap - req * per_req end
+    w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", c.arm, c.dependency,
+      num(heap, 1), num(req), num(per_req, 1), num(own, 1),
+      num(median(values(c, "gc_bytes_per_op")), 1), num(median(values(c, "client_requests_per_op"))),
+      ratio and format("%.2f", ratio) or "-")
+  end
+end
+
 -- Markdown.
 function _M.markdown(doc)
   local out = {}
@@ -123,8 +167,11 @@ function _M.markdown(doc)
   local cells, by_arm = cells_of(doc.results)
   local warnings = {}
   local section
+  local in_section = {}
   for _, c in ipairs(cells) do
     if c.section ~= section then
+      own_cost(w, in_section, by_arm)
+      in_section = {}
       section = c.section
       w("")
       w("## %s", section)
@@ -132,6 +179,7 @@ function _M.markdown(doc)
       w("| arm | dependency | load | ops/s | ratio | p50 µs | p99 µs | attempts/op | retries/op | dep req/op | completion | heap B/op | GC B/op | trusted |")
       w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     end
+    in_section[#in_section + 1] = c
     local ops = values(c, "ops_per_sec")
     local m = median(ops)
     local ratio = "-"
@@ -169,6 +217,7 @@ function _M.markdown(doc)
       end
     end
   end
+  own_cost(w, in_section, by_arm)
   if #warnings > 0 then
     w("")
     w("## Warnings")

@@ -9,6 +9,14 @@
 -- On a virtual clock (new{ virtual = true }) nothing sleeps: run_until
 -- jumps the clock to the next wake-up, so simulated minutes take
 -- milliseconds and a seed reproduces the run exactly.
+--
+-- I/O (nres.http): a worker waiting for a request yields a non-number, so
+-- it is in no heap; the I/O source (set_io) counts such waiters and, where
+-- the scheduler would sleep the thread, runs the event loop instead, up to
+-- the next timer, then resumes the waiters whose requests finished (with
+-- _M.resume, on the scheduler they yielded under: `current`). C never
+-- calls Lua. While timers keep being due, the loop is still polled every
+-- 64 steps, so I/O is never starved.
 local nres_driver = require "nres.driver"
 
 local co_create, co_resume, co_yield, co_status =
@@ -17,6 +25,15 @@ local floor = math.floor
 
 local _M = { _VERSION = "0.1.0" }
 local mt = { __index = _M }
+
+-- The I/O source (nil, or { waiting = n, poll = function(s, timeout_ns) }):
+-- one per process, as the event loop is.
+local io_src = nil
+function _M.set_io(src) io_src = src end
+
+-- The scheduler whose worker runs now (nil outside any).
+local current = nil
+function _M.current() return current end
 
 local now = nres_driver.blocking.now
 local real_sleep = nres_driver.blocking.sleep
@@ -82,7 +99,10 @@ end
 
 -- Resume co; if it yields a time, it sleeps until then.
 local function step(s, co, ...)
+  local prev = current
+  current = s
   local ok, at = co_resume(co, ...)
+  current = prev
   if not ok then error(at, 0) end
   if type(at) == "number" and co_status(co) == "suspended" then
     push(s, at, co)
@@ -100,29 +120,59 @@ end
 
 -- Run due workers until `deadline` (ns); sleeps the thread while nothing
 -- is due. Returns when the deadline passes or no worker is waiting.
+-- Workers waiting for I/O count as waiting (not on a virtual clock).
 function _M.run_until(s, deadline)
   local clock, sleep_thread = s.now, s.sleep_thread
-  while s.n > 0 do
+  local io = not s.virtual and io_src or nil
+  local turns = 0
+  while s.n > 0 or (io and io.waiting > 0) do
     local t = clock()
     if t >= deadline then return end
-    local next_at = s.at[1]
+    local next_at = s.n > 0 and s.at[1] or deadline
     if next_at > t then
-      sleep_thread(next_at < deadline and next_at or deadline)
+      local wake = next_at < deadline and next_at or deadline
+      if io and io.waiting > 0 then
+        io.poll(s, wake - t)
+      else
+        sleep_thread(wake)
+      end
     else
       local _, co = pop(s)
       step(s, co)
+      if io and io.waiting > 0 then
+        turns = turns + 1
+        if turns >= 64 then
+          turns = 0
+          io.poll(s, 0)
+        end
+      end
     end
   end
 end
 
--- Run every worker whose wake-up time is at or before t, without waiting.
+-- Run every worker whose wake-up time is at or before t, without waiting
+-- (finished I/O first).
 function _M.run_due(s, t)
+  local io = not s.virtual and io_src or nil
+  if io and io.waiting > 0 then io.poll(s, 0) end
   while s.n > 0 and s.at[1] <= t do
     local _, co = pop(s)
     step(s, co)
   end
 end
 
-function _M.waiting(s) return s.n end
+-- Wait for I/O at most ns (under 1 ms: only poll). false when no worker
+-- waits for I/O (the caller sleeps its own way).
+function _M.wait_io(s, ns)
+  local io = not s.virtual and io_src or nil
+  if not (io and io.waiting > 0) then return false end
+  io.poll(s, ns)
+  return true
+end
+
+function _M.waiting(s)
+  local io = not s.virtual and io_src or nil
+  return s.n + (io and io.waiting or 0)
+end
 
 return _M

@@ -208,3 +208,91 @@ describe("a run", function()
     expect.truthy(out2:find("**failed**", 1, true), "warning block")
   end)
 end)
+
+describe("an http cell", function()
+  -- The dependency server runs beside each cell (`nresrun serve`); a short
+  -- window, two arms against /flaky (503 on every 4th request).
+  local path = write("http.lua", HEAD .. [[
+  name = "http",
+  dependency = nres.dep.http{ path = "/flaky?n=4" },
+  load = { workers = 4 },
+  arms = { raw = nres.raw,
+           lib = nres.policy{ base = "http", attempts = 3, backoff = false, budget = false } },
+  repetitions = 1, warmup = 0.1, window = 0.3,
+}
+]])
+  local code, out, err = run(path .. " --out " .. dir .. "/http")
+  local json_path = out:match("reports: %S+ (%S+%.json)")
+  local doc = json_path and cjson.decode(io.open(json_path):read("*a")) or { results = {} }
+  local by = {}
+  for _, r in ipairs(doc.results) do by[r.arm] = r end
+  it("exits 0 with both cells trusted", function()
+    expect.eq(code, 0, out .. err)
+    expect.eq(#doc.results, 2)
+    for _, r in ipairs(doc.results) do
+      expect.eq(r.ok, true, r.error)
+      expect.eq(r.trusted, true)
+      expect.eq(r.arrivals, r.successes + r.failures + r.rejections, "arrivals identity")
+    end
+  end)
+  it("requests flow, and the server's own count matches what was sent", function()
+    for _, r in ipairs(doc.results) do
+      expect.truthy(r.ops_per_sec > 100, "ops/s " .. tostring(r.ops_per_sec))
+      expect.truthy(r.dependency_requests > 0, "the server counted requests")
+      -- Counted by the server (/stats) against the client's own count of
+      -- requests written: equal but for the few in flight at the window's
+      -- edges (at most one per worker at each edge).
+      local ops = r.arrivals
+      expect.truthy(math.abs(r.dependency_requests_per_op - r.client_requests_per_op) * ops <= 8,
+        string.format("server %g/op vs client %g/op", r.dependency_requests_per_op, r.client_requests_per_op))
+      expect.near(r.dependency_requests, r.dependency_requests_per_op * ops, 1e-6, "per op x ops")
+    end
+    -- raw: one request per op, and the server's every 4th answer is a 503.
+    expect.near(by.raw.dependency_requests_per_op, 1, 0.01, "raw requests/op")
+    expect.near(by.raw.completion_ratio, 0.75, 0.02, "raw completion")
+    -- lib retries the 503s: about 4/3 requests per op, nearly all complete.
+    expect.truthy(by.lib.dependency_requests_per_op > 1.2 and by.lib.dependency_requests_per_op < 1.45,
+      "lib requests/op " .. by.lib.dependency_requests_per_op)
+    expect.truthy(by.lib.completion_ratio > 0.9, "lib completion " .. by.lib.completion_ratio)
+    expect.near(by.lib.attempts_per_op, by.lib.dependency_requests_per_op, 0.02, "attempts = requests")
+    expect.truthy(out:find("Handler's own cost", 1, true), "own cost table")
+  end)
+  it("leaves no server running", function()
+    for _, r in ipairs(doc.results) do
+      expect.eq(type(r.dependency_pid), "number", "pid reported")
+      expect.truthy(r.dependency_pid > 0)
+      expect.eq(io.open("/proc/" .. r.dependency_pid .. "/stat"), nil, "server process " .. r.dependency_pid .. " gone")
+    end
+  end)
+  it("nres.http.request works from a worker coroutine", function()
+    local p2 = write("http_fn.lua", HEAD .. [[
+  name = "httpfn",
+  dependency = nres.dep.fn(function()
+    if not SRV then SRV = assert(nres.http.serve()); SRV:reset() end
+    local res, err = nres.http.request{ url = SRV.base .. "/flaky?n=2", policy = "none" }
+    if res then
+      assert(res.status == 200 and res.attempts == 1 and res.body_length > 0)
+      return true
+    end
+    return nil, err
+  end),
+  load = { workers = 2 },
+  arms = { raw = nres.raw },
+  repetitions = 1, warmup = 0.1, window = 0.2,
+}
+]])
+    local c2, o2, e2 = run(p2 .. " --out " .. dir .. "/httpfn")
+    expect.eq(c2, 0, o2 .. e2)
+    local jp = o2:match("reports: %S+ (%S+%.json)")
+    local r = cjson.decode(io.open(jp):read("*a")).results[1]
+    expect.near(r.completion_ratio, 0.5, 0.02, "every 2nd answer fails")
+  end)
+  it("a bad nres.dep.http names file:line and the field", function()
+    local bad = write("badhttp.lua", HEAD .. '  name = "x",\n  dependency = nres.dep.http{ path = "echo", metod = "GET" },\n'
+      .. '  load = { workers = 1 }, arms = { raw = nres.raw },\n}\n')
+    local c3, _, e3 = run(bad .. " --list")
+    expect.eq(c3, 2)
+    expect.eq(e3, "nresrun: " .. bad .. ':4: nres.dep.http: dependency.metod: unknown field (did you mean "method"?); '
+      .. 'dependency.path: expected a path starting with "/" (e.g. "/echo", "/flaky?n=4"), got "echo"\n')
+  end)
+end)

@@ -5,10 +5,13 @@
  * face at the very libnres this executable is linked with, and hands the
  * command line to lua/nres/cli.lua, whose return value is the exit code.
  * Everything else - the scenario DSL, the runner, the reports - is Lua.
+ * `nresrun serve ...` is the HTTP dependency server instead (depserver.c),
+ * so the http cells need no other binary.
  */
 #include <dlfcn.h>
 #include <lauxlib.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,9 @@
 #include <unistd.h>
 
 #include "host/luahost.h"
+#ifdef NRES_HOST_HTTP
+#include "host/depserver.h"
+#endif
 
 static atomic_ullong heap_bytes;
 
@@ -54,6 +60,16 @@ int main(int argc, char **argv) {
   ssize_t n;
   int rc;
 
+  /* Sockets (the http cells, the server) report a peer gone as EPIPE. */
+  signal(SIGPIPE, SIG_IGN);
+  if (argc >= 2 && strcmp(argv[1], "serve") == 0) {
+#ifdef NRES_HOST_HTTP
+    return nres_depserver_main(argc - 1, argv + 1);
+#else
+    fprintf(stderr, "nresrun: serve: built without the http component\n");
+    return 2;
+#endif
+  }
   nres_replace_allocator(count_malloc, count_realloc, count_calloc, free);
   n = readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
   if (n <= 0) {

@@ -6,12 +6,21 @@ add_executable(nresrun
   runtime/src/host/main.c
   runtime/src/host/luahost.c
   runtime/src/host/child.c)
-target_include_directories(nresrun PRIVATE runtime/src)
+target_include_directories(nresrun PRIVATE runtime/src runtime/include)
 target_compile_options(nresrun PRIVATE ${NRES_WARNINGS})
 target_compile_definitions(nresrun PRIVATE _GNU_SOURCE)
 # Linked with the shared libnres: the Lua face (ffi.load) then binds the
 # same library instance, whose allocator the host counts.
 target_link_libraries(nresrun PRIVATE nres PkgConfig::LUAJIT ${CMAKE_DL_LIBS})
+# With the http component (listed before nresrun in NRES_COMPONENTS):
+# `nresrun serve` (the dependency server) and the http cells' event loop.
+if(TARGET nres_depserver)
+  target_sources(nresrun PRIVATE
+    runtime/src/host/loop.c
+    runtime/src/host/depchild.c)
+  target_compile_definitions(nresrun PRIVATE NRES_HOST_HTTP=1)
+  target_link_libraries(nresrun PRIVATE nres_depserver PkgConfig::LIBUV m)
+endif()
 # Host functions are called from Lua through the FFI: export them.
 set_target_properties(nresrun PROPERTIES ENABLE_EXPORTS ON
   C_VISIBILITY_PRESET default

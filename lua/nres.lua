@@ -71,6 +71,11 @@ function _M.simulation(t)
 end
 -- HTTP requests from scenarios' workers, inside nresrun (lua/nres/http.lua).
 _M.http = require "nres.http"
+-- A benchmark whose work is a C program built beside nresrun.
+function _M.external(t)
+  local e = require("nres.external").new(t, 2)   -- not a tail call
+  return e
+end
 _M.raw = require("nres.scenario").raw
 _M.naive = require("nres.scenario").naive
 _M.peer = require("nres.scenario").peer

@@ -123,6 +123,7 @@ local function load_scenario(path)
   if not ok then return nil, place(path, tostring(sc)) end
   local ok_sim, sim = pcall(require, "nres.sim")
   if ok_sim and sim.is_simulation and sim.is_simulation(sc) then return sc end
+  if require("nres.external").is_external(sc) then return sc end
   if getmetatable(sc) == nil or getmetatable(sc).__index ~= scenario then
     return nil, format("%s: a scenario file must return nres.scenario{...}, got %s",
       path, require("nres.schema").describe(sc))
@@ -145,6 +146,10 @@ function _M.main(...)
   local ok_sim, sim = pcall(require, "nres.sim")
   if ok_sim and sim.is_simulation and sim.is_simulation(sc) then
     return sim.main(sc, path, opts)   -- a virtual-clock simulation (nres.sim)
+  end
+  local external = require "nres.external"
+  if external.is_external(sc) then
+    return external.main(sc, path, opts)   -- a C benchmark program
   end
   local cells = sc:cells(opts)
   if #cells == 0 then return fail("no cells" .. (opts.only and " match --only " .. opts.only or "")) end

@@ -50,8 +50,13 @@ static void set_paths(lua_State *L, const char *exe) {
   dir[n] = '\0';
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
+#ifndef NRES_SOURCE_LUA_DIR
+# define NRES_SOURCE_LUA_DIR "/nonexistent"
+#endif
+  /* The build's own source tree last: a build directory anywhere works. */
   snprintf(path, sizeof(path),
-           "%s/../lua/?.lua;%s/../share/lua/5.1/?.lua;%s/../../lua/?.lua;%s",
+           "%s/../lua/?.lua;%s/../share/lua/5.1/?.lua;%s/../../lua/?.lua;"
+           NRES_SOURCE_LUA_DIR "/?.lua;%s",
            dir, dir, dir, lua_tostring(L, -1));
   lua_pop(L, 1);
   lua_pushstring(L, path);

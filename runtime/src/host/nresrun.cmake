@@ -8,7 +8,8 @@ add_executable(nresrun
   runtime/src/host/child.c)
 target_include_directories(nresrun PRIVATE runtime/src runtime/include)
 target_compile_options(nresrun PRIVATE ${NRES_WARNINGS})
-target_compile_definitions(nresrun PRIVATE _GNU_SOURCE)
+target_compile_definitions(nresrun PRIVATE _GNU_SOURCE
+  NRES_SOURCE_LUA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/lua")
 # Linked with the shared libnres: the Lua face (ffi.load) then binds the
 # same library instance, whose allocator the host counts.
 target_link_libraries(nresrun PRIVATE nres PkgConfig::LUAJIT ${CMAKE_DL_LIBS})

@@ -59,6 +59,8 @@ local latency_expect = {
   uniform = "{ low, high } in seconds, 0 <= low <= high",
   lognormal = "{ median seconds > 0, sigma >= 0 }",
 }
+-- Shared with the simulator's dependency (nres.simdep).
+_M.latency_kinds, _M.latency_expect = latency_kinds, latency_expect
 
 local function check_latency(problems, path, v)
   if type(v) ~= "table" then

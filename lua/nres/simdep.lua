@@ -52,18 +52,8 @@ local fields = {
 local capacity_fields = { concurrency = true, queue = true, rate = true, burst = true }
 local phase_fields = { name = true, from = true, to = true, fail = true, latency_factor = true }
 
-local latency_ok = {
-  fixed = function(v) return finite(v) and v >= 0 end,
-  uniform = function(v) return type(v) == "table" and finite(v[1]) and finite(v[2])
-                               and v[1] >= 0 and v[2] >= v[1] end,
-  lognormal = function(v) return type(v) == "table" and finite(v[1]) and finite(v[2])
-                                 and v[1] > 0 and v[2] >= 0 end,
-}
-local latency_expect = {
-  fixed = "seconds >= 0",
-  uniform = "{ low, high } in seconds, 0 <= low <= high",
-  lognormal = "{ median seconds > 0, sigma >= 0 }",
-}
+local latency_ok = require("nres.dep").latency_kinds
+local latency_expect = require("nres.dep").latency_expect
 
 local function sorted_names(t)
   local names = {}

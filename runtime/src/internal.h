@@ -48,6 +48,20 @@ static inline nres_time_t nres__time_from_double(double ns) {
   return (nres_time_t) ns;
 }
 
+/* Write v in decimal at p (no NUL); returns the end. For hand-built
+ * JSON and HTTP text where snprintf is too slow or may allocate. */
+static inline char *nres__put_u64(char *p, uint64_t v) {
+  char tmp[20];
+  int n = 0;
+  do {
+    tmp[n++] = (char) ('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0)
+    *p++ = tmp[--n];
+  return p;
+}
+
 #define NRES__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif /* NRES_INTERNAL_H */

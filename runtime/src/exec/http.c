@@ -65,18 +65,6 @@ static char *put(char *p, const char *s, size_t n) {
   return p + n;
 }
 
-static char *put_u64(char *p, uint64_t v) {
-  char tmp[20];
-  int n = 0;
-  do {
-    tmp[n++] = (char) ('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  while (n > 0)
-    *p++ = tmp[--n];
-  return p;
-}
-
 static int ieq(const char *a, const char *b, size_t n) {
   size_t i;
   for (i = 0; i < n; i++) {
@@ -216,12 +204,12 @@ static void send_request(nres__http_conn_t *conn) {
   if (deadline != NRES_TIME_NEVER &&
       !(req->flags & NRES_HTTP_NO_DEADLINE_HEADER)) {
     p = put(p, "X-Deadline-Ms: ", 15);
-    p = put_u64(p, nres_time_sub(deadline, nres_clock_now()) / NRES_MSEC);
+    p = nres__put_u64(p, nres_time_sub(deadline, nres_clock_now()) / NRES_MSEC);
     p = put(p, "\r\n", 2);
   }
   if (req->clen_) {
     p = put(p, "Content-Length: ", 16);
-    p = put_u64(p, req->body_len);
+    p = nres__put_u64(p, req->body_len);
     p = put(p, "\r\n", 2);
   }
   if (req->headers != NULL)

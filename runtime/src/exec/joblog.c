@@ -113,24 +113,12 @@ static char *put_str(char *p, const char *s) {
   return p + n;
 }
 
-static char *put_u64(char *p, uint64_t v) {
-  char tmp[24];
-  int n = 0;
-  do {
-    tmp[n++] = (char) ('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  while (n > 0)
-    *p++ = tmp[--n];
-  return p;
-}
-
 static char *put_i64(char *p, int64_t v) {
   if (v < 0) {
     *p++ = '-';
-    return put_u64(p, (uint64_t) 0 - (uint64_t) v);
+    return nres__put_u64(p, (uint64_t) 0 - (uint64_t) v);
   }
-  return put_u64(p, (uint64_t) v);
+  return nres__put_u64(p, (uint64_t) v);
 }
 
 static char *format(char *p, const nres_joblog_event_t *ev) {
@@ -139,18 +127,18 @@ static char *format(char *p, const nres_joblog_event_t *ev) {
   p = put_str(p, "{\"ev\":\"");
   p = put_str(p, ev->kind < 3 ? kinds[ev->kind] : "unknown");
   p = put_str(p, "\",\"job\":");
-  p = put_u64(p, ev->job);
+  p = nres__put_u64(p, ev->job);
   p = put_str(p, ",\"parent\":");
-  p = put_u64(p, ev->parent);
+  p = nres__put_u64(p, ev->parent);
   p = put_str(p, ",\"gate\":");
-  p = put_u64(p, ev->gate);
+  p = nres__put_u64(p, ev->gate);
   p = put_str(p, ",\"worker\":");
-  p = put_u64(p, ev->worker);
+  p = nres__put_u64(p, ev->worker);
   p = put_str(p, ",\"t\":");
-  p = put_u64(p, ev->time);
+  p = nres__put_u64(p, ev->time);
   if (ev->kind == NRES_JOBLOG_COMPLETED) {
     p = put_str(p, ",\"start\":");
-    p = put_u64(p, ev->start);
+    p = nres__put_u64(p, ev->start);
     p = put_str(p, ",\"outcome\":\"");
     p = put_str(p, nres_job_status_name(ev->status));
     p = put_str(p, "\",\"result\":");

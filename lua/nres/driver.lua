@@ -18,7 +18,8 @@ if type(ngx) == "table" and type(ngx.sleep) == "function" then
   _M.nginx = {
     name = "nginx",
     now = C.nres_step_now,
-    sleep = function(ns) ngx_sleep(ns / 1e9) end,
+    -- ngx.sleep has millisecond resolution; 0 would spin: round up.
+    sleep = function(ns) if ns > 0 then ngx_sleep(math.ceil(ns / 1e6) / 1e3) end end,
   }
 end
 

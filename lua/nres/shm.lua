@@ -1,0 +1,190 @@
+-- nres.shm: keyed policy state in shared memory (runtime/include/nres/shm.h).
+--
+--   local shm = require "nres.shm"
+--   local t = shm.new{ slots = 256, budget = { ratio = 0.1, min_per_sec = 5 },
+--                      breaker = breaker_config_cdata, limiter = { rate = 50, burst = 100 } }
+--   local i, gen = t:acquire("api.example", now_ns, hold_ns)   -- or nil, "full"
+--   local slot = t:slot(i)     -- nres_shm_slot_t*: .budget .breaker .ratelimit
+--
+-- The table is one mmap(MAP_SHARED | MAP_ANONYMOUS) region: made before a
+-- fork (nginx: init_by_lua, in the master), it is the same memory in every
+-- child. Its header and slots hold no pointers. The region is unmapped when
+-- the object is collected (in nginx: when the master's Lua VM closes on a
+-- reload; workers inherited their own mapping and keep it until they exit).
+--
+-- This binding's declarations are its own ffi.cdef (nres.cdef holds the
+-- core's); they are checked against the library's sizes at load.
+local ffi = require "ffi"
+local cdef = require "nres.cdef"
+
+local C = cdef.C
+local ffi_new, ffi_string, ffi_gc, ffi_sizeof = ffi.new, ffi.string, ffi.gc, ffi.sizeof
+local type, error, tonumber, format = type, error, tonumber, string.format
+
+ffi.cdef [[
+typedef struct nres_shm_s nres_shm_t;
+
+typedef struct nres_shm_config_s {
+  uint32_t slots, flags;
+  double budget_ratio, budget_min_per_sec, budget_capacity;
+  nres_breaker_config_t breaker;
+  double rate; uint32_t burst, reserved_;
+} nres_shm_config_t;
+
+typedef struct nres_shm_slot_s {
+  uint64_t key[8];
+  uint64_t ticket, created, calls, attempts, retries;
+  uint64_t stops[10];
+  nres_budget_t budget;
+  nres_breaker_t breaker;
+  nres_ratelimit_t ratelimit;
+} nres_shm_slot_t;
+
+typedef struct nres_shm_stats_s {
+  uint64_t slots, live, lookups, inserts, evictions, full, races;
+} nres_shm_stats_t;
+
+void nres_shm_config_init(nres_shm_config_t *config);
+size_t nres_shm_size(const nres_shm_config_t *config);
+int nres_shm_new(const nres_shm_config_t *config, nres_shm_t **out);
+void nres_shm_free(nres_shm_t *shm);
+int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len, uint64_t now,
+                     uint64_t hold, uint32_t *gen);
+nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index);
+int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
+                 uint32_t *gen, double *lease);
+void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop, uint32_t attempts,
+                     uint32_t retries);
+int nres_shm_limit(nres_shm_t *shm, uint32_t index, uint64_t now, double *retry_after);
+void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
+size_t nres_shm_slot_size(void);
+]]
+
+if tonumber(C.nres_shm_slot_size()) ~= ffi_sizeof("nres_shm_slot_t") then
+  error(format("nres.shm: nres_shm_slot_t is %d bytes in %s but %d in lua/nres/shm.lua;"
+    .. " the library and the Lua module are out of step",
+    tonumber(C.nres_shm_slot_size()), cdef.path, ffi_sizeof("nres_shm_slot_t")), 0)
+end
+
+local _M = { _VERSION = "0.1.0", KEY_MAX = 64, MAX_SLOTS = 2 ^ 20 }
+local mt = { __index = _M }
+
+_M.BUDGET, _M.BREAKER, _M.RATELIMIT = 1, 2, 4
+
+local acquire, record, limit = C.nres_shm_acquire, C.nres_shm_record, C.nres_shm_limit
+local EFULL, EBUSY = -1009, -16
+
+-- Out-parameters: one per module, read before anything can yield.
+local gen_box = ffi_new("uint32_t[1]")
+local wait_box = ffi_new("double[1]")
+local lease_box = ffi_new("double[1]")
+local key_buf = ffi_new("char[64]")
+
+local function bad(field, expected, got)
+  return format("nres.shm: %s: expected %s, got %s", field, expected,
+                type(got) == "string" and format("%q", got) or tostring(got))
+end
+
+-- shm.new{ slots, budget = { ratio, min_per_sec, capacity } or false,
+--          breaker = nres_breaker_config_t cdata (nres.policy's) or false,
+--          limiter = { rate, burst } or false }
+-- Returns the table, or raises error(msg, 2) on a bad configuration, or
+-- returns nil, err when the mapping fails.
+function _M.new(opts)
+  if type(opts) ~= "table" then
+    error("bad argument #1 to 'new' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  local cfg = ffi_new("nres_shm_config_t")
+  C.nres_shm_config_init(cfg)
+  cfg.flags = 0
+  local slots = opts.slots or 1024
+  if type(slots) ~= "number" or slots < 1 or slots > _M.MAX_SLOTS or slots % 1 ~= 0 then
+    error(bad("slots", "an integer 1..1048576", slots), 2)
+  end
+  cfg.slots = slots
+  local b = opts.budget
+  if b then
+    if type(b) ~= "table" then error(bad("budget", "a table or false", b), 2) end
+    cfg.flags = cfg.flags + _M.BUDGET
+    cfg.budget_ratio = b.ratio or 0.1
+    cfg.budget_min_per_sec = b.min_per_sec or 3
+    cfg.budget_capacity = b.capacity or 0
+  end
+  local br = opts.breaker
+  if br then
+    if type(br) ~= "cdata" then
+      error(bad("breaker", "an nres_breaker_config_t (cdata) or false", br), 2)
+    end
+    cfg.flags = cfg.flags + _M.BREAKER
+    cfg.breaker = br
+  end
+  local l = opts.limiter
+  if l then
+    if type(l) ~= "table" or type(l.rate) ~= "number" then
+      error(bad("limiter", "a table { rate = n, burst = n }", l), 2)
+    end
+    cfg.flags = cfg.flags + _M.RATELIMIT
+    cfg.rate = l.rate
+    cfg.burst = l.burst or 1
+  end
+  if C.nres_shm_size(cfg) == 0 then
+    error("nres.shm: the runtime refused the configuration (a budget, breaker or"
+          .. " limiter value out of range)", 2)
+  end
+  local out = ffi_new("nres_shm_t *[1]")
+  local rc = C.nres_shm_new(cfg, out)
+  if rc ~= 0 then return nil, ffi_string(C.nres_strerror(rc)) end
+  return setmetatable({
+    shm = ffi_gc(out[0], C.nres_shm_free),   -- unmapped when collected
+    slots = tonumber(cfg.slots + (8 - cfg.slots % 8) % 8),
+    flags = cfg.flags,
+    bytes = tonumber(C.nres_shm_size(cfg)),
+  }, mt)
+end
+
+-- The slot index of key (inserted if new) and its generation, or nil and
+-- "full" (every slot of the key's set is leased) / "busy". now and hold in
+-- ns. The key must be a string of 1..64 bytes.
+function _M.acquire(self, key, now, hold)
+  local i = acquire(self.shm, key, #key, now, hold, gen_box)
+  if i >= 0 then return i, gen_box[0] end
+  if i == EFULL then return nil, "full" end
+  if i == EBUSY then return nil, "busy" end
+  error(bad("key", "a string of 1..64 bytes", key), 2)
+end
+
+function _M.slot(self, i)
+  return C.nres_shm_slot(self.shm, i)
+end
+
+-- The key of slot i, its generation and lease end (ns), or nil if free.
+function _M.key(self, i)
+  local n = C.nres_shm_key(self.shm, i, key_buf, 64, gen_box, lease_box)
+  if n < 0 then return nil end
+  return ffi_string(key_buf, n), gen_box[0], lease_box[0]
+end
+
+function _M.record(self, i, stop, attempts, retries)
+  record(self.shm, i, stop, attempts, retries)
+end
+
+-- One admission from slot i's rate limiter: true, or false and the
+-- seconds until one would be allowed.
+function _M.limit(self, i, now)
+  if limit(self.shm, i, now, wait_box) == 0 then return true end
+  return false, wait_box[0] / 1e9
+end
+
+local stats = ffi_new("nres_shm_stats_t")
+
+function _M.stats(self)
+  C.nres_shm_stats(self.shm, stats)
+  return {
+    slots = tonumber(stats.slots), live = tonumber(stats.live),
+    lookups = tonumber(stats.lookups), inserts = tonumber(stats.inserts),
+    evictions = tonumber(stats.evictions), full = tonumber(stats.full),
+    races = tonumber(stats.races), bytes = self.bytes,
+  }
+end
+
+return _M

@@ -1,0 +1,150 @@
+/* nres/shm.h - keyed policy state in memory shared between processes.
+ *
+ * A gateway runs several worker processes; a breaker that opens in one of
+ * them must be open in all, and a retry budget or a rate limit must be one
+ * bucket, not one per worker. A shm table is a fixed table of slots in one
+ * region of memory; each slot holds a key (an upstream host, a client id),
+ * the state a scoped policy needs (a budget, a breaker, a rate limiter, all
+ * atomics and no pointers) and counters. Any process that maps the region
+ * (nginx workers forked from the master that created it) finds a key's slot
+ * and updates its state with atomics only: lookups, inserts and evictions
+ * are compare-and-swaps on one word per slot, with no lock anywhere, so a
+ * process killed at any instruction cannot wedge the others.
+ *
+ * Bounds. A key is at most NRES_SHM_KEY_MAX bytes. The table holds `slots`
+ * keys (a multiple of NRES_SHM_WAYS); a key lives in one of the
+ * NRES_SHM_WAYS slots of the set its hash picks, so a set that is full of
+ * keys in use refuses a new key (NRES_EFULL) before the whole table is.
+ * Every lookup leases its slot for `hold`: a slot is evicted (least
+ * recently leased first) only when its lease has run out, so a call that
+ * holds slot state for at most `hold` never sees it handed to another key.
+ * Size: nres_shm_size(config), about 0.6 KB per slot.
+ *
+ * Time is nres_time_t nanoseconds on one clock for every process (the
+ * drivers use CLOCK_MONOTONIC, which is system-wide); leases keep ms.
+ */
+#ifndef NRES_SHM_H
+#define NRES_SHM_H
+
+#include "../nres.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NRES_SHM_KEY_MAX 64            /* bytes of a key */
+#define NRES_SHM_WAYS 8                /* slots a key may live in */
+#define NRES_SHM_MAX_SLOTS (1u << 20)
+
+/* Which state each slot keeps (nres_shm_config_t.flags). */
+enum {
+  NRES_SHM_BUDGET = 1,
+  NRES_SHM_BREAKER = 2,
+  NRES_SHM_RATELIMIT = 4
+};
+
+typedef struct nres_shm_s nres_shm_t;  /* the region's header; opaque */
+typedef struct nres_shm_slot_s nres_shm_slot_t;
+typedef struct nres_shm_config_s nres_shm_config_t;
+typedef struct nres_shm_stats_s nres_shm_stats_t;
+
+/* The template every slot's state is made from when a key moves in. */
+struct nres_shm_config_s {
+  uint32_t slots;               /* keys the table holds; rounded up to a
+                                   multiple of NRES_SHM_WAYS. Default 1024 */
+  uint32_t flags;               /* NRES_SHM_*; 0 = counters only */
+  double budget_ratio;          /* nres_budget_init's arguments */
+  double budget_min_per_sec;
+  double budget_capacity;
+  nres_breaker_config_t breaker;
+  double rate;                  /* nres_ratelimit_init's arguments */
+  uint32_t burst;
+  uint32_t reserved_;
+};
+
+/* One key's slot. The state and the counters are the caller's to use
+ * between nres_shm_acquire and the end of the lease; the other fields are
+ * the table's. */
+struct nres_shm_slot_s {
+  NRES_ATOMIC(uint64_t) key[NRES_SHM_KEY_MAX / 8];
+  NRES_ATOMIC(uint64_t) ticket;         /* settles two inserts of one key */
+  NRES_ATOMIC(uint64_t) created;        /* ns, when the key moved in */
+  NRES_ATOMIC(uint64_t) calls;          /* nres_shm_record */
+  NRES_ATOMIC(uint64_t) attempts;
+  NRES_ATOMIC(uint64_t) retries;
+  NRES_ATOMIC(uint64_t) stops[NRES_STOP_COUNT];
+  nres_budget_t budget;
+  nres_breaker_t breaker;
+  nres_ratelimit_t ratelimit;
+};
+
+/* The table's own counters. */
+struct nres_shm_stats_s {
+  uint64_t slots;               /* capacity */
+  uint64_t live;                /* slots holding a key now */
+  uint64_t lookups;             /* nres_shm_acquire calls that succeeded */
+  uint64_t inserts;             /* keys moved in */
+  uint64_t evictions;           /* keys moved out to make room */
+  uint64_t full;                /* refusals: every slot of the set leased */
+  uint64_t races;               /* inserts that lost to a concurrent insert
+                                   of the same key */
+};
+
+/* Defaults: 1024 slots, budget + breaker with the default preset's
+ * configuration (ratio 0.1, 3/s, capacity 30; nres_breaker_config_init),
+ * no rate limit (rate 100/s, burst 1 when turned on). */
+NRES_EXTERN void nres_shm_config_init(nres_shm_config_t *config);
+/* Bytes of a region for this configuration; 0 if it is invalid (slots 0 or
+ * above NRES_SHM_MAX_SLOTS, unknown flags, a state's arguments that its
+ * init refuses). */
+NRES_EXTERN size_t nres_shm_size(const nres_shm_config_t *config);
+/* Lay a table out in caller-owned memory of `size` bytes (at least
+ * nres_shm_size, 64-byte aligned). Every slot starts free. Not safe while
+ * another process uses the memory. NRES_EINVAL on a bad config or size. */
+NRES_EXTERN int nres_shm_init(void *mem, size_t size,
+                              const nres_shm_config_t *config);
+/* mmap(MAP_SHARED | MAP_ANONYMOUS) a region and nres_shm_init it: shared
+ * with every child forked after this (nginx: call it in init_by_lua, in
+ * the master). NRES_ENOMEM if the mapping fails. */
+NRES_EXTERN int nres_shm_new(const nres_shm_config_t *config,
+                             nres_shm_t **out);
+/* Unmap a region from nres_shm_new (in this process only; other processes
+ * keep their mapping). NULL is ignored. */
+NRES_EXTERN void nres_shm_free(nres_shm_t *shm);
+
+/* The slot of `key` (len bytes, 1..NRES_SHM_KEY_MAX), inserted if it is
+ * not there, leased until at least now + hold. Returns its index (>= 0) and
+ * *gen, a number that changes whenever the slot gets a new key (gen may be
+ * NULL). NRES_EFULL: every slot of the key's set is leased by other keys.
+ * NRES_EINVAL: bad arguments. Lock-free; never allocates. */
+NRES_EXTERN int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
+                                 nres_time_t now, nres_time_t hold,
+                                 uint32_t *gen);
+/* The slot at `index` (from nres_shm_acquire), or NULL if out of range. */
+NRES_EXTERN nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index);
+/* Copy the key of slot `index` into buf (cap bytes) if the slot holds one:
+ * its length (which may exceed cap: the copy is cut), and *gen and *lease
+ * (ns; either may be NULL). A negative NRES_E* if the slot is free or being
+ * filled (NRES_EAGAIN) or out of range (NRES_EINVAL). For status pages. */
+NRES_EXTERN int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf,
+                             size_t cap, uint32_t *gen, double *lease);
+/* Count one call that ended with `stop` after `attempts` attempts of which
+ * `retries` were retries. Relaxed atomics. */
+NRES_EXTERN void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop,
+                                 uint32_t attempts, uint32_t retries);
+/* Take one admission from slot `index`'s rate limiter: 0, or NRES_ELIMITED
+ * with *retry_after (ns, may be NULL) until one would be allowed. Counted
+ * in the slot's `calls`, refusals also in stops[NRES_STOP_LIMITED].
+ * NRES_EINVAL if the table keeps no rate limit. */
+NRES_EXTERN int nres_shm_limit(nres_shm_t *shm, uint32_t index,
+                               nres_time_t now, double *retry_after);
+NRES_EXTERN void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
+/* The configuration the table was made with. */
+NRES_EXTERN const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
+/* sizeof(nres_shm_slot_t), for bindings that declare it themselves. */
+NRES_EXTERN size_t nres_shm_slot_size(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NRES_SHM_H */

@@ -1,0 +1,22 @@
+# shm.cmake - keyed policy state in shared memory (runtime/src/core/shm.c),
+# its cmocka test, the gateway's Lua spec (nres.shm and nres.ngx outside
+# nginx) and its integration test in a real nginx (spec/nginx/run.sh). The
+# last two load libnres into LuaJIT, so they are registered only in builds
+# without sanitizers (LuaJIT and nginx would need their runtimes preloaded).
+target_sources(nres_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm.c)
+
+nres_add_c_test(shm 120 core,threads)
+
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  find_program(NRES_SHM_LUAJIT luajit)
+  if(NRES_SHM_LUAJIT)
+    add_test(NAME lua_gateway
+             COMMAND ${NRES_SHM_LUAJIT} spec/lua/runner.lua spec/lua/gateway_spec.lua
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(lua_gateway PROPERTIES TIMEOUT 60 LABELS lua ENVIRONMENT
+      "LUA_PATH=${CMAKE_CURRENT_SOURCE_DIR}/lua/?.lua\\;\\;;NRES_LIB=$<TARGET_FILE:nres>")
+  endif()
+  add_test(NAME nginx
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/run.sh $<TARGET_FILE:nres>)
+  set_tests_properties(nginx PROPERTIES TIMEOUT 150 LABELS nginx)
+endif()

@@ -1,0 +1,156 @@
+-- gateway_spec.lua - nres.shm and the shared-state side of nres.ngx,
+-- outside nginx (on a virtual clock; nginx itself is spec/nginx/run.sh):
+-- argument checking, one slot and one worker-local policy per key pointed
+-- at the key's shared budget and breaker, a breaker tripped by a forked
+-- process seen open by its parent, fresh state when a key moves into an
+-- evicted slot, and the per-client limiter.
+local ffi = require "ffi"
+local nres = require "nres"
+local shm = require "nres.shm"
+local gw = require "nres.ngx"
+local C = require("nres.cdef").C
+
+ffi.cdef [[
+int fork(void);
+int waitpid(int pid, int *status, int options);
+void _exit(int status);
+]]
+
+local T0 = 1e12   -- virtual ns
+local reasons = require("nres.run").reasons
+
+-- Run one call on cp, every attempt ending with verdict `kind`, on a
+-- virtual clock from `now`; returns the stop reason and the clock after.
+local step = ffi.new("nres_step_t")
+local function call_once(cp, now, kind)
+  local call = ffi.new("nres_call_t")
+  local k = C.nres_step_begin(call, cp, now, -1, step)
+  while k ~= 2 do
+    if k == 0 then
+      k = C.nres_step_report(call, step.slot, now, kind, 0, -1, step)
+    else
+      now = math.max(now, step.at)
+      k = C.nres_step_resume(call, now, step)
+    end
+  end
+  return reasons[step.stop], now
+end
+
+describe("nres.shm", function()
+  it("refuses bad tables by field", function()
+    expect.error(function() shm.new{ slots = 0 } end,
+      "nres.shm: slots: expected an integer 1..1048576, got 0")
+    expect.error(function() shm.new{ budget = 3 } end,
+      "nres.shm: budget: expected a table or false, got 3")
+    expect.error(function() shm.new{ limiter = 5 } end,
+      "nres.shm: limiter: expected a table { rate = n, burst = n }, got 5")
+  end)
+  it("keeps one slot per key, with counters and a key read-back", function()
+    local t = shm.new{ slots = 16, limiter = { rate = 10, burst = 2 } }
+    expect.eq(t.slots, 16)
+    local a = t:acquire("alpha", T0, 60e9)
+    local b = t:acquire("beta", T0, 60e9)
+    expect.truthy(a ~= b, "different slots")
+    expect.eq(t:acquire("alpha", T0 + 1e9, 60e9), a)
+    expect.eq((t:key(a)), "alpha")
+    expect.eq(t:limit(a, T0), true)
+    expect.eq(t:limit(a, T0), true)
+    local ok, wait = t:limit(a, T0)
+    expect.eq(ok, false)
+    expect.near(wait, 0.1, 1e-6, "seconds until the next admission")
+    local st = t:stats()
+    expect.eq(st.live, 2); expect.eq(st.inserts, 2); expect.eq(st.lookups, 3)
+    expect.eq(tonumber(t:slot(a).calls), 3)
+    expect.error(function() t:acquire(string.rep("x", 65), T0, 1) end,
+      'nres.shm: key: expected a string of 1..64 bytes, got "' .. string.rep("x", 65) .. '"')
+  end)
+end)
+
+describe("nres.ngx scopes", function()
+  it("refuse policies the gateway cannot share or run", function()
+    expect.error(function() gw.scope("s1", { policy = { base = "gateway", budget = "shared" } }) end,
+      'nres.ngx.scope: policy.budget: expected a table or false (a scope keeps one budget per key), got "shared"')
+    expect.error(function() gw.scope("s2", { policy = { base = "gateway", hedge = { at = 0.1 } } }) end,
+      "nres.ngx.scope: policy.hedge: expected false (the gateway runs one attempt at a time), got a hedge table")
+    expect.error(function() gw.scope("s3", { policy = { base = "gateway", deadline = false, attempt_timeout = false } }) end,
+      "nres.ngx.scope: policy.deadline: expected a deadline in seconds (keys are leased for a call's length), got false")
+    expect.error(function() gw.scope("s4", { slotz = 3 }) end,
+      "nres.ngx.scope: slotz: expected one of policy, slots, hold, got an unknown field")
+    expect.error(function() gw.scope("s5", { policy = { attemps = 3 } }) end,
+      'nres.policy: attemps: unknown field (did you mean "attempts"?)')
+    expect.error(function() gw.scope("s6", { slots = 0 }) end,
+      "nres.shm: slots: expected an integer 1..1048576, got 0", "gateway_spec.lua")
+    expect.error(function() gw.upstream("u", { host = "h", port = 0 }) end,
+      "nres.ngx.upstream: port: expected an integer 1..65535, got 0")
+  end)
+
+  it("point each key's policy at the key's shared budget and breaker", function()
+    gw.scope("hosts", { policy = "gateway", slots = 16 })
+    local s = gw.scopes.hosts
+    local cp1, i1 = gw.policy_for("hosts", "a.example:80", T0)
+    local cp2, i2 = gw.policy_for("hosts", "b.example:80", T0)
+    expect.truthy(i1 >= 0 and i2 >= 0 and i1 ~= i2, "two slots")
+    expect.truthy(cp1.budget == s.shm:slot(i1).budget, "budget in the slot")
+    expect.truthy(cp1.breaker == s.shm:slot(i1).breaker, "breaker in the slot")
+    expect.truthy(cp1.estimator == cp1.own.estimator, "estimator of its own")
+    expect.truthy(cp2.breaker == s.shm:slot(i2).breaker, "other key, other breaker")
+    local again = gw.policy_for("hosts", "a.example:80", T0 + 1e9)
+    expect.truthy(again == cp1, "the same policy object for the same key")
+  end)
+
+  it("share a breaker with a forked process", function()
+    gw.scope("forked", { policy = { base = "gateway", breaker = { consecutive = 5, ratio = false } } })
+    local cp = gw.policy_for("forked", "up:1", T0)
+    local pid = ffi.C.fork()
+    if pid == 0 then
+      -- The child: its own policy copy, the same slot; trip the breaker.
+      local child = gw.policy_for("forked", "up:1", T0)
+      local now = T0
+      for _ = 1, 20 do
+        local _, t = call_once(child, now, 1)   -- transient
+        now = t
+      end
+      local idx = select(2, gw.policy_for("forked", "up:1", T0))
+      gw.scopes.forked.shm:record(idx, 3, 3, 2)
+      ffi.C._exit(C.nres_breaker_state(child.breaker, now) == 1 and 0 or 3)
+    end
+    expect.truthy(pid > 0, "fork")
+    local status = ffi.new("int[1]")
+    expect.eq(ffi.C.waitpid(pid, status, 0), pid)
+    expect.eq(status[0], 0, "child saw its breaker open")
+    -- The parent's policy, made before the fork, sees it open too.
+    expect.eq(C.nres_breaker_state(cp.breaker, T0 + 1e6), 1, "open in the parent")
+    expect.eq((call_once(cp, T0 + 1e6, 0)), "circuit open")
+    local idx = select(2, gw.policy_for("forked", "up:1", T0))
+    expect.eq(tonumber(gw.scopes.forked.shm:slot(idx).calls), 1, "the child's record")
+  end)
+
+  it("give a key that moves into an evicted slot fresh state", function()
+    gw.scope("small", { policy = "gateway", slots = 8, hold = 10 })
+    local first, idx0 = gw.policy_for("small", "k0", T0)
+    call_once(first, T0, 1)
+    expect.truthy(first.n_verdicts[1] > 0, "a transient verdict counted")
+    for i = 1, 7 do gw.policy_for("small", "k" .. i, T0) end
+    local _, full = gw.policy_for("small", "k8", T0 + 5e9)
+    expect.eq(full, -1, "every slot leased: the worker's own policy")
+    expect.eq(gw.scopes.small.overflow, 1)
+    for i = 1, 7 do gw.policy_for("small", "k" .. i, T0 + 5e9) end
+    local cp, idx = gw.policy_for("small", "k8", T0 + 10e9)
+    expect.eq(idx, idx0, "k0's slot, the least recently leased")
+    expect.truthy(cp == first, "the worker's policy object is reused...")
+    expect.eq(tonumber(cp.n_verdicts[1]), 0, "...with its counters reset")
+    expect.eq(C.nres_budget_level(cp.budget, T0 + 10e9), 50, "and a full budget")
+  end)
+
+  it("limit each client on its own", function()
+    gw.limiter("clients", { rate = 10, burst = 2, slots = 64 })
+    expect.eq(gw.limit("clients", "10.0.0.1"), true)
+    expect.eq(gw.limit("clients", "10.0.0.1"), true)
+    local ok, wait = gw.limit("clients", "10.0.0.1")
+    expect.eq(ok, false)
+    expect.truthy(wait > 0 and wait <= 0.1, "retry after <= one interval")
+    expect.eq(gw.limit("clients", "10.0.0.2"), true)
+    expect.error(function() gw.limiter("bad", { rate = 0 }) end,
+      "nres.ngx.limiter: rate: expected admissions per second (> 0), got 0")
+  end)
+end)

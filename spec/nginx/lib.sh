@@ -1,0 +1,84 @@
+# spec/nginx/lib.sh - shared by spec/nginx/run.sh and bench/gateway/run.sh:
+# render an nginx.conf template, start nginx under its own prefix, stop it
+# by pid. Source it; nothing here starts anything by itself.
+
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+NRES_STARTED_PIDS=${NRES_STARTED_PIDS:-}
+
+# nres_have_nginx_lua: 0 when nginx and its Lua module are installed.
+nres_have_nginx_lua() {
+  [ -x "$NGINX" ] && [ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ] &&
+    [ -f /usr/lib/nginx/modules/ndk_http_module.so ]
+}
+
+# nres_free_port: a TCP port on 127.0.0.1 nobody listens on (20000-59999).
+nres_free_port() {
+  local p
+  for _ in $(seq 1 50); do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "$p"; return 0; fi
+  done
+  return 1
+}
+
+# nres_render TEMPLATE OUT KEY=VALUE...: replace @KEY@ with VALUE.
+nres_render() {
+  local tpl=$1 out=$2; shift 2
+  local sed_args=() kv
+  for kv in "$@"; do
+    local k=${kv%%=*} v=${kv#*=}
+    v=${v//\\/\\\\}; v=${v//|/\\|}; v=${v//&/\\&}; v=${v//$'\n'/\\$'\n'}
+    sed_args+=(-e "s|@$k@|$v|g")
+  done
+  sed "${sed_args[@]}" "$tpl" >"$out"
+  if grep -q "@[A-Z_]*@" "$out"; then
+    echo "nres_render: unreplaced placeholder in $out:" >&2
+    grep -n "@[A-Z_]*@" "$out" >&2
+    return 1
+  fi
+}
+
+# nres_nginx_start PREFIX CONF: test the config, start nginx, wait for its
+# pid file. The master's pid is remembered for nres_nginx_stop_all.
+nres_nginx_start() {
+  local prefix=$1 conf=$2
+  mkdir -p "$prefix/tmp"
+  "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" -t -q ||
+    { echo "nginx -t failed for $conf" >&2; return 1; }
+  "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" ||
+    { echo "nginx failed to start ($conf):" >&2; tail -5 "$prefix/error.log" >&2; return 1; }
+  for _ in $(seq 1 100); do
+    [ -s "$prefix/nginx.pid" ] && break
+    sleep 0.05
+  done
+  [ -s "$prefix/nginx.pid" ] || { echo "nginx did not write $prefix/nginx.pid" >&2; return 1; }
+  NRES_STARTED_PIDS="$NRES_STARTED_PIDS $(cat "$prefix/nginx.pid")"
+}
+
+# nres_wait_http URL: until it answers (5 s at most).
+nres_wait_http() {
+  for _ in $(seq 1 100); do
+    curl -s -o /dev/null --max-time 1 "$1" && return 0
+    sleep 0.05
+  done
+  echo "no answer from $1" >&2
+  return 1
+}
+
+# nres_stop_pid PID: QUIT (graceful), then TERM, then KILL; waits for it.
+nres_stop_pid() {
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -QUIT "$pid" 2>/dev/null || true
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Stop every master this shell started (for an EXIT trap).
+nres_nginx_stop_all() {
+  local pid
+  for pid in $NRES_STARTED_PIDS; do nres_stop_pid "$pid"; done
+  NRES_STARTED_PIDS=""
+}

@@ -275,22 +275,9 @@ function _M.policy_for(sname, key, now)
   return policy_for(s, key, now or step_now())
 end
 
--- Call records: a free list, as in nres.run. A record stays referenced by
--- the running request (the local `call`) across its sleeps and yields.
-local free, nfree = {}, 0
-local function take_call()
-  if nfree > 0 then
-    local call = free[nfree]
-    free[nfree] = nil
-    nfree = nfree - 1
-    return call
-  end
-  return ffi_new("nres_call_t")
-end
-local function give_call(call)
-  nfree = nfree + 1
-  free[nfree] = call
-end
+-- Call records: nres.run's free list. A record stays referenced by the
+-- running request (the local `call`) across its sleeps and yields.
+local take_call, give_call = require("nres.run").take_call, require("nres.run").give_call
 
 
 -- -------------------------------------------------------- the attempts

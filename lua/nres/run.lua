@@ -48,6 +48,7 @@ local function give_call(call)
   nfree = nfree + 1
   free[nfree] = call
 end
+_M.take_call, _M.give_call = take_call, give_call   -- for the other drivers
 
 -- The running attempt's deadline (ns, -1 = none) and the clock it is on,
 -- for nres.remaining(): valid inside fn until it yields.

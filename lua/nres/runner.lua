@@ -48,6 +48,10 @@ local function child_argv(ctx, run)
     }
     spec.dependency = {}
     for k, v in pairs(c.dependency) do if type(v) ~= "function" then spec.dependency[k] = v end end
+    if c.dependency.kind == "http" then
+      -- The peer starts the same dependency server the nres cells use.
+      spec.server = { host.exe(), "serve", "--port", "0" }
+    end
     -- The script from the current directory, else from the repository
     -- (the executable lives in build/ or bin/ beside it).
     local script = c.arm_spec.script

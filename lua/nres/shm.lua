@@ -12,53 +12,14 @@
 -- the object is collected (in nginx: when the master's Lua VM closes on a
 -- reload; workers inherited their own mapping and keep it until they exit).
 --
--- This binding's declarations are its own ffi.cdef (nres.cdef holds the
--- core's); they are checked against the library's sizes at load.
+-- Its declarations live with the rest in nres.cdef; the slot's size is
+-- checked against the library's at load.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
 
 local C = cdef.C
 local ffi_new, ffi_string, ffi_gc, ffi_sizeof = ffi.new, ffi.string, ffi.gc, ffi.sizeof
 local type, error, tonumber, format = type, error, tonumber, string.format
-
-ffi.cdef [[
-typedef struct nres_shm_s nres_shm_t;
-
-typedef struct nres_shm_config_s {
-  uint32_t slots, flags;
-  double budget_ratio, budget_min_per_sec, budget_capacity;
-  nres_breaker_config_t breaker;
-  double rate; uint32_t burst, reserved_;
-} nres_shm_config_t;
-
-typedef struct nres_shm_slot_s {
-  uint64_t key[8];
-  uint64_t ticket, created, calls, attempts, retries;
-  uint64_t stops[10];
-  nres_budget_t budget;
-  nres_breaker_t breaker;
-  nres_ratelimit_t ratelimit;
-} nres_shm_slot_t;
-
-typedef struct nres_shm_stats_s {
-  uint64_t slots, live, lookups, inserts, evictions, full, races;
-} nres_shm_stats_t;
-
-void nres_shm_config_init(nres_shm_config_t *config);
-size_t nres_shm_size(const nres_shm_config_t *config);
-int nres_shm_new(const nres_shm_config_t *config, nres_shm_t **out);
-void nres_shm_free(nres_shm_t *shm);
-int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len, uint64_t now,
-                     uint64_t hold, uint32_t *gen);
-nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index);
-int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
-                 uint32_t *gen, double *lease);
-void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop, uint32_t attempts,
-                     uint32_t retries);
-int nres_shm_limit(nres_shm_t *shm, uint32_t index, uint64_t now, double *retry_after);
-void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
-size_t nres_shm_slot_size(void);
-]]
 
 if tonumber(C.nres_shm_slot_size()) ~= ffi_sizeof("nres_shm_slot_t") then
   error(format("nres.shm: nres_shm_slot_t is %d bytes in %s but %d in lua/nres/shm.lua;"

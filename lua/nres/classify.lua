@@ -57,7 +57,13 @@ function _M.retry_after(value, now_epoch)
   return delta > 0 and delta or 0
 end
 
+-- An error table { throttled = true, retry_after = seconds } (what the
+-- modelled dependencies return) is a throttled answer.
 local function error_kind(err)
+  if type(err) == "table" and err.throttled then
+    local ra = tonumber(err.retry_after)
+    return THROTTLED, 0, ra and ra >= 0 and ra * 1e9 or -1
+  end
   if timeouts[err] then return TRANSIENT, VF_TIMEOUT, -1 end
   return TRANSIENT, 0, -1
 end

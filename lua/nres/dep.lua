@@ -10,8 +10,9 @@
 -- A constructor returns a spec (plain data plus the file:line it was
 -- written at, for error messages); a cell instantiates it. An instance is a
 -- function following the Lua convention: `true` on success, `nil, err` on
--- failure ("unavailable", or "throttled" with `retry_after` seconds set on
--- the instance), and counts the requests it sees: that count is the
+-- failure ("unavailable"; a throttled answer is an error table
+-- { throttled = true, retry_after = seconds }, which the classifiers read),
+-- and counts the requests it sees: that count is the
 -- dependency's own view of the load, reported per operation.
 local schema = require "nres.schema"
 
@@ -285,6 +286,8 @@ function _M.instantiate(spec, sleep, clock)
   local latency = latency_fn(spec.latency)
   local phases = spec.phases
   local count = 0
+  local throttled = setmetatable({ throttled = true, retry_after = spec.retry_after },
+                                 { __tostring = function() return "throttled" end })
   inst.call = function()
     count = count + 1
     inst.requests = count
@@ -304,7 +307,7 @@ function _M.instantiate(spec, sleep, clock)
       if ns > 0 then sleep(ns) end
     end
     if fail then return nil, err end
-    if throttle_every and count % throttle_every == 0 then return nil, "throttled" end
+    if throttle_every and count % throttle_every == 0 then return nil, throttled end
     if fail_every and count % fail_every == 0 then return nil, err end
     if fail_prob and random() < fail_prob then return nil, err end
     return true

@@ -193,6 +193,18 @@ describe("classifiers", function()
     p:run(flaky(1, "slow down", "ok"))
     expect.near((d.now() - t0) / 1e9, 4, 1e-6, "waited 4 s")
   end)
+  it("a modelled dependency's throttled answer carries its retry-after", function()
+    local dep = require "nres.dep"
+    local p, d = virtual { base = "none", attempts = 2,
+                           backoff = { kind = "constant", base = 0.01, max = 10 } }
+    local inst = dep.instantiate(nres.dep.model{ throttle_every = 2, retry_after = 3 },
+                                 d.sleep, function() return 0 end)
+    inst.call()                      -- the first request passes; the next is throttled
+    local t0 = d.now()
+    expect.eq(p:run(inst.call), true)
+    expect.near((d.now() - t0) / 1e9, 3, 1e-6, "waited the retry-after")
+    expect.eq(inst.requests, 3)
+  end)
   it("a classifier returning nonsense is a clear error", function()
     local p = virtual { base = "none", classify = function() return "maybe" end }
     expect.error(function() p:run(function() return 1 end) end,

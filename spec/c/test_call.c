@@ -21,6 +21,20 @@ static void build(nres_policy_t *p) {
   assert_int_equal(nres_policy_build(p), 0);
 }
 
+/* Attach a breaker tripping after `consecutive` failures, open for
+ * break_for without jitter, closed again by one probe success. */
+static void use_breaker(nres_policy_t *p, nres_breaker_t *br,
+                        uint32_t consecutive, nres_time_t break_for) {
+  nres_breaker_config_t cfg;
+  nres_breaker_config_init(&cfg);
+  cfg.consecutive = consecutive;
+  cfg.break_for = break_for;
+  cfg.break_jitter = 0;
+  cfg.success_threshold = 1;
+  assert_int_equal(nres_breaker_init(br, &cfg), 0);
+  p->breaker = br;
+}
+
 static nres_counters_t counters(const nres_policy_t *p) {
   nres_counters_t c;
   nres_policy_counters(p, &c);
@@ -268,7 +282,6 @@ static void budget_refuses_retries_and_ignores_self_imposed(void **state) {
 static void breaker_opens_rejects_then_probes_and_closes(void **state) {
   nres_policy_t p;
   nres_breaker_t br;
-  nres_breaker_config_t cfg;
   nres_call_t call;
   nres_action_t a;
   nres_verdict_t timeout = transient();
@@ -276,13 +289,7 @@ static void breaker_opens_rejects_then_probes_and_closes(void **state) {
 
   trivial(&p);
   p.attempts = 1;
-  nres_breaker_config_init(&cfg);
-  cfg.consecutive = 2;
-  cfg.break_for = 1 * SEC;
-  cfg.break_jitter = 0;
-  cfg.success_threshold = 1;
-  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
-  p.breaker = &br;
+  use_breaker(&p, &br, 2, 1 * SEC);
   build(&p);
   timeout.flags = NRES_VF_TIMEOUT;   /* timeouts count as failures */
   for (int i = 0; i < 2; i++) {
@@ -310,20 +317,13 @@ static void breaker_opens_rejects_then_probes_and_closes(void **state) {
 static void canceled_probe_never_leaves_breaker_stuck_half_open(void **state) {
   nres_policy_t p;
   nres_breaker_t br;
-  nres_breaker_config_t cfg;
   nres_call_t call;
   nres_action_t a;
   (void) state;
 
   trivial(&p);
   p.attempts = 1;
-  nres_breaker_config_init(&cfg);
-  cfg.consecutive = 1;
-  cfg.break_for = 1 * SEC;
-  cfg.break_jitter = 0;
-  cfg.success_threshold = 1;
-  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
-  p.breaker = &br;
+  use_breaker(&p, &br, 1, 1 * SEC);
   build(&p);
   a = nres_call_begin(&call, &p, 0);
   a = nres_call_report(&call, a.slot, 0, transient());
@@ -341,16 +341,12 @@ static void canceled_probe_never_leaves_breaker_stuck_half_open(void **state) {
 static void canceled_outcome_is_not_a_breaker_failure(void **state) {
   nres_policy_t p;
   nres_breaker_t br;
-  nres_breaker_config_t cfg;
   nres_call_t call;
   nres_action_t a;
   (void) state;
 
   trivial(&p);
-  nres_breaker_config_init(&cfg);
-  cfg.consecutive = 1;
-  assert_int_equal(nres_breaker_init(&br, &cfg), 0);
-  p.breaker = &br;
+  use_breaker(&p, &br, 1, 15 * SEC);
   p.fallback = 1;
   build(&p);
   a = nres_call_begin(&call, &p, 0);

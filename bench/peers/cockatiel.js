@@ -5,6 +5,7 @@
 //
 //   node bench/peers/cockatiel.js '<json cell spec>'    one cell, one JSON line
 //   node bench/peers/cockatiel.js --self-test           runs tiny cells, checks them
+//                                                       (the http one: NRESRUN=path)
 //   node bench/peers/cockatiel.js --help
 //
 // It is separate from lua/nres/cell.lua because it is the same cell in
@@ -56,6 +57,19 @@
 // function cannot cross the process boundary): see FN_DEPENDENCIES. A
 // dependency error is a preallocated Error thrown each time (as dep.lua
 // returns a constant string), so no arm pays for stack traces.
+// Kind "http" (nres.dep.http) is the same dependency server the nres cells
+// use, in a child process: the runner puts its argv in spec.server
+// (`nresrun serve --port 0`); the peer starts it (stdin a pipe, first
+// stdout line "port N", `--flaky-every N` added from the dependency),
+// GETs /reset before the cell, reads /stats at the window's start and end
+// for the requests the server counted (as cell.lua), and always stops it:
+// stdin closed, then SIGTERM, then SIGKILL (if node itself dies, the
+// closed pipe stops the server). Requests go through Node's http module
+// with a keep-alive Agent (maxSockets = workers); a 2xx response (body
+// read) is a success, anything else - 503, 429 (throttled), a socket error
+// or a reset mid-response - a failure the policies handle. Policy arms
+// pass cockatiel's AbortSignal to the request, as cockatiel's docs do, so
+// its timeouts cancel the request.
 //
 // Memory: gc_bytes_per_op is the V8 heap allocation per operation over the
 // window: (used heap at the end - used heap at the start) + the bytes every
@@ -73,7 +87,8 @@ import { performance } from 'node:perf_hooks';
 import v8 from 'node:v8';
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
+import http from 'node:http';
+import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { setMaxListeners } from 'node:events';
 
@@ -376,6 +391,130 @@ function makeDependency(spec, random, sleep, clockSeconds) {
   return inst;
 }
 
+// ---------------------------------------------------- the http dependency
+
+const SERVER_START_MS = 5000;
+const SERVER_GET_MS = 5000;
+
+// Start the dependency server: resolves { child, port, pid, exited } once
+// it printed "port N"; rejects (the child stopped) otherwise.
+function startServer(argv, flakyEvery) {
+  const args = argv.slice(1);
+  if (flakyEvery !== undefined) args.push('--flaky-every', String(flakyEvery));
+  const what = `the dependency server (${[argv[0], ...args].join(' ')})`;
+  const child = spawn(argv[0], args, { stdio: ['pipe', 'pipe', 'inherit'] });
+  const srv = { child, port: 0, pid: child.pid, exited: false, exit: null, what };
+  srv.exit = new Promise(resolve => {
+    child.once('exit', () => { srv.exited = true; resolve(); });
+    child.once('error', () => { if (!child.pid) { srv.exited = true; resolve(); } });
+  });
+  child.stdin.on('error', () => {});   // EPIPE once it is gone
+  // Belt and braces: process.exit() skips nothing registered here.
+  const onExit = () => { if (!srv.exited) { try { child.kill('SIGKILL'); } catch { /* gone */ } } };
+  process.on('exit', onExit);
+  srv.exit.then(() => process.off('exit', onExit));
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    let settled = false;
+    const fail = why => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      stopServer(srv).finally(() => reject(new Error(`${what} ${why}`)));
+    };
+    const timer = setTimeout(() => fail(`did not print "port N" within ${SERVER_START_MS / 1000} s`), SERVER_START_MS);
+    child.stdout.on('data', chunk => {   // keeps reading: a full pipe must not block it
+      if (settled) return;
+      buf += chunk;
+      const nl = buf.indexOf('\n');
+      if (nl < 0) { if (buf.length > 256) fail(`printed ${JSON.stringify(buf.slice(0, 80))}... instead of "port N"`); return; }
+      const m = /^port (\d+)\s*$/.exec(buf.slice(0, nl));
+      const port = m ? Number(m[1]) : 0;
+      if (!(port > 0 && port < 65536)) { fail(`printed ${JSON.stringify(buf.slice(0, nl))} instead of "port N"`); return; }
+      settled = true;
+      clearTimeout(timer);
+      srv.port = port;
+      resolve(srv);
+    });
+    child.once('error', e => fail(`could not start (${e.code || e.message})`));
+    child.once('exit', (code, sig) => fail(`exited before printing its port (${sig || `status ${code}`})`));
+  });
+}
+
+// Stop it: close stdin (it stops at end of input), then SIGTERM, then
+// SIGKILL, as nres_host_server_stop. Resolves true once it is reaped.
+async function stopServer(srv) {
+  const waitExit = ms => Promise.race([srv.exit, waitMs(ms)]);
+  if (srv.exited) return true;
+  srv.child.stdin.end();
+  await waitExit(2000);
+  for (const sig of ['SIGTERM', 'SIGKILL']) {
+    if (srv.exited) break;
+    try { srv.child.kill(sig); } catch { /* gone */ }
+    await waitExit(sig === 'SIGTERM' ? 2000 : 5000);
+  }
+  return srv.exited;
+}
+
+// GET a control path on a connection of its own (not the Agent's).
+function serverGet(port, p) {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: p, agent: false, timeout: SERVER_GET_MS }, res => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', c => { body += c; });
+      res.on('end', () => (res.statusCode === 200 ? resolve(body)
+        : reject(new Error(`the dependency server's ${p} answered ${res.statusCode}`))));
+      res.on('error', e => reject(new Error(`the dependency server's ${p} failed (${e.code || e.message})`)));
+    });
+    req.on('timeout', () => req.destroy(new Error('no answer within 5 s')));
+    req.on('error', e => reject(new Error(`the dependency server's ${p} failed (${e.code || e.message})`)));
+  });
+}
+
+// Requests the server has counted (/stats and /reset are not counted).
+async function serverRequests(port) {
+  const body = await serverGet(port, '/stats');
+  let n;
+  try { n = JSON.parse(body).requests; } catch { n = undefined; }
+  if (!isInt(n)) throw new Error(`the dependency server's /stats has no "requests" count: ${body.slice(0, 200)}`);
+  return n;
+}
+
+// { call(n, signal) -> Promise<true>, rejects with a DependencyError;
+//   sent, connects: the client's own counts; agent }.
+function makeHttpDependency(d, port, maxSockets) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets });
+  const inst = { requests: 0, sent: 0, connects: 0, agent, call: null };
+  const createConnection = agent.createConnection;
+  agent.createConnection = function countedConnection(...a) {
+    inst.connects++;
+    return createConnection.apply(this, a);
+  };
+  const failed = depError('unavailable', false, 0);           // a status not 2xx
+  const throttled = depError('throttled', true, 0);           // 429
+  const broken = depError('connection failed', false, 0);     // socket error, reset
+  const options = { agent, host: '127.0.0.1', port, path: d.path, method: d.method ?? 'GET' };
+  inst.call = function call(n, signal) {
+    inst.sent++;
+    return new Promise((resolve, reject) => {
+      const req = http.request(signal ? { ...options, signal } : options, res => {
+        const status = res.statusCode;
+        res.on('end', () => {
+          if (status >= 200 && status < 300) resolve(true);
+          else reject(status === 429 ? throttled : failed);
+        });
+        res.on('error', () => reject(broken));
+        res.on('close', () => { if (!res.complete) reject(broken); });
+        res.resume();   // read the body: the socket goes back to the pool
+      });
+      req.on('error', () => reject(broken));
+      req.end();
+    });
+  };
+  return inst;
+}
+
 // -------------------------------------------------------------------- arms
 
 const ARMS = ['empty', 'passthrough', 'retry', 'retry-timeout', 'default', 'naive'];
@@ -471,7 +610,7 @@ function makeOp(arm, dep, counters) {
   const attempt = ctx => {
     counters.attempts++;
     if (ctx.attempt > 0) counters.retries++;
-    return call(0);
+    return call(0, ctx.signal);
   };
   const classify = e => {
     if (isBrokenCircuitError(e)) return 'circuit open';
@@ -490,7 +629,8 @@ function makeOp(arm, dep, counters) {
 
 // -------------------------------------------------------------------- spec
 
-const SPEC_FIELDS = ['arm', 'dependency', 'workers', 'rate', 'warmup', 'window', 'seed', 'max_inflight'];
+const SPEC_FIELDS = ['arm', 'dependency', 'workers', 'rate', 'warmup', 'window', 'seed', 'max_inflight', 'server'];
+const HTTP_FIELDS = ['kind', 'where', 'name', 'path', 'method', 'idempotent', 'flaky_every'];
 const MODEL_FIELDS = ['kind', 'where', 'name', 'fail_every', 'fail_prob', 'throttle_every',
   'retry_after', 'error', 'latency', 'phases'];
 
@@ -524,6 +664,16 @@ function checkSpec(spec) {
     bad('max_inflight', 'an integer >= 1', spec.max_inflight);
   }
   checkDependency(problems, spec.dependency);
+  const isHttp = spec.dependency && spec.dependency.kind === 'http';
+  if (isHttp && spec.server === undefined) {
+    problems.push('server: missing: an http dependency needs the dependency server\'s argv ' +
+      '(nresrun\'s runner adds ["<nresrun>", "serve", "--port", "0"])');
+  } else if (spec.server !== undefined && !(Array.isArray(spec.server) && spec.server.length >= 1 &&
+      spec.server.every(a => typeof a === 'string' && a.length > 0))) {
+    bad('server', 'the argv of the dependency server, a list of strings', spec.server);
+  } else if (spec.server !== undefined && !isHttp) {
+    problems.push('server: only with an http dependency');
+  }
   if (problems.length > 0) {
     throw new SpecError(problems.length === 1 ? problems[0]
       : `${problems.length} problems:\n  ${problems.join('\n  ')}`);
@@ -546,11 +696,22 @@ function checkDependency(problems, d) {
     return;
   }
   if (d.kind === 'http') {
-    problems.push('dependency.kind: "http" is not supported by the cockatiel peer (in-process models and named functions only)');
+    for (const k of Object.keys(d)) {
+      if (!HTTP_FIELDS.includes(k)) problems.push(`dependency.${k}: unknown field for an http dependency (${HTTP_FIELDS.join(', ')})`);
+    }
+    if (!(typeof d.path === 'string' && /^\/[\w\-.~!$&'()*+,;=:@/%?]*$/.test(d.path) && d.path.length <= 1024)) {
+      bad('path', 'a path starting with "/" (e.g. "/echo", "/flaky?n=4")', d.path);
+    }
+    if (d.method !== undefined && !(typeof d.method === 'string' && /^[\w!#$%&'*+.^`|~-]{1,16}$/.test(d.method))) {
+      bad('method', 'an HTTP method token', d.method);
+    }
+    if (d.idempotent !== undefined && typeof d.idempotent !== 'boolean') bad('idempotent', 'a boolean', d.idempotent);
+    if (d.flaky_every !== undefined && !(isInt(d.flaky_every) && d.flaky_every >= 1)) bad('flaky_every', 'an integer >= 1', d.flaky_every);
+    if (d.name !== undefined && typeof d.name !== 'string') bad('name', 'a string', d.name);
     return;
   }
   if (d.kind !== 'model') {
-    bad('kind', '"model" or "fn"', d.kind);
+    bad('kind', '"model", "fn" or "http"', d.kind);
     return;
   }
   for (const k of Object.keys(d)) {
@@ -616,15 +777,36 @@ const MISSED_NS = 1e6;
 const REJECTIONS = new Set(['circuit open', 'budget exhausted', 'rate limited', 'draining']);
 const DRAIN_NS = 10e9;
 
+// Run the cell; an http dependency's server lives exactly as long as this
+// call, whatever happens in the cell.
 async function runCell(spec) {
   checkSpec(spec);
   if (!['empty', 'naive'].includes(spec.arm)) await loadCockatiel();
+  if (spec.dependency.kind !== 'http') return runCellWith(spec, null);
+  const srv = await startServer(spec.server, spec.dependency.flaky_every);
+  let out, failure = null;
+  try {
+    await serverGet(srv.port, '/reset');
+    out = await runCellWith(spec, srv);
+  } catch (e) {
+    failure = e;
+  }
+  const stopped = await stopServer(srv);
+  if (failure) throw failure;
+  if (!stopped) throw new Error(`${srv.what}, pid ${srv.pid}, could not be stopped`);
+  out.dependency_pid = srv.pid;
+  return out;
+}
+
+async function runCellWith(spec, srv) {
   const random = prng(spec.seed ?? 1);
   const sched = makeScheduler();
   const t0 = now();
   const measureAt = t0 + spec.warmup * 1e9;
   const stopAt = measureAt + spec.window * 1e9;
-  const dep = makeDependency(spec.dependency, random, ns => sched.sleep(ns), () => (now() - t0) / 1e9);
+  const dep = srv
+    ? makeHttpDependency(spec.dependency, srv.port, spec.workers ?? Math.min(spec.max_inflight ?? 200, 200))
+    : makeDependency(spec.dependency, random, ns => sched.sleep(ns), () => (now() - t0) / 1e9);
   const counters = { attempts: 0, retries: 0, unexpected: undefined };
   const op = makeOp(spec.arm, dep, counters);
 
@@ -637,7 +819,13 @@ async function runCell(spec) {
 
   function snapshot() {
     base = { requests: dep.requests, attempts: counters.attempts, retries: counters.retries,
-      used: v8.getHeapStatistics().used_heap_size };
+      sent: dep.sent, requestsP: null, used: v8.getHeapStatistics().used_heap_size };
+    if (srv) {
+      // The server's count at the window's start (its allocation, once per
+      // cell, is in the window's GC bytes: a few kB over thousands of ops).
+      base.requestsP = serverRequests(srv.port);
+      base.requestsP.catch(() => {});
+    }
     profiler = new v8.GCProfiler();
     profiler.start();
   }
@@ -759,6 +947,11 @@ async function runCell(spec) {
     freed += s.beforeGC.heapStatistics.usedHeapSize - s.afterGC.heapStatistics.usedHeapSize;
   }
   const allocated = v8.getHeapStatistics().used_heap_size - base.used + freed;
+  let requests = dep.requests - base.requests;
+  if (srv) {
+    requests = await serverRequests(srv.port) - await base.requestsP;
+    dep.agent.destroy();
+  }
 
   const window = spec.window;
   const ops = m.arrivals - m.shed;
@@ -770,7 +963,7 @@ async function runCell(spec) {
     failed_by: failedBy, rejected_by: rejectedBy,
     p50_us: quantile(hist, ops, 0.5) / 1e3, p90_us: quantile(hist, ops, 0.9) / 1e3,
     p99_us: quantile(hist, ops, 0.99) / 1e3, max_us: m.maxNs / 1e3,
-    dependency_requests_per_op: per(dep.requests - base.requests),
+    dependency_requests_per_op: per(requests),
     attempts_per_op: per(counters.attempts - base.attempts),
     retries_per_op: per(counters.retries - base.retries),
     completion_ratio: m.arrivals > 0 ? m.successes / m.arrivals : 0,
@@ -784,6 +977,11 @@ async function runCell(spec) {
     peer: ['empty', 'naive'].includes(spec.arm) ? 'js' : 'cockatiel',
     peer_version: C_VERSION,
   };
+  if (srv) {
+    out.dependency_requests = requests;
+    out.client_requests_per_op = per(dep.sent - base.sent);
+    out.connections = dep.connects;
+  }
   out.identity_ok = m.arrivals === m.successes + m.failures + m.rejections;
   out.trusted = out.identity_ok && m.shed === 0 &&
     (m.arrivals === 0 || m.missed <= 0.001 * m.arrivals) && ops > 0;
@@ -801,6 +999,16 @@ const FIELDS = {
   boolean: ['trusted', 'identity_ok'],
   object: ['failed_by', 'rejected_by'],
 };
+
+// An nresrun that has `serve`: $NRESRUN, else the repository's build/.
+function findServe() {
+  for (const exe of [process.env.NRESRUN, path.join(HERE, '../../build/nresrun')]) {
+    if (!exe || !fs.existsSync(exe)) continue;
+    const r = spawnSync(exe, ['serve', '--help'], { encoding: 'utf8', timeout: 5000 });
+    if (r.status === 0 && /--flaky-every/.test(`${r.stdout}${r.stderr}`)) return exe;
+  }
+  return null;
+}
 
 function runChild(spec) {
   const r = spawnSync(process.execPath, [SELF, typeof spec === 'string' ? spec : JSON.stringify(spec)],
@@ -885,7 +1093,36 @@ async function selfTest() {
       `default: the open breaker spares the dependency (${x.dependency_requests_per_op} requests/op)`);
   });
 
-  // 4. bad specs fail with exit 2 and a message naming what was wrong.
+  // 4. http: the retry arm against the dependency server's /flaky (503 on
+  //    every 2nd request): the server's own count matches the attempts, the
+  //    retries complete nearly every operation, keep-alive holds one
+  //    connection per worker, and the server is gone afterwards. Needs an
+  //    nresrun with `serve` (NRESRUN=path, else build/nresrun); skipped
+  //    without one.
+  const serve = findServe();
+  if (!serve) {
+    process.stdout.write('skip http cell: no nresrun with `serve` (set NRESRUN=/path/to/nresrun)\n');
+  } else {
+    cell('retry / http /flaky?n=2 / workers=2', {
+      arm: 'retry', dependency: { kind: 'http', path: '/flaky?n=2' },
+      server: [serve, 'serve', '--port', '0'], workers: 2, warmup: 0.1, window: 0.4, seed: 1,
+    }, x => {
+      check(x.arrivals > 20 && x.completion_ratio > 0.9,
+        `http: ran and completed (${x.arrivals} ops, completion ${x.completion_ratio.toFixed(3)})`);
+      check(x.dependency_requests_per_op > 1.2 && Math.abs(x.dependency_requests_per_op - x.attempts_per_op) < 0.05,
+        `http: the server counted every attempt (${x.dependency_requests_per_op.toFixed(3)} vs ${x.attempts_per_op.toFixed(3)})`);
+      check(x.connections >= 1 && x.connections <= 2, `http: keep-alive, one connection per worker at most (${x.connections})`);
+      let gone = false;
+      try { process.kill(x.dependency_pid, 0); } catch (e) { gone = e.code === 'ESRCH'; }
+      check(gone, `http: the server (pid ${x.dependency_pid}) was stopped`);
+    });
+    const r = runChild({ arm: 'empty', dependency: { kind: 'http', path: '/echo' },
+      server: ['/nonexistent/nresrun', 'serve'], workers: 1, warmup: 0, window: 0.1 });
+    check(r.status === 1 && r.stdoutLines === 0 && r.stderr.includes('could not start'),
+      `http: a server that cannot start fails the cell, naming it (status ${r.status}; ${r.stderr.trim().split('\n')[0]})`);
+  }
+
+  // 5. bad specs fail with exit 2 and a message naming what was wrong.
   const bad = (name, spec, needle) => {
     const r = runChild(spec);
     check(r.status === 2 && r.stdoutLines === 0 && r.stderr.includes(needle),
@@ -897,6 +1134,8 @@ async function selfTest() {
   bad('bad latency', { ...good, dependency: { kind: 'model', latency: { lognormal: [0, 1] } } }, 'dependency.latency.lognormal');
   bad('both loops', { ...good, rate: 100 }, 'workers/rate');
   bad('not JSON', '{arm', 'not JSON');
+  bad('http without server', { ...good, dependency: { kind: 'http', path: '/echo' } }, 'server: missing');
+  bad('http bad path', { ...good, dependency: { kind: 'http', path: 'echo' }, server: ['x'] }, 'dependency.path');
 
   process.stdout.write(failed === 0 ? 'self-test: all passed\n' : `self-test: ${failed} failed\n`);
   return failed === 0 ? 0 : 1;
@@ -906,7 +1145,8 @@ async function selfTest() {
 
 const USAGE = `usage: node bench/peers/cockatiel.js '<json cell spec>' | --self-test | --help
   spec: { "arm": ${ARMS.map(a => `"${a}"`).join(' | ')},
-          "dependency": { "kind": "model", ... } | { "kind": "fn", "name": ${Object.keys(FN_DEPENDENCIES).map(k => `"${k}"`).join(' | ')} },
+          "dependency": { "kind": "model", ... } | { "kind": "fn", "name": ${Object.keys(FN_DEPENDENCIES).map(k => `"${k}"`).join(' | ')} }
+                      | { "kind": "http", "path": "/flaky?n=4", "method", "flaky_every" } with "server": [argv],
           "workers": N | "rate": ops/s, "warmup": s, "window": s, "seed": N, "max_inflight": N }
   prints one JSON line with the metrics of lua/nres/cell.lua. Exit: 0 ran, 1 failed, 2 bad spec.`;
 

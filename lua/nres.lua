@@ -71,6 +71,9 @@ function _M.simulation(t)
 end
 -- HTTP requests from scenarios' workers, inside nresrun (lua/nres/http.lua).
 _M.http = require "nres.http"
+-- Built-in C jobs on the loop's work pool, awaited from scenarios'
+-- workers, inside nresrun (lua/nres/pool.lua).
+_M.pool = require "nres.pool"
 -- A benchmark whose work is a C program built beside nresrun.
 function _M.external(t)
   local e = require("nres.external").new(t, 2)   -- not a tail call

@@ -39,12 +39,26 @@ int nres_host_server_stop(nres_host_server_t *srv);
 int nres_host_http_get(int port, const char *path, double timeout_s, char *out, size_t out_cap);
 ]]
 
+-- Pool jobs on the same loop (host.h; only with the pool component too).
+ffi.cdef [[
+typedef struct nres_host_job_s {
+  int32_t id; int32_t running; int32_t status; int32_t result; int32_t worker;
+  int32_t kind; double arg;
+} nres_host_job_t;
+int nres_host_pool_init(uint32_t threads);
+nres_host_job_t *nres_host_job_new(void);
+int nres_host_job_start(nres_host_job_t *job, int kind, double arg);
+int nres_host_pool_stats(double out[6]);
+]]
+
 local C = ffi.C
 local _M = { _VERSION = "0.1.0" }
 
 _M.available = pcall(function() return C.nres_host_exe end)
 -- The http cells' loop (lua/nres/http.lua uses it).
 _M.http_available = _M.available and pcall(function() return C.nres_host_loop_init end)
+-- The pool on that loop (lua/nres/pool.lua uses it).
+_M.pool_available = _M.http_available and pcall(function() return C.nres_host_pool_init end)
 if not _M.available then return _M end
 
 function _M.lua_bytes() return C.nres_host_lua_bytes() end

@@ -65,13 +65,18 @@ local function errname(rc)
   return n
 end
 
+-- The loop's other user (nres.pool): its ids in the ring are negative.
+local other = nil   -- { done = function(id), closed = function() }
+
 -- Resume every coroutine whose request ended; mark blocking ones.
 local function drain()
   local n = C.nres_host_loop_take(ids, TAKE)
   for i = 0, n - 1 do
     local id = ids[i]
     local co = waiter[id]
-    if co then
+    if id < 0 then
+      other.done(id)
+    elseif co then
       local s = waiter_sched[id]
       waiter[id], waiter_sched[id] = nil, nil
       io.waiting = io.waiting - 1
@@ -100,6 +105,15 @@ local function init(level)
 end
 
 local current_sched = sched.current
+
+-- For nres.pool: start the loop (if needed) and share its ring. `user`
+-- gets the negative ids (done) and hears of close (closed). Returns the
+-- I/O source (its `waiting` counts the user's waiters too) and the drain.
+function _M.share_loop(user, level)
+  if not ready then init((level or 1) + 1) end
+  other = user
+  return io, drain
+end
 
 local function release(id)
   url_of[id], method_of[id] = nil, nil
@@ -241,6 +255,7 @@ function _M.close()
   url_of, method_of, waiter, waiter_sched = {}, {}, {}, {}
   io.waiting = 0
   ready = false
+  if other then other.closed() end
   return dropped
 end
 

@@ -296,3 +296,62 @@ describe("an http cell", function()
       .. 'dependency.path: expected a path starting with "/" (e.g. "/echo", "/flaky?n=4"), got "echo"\n')
   end)
 end)
+
+-- nresrun built without the pool component has no nres.pool: skip then.
+local function pool_available()
+  local probe = write("pool_probe.lua", 'print("pool " .. tostring(require("nres").pool.available))\n'
+    .. 'os.exit(0)\n')
+  local _, out = run(probe)
+  return out:find("pool true", 1, true) ~= nil
+end
+
+if pool_available() then describe("a pool cell", function()
+  -- 8 workers each await a 10 ms sleep job on a 2-thread pool (nres.pool):
+  -- the jobs run on the pool's threads two at a time (rounds of ~40 ms, not
+  -- 80), come back through the loop, and reuse their records.
+  local stats_path = dir .. "/pool_stats"
+  local path = write("pool.lua", HEAD .. [[
+  name = "pool",
+  dependency = nres.dep.fn(function()
+    if not POOL then nres.pool.init{ threads = 2 }; POOL = true end
+    local ok, worker = nres.pool.run("sleep", 10e6)
+    if not ok then return nil, worker end
+    local st = nres.pool.stats()
+    local f = assert(io.open("]] .. stats_path .. [[", "w"))
+    f:write(string.format("%d %d %d %d %d\n", st.threads, st.max_running, st.slots,
+                          st.executed, worker))
+    f:close()
+    return true
+  end),
+  load = { workers = 8 },
+  arms = { raw = nres.raw },
+  repetitions = 1, warmup = 0.1, window = 0.3,
+}
+]])
+  local code, out, err = run(path .. " --out " .. dir .. "/pool")
+  local json_path = out:match("reports: %S+ (%S+%.json)")
+  local doc = json_path and cjson.decode(io.open(json_path):read("*a")) or { results = {} }
+  local r = doc.results[1] or {}
+  it("exits 0 with every job done", function()
+    expect.eq(code, 0, out .. err)
+    expect.eq(r.ok, true, r.error)
+    expect.eq(r.trusted, true)
+    expect.near(r.completion_ratio, 1, 1e-9, "completion")
+  end)
+  it("runs the jobs on the pool's two threads at once", function()
+    local f = assert(io.open(stats_path))
+    local threads, max_running, slots, executed, worker = f:read("*n", "*n", "*n", "*n", "*n")
+    f:close()
+    expect.eq(threads, 2, "threads")
+    expect.eq(max_running, 2, "two jobs were running at once")
+    expect.truthy(worker == 0 or worker == 1, "worker index " .. tostring(worker))
+    -- one record per worker coroutine, reused by every later job
+    expect.truthy(slots <= 8, "job records made: " .. slots)
+    expect.truthy(executed > 3 * slots, "jobs executed: " .. executed)
+    -- a lower bound on time: 2 threads x 10 ms sleeps allow 200 ops/s at most
+    expect.truthy(r.ops_per_sec <= 200 * 1.05, "ops/s " .. tostring(r.ops_per_sec))
+  end)
+  it("allocates nothing per job", function()
+    expect.eq(r.heap_bytes_per_op, 0, "heap bytes/op")
+  end)
+end) end

@@ -81,7 +81,8 @@ NRES_EXTERN int nres_host_http_start(nres_host_http_t *slot, const char *url,
  * milliseconds; under 1 ms it only polls), unless finished requests are
  * already waiting to be taken. Returns how many are waiting. */
 NRES_EXTERN int nres_host_loop_run(double timeout_ns);
-/* Move up to cap finished slot ids into ids; returns how many. */
+/* Move up to cap finished slot ids into ids (HTTP slots >= 0, pool jobs
+ * < 0); returns how many. */
 NRES_EXTERN int nres_host_loop_take(int32_t *ids, int cap);
 /* The client's executor counters (summed over its per-host policies) and
  * client_out = { requests sent, connections opened, sends on a reused
@@ -89,8 +90,51 @@ NRES_EXTERN int nres_host_loop_take(int32_t *ids, int cap);
 NRES_EXTERN int nres_host_http_counters(nres_counters_t *out,
                                         double client_out[4]);
 /* Close every slot (running requests are canceled without completion),
- * the client and the loop; frees the slots. */
+ * the pool (queued jobs canceled, running ones finish; their ids are
+ * dropped), the client and the loop; frees the slots. */
 NRES_EXTERN int nres_host_loop_close(void);
+
+/* ------------------------- pool jobs on the cells' loop (loop.c)
+ *
+ * With the pool component too (NRES_HOST_POOL): a work pool owned by the
+ * loop runs built-in C jobs, and each finished job comes back through the
+ * pool's one uv_async_t (nres_pool_uv_*) to the loop thread, where its id
+ * goes to the same ring as the HTTP slots'. Ids >= 0 in the ring are HTTP
+ * slots, ids < 0 pool job slots. Loop thread only. */
+#define NRES_HOST_POOL_MAX 4096        /* job slots per process */
+
+typedef enum {
+  NRES_HOST_JOB_SLEEP = 1,    /* sleep arg ns on the worker */
+  NRES_HOST_JOB_SPIN = 2      /* busy-loop arg ns on the worker */
+} nres_host_job_kind_t;
+
+/* A job slot (allocated once, reused): plain fields Lua reads once its id
+ * comes out of the ring. */
+typedef struct nres_host_job_s {
+  int32_t id;                 /* -(index + 1): its id in the ring */
+  int32_t running;            /* 1 from start to completion */
+  int32_t status;             /* nres_job_status_t once over */
+  int32_t result;             /* the job's return: 0, NRES_E* */
+  int32_t worker;             /* index of the worker that ran it, or -1 */
+  int32_t kind;               /* nres_host_job_kind_t */
+  double arg;                 /* ns */
+} nres_host_job_t;
+
+/* Start the loop if needed and the pool on it: threads 0 = $NRES_THREADS,
+ * else the number of cores. Again with 0 or the same count: 0. NRES_ESTATE
+ * if it already runs with another count; else as nres_pool_init. */
+NRES_EXTERN int nres_host_pool_init(uint32_t threads);
+/* A new job slot; NULL before nres_host_pool_init, past
+ * NRES_HOST_POOL_MAX, or out of memory. */
+NRES_EXTERN nres_host_job_t *nres_host_job_new(void);
+/* Submit a built-in job (kind, arg ns in [0, 3600e9]) from the loop
+ * thread. 0, or NRES_EINVAL (bad slot, kind or arg), NRES_EBUSY (running),
+ * NRES_ESTATE; then the id never comes out. */
+NRES_EXTERN int nres_host_job_start(nres_host_job_t *job, int kind,
+                                    double arg);
+/* out = { threads, jobs submitted, jobs executed, most jobs running at
+ * once, job slots made, jobs in flight }. NRES_EINVAL before init. */
+NRES_EXTERN int nres_host_pool_stats(double out[6]);
 
 /* ----------------------------- the dependency server child (depchild.c) */
 typedef struct nres_host_server_s {

@@ -21,6 +21,11 @@ if(TARGET nres_depserver)
     runtime/src/host/depchild.c)
   target_compile_definitions(nresrun PRIVATE NRES_HOST_HTTP=1)
   target_link_libraries(nresrun PRIVATE nres_depserver PkgConfig::LIBUV m)
+  # With the pool component too (its sources are in libnres): pool jobs
+  # completing on the same loop (nres.pool).
+  if("pool" IN_LIST NRES_COMPONENTS)
+    target_compile_definitions(nresrun PRIVATE NRES_HOST_POOL=1)
+  endif()
 endif()
 # Host functions are called from Lua through the FFI: export them.
 set_target_properties(nresrun PROPERTIES ENABLE_EXPORTS ON

@@ -1,0 +1,242 @@
+-- nres.pool: blocking work on the work pool, awaited from nresrun's worker
+-- coroutines.
+--
+--   local ok, worker = nres.pool.run("sleep", 10e6)   -- 10 ms on a pool thread
+--   -- ok true and the worker's index; or nil, status ("error", "canceled"),
+--   -- the job's error name
+--   local n_ok, n = nres.pool.run_all{ { "spin", 1e5 }, { "sleep", 1e6 } }
+--
+-- Only inside nresrun built with the pool and http components: the pool
+-- belongs to the cells' event loop (runtime/src/host/loop.c), made on first
+-- use with $NRES_THREADS threads, else one per core (or nres.pool.init{
+-- threads = n } first). The jobs are built-in C jobs - "sleep" and "spin"
+-- (a busy loop) for arg nanoseconds - so Lua only declares the work; C
+-- never calls Lua. A finished job comes back through the pool's one
+-- uv_async_t to the loop, and its id (negative) to the ring the HTTP
+-- requests use (nres.http.share_loop): the scheduler drains both where it
+-- would sleep and resumes the coroutine waiting on the job.
+--
+-- From a worker coroutine of nres.sched a job yields until it ends; on the
+-- main thread it blocks, running the loop. Job slots are C records reused
+-- from a free list and run returns plain values, so a steady load
+-- allocates nothing (run_all builds one table of ids per call).
+local ffi = require "ffi"
+local host = require "nres.host"
+local sched = require "nres.sched"
+local http = require "nres.http"
+local schema = require "nres.schema"
+
+local C = ffi.C
+local NC = require("nres.cdef").C   -- libnres (nres_err_name)
+local co_running, co_yield = coroutine.running, coroutine.yield
+local type, error, tostring = type, error, tostring
+local ffi_string = ffi.string
+
+local _M = { _VERSION = "0.1.0" }
+
+_M.available = host.pool_available == true
+
+local KINDS = { sleep = 1, spin = 2 }
+local ARG_MAX = 3600e9
+local STATUS = { [0] = "pending", "ok", "error", "timeout", "canceled" }
+local OK = 1
+
+local slots = {}                 -- id (< 0) -> nres_host_job_t *
+local free, nfree = {}, 0        -- ids of idle slots
+local waiter, waiter_sched = {}, {}
+local finished = {}              -- id -> true: a blocking wait's job ended
+local io, drain = nil, nil       -- the loop's I/O source and drain (nres.http)
+local ready = false
+local errnames = {}
+local stats_buf = nil
+
+local function errname(rc)
+  if rc == 0 then return nil end
+  local n = errnames[rc]
+  if not n then
+    n = ffi_string(NC.nres_err_name(rc))
+    errnames[rc] = n
+  end
+  return n
+end
+
+-- The loop's callbacks for our ids (from nres.http's drain).
+local user = {}
+function user.done(id)
+  local co = waiter[id]
+  if co then
+    local s = waiter_sched[id]
+    waiter[id], waiter_sched[id] = nil, nil
+    io.waiting = io.waiting - 1
+    sched.resume(s, co, id)
+  else
+    finished[id] = true
+  end
+end
+function user.closed()
+  slots, free, nfree, finished = {}, {}, 0, {}
+  waiter, waiter_sched = {}, {}
+  ready = false
+end
+
+local function start(threads, level)
+  if not _M.available then
+    error("nres.pool: only inside nresrun built with the pool and http components", level + 1)
+  end
+  io, drain = http.share_loop(user, level + 1)
+  local rc = C.nres_host_pool_init(threads)
+  if rc ~= 0 then
+    if errname(rc) == "ESTATE" then
+      error("nres.pool.init: threads: the pool already runs with another count", level + 1)
+    end
+    error("nres.pool: cannot start the pool (" .. errname(rc) .. ")", level + 1)
+  end
+  ready = true
+end
+
+-- nres.pool.init{ threads = n }: start the pool now with n threads (1 to
+-- 1024; default $NRES_THREADS, else the cores). Again with the same count
+-- (or none) does nothing; another count while it runs is an error.
+function _M.init(t)
+  if t ~= nil and type(t) ~= "table" then
+    error("bad argument #1 to 'init' (table expected, got " .. type(t) .. ")", 2)
+  end
+  local threads = t and t.threads or 0
+  for k in pairs(t or {}) do
+    if k ~= "threads" then
+      error("nres.pool.init: " .. tostring(k) .. ": unknown field (threads)", 2)
+    end
+  end
+  if t and t.threads ~= nil and (type(threads) ~= "number" or threads % 1 ~= 0
+                                 or threads < 1 or threads > 1024) then
+    error("nres.pool.init: threads: expected an integer from 1 to 1024, got "
+          .. schema.describe(t.threads), 2)
+  end
+  start(threads, 2)
+end
+
+local function check(kind, ns, fname, level)
+  local k = KINDS[kind]
+  if not k then
+    error("nres.pool." .. fname .. ": kind: expected \"sleep\" or \"spin\", got "
+          .. schema.describe(kind), level + 1)
+  end
+  if type(ns) ~= "number" or not (ns >= 0 and ns <= ARG_MAX) then
+    error("nres.pool." .. fname .. ": ns: expected nanoseconds from 0 to 3600e9, got "
+          .. schema.describe(ns), level + 1)
+  end
+  return k
+end
+
+-- Take a slot and submit; the id, or nil, error name.
+local function submit(k, ns)
+  local id
+  if nfree > 0 then
+    id = free[nfree]
+    free[nfree] = nil
+    nfree = nfree - 1
+  else
+    local slot = C.nres_host_job_new()
+    if slot == nil then return nil, "too many jobs in flight" end
+    id = slot.id
+    slots[id] = slot
+  end
+  local rc = C.nres_host_job_start(slots[id], k, ns)
+  if rc ~= 0 then
+    nfree = nfree + 1
+    free[nfree] = id
+    return nil, errname(rc)
+  end
+  return id
+end
+
+-- The outcome of a finished job; its slot goes back to the free list.
+local function outcome(id)
+  local slot = slots[id]
+  local status, result, worker = slot.status, slot.result, slot.worker
+  nfree = nfree + 1
+  free[nfree] = id
+  if status == OK then return true, worker end
+  return nil, STATUS[status] or "unknown", errname(result)
+end
+
+-- Wait for job `id`: yield the worker coroutine, or block on the main
+-- thread. A job that already came out of the ring (run_all waits for its
+-- jobs one by one) is marked finished: no wait then.
+local function await(id, fname)
+  if finished[id] then
+    finished[id] = nil
+    return
+  end
+  local s = sched.current()
+  local co, main = co_running()
+  if s and co and not main then
+    waiter[id], waiter_sched[id] = co, s
+    io.waiting = io.waiting + 1
+    local got = co_yield(false)   -- not a time: the scheduler keeps no timer
+    if got ~= id then
+      error("nres.pool." .. fname .. ": a coroutine waiting for a job was resumed by something else", 3)
+    end
+  else
+    while not finished[id] do
+      if C.nres_host_loop_run(1e8) > 0 then drain() end
+    end
+    finished[id] = nil
+  end
+end
+
+-- nres.pool.run(kind, ns): run one built-in job on the pool and wait for
+-- it. true, worker index; or nil, status, error name.
+function _M.run(kind, ns)
+  local k = check(kind, ns, "run", 2)
+  if not ready then start(0, 2) end
+  local id, err = submit(k, ns)
+  if not id then return nil, "error", err end
+  await(id, "run")
+  return outcome(id)
+end
+
+-- nres.pool.run_all{ { kind, ns }, ... }: fan the jobs out at once, wait
+-- for all of them. Returns how many succeeded and how many ran; a job
+-- that could not be submitted counts as a failure.
+function _M.run_all(list)
+  if type(list) ~= "table" then
+    error("bad argument #1 to 'run_all' (table expected, got " .. type(list) .. ")", 2)
+  end
+  local n = #list
+  for i = 1, n do
+    local job = list[i]
+    if type(job) ~= "table" then
+      error("nres.pool.run_all: [" .. i .. "]: expected { kind, ns }, got " .. schema.describe(job), 2)
+    end
+    check(job[1], job[2], "run_all[" .. i .. "]", 2)
+  end
+  if not ready then start(0, 2) end
+  -- Submit all first (they run meanwhile), then wait for each in turn:
+  -- waiting on one that already ended costs no yield of note.
+  local ok, ids = 0, {}
+  for i = 1, n do
+    local id = submit(KINDS[list[i][1]], list[i][2])
+    ids[i] = id or false
+  end
+  for i = 1, n do
+    local id = ids[i]
+    if id then
+      await(id, "run_all")
+      if outcome(id) then ok = ok + 1 end
+    end
+  end
+  return ok, n
+end
+
+-- { threads, submitted, executed, max_running (most jobs running at once),
+-- slots (job records made), in_flight }; nil before the pool started.
+function _M.stats()
+  if not ready then return nil end
+  stats_buf = stats_buf or ffi.new("double[6]")
+  C.nres_host_pool_stats(stats_buf)
+  return { threads = stats_buf[0], submitted = stats_buf[1], executed = stats_buf[2],
+           max_running = stats_buf[3], slots = stats_buf[4], in_flight = stats_buf[5] }
+end
+
+return _M

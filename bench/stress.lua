@@ -97,7 +97,10 @@ return nres.scenario{
       name = "http",
       dependency = { echo, flaky },
       load = { workers = 8 },
-      arms = { raw = nres.raw, lib = lib, ["lib-minimal"] = lib_minimal },
+      -- js_* arms: the cockatiel peer against the same server, each compared
+      -- with js_raw.
+      arms = { raw = nres.raw, lib = lib, ["lib-minimal"] = lib_minimal,
+               js_raw = js "empty", js_retry = js "retry", js_default = js "default" },
       baseline = "raw",
     },
   },

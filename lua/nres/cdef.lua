@@ -247,4 +247,15 @@ for kind = 0, #sizes do
   end
 end
 
-return { C = C, path = path }
+-- The name of an NRES_E* code ("ECIRCUIT"), cached: error paths use it.
+local err_names = {}
+local function err_name(rc)
+  local n = err_names[rc]
+  if not n then
+    n = ffi.string(C.nres_err_name(rc))
+    err_names[rc] = n
+  end
+  return n
+end
+
+return { C = C, path = path, err_name = err_name }

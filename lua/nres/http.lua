@@ -29,7 +29,6 @@ local run = require "nres.run"
 local schema = require "nres.schema"
 
 local C = ffi.C
-local NC = require("nres.cdef").C   -- libnres (nres_err_name)
 local co_running, co_yield = coroutine.running, coroutine.yield
 local type, error, format, tonumber = type, error, string.format, tonumber
 local ffi_string = ffi.string
@@ -51,19 +50,11 @@ local waiter, waiter_sched = {}, {}
 local finished = {}              -- id -> true: a blocking request ended
 local ids = nil                  -- int32_t[TAKE], made at init
 local ready = false
-local errnames = {}
 
 -- The I/O source the scheduler polls (see nres.sched).
 local io = { waiting = 0 }
 
-local function errname(rc)
-  local n = errnames[rc]
-  if not n then
-    n = ffi_string(NC.nres_err_name(rc))
-    errnames[rc] = n
-  end
-  return n
-end
+local errname = require("nres.cdef").err_name
 
 -- The loop's other user (nres.pool): its ids in the ring are negative.
 local other = nil   -- { done = function(id), closed = function() }
@@ -281,7 +272,7 @@ function _M.serve(opts)
   local rc = C.nres_host_server_start(cargv, opts.timeout or 5, cs)
   if rc ~= 0 then
     ffi.gc(cs, nil)
-    return nil, "the dependency server did not start (" .. ffi_string(NC.nres_err_name(rc))
+    return nil, "the dependency server did not start (" .. errname(rc)
                 .. "; its stderr is above)"
   end
   return setmetatable({ c = cs, port = cs.port, pid = cs.pid,

@@ -27,7 +27,6 @@ local http = require "nres.http"
 local schema = require "nres.schema"
 
 local C = ffi.C
-local NC = require("nres.cdef").C   -- libnres (nres_err_name)
 local co_running, co_yield = coroutine.running, coroutine.yield
 local type, error, tostring = type, error, tostring
 local ffi_string = ffi.string
@@ -47,17 +46,12 @@ local waiter, waiter_sched = {}, {}
 local finished = {}              -- id -> true: a blocking wait's job ended
 local io, drain = nil, nil       -- the loop's I/O source and drain (nres.http)
 local ready = false
-local errnames = {}
 local stats_buf = nil
 
+local err_name = require("nres.cdef").err_name
 local function errname(rc)
   if rc == 0 then return nil end
-  local n = errnames[rc]
-  if not n then
-    n = ffi_string(NC.nres_err_name(rc))
-    errnames[rc] = n
-  end
-  return n
+  return err_name(rc)
 end
 
 -- The loop's callbacks for our ids (from nres.http's drain).

@@ -21,6 +21,7 @@ local dep = require "nres.dep"
 local sched_mod = require "nres.sched"
 local host = require "nres.host"
 local policy_mod = require "nres.policy"
+local hist_mod = require "nres.hist"
 
 local co_yield, co_create, co_resume, co_running =
   coroutine.yield, coroutine.create, coroutine.resume, coroutine.running
@@ -29,7 +30,6 @@ local hist_index = C.nres_hist_index
 
 local _M = { _VERSION = "0.1.0" }
 
-local BUCKETS = 608
 local MISSED_NS = 1e6
 local REJECTIONS = { ["circuit open"] = true, ["budget exhausted"] = true,
                      ["rate limited"] = true, ["draining"] = true }
@@ -89,14 +89,7 @@ local function make_op(cell, inst, driver)
 end
 
 local function quantile(hist, total, q)
-  if total == 0 then return 0 end
-  local rank = math.max(1, math.ceil(q * total))
-  local seen = 0
-  for i = 0, BUCKETS - 1 do
-    seen = seen + hist[i]
-    if seen >= rank then return tonumber(C.nres_hist_upper(i)) end
-  end
-  return tonumber(C.nres_hist_upper(BUCKETS - 1))
+  return hist_mod.quantile(hist, total, q) or 0
 end
 
 -- The cell (srv: the http dependency server, or nil); returns the metrics.
@@ -130,7 +123,7 @@ local function run_cell(cell, seed, srv)
   end
   local op, p = make_op(cell, inst, s.driver)
 
-  local hist = ffi.new("uint32_t[?]", BUCKETS)
+  local hist = hist_mod.new()
   local m = { arrivals = 0, successes = 0, failures = 0, rejections = 0, shed = 0,
               missed = 0, lag_max = 0, lag_sum = 0, max_ns = 0 }
   local reasons_failed, reasons_rejected = {}, {}

@@ -20,7 +20,7 @@ local run_mod = require "nres.run"
 
 local co_yield, co_create, co_running = coroutine.yield, coroutine.create, coroutine.running
 local floor, log, ffi_fill, ffi_string = math.floor, math.log, ffi.fill, ffi.string
-local hist_index, hist_upper = C.nres_hist_index, C.nres_hist_upper
+local hist_index = C.nres_hist_index
 local breaker_state, budget_level = C.nres_breaker_state, C.nres_budget_level
 local remaining = run_mod.remaining
 local real_now = require("nres.driver").blocking.now
@@ -28,7 +28,8 @@ local host = require "nres.host"
 
 local _M = { _VERSION = "0.1.0" }
 
-local BUCKETS = 608
+local hist_mod = require "nres.hist"
+local BUCKETS = hist_mod.BUCKETS
 local REJECTIONS = { ["circuit open"] = true, ["budget exhausted"] = true,
                      ["rate limited"] = true, ["draining"] = true }
 local STATE_NAMES = {}
@@ -36,14 +37,8 @@ for i = 0, 3 do STATE_NAMES[i] = ffi_string(C.nres_breaker_state_name(i)) end
 _M.state_names = STATE_NAMES
 
 local function quantile(hist, total, q)
-  if total == 0 then return false end
-  local rank = math.max(1, math.ceil(q * total))
-  local seen = 0
-  for i = 0, BUCKETS - 1 do
-    seen = seen + hist[i]
-    if seen >= rank then return tonumber(hist_upper(i)) / 1e6 end
-  end
-  return tonumber(hist_upper(BUCKETS - 1)) / 1e6
+  local ns = hist_mod.quantile(hist, total, q)
+  return ns and ns / 1e6 or false
 end
 
 local function zeros(n)
@@ -91,7 +86,7 @@ function _M.run(cfg)
               breaker_open_s = 0 }
   local transitions = {}
 
-  local hist = ffi.new("uint32_t[?]", BUCKETS)
+  local hist = hist_mod.new()
   local hist_n, hist_sec = 0, 1
   local function flush(sec)
     if sec >= 1 and sec <= D then

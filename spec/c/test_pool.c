@@ -215,10 +215,10 @@ static void jobs_behind_a_blocked_worker_are_stolen(void **state) {
   for (int i = 0; i < 8; i++)
     nres_job_init(&s.child[i], child_fn, &s);
   assert_int_equal(nres_pool_submit(pool, &s.parent), 0);
-  /* Close only once the children ran: closing at once let the idle worker
-   * exit before the parent queued them (seen under TSan), and then only
-   * the blocked parent's worker was left to run them. */
-  WAIT_FOR(atomic_load(&s.children_done) == 8);
+  /* Regression: closing at once used to let the idle worker exit before
+   * the parent queued its children (seen under TSan); then only the
+   * blocked parent's worker was left to run them. DRAIN now lets every
+   * job end before any worker stops. */
   free_pool(pool, NRES_POOL_DRAIN);
   assert_int_equal(atomic_load(&s.children_done), 8);
   for (int i = 0; i < 8; i++)

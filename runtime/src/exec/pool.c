@@ -35,6 +35,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec/pool_int.h"
@@ -950,6 +951,23 @@ int nres_pool_close(nres_pool_t *pool, int how) {
   }
   publish_timer_next(pool);
   pthread_mutex_unlock(&pool->timer_lock_);
+  maybe_wake(pool);   /* the timekeeper may sleep until a canceled due time */
+
+  /* DRAIN: every accepted job ends while all workers still run. Stopping
+   * them first let an idle worker exit while a running job was about to
+   * queue work and wait for it (a fan-out inside a job), stranding that
+   * work behind the blocked worker. Jobs submit only from workers now,
+   * and the counters settle once nothing runs. */
+  if (how == NRES_POOL_DRAIN) {
+    nres_pool_stats_t st;
+    for (;;) {
+      struct timespec nap = { 0, 100 * 1000 };
+      nres_pool_stats(pool, &st);
+      if (st.executed + st.skipped >= st.submitted)
+        break;
+      nanosleep(&nap, NULL);
+    }
+  }
 
   stop_workers(pool);
 

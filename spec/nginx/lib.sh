@@ -11,11 +11,17 @@ nres_have_nginx_lua() {
     [ -f /usr/lib/nginx/modules/ndk_http_module.so ]
 }
 
-# nres_free_port: a TCP port on 127.0.0.1 nobody listens on (20000-59999).
+# nres_free_port: a TCP port on 127.0.0.1 nobody listens on, taken below
+# the kernel's ephemeral range: a port in that range can be held by any
+# client socket of a test running beside us (seen: bind() failed with
+# "Address already in use" while the HTTP tests were connecting).
 nres_free_port() {
-  local p
+  local p low=32768 hi span
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  hi=$(( low > 21000 ? low - 1 : 59999 ))
+  span=$(( hi - 20000 ))
   for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % span))
     if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "$p"; return 0; fi
   done
   return 1

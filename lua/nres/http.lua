@@ -57,17 +57,16 @@ local io = { waiting = 0 }
 local errname = require("nres.cdef").err_name
 
 -- The loop's other user (nres.pool): its ids in the ring are negative.
-local other = nil   -- { done = function(id), closed = function() }
+local other = nil   -- { closed = function() }: nres.pool
 
--- Resume every coroutine whose request ended; mark blocking ones.
+-- Resume every coroutine whose request or job ended; mark blocking ones.
+-- Ids are unique across users of the loop (pool jobs are negative).
 local function drain()
   local n = C.nres_host_loop_take(ids, TAKE)
   for i = 0, n - 1 do
     local id = ids[i]
     local co = waiter[id]
-    if id < 0 then
-      other.done(id)
-    elseif co then
+    if co then
       local s = waiter_sched[id]
       waiter[id], waiter_sched[id] = nil, nil
       io.waiting = io.waiting - 1
@@ -97,14 +96,38 @@ end
 
 local current_sched = sched.current
 
--- For nres.pool: start the loop (if needed) and share its ring. `user`
--- gets the negative ids (done) and hears of close (closed). Returns the
--- I/O source (its `waiting` counts the user's waiters too) and the drain.
+-- For nres.pool: start the loop (if needed) and share it; `user` hears of
+-- close (user.closed).
 function _M.share_loop(user, level)
   if not ready then init((level or 1) + 1) end
   other = user
-  return io, drain
 end
+
+-- Wait until the loop reports `id`: yield the worker coroutine, or run the
+-- loop on the main thread. An id that already came out of the ring is
+-- marked finished: no wait then. `what` names the caller in the error.
+local function await(id, what, level)
+  if finished[id] then
+    finished[id] = nil
+    return
+  end
+  local s = current_sched()
+  local co, main = co_running()
+  if s and co and not main then
+    waiter[id], waiter_sched[id] = co, s
+    io.waiting = io.waiting + 1
+    local got = co_yield(false)   -- not a time: the scheduler keeps no timer
+    if got ~= id then
+      error(what .. ": a coroutine waiting on the loop was resumed by something else", level + 1)
+    end
+  else
+    while not finished[id] do
+      if C.nres_host_loop_run(1e8) > 0 then drain() end
+    end
+    finished[id] = nil
+  end
+end
+_M.await = await
 
 local function release(id)
   url_of[id], method_of[id] = nil, nil
@@ -135,21 +158,7 @@ local function fetch(url, method, cp, flags)
     release(id)
     return nil, errname(rc), 0, 0
   end
-  local s = current_sched()
-  local co, main = co_running()
-  if s and co and not main then
-    waiter[id], waiter_sched[id] = co, s
-    io.waiting = io.waiting + 1
-    local got = co_yield(false)   -- not a time: the scheduler keeps no timer
-    if got ~= id then
-      error("nres.http: a coroutine waiting for a request was resumed by something else", 2)
-    end
-  else
-    while not finished[id] do
-      if C.nres_host_loop_run(1e8) > 0 then drain() end
-    end
-    finished[id] = nil
-  end
+  await(id, "nres.http", 2)
   local status, code, attempts = slot.status, slot.status_code, slot.attempts
   local stop, len = slot.stop, slot.resp_len
   release(id)

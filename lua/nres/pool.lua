@@ -22,12 +22,10 @@
 -- allocates nothing (run_all builds one table of ids per call).
 local ffi = require "ffi"
 local host = require "nres.host"
-local sched = require "nres.sched"
 local http = require "nres.http"
 local schema = require "nres.schema"
 
 local C = ffi.C
-local co_running, co_yield = coroutine.running, coroutine.yield
 local type, error, tostring = type, error, tostring
 local ffi_string = ffi.string
 
@@ -42,9 +40,6 @@ local OK = 1
 
 local slots = {}                 -- id (< 0) -> nres_host_job_t *
 local free, nfree = {}, 0        -- ids of idle slots
-local waiter, waiter_sched = {}, {}
-local finished = {}              -- id -> true: a blocking wait's job ended
-local io, drain = nil, nil       -- the loop's I/O source and drain (nres.http)
 local ready = false
 local stats_buf = nil
 
@@ -54,22 +49,10 @@ local function errname(rc)
   return err_name(rc)
 end
 
--- The loop's callbacks for our ids (from nres.http's drain).
+-- Told by nres.http when the loop closes: every slot is gone.
 local user = {}
-function user.done(id)
-  local co = waiter[id]
-  if co then
-    local s = waiter_sched[id]
-    waiter[id], waiter_sched[id] = nil, nil
-    io.waiting = io.waiting - 1
-    sched.resume(s, co, id)
-  else
-    finished[id] = true
-  end
-end
 function user.closed()
-  slots, free, nfree, finished = {}, {}, 0, {}
-  waiter, waiter_sched = {}, {}
+  slots, free, nfree = {}, {}, 0
   ready = false
 end
 
@@ -77,7 +60,7 @@ local function start(threads, level)
   if not _M.available then
     error("nres.pool: only inside nresrun built with the pool and http components", level + 1)
   end
-  io, drain = http.share_loop(user, level + 1)
+  http.share_loop(user, level + 1)
   local rc = C.nres_host_pool_init(threads)
   if rc ~= 0 then
     if errname(rc) == "ESTATE" then
@@ -154,29 +137,9 @@ local function outcome(id)
   return nil, STATUS[status] or "unknown", errname(result)
 end
 
--- Wait for job `id`: yield the worker coroutine, or block on the main
--- thread. A job that already came out of the ring (run_all waits for its
--- jobs one by one) is marked finished: no wait then.
+-- Wait for job `id` on the shared loop (nres.http.await).
 local function await(id, fname)
-  if finished[id] then
-    finished[id] = nil
-    return
-  end
-  local s = sched.current()
-  local co, main = co_running()
-  if s and co and not main then
-    waiter[id], waiter_sched[id] = co, s
-    io.waiting = io.waiting + 1
-    local got = co_yield(false)   -- not a time: the scheduler keeps no timer
-    if got ~= id then
-      error("nres.pool." .. fname .. ": a coroutine waiting for a job was resumed by something else", 3)
-    end
-  else
-    while not finished[id] do
-      if C.nres_host_loop_run(1e8) > 0 then drain() end
-    end
-    finished[id] = nil
-  end
+  http.await(id, "nres.pool." .. fname, 3)
 end
 
 -- nres.pool.run(kind, ns): run one built-in job on the pool and wait for

@@ -47,11 +47,14 @@ nres_render() {
 # nres_nginx_start PREFIX CONF: test the config, start nginx, wait for its
 # pid file. The master's pid is remembered for nres_nginx_stop_all.
 nres_nginx_start() {
-  local prefix=$1 conf=$2
+  local prefix=$1 conf=$2 user=()
   mkdir -p "$prefix/tmp"
-  "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" -t -q ||
+  # Started as root, nginx runs its workers as nobody, who cannot read a
+  # checkout under a private directory (mktemp -d is 0700): keep them root.
+  [ "$(id -u)" = 0 ] && user=(-g "user root root;")
+  "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" "${user[@]}" -t -q ||
     { echo "nginx -t failed for $conf" >&2; return 1; }
-  "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" ||
+  "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" "${user[@]}" ||
     { echo "nginx failed to start ($conf):" >&2; tail -5 "$prefix/error.log" >&2; return 1; }
   for _ in $(seq 1 100); do
     [ -s "$prefix/nginx.pid" ] && break

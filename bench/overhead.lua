@@ -8,9 +8,9 @@
 -- The work is C (bench/c/bench_pool.c, on the nres work pool); this file
 -- only declares the run. Reports: the reference's table format, as
 -- Markdown and JSON, under artifacts/stress/ (or --out).
-local nres = require "nres"
+local nresrun = require "nresrun"
 
-return nres.external{
+return nresrun.external{
   name = "overhead",
   program = "bench_pool",
   args = { "--only", "minimal,sequential,logging,parallel,files" },

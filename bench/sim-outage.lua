@@ -15,8 +15,9 @@
 -- timeouts), the same without its retry budget, the trivial preset (three
 -- attempts at once, nothing else), and "none" (one attempt) as the floor.
 local nres = require "nres"
+local nresrun = require "nresrun"
 
-return nres.simulation{
+return nresrun.simulation{
   name = "sim-outage",
   description = "A 30 s outage and a 60 s brownout of a capacity-limited dependency, "
              .. "under four policies.",

@@ -15,12 +15,13 @@
 -- thread: with a dependency that answers at once, more workers interleave
 -- but add no parallelism (this runtime's Lua side is single-threaded).
 local nres = require "nres"
+local nresrun = require "nresrun"
 
-local healthy = nres.dep.model{ name = "healthy" }
+local healthy = nresrun.dep.model{ name = "healthy" }
 
 -- Fails twice, then succeeds: two of every three calls fail, by one counter.
 local calls = 0
-local twice = nres.dep.fn(function()
+local twice = nresrun.dep.fn(function()
   calls = calls + 1
   if calls % 3 ~= 0 then return nil, "unavailable" end
   return true
@@ -31,27 +32,27 @@ twice.name = "fails twice"   -- the peer driver knows this dependency by name
 -- node (bench/peers/); skipped with a note when node is missing. Each is
 -- compared with its own runtime's raw arm, js_raw.
 local function js(arm, baseline)
-  return nres.peer{ runtime = "node", script = "bench/peers/cockatiel.js", arm = arm,
+  return nresrun.peer{ runtime = "node", script = "bench/peers/cockatiel.js", arm = arm,
                     baseline = baseline or "js_raw" }
 end
 
 local budgeted = nres.policy{ base = "trivial", budget = { ratio = 0.1, min_per_sec = 3 } }
 
 -- http: every arm against /echo and against /flaky (503 on every 4th
--- request, one counter). nres.raw is the C client with one attempt and
+-- request, one counter). nresrun.raw is the C client with one attempt and
 -- nothing else (the "none" preset), so raw on /echo is the issue's "raw"
 -- arm and raw on /flaky its "raw-flaky": the transport's own cost per
 -- request, which the report subtracts (dependency requests/op x raw-flaky's
 -- heap B/op) to show the handler's own cost.
-local echo = nres.dep.http{ path = "/echo", name = "echo" }
-local flaky = nres.dep.http{ path = "/flaky?n=4", name = "flaky n=4" }
+local echo = nresrun.dep.http{ path = "/echo", name = "echo" }
+local flaky = nresrun.dep.http{ path = "/flaky?n=4", name = "flaky n=4" }
 -- lib: the http preset, 3 attempts, no backoff, budget off.
 local lib = nres.policy{ base = "http", attempts = 3, backoff = false, budget = false }
 -- lib-minimal: everything optional off (no deadline, timeouts, breaker,
 -- budget, telemetry), the 3 attempts kept: the retry loop alone.
 local lib_minimal = nres.policy{ base = "none", attempts = 3 }
 
-return nres.scenario{
+return nresrun.scenario{
   name = "stress",
   repetitions = 3, warmup = 2, window = 5, seed = 1,
   quick = { repetitions = 1, warmup = 0.3, window = 1 },
@@ -60,8 +61,8 @@ return nres.scenario{
       name = "executor",
       dependency = healthy,
       load = { workers = { 1, "cores", "8x" } },
-      arms = { raw = nres.raw, passthrough = "none", trivial = "trivial",
-               default = "default", naive = nres.naive(3),
+      arms = { raw = nresrun.raw, passthrough = "none", trivial = "trivial",
+               default = "default", naive = nresrun.naive(3),
                js_raw = js "empty", js_passthrough = js "passthrough", js_retry = js "retry",
                js_default = js "default", js_naive = js "naive" },
       baseline = "raw",
@@ -70,7 +71,7 @@ return nres.scenario{
       name = "retry-twice",
       dependency = twice,
       load = { workers = { 1, "cores", "8x" } },
-      arms = { naive = nres.naive(3), trivial = "trivial",
+      arms = { naive = nresrun.naive(3), trivial = "trivial",
                budgetless = nres.policy{ base = "default", backoff = false, budget = false,
                                          breaker = false },
                js_naive = js("naive", "js_naive"), js_retry = js("retry", "js_naive") },
@@ -80,15 +81,15 @@ return nres.scenario{
       name = "latency",
       dependency = healthy,
       load = { open_rate = { 50000, 200000 } },
-      arms = { raw = nres.raw, passthrough = "none", trivial = "trivial", default = "default",
+      arms = { raw = nresrun.raw, passthrough = "none", trivial = "trivial", default = "default",
                js_raw = js "empty", js_default = js "default" },
       baseline = "raw",
     },
     {
       name = "budget",
-      dependency = { nres.dep.flaky{ fail_every = 4 }, nres.dep.flaky{ fail_every = 2 } },
+      dependency = { nresrun.dep.flaky{ fail_every = 4 }, nresrun.dep.flaky{ fail_every = 2 } },
       load = { open_rate = { 20000, 100000 } },
-      arms = { raw = nres.raw, unbudgeted = "trivial", budgeted = budgeted,
+      arms = { raw = nresrun.raw, unbudgeted = "trivial", budgeted = budgeted,
                -- cockatiel has no budget: its retry alone.
                js_raw = js "empty", js_retry = js "retry" },
       baseline = "unbudgeted",
@@ -99,7 +100,7 @@ return nres.scenario{
       load = { workers = 8 },
       -- js_* arms: the cockatiel peer against the same server, each compared
       -- with js_raw.
-      arms = { raw = nres.raw, lib = lib, ["lib-minimal"] = lib_minimal,
+      arms = { raw = nresrun.raw, lib = lib, ["lib-minimal"] = lib_minimal,
                js_raw = js "empty", js_retry = js "retry", js_default = js "default" },
       baseline = "raw",
     },

@@ -4,9 +4,12 @@
 --   local p = nres.policy{ attempts = 4, deadline = 1.5 }
 --   local res, err, info = p:run(fetch, url)
 --
--- This file is the face: it re-exports the parts (nres.policy for
--- declaring and running, nres.classify, nres.driver) and the few module
--- functions. Loading it loads libnres and checks its ABI.
+-- This file is the library's face: it re-exports the parts (nres.policy
+-- for declaring and running, nres.classify, nres.driver) and the few
+-- module functions. Loading it loads libnres and checks its ABI, and
+-- nothing of the harness (nresrun's scenarios, dependencies, simulator:
+-- `require "nresrun"`). nres.ngx (the gateway) and nres.shm are loaded
+-- by name where they are used.
 local cdef = require "nres.cdef"
 local policy = require "nres.policy"
 local run = require "nres.run"
@@ -57,34 +60,26 @@ function _M.preset(name)
   return t
 end
 
--- The scenario DSL of nresrun (see lua/nres/scenario.lua, lua/nres/dep.lua).
-function _M.scenario(t)
-  local sc = require("nres.scenario").new(t, 2)   -- not a tail call
-  return sc
-end
-_M.dep = require "nres.dep"
-
--- A simulation on a virtual clock (see lua/nres/sim.lua): nresrun runs it.
-function _M.simulation(t)
-  local sim = require("nres.sim").new(t, 2)   -- not a tail call
-  return sim
-end
--- HTTP requests from scenarios' workers, inside nresrun (lua/nres/http.lua).
-_M.http = require "nres.http"
--- Built-in C jobs on the loop's work pool, awaited from scenarios'
--- workers, inside nresrun (lua/nres/pool.lua).
-_M.pool = require "nres.pool"
--- A benchmark whose work is a C program built beside nresrun.
-function _M.external(t)
-  local e = require("nres.external").new(t, 2)   -- not a tail call
-  return e
-end
-_M.raw = require("nres.scenario").raw
-_M.naive = require("nres.scenario").naive
-_M.peer = require("nres.scenario").peer
-
 -- Seconds left for the attempt running now (nil when unbounded): what to
 -- propagate downstream, e.g. as X-Deadline-Ms. Valid inside fn.
 _M.remaining = run.remaining
+
+-- The harness (nresrun's scenarios, dependencies, simulator) moved to its
+-- own namespace, `require "nresrun"`. Its old names here stay for this
+-- release as aliases that load it on first use and say so once on stderr;
+-- `require "nres"` itself loads no harness module.
+local moved = { scenario = true, simulation = true, dep = true, http = true,
+                pool = true, external = true, raw = true, naive = true,
+                peer = true }
+local warned = {}
+setmetatable(_M, { __index = function(t, k)
+  if not moved[k] then return nil end
+  if not warned[k] then
+    warned[k] = true
+    io.stderr:write("nres." .. k .. " is deprecated: use require(\"nresrun\")." .. k
+                    .. " (the harness has its own namespace since 0.2)\n")
+  end
+  return require("nresrun")[k]
+end })
 
 return _M

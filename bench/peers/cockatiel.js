@@ -24,7 +24,7 @@
 //
 // Arms (the closest cockatiel equivalent of each nres arm):
 //   empty          no policy: the dependency called directly - the JS raw
-//                  baseline (nres.raw). Synchronous when the dependency is.
+//                  baseline (nresrun.raw). Synchronous when the dependency is.
 //   passthrough    cockatiel's `noop` policy (nres preset "none").
 //   retry          retry(handleAll, { maxAttempts: 2 }): 3 attempts in all,
 //                  first included (cockatiel's maxAttempts counts retries),
@@ -48,7 +48,7 @@
 //                  the break by 10 %; nres honours Retry-After and the measured
 //                  attempt ceiling (3 x p95); cockatiel does neither.
 //   naive          a hand-written JS loop, 3 attempts, no delay
-//                  (nres.naive(3)).
+//                  (nresrun.naive(3)).
 // An arm that fails reports the reason nres would: "attempts exhausted"
 // (a retrying arm gave up), "failed" (empty), "deadline exceeded" (the 30 s
 // timeout), "circuit open" (a rejection, like nres's).
@@ -57,7 +57,7 @@
 // function cannot cross the process boundary): see FN_DEPENDENCIES. A
 // dependency error is a preallocated Error thrown each time (as dep.lua
 // returns a constant string), so no arm pays for stack traces.
-// Kind "http" (nres.dep.http) is the same dependency server the nres cells
+// Kind "http" (nresrun.dep.http) is the same dependency server the nres cells
 // use, in a child process: the runner puts its argv in spec.server
 // (`nresrun serve --port 0`); the peer starts it (stdin a pipe, first
 // stdout line "port N", `--flaky-every N` added from the dependency),
@@ -302,7 +302,7 @@ function depError(message, throttled, retryAfter) {
   return e;
 }
 
-// Dependencies made with nres.dep.fn, known by name.
+// Dependencies made with nresrun.dep.fn, known by name.
 const FN_DEPENDENCIES = {
   'fails twice': {
     what: 'two of every three calls fail, by one shared counter (fails twice, then succeeds)',
@@ -689,7 +689,7 @@ function checkDependency(problems, d) {
   if (d.kind === 'fn') {
     if (!Object.prototype.hasOwnProperty.call(FN_DEPENDENCIES, d.name)) {
       const known = Object.entries(FN_DEPENDENCIES).map(([k, v]) => `"${k}" (${v.what})`).join(', ');
-      problems.push(`dependency: a Lua function dependency (nres.dep.fn) cannot cross to node; the peer ` +
+      problems.push(`dependency: a Lua function dependency (nresrun.dep.fn) cannot cross to node; the peer ` +
         `knows these by their name: ${known}; got name ${show(d.name)}` +
         (d.where ? ` (the dependency written at ${d.where})` : ''));
     }

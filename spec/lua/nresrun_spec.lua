@@ -3,8 +3,9 @@
 -- accounting identity, the JSON report's schema, and a tiny end-to-end run.
 -- Needs NRESRUN (the built executable) in the environment.
 local cjson = require "cjson.safe"
-local scenario = require "nres.scenario"
+local scenario = require "nresrun.scenario"
 local nres = require "nres"
+local nresrun = require "nresrun"
 
 local NRESRUN = assert(os.getenv("NRESRUN"), "set NRESRUN to the nresrun executable")
 local dir = os.tmpname()
@@ -28,39 +29,39 @@ local function run(args)
   return code, slurp(out), slurp(err)
 end
 
-local HEAD = 'local nres = require "nres"\nreturn nres.scenario{\n'
+local HEAD = 'local nres, nresrun = require "nres", require "nresrun"\nreturn nresrun.scenario{\n'
 
 describe("scenario errors name file:line and the field", function()
   local cases = {
-    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{ fail_every = 2 },\n  load = { workers = 1 },\n'
-      .. '  arms = { raw = nres.raw },\n  windw = 5,\n}\n',
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.flaky{ fail_every = 2 },\n  load = { workers = 1 },\n'
+      .. '  arms = { raw = nresrun.raw },\n  windw = 5,\n}\n',
       '$F:7: scenario.windw: unknown field (did you mean "window"?)' },
-    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{ fail_every = 2 },\n'
-      .. '  load = { workers = { 1, "many" } },\n  arms = { raw = nres.raw },\n}\n',
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.flaky{ fail_every = 2 },\n'
+      .. '  load = { workers = { 1, "many" } },\n  arms = { raw = nresrun.raw },\n}\n',
       '$F:5: scenario.load.workers[2]: expected a count, "cores" or "Nx", got "many"' },
-    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{ fail_every = 2 },\n  load = { workers = 1 },\n'
-      .. '  arms = {\n    raw = nres.raw,\n    fast = 42,\n  },\n}\n',
-      '$F:8: scenario.arms.fast: expected a policy, a preset name, nres.raw, nres.naive(n) or nres.peer{...}, got 42' },
-    { HEAD .. '  name = "x",\n  dependency = nres.dep.fn(print),\n  load = { threads = 4 },\n'
-      .. '  arms = { raw = nres.raw },\n}\n',
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.flaky{ fail_every = 2 },\n  load = { workers = 1 },\n'
+      .. '  arms = {\n    raw = nresrun.raw,\n    fast = 42,\n  },\n}\n',
+      '$F:8: scenario.arms.fast: expected a policy, a preset name, nresrun.raw, nresrun.naive(n) or nresrun.peer{...}, got 42' },
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.fn(print),\n  load = { threads = 4 },\n'
+      .. '  arms = { raw = nresrun.raw },\n}\n',
       '$F:5: scenario.load.threads: unknown load kind (workers, open_rate)' },
-    { HEAD .. '  name = "x",\n  load = { workers = 1 },\n  arms = { raw = nres.raw },\n}\n',
-      '$F:2: scenario.dependency: missing (nres.dep.flaky{...}, nres.dep.model{...}, nres.dep.fn(f))' },
-    { HEAD .. '  name = "x",\n  dependency = nres.dep.flaky{\n    fail_evry = 2 },\n'
-      .. '  load = { workers = 1 }, arms = { raw = nres.raw },\n}\n',
-      '$F:4: nres.dep.flaky: dependency.fail_evry: unknown field (did you mean "fail_every"?)' },
-    { HEAD .. '  name = "x", dependency = nres.dep.model{ latency = { normal = 1 } },\n'
-      .. '  load = { workers = 1 }, arms = { raw = nres.raw },\n}\n',
-      '$F:3: nres.dep.model: dependency.latency.normal: unknown latency kind (fixed, uniform, lognormal)' },
-    { HEAD .. '  name = "x", dependency = nres.dep.flaky{ fail_every = 2 },\n'
+    { HEAD .. '  name = "x",\n  load = { workers = 1 },\n  arms = { raw = nresrun.raw },\n}\n',
+      '$F:2: scenario.dependency: missing (nresrun.dep.flaky{...}, nresrun.dep.model{...}, nresrun.dep.fn(f))' },
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.flaky{\n    fail_evry = 2 },\n'
+      .. '  load = { workers = 1 }, arms = { raw = nresrun.raw },\n}\n',
+      '$F:4: nresrun.dep.flaky: dependency.fail_evry: unknown field (did you mean "fail_every"?)' },
+    { HEAD .. '  name = "x", dependency = nresrun.dep.model{ latency = { normal = 1 } },\n'
+      .. '  load = { workers = 1 }, arms = { raw = nresrun.raw },\n}\n',
+      '$F:3: nresrun.dep.model: dependency.latency.normal: unknown latency kind (fixed, uniform, lognormal)' },
+    { HEAD .. '  name = "x", dependency = nresrun.dep.flaky{ fail_every = 2 },\n'
       .. '  load = { workers = 1 },\n  arms = { p = nres.policy{ attempts = 0 } },\n}\n',
       '$F:5: nres.policy: attempts: expected an integer from 1 to 65535, got 0' },
-    { HEAD .. '  name = "x", dependency = nres.dep.flaky{ fail_every = 2 },\n'
+    { HEAD .. '  name = "x", dependency = nresrun.dep.flaky{ fail_every = 2 },\n'
       .. '  load = { workers = 1 },\n  arms = { p = "nosuch" },\n  baseline = "nope",\n}\n',
       '$F:2: 2 problems:\n  $F:5: scenario.arms.p: unknown preset "nosuch"\n  $F:6: scenario.baseline: no arm named "nope"' },
     { 'return { name = "not a scenario" }\n',
-      '$F: a scenario file must return nres.scenario{...}, got a table' },
-    { 'return nres.scenario{\n', nil },   -- a syntax error: message from Lua
+      '$F: a scenario file must return nresrun.scenario{...}, got a table' },
+    { 'return nresrun.scenario{\n', nil },   -- a syntax error: message from Lua
   }
   for i, c in ipairs(cases) do
     it("case " .. i, function()
@@ -75,8 +76,8 @@ describe("scenario errors name file:line and the field", function()
     end)
   end
   it("refuses a matrix that cannot fit", function()
-    local path = write("long.lua", HEAD .. '  name = "long", dependency = nres.dep.flaky{ fail_every = 2 },\n'
-      .. '  load = { workers = { 1, 2, 3, 4 } }, arms = { raw = nres.raw, t = "trivial" },\n'
+    local path = write("long.lua", HEAD .. '  name = "long", dependency = nresrun.dep.flaky{ fail_every = 2 },\n'
+      .. '  load = { workers = { 1, 2, 3, 4 } }, arms = { raw = nresrun.raw, t = "trivial" },\n'
       .. '  repetitions = 10, window = 60,\n}\n')
     local code, _, err = run(path)
     expect.eq(code, 2)
@@ -96,13 +97,13 @@ describe("scenario errors name file:line and the field", function()
 end)
 
 describe("the matrix", function()
-  local sc = nres.scenario {
+  local sc = nresrun.scenario {
     name = "m",
     sections = {
-      { name = "a", dependency = { nres.dep.flaky{ fail_every = 2 }, nres.dep.flaky{ fail_every = 4 } },
-        load = { workers = { 1, 2, 3 } }, arms = { raw = nres.raw, t = "trivial" } },
-      { name = "b", dependency = nres.dep.model{}, load = { open_rate = { 10, 20 } },
-        arms = { raw = nres.raw } },
+      { name = "a", dependency = { nresrun.dep.flaky{ fail_every = 2 }, nresrun.dep.flaky{ fail_every = 4 } },
+        load = { workers = { 1, 2, 3 } }, arms = { raw = nresrun.raw, t = "trivial" } },
+      { name = "b", dependency = nresrun.dep.model{}, load = { open_rate = { 10, 20 } },
+        arms = { raw = nresrun.raw } },
     },
     repetitions = 3,
   }
@@ -140,9 +141,9 @@ end)
 describe("a run", function()
   local path = write("tiny.lua", HEAD .. [[
   name = "tiny",
-  dependency = nres.dep.flaky{ fail_every = 3 },
+  dependency = nresrun.dep.flaky{ fail_every = 3 },
   load = { workers = 2 },
-  arms = { raw = nres.raw, trivial = "trivial" },
+  arms = { raw = nresrun.raw, trivial = "trivial" },
   repetitions = 1, warmup = 0.1, window = 0.3,
 }
 ]])
@@ -182,12 +183,12 @@ describe("a run", function()
   it("records a crashing and a hanging cell, and goes on", function()
     local bad = write("bad.lua", HEAD .. [[
   name = "bad",
-  dependency = nres.dep.fn(function()
+  dependency = nresrun.dep.fn(function()
     if os.getenv("NRES_TEST_MODE") == nil then end
     return true
   end),
   load = { workers = 1 },
-  arms = { ok = nres.raw,
+  arms = { ok = nresrun.raw,
            crash = nres.policy{ base = "none", admit = function()
              require("ffi").cast("int *", 0)[0] = 1 end },
            hang = nres.policy{ base = "none", admit = function() while true do end end } },
@@ -214,9 +215,9 @@ describe("an http cell", function()
   -- window, two arms against /flaky (503 on every 4th request).
   local path = write("http.lua", HEAD .. [[
   name = "http",
-  dependency = nres.dep.http{ path = "/flaky?n=4" },
+  dependency = nresrun.dep.http{ path = "/flaky?n=4" },
   load = { workers = 4 },
-  arms = { raw = nres.raw,
+  arms = { raw = nresrun.raw,
            lib = nres.policy{ base = "http", attempts = 3, backoff = false, budget = false } },
   repetitions = 1, warmup = 0.1, window = 0.3,
 }
@@ -264,12 +265,12 @@ describe("an http cell", function()
       expect.eq(io.open("/proc/" .. r.dependency_pid .. "/stat"), nil, "server process " .. r.dependency_pid .. " gone")
     end
   end)
-  it("nres.http.request works from a worker coroutine", function()
+  it("nresrun.http.request works from a worker coroutine", function()
     local p2 = write("http_fn.lua", HEAD .. [[
   name = "httpfn",
-  dependency = nres.dep.fn(function()
-    if not SRV then SRV = assert(nres.http.serve()); SRV:reset() end
-    local res, err = nres.http.request{ url = SRV.base .. "/flaky?n=2", policy = "none" }
+  dependency = nresrun.dep.fn(function()
+    if not SRV then SRV = assert(nresrun.http.serve()); SRV:reset() end
+    local res, err = nresrun.http.request{ url = SRV.base .. "/flaky?n=2", policy = "none" }
     if res then
       assert(res.status == 200 and res.attempts == 1 and res.body_length > 0)
       return true
@@ -277,7 +278,7 @@ describe("an http cell", function()
     return nil, err
   end),
   load = { workers = 2 },
-  arms = { raw = nres.raw },
+  arms = { raw = nresrun.raw },
   repetitions = 1, warmup = 0.1, window = 0.2,
 }
 ]])
@@ -287,17 +288,17 @@ describe("an http cell", function()
     local r = cjson.decode(io.open(jp):read("*a")).results[1]
     expect.near(r.completion_ratio, 0.5, 0.02, "every 2nd answer fails")
   end)
-  it("a bad nres.dep.http names file:line and the field", function()
-    local bad = write("badhttp.lua", HEAD .. '  name = "x",\n  dependency = nres.dep.http{ path = "echo", metod = "GET" },\n'
-      .. '  load = { workers = 1 }, arms = { raw = nres.raw },\n}\n')
+  it("a bad nresrun.dep.http names file:line and the field", function()
+    local bad = write("badhttp.lua", HEAD .. '  name = "x",\n  dependency = nresrun.dep.http{ path = "echo", metod = "GET" },\n'
+      .. '  load = { workers = 1 }, arms = { raw = nresrun.raw },\n}\n')
     local c3, _, e3 = run(bad .. " --list")
     expect.eq(c3, 2)
-    expect.eq(e3, "nresrun: " .. bad .. ':4: nres.dep.http: dependency.metod: unknown field (did you mean "method"?); '
+    expect.eq(e3, "nresrun: " .. bad .. ':4: nresrun.dep.http: dependency.metod: unknown field (did you mean "method"?); '
       .. 'dependency.path: expected a path starting with "/" (e.g. "/echo", "/flaky?n=4"), got "echo"\n')
   end)
 end)
 
--- nresrun built without the pool component has no nres.pool: skip then.
+-- nresrun built without the pool component has no nresrun.pool: skip then.
 local function pool_available()
   local probe = write("pool_probe.lua", 'print("pool " .. tostring(require("nres").pool.available))\n'
     .. 'os.exit(0)\n')
@@ -306,17 +307,17 @@ local function pool_available()
 end
 
 if pool_available() then describe("a pool cell", function()
-  -- 8 workers each await a 10 ms sleep job on a 2-thread pool (nres.pool):
+  -- 8 workers each await a 10 ms sleep job on a 2-thread pool (nresrun.pool):
   -- the jobs run on the pool's threads two at a time (rounds of ~40 ms, not
   -- 80), come back through the loop, and reuse their records.
   local stats_path = dir .. "/pool_stats"
   local path = write("pool.lua", HEAD .. [[
   name = "pool",
-  dependency = nres.dep.fn(function()
-    if not POOL then nres.pool.init{ threads = 2 }; POOL = true end
-    local ok, worker = nres.pool.run("sleep", 10e6)
+  dependency = nresrun.dep.fn(function()
+    if not POOL then nresrun.pool.init{ threads = 2 }; POOL = true end
+    local ok, worker = nresrun.pool.run("sleep", 10e6)
     if not ok then return nil, worker end
-    local st = nres.pool.stats()
+    local st = nresrun.pool.stats()
     local f = assert(io.open("]] .. stats_path .. [[", "w"))
     f:write(string.format("%d %d %d %d %d\n", st.threads, st.max_running, st.slots,
                           st.executed, worker))
@@ -324,7 +325,7 @@ if pool_available() then describe("a pool cell", function()
     return true
   end),
   load = { workers = 8 },
-  arms = { raw = nres.raw },
+  arms = { raw = nresrun.raw },
   repetitions = 1, warmup = 0.1, window = 0.3,
 }
 ]])

@@ -194,10 +194,10 @@ describe("classifiers", function()
     expect.near((d.now() - t0) / 1e9, 4, 1e-6, "waited 4 s")
   end)
   it("a modelled dependency's throttled answer carries its retry-after", function()
-    local dep = require "nres.dep"
+    local dep = require "nresrun.dep"
     local p, d = virtual { base = "none", attempts = 2,
                            backoff = { kind = "constant", base = 0.01, max = 10 } }
-    local inst = dep.instantiate(nres.dep.model{ throttle_every = 2, retry_after = 3 },
+    local inst = dep.instantiate(dep.model{ throttle_every = 2, retry_after = 3 },
                                  d.sleep, function() return 0 end)
     inst.call()                      -- the first request passes; the next is throttled
     local t0 = d.now()

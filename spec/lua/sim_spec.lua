@@ -1,19 +1,20 @@
--- sim_spec.lua - the virtual-clock simulator (nres.sim, nres.simdep,
--- nres.simrun, nres.simreport, nres.svg): the capacity model on its own,
+-- sim_spec.lua - the virtual-clock simulator (nresrun.sim, nresrun.sim.dep,
+-- nresrun.sim.run, nresrun.sim.report, nresrun.svg): the capacity model on its own,
 -- determinism under a seed, the breaker opening in an outage and closing
 -- after it, the budget falling and refilling, retry amplification, the
 -- accounting identity, the reports, and every validation error with its
 -- exact message. Plain luajit, virtual clock only: no real time asserted.
 local nres = require "nres"
-local sim = require "nres.sim"
-local simdep = require "nres.simdep"
-local sched = require "nres.sched"
-local report = require "nres.simreport"
-local svg = require "nres.svg"
+local nresrun = require "nresrun"
+local sim = require "nresrun.sim"
+local simdep = require "nresrun.sim.dep"
+local sched = require "nresrun.sched"
+local report = require "nresrun.sim.report"
+local svg = require "nresrun.svg"
 local cjson = require "cjson.safe"
 
 local function outage_sim(policies, seed)
-  local s = nres.simulation{
+  local s = nresrun.simulation{
     name = "spec-outage",
     policies = policies,
     dependency = {
@@ -209,7 +210,7 @@ describe("simulation runs", function()
   end)
 
   it("the budget falls while retries spend it and refills afterwards", function()
-    local s = nres.simulation{
+    local s = nresrun.simulation{
       name = "spec-brownout",
       policy = nres.policy{ breaker = false, budget = { ratio = 0.1, min_per_sec = 3 } },
       dependency = { latency = { fixed = 0.005 },
@@ -228,7 +229,7 @@ describe("simulation runs", function()
   end)
 
   it("max_inflight sheds arrivals and the identity still holds", function()
-    local s = nres.simulation{
+    local s = nresrun.simulation{
       policy = "none", max_inflight = 3,
       dependency = { latency = { fixed = 0.1 } },
       load = { rate = 100, arrivals = "fixed" },
@@ -242,7 +243,7 @@ describe("simulation runs", function()
   end)
 
   it("an unbounded wait past the grace period is counted unfinished", function()
-    local s = nres.simulation{
+    local s = nresrun.simulation{
       policy = "none", grace = 1,
       dependency = { latency = { fixed = 10 } },
       load = { rate = 10, arrivals = "fixed" },
@@ -340,7 +341,7 @@ describe("svg", function()
   end)
   it("refuses a chart without an x range", function()
     expect.error(function() svg.chart{ panels = { {} }, x = { min = 1, max = 1 } } end,
-      "nres.svg: x: expected { min, max } with max > min")
+      "nresrun.svg: x: expected { min, max } with max > min")
   end)
 end)
 
@@ -348,7 +349,7 @@ describe("the shipped simulation", function()
   it("bench/sim-outage.lua loads as a simulation", function()
     local s = dofile("bench/sim-outage.lua")
     expect.truthy(sim.is_simulation(s))
-    expect.truthy(not sim.is_simulation(nres.scenario{ dependency = nres.dep.model{}, load = { workers = 1 }, arms = { raw = nres.raw } }))
+    expect.truthy(not sim.is_simulation(nresrun.scenario{ dependency = nresrun.dep.model{}, load = { workers = 1 }, arms = { raw = nresrun.raw } }))
     expect.truthy(not sim.is_simulation({}))
     local names = {}
     for _, p in ipairs(s.policies) do names[#names + 1] = p.name end
@@ -383,8 +384,8 @@ local bad = {
     'simulation.policy.budget: the named budget "shared-spec-budget" is shared by the whole process; a simulation needs fresh state per run (give a budget table)' },
   { base{ dependency = "nil" }, "simulation.dependency: missing (a table: latency, fail_prob, fail_every, capacity, phases)" },
   { base{ dependency = 5 }, "simulation.dependency: expected a table { latency, fail_prob, fail_every, capacity, phases }, got 5" },
-  { base{ dependency = nres.dep.fn(function() return true end) },
-    "simulation.dependency: a nres.dep.fn dependency needs real time; a simulation models its dependency (a table or nres.dep.model{...})" },
+  { base{ dependency = nresrun.dep.fn(function() return true end) },
+    "simulation.dependency: a nresrun.dep.fn dependency needs real time; a simulation models its dependency (a table or nresrun.dep.model{...})" },
   { base{ dependency = { latncy = 1 } }, "simulation.dependency.latncy: unknown field (capacity, error, fail_every, fail_prob, latency, name, phases)" },
   { base{ dependency = { latency = { normal = 1 } } }, "simulation.dependency.latency.normal: unknown latency kind (fixed, uniform, lognormal)" },
   { base{ dependency = { latency = { lognormal = { 0, 1 } } } },
@@ -416,17 +417,17 @@ describe("validation", function()
   for i, case in ipairs(bad) do
     it(string.format("bad simulation %d: %s", i, case[2]:sub(1, 60)), function()
       expect.error(function()
-        local s = nres.simulation(case[1])   -- not a tail call: keeps the position
+        local s = nresrun.simulation(case[1])   -- not a tail call: keeps the position
         return s
       end, case[2], "sim_spec.lua")
     end)
   end
-  it("a dependency made with nres.dep.model is accepted", function()
-    local s = nres.simulation(base{ dependency = nres.dep.model{ fail_prob = 0.1, latency = { fixed = 0.01 } } })
+  it("a dependency made with nresrun.dep.model is accepted", function()
+    local s = nresrun.simulation(base{ dependency = nresrun.dep.model{ fail_prob = 0.1, latency = { fixed = 0.01 } } })
     expect.truthy(sim.is_simulation(s))
   end)
   it("not a table", function()
-    expect.error(function() local s = nres.simulation(5) return s end,
-      "nres.simulation: expected a table, got 5", "sim_spec.lua")
+    expect.error(function() local s = nresrun.simulation(5) return s end,
+      "nresrun.simulation: expected a table, got 5", "sim_spec.lua")
   end)
 end)

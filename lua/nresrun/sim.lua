@@ -1,6 +1,6 @@
--- nres.sim: the simulation DSL of nresrun, checked at the file's line.
+-- nresrun.sim: the simulation DSL of nresrun, checked at the file's line.
 --
---   return nres.simulation{
+--   return nresrun.simulation{
 --     name = "sim-outage",
 --     policies = { default = "default", trivial = "trivial",
 --                  ["no-budget"] = nres.policy{ budget = false } },   -- or policy = ...
@@ -16,14 +16,14 @@
 --
 -- `nresrun FILE.lua` sees that the file returned a simulation and calls
 -- main(): each policy runs in turn against its own fresh instance of the
--- dependency on a virtual clock (nres.simrun), with a policy built afresh
+-- dependency on a virtual clock (nresrun.sim.run), with a policy built afresh
 -- (so no breaker or budget state leaks from one run into the next), and
--- the same arrivals; the report (nres.simreport) goes to
+-- the same arrivals; the report (nresrun.sim.report) goes to
 -- <out>/<name>-<UTC stamp>.md, .json and .svg. This file holds the
 -- declaration, its checks, and that orchestration.
 local schema = require "nres.schema"
-local dep = require "nres.dep"
-local simdep = require "nres.simdep"
+local dep = require "nresrun.dep"
+local simdep = require "nresrun.sim.dep"
 local policy_mod = require "nres.policy"
 
 local type, pairs, ipairs, format, floor = type, pairs, ipairs, string.format, math.floor
@@ -77,12 +77,12 @@ local function check_policy(path, v)
   return nil
 end
 
--- nres.simulation{...}: checked now, so a mistake points at the file.
+-- nresrun.simulation{...}: checked now, so a mistake points at the file.
 function _M.new(t, level)
   level = (level or 1) + 1
   local at = dep.where(level)
   if type(t) ~= "table" then
-    error(format("%s: nres.simulation: expected a table, got %s", at, describe(t)), 0)
+    error(format("%s: nresrun.simulation: expected a table, got %s", at, describe(t)), 0)
   end
   local problems = {}
   local function bad(fmt, ...) problems[#problems + 1] = format(fmt, ...) end
@@ -166,7 +166,7 @@ function _M.new(t, level)
   end
 
   -- Level 0: the message already starts with the caller's file:line ("?"
-  -- when nres.simulation was a tail call; nresrun then finds the line).
+  -- when nresrun.simulation was a tail call; nresrun then finds the line).
   if #problems > 0 then
     table.sort(problems)
     error(at .. ": " .. (#problems == 1 and problems[1]
@@ -195,7 +195,7 @@ end
 _M.fresh = fresh
 
 -- Run every policy (opts.only: a Lua pattern on the name; opts.seed
--- overrides the file's). Returns the report document (nres.simreport).
+-- overrides the file's). Returns the report document (nresrun.sim.report).
 function _M.run(self, opts)
   opts = opts or {}
   local t = self.spec
@@ -204,7 +204,7 @@ function _M.run(self, opts)
   local runs = {}
   for _, entry in ipairs(self.policies) do
     if not opts.only or entry.name:find(opts.only) then
-      local r = require("nres.simrun").run{
+      local r = require("nresrun.sim.run").run{
         policy = fresh(entry.spec, seed),
         dependency = d,
         rate = t.load.rate,
@@ -244,7 +244,7 @@ end
 -- its accounting holds, 1 otherwise, 2 for bad usage.
 function _M.main(self, path, opts)
   opts = opts or {}
-  local report = require "nres.simreport"
+  local report = require "nresrun.sim.report"
   local name = self.spec.name or path:match("([^/]+)%.lua$") or "simulation"
   for _, o in ipairs { "warmup", "window", "repetitions", "max_minutes", "cell", "rep" } do
     if opts[o] ~= nil then

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host/luahost.h"
+#include "nresrun/luahost.h"
 
 static atomic_ullong lua_bytes;
 

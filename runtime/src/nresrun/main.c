@@ -3,7 +3,7 @@
  * A thin C host: it counts libnres's allocations (so cells can report heap
  * bytes per operation), makes the Lua state (luahost.c), points the Lua
  * face at the very libnres this executable is linked with, and hands the
- * command line to lua/nres/cli.lua, whose return value is the exit code.
+ * command line to lua/nresrun/cli.lua, whose return value is the exit code.
  * Everything else - the scenario DSL, the runner, the reports - is Lua.
  * `nresrun serve ...` is the HTTP dependency server instead (depserver.c),
  * so the http cells need no other binary.
@@ -18,9 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "host/luahost.h"
+#include "nresrun/luahost.h"
 #ifdef NRES_HOST_HTTP
-#include "host/depserver.h"
+#include "depserver/depserver.h"
 #endif
 
 static atomic_ullong heap_bytes;
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   lua_pushcfunction(L, traceback);
-  if (luaL_loadstring(L, "return require('nres.cli').main(...)") != 0) {
+  if (luaL_loadstring(L, "return require('nresrun.cli').main(...)") != 0) {
     fprintf(stderr, "nresrun: %s\n", lua_tostring(L, -1));
     return 2;
   }

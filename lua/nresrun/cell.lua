@@ -1,4 +1,4 @@
--- nres.cell: run one cell of a scenario in this process and measure it.
+-- nresrun.cell: run one cell of a scenario in this process and measure it.
 --
 -- A cell is one arm against one dependency under one load, for a warm-up
 -- then a measured window. Closed loop: N worker coroutines call back to
@@ -9,19 +9,19 @@
 -- Every arrival in the window ends in exactly one outcome - success,
 -- failure or rejection - and the cell checks that identity.
 --
--- An http dependency (nres.dep.http) is the dependency server in a child
+-- An http dependency (nresrun.dep.http) is the dependency server in a child
 -- process (`nresrun serve`): started and reset before the cell, stopped
 -- after it (also when the cell fails), its /stats read at the window's
 -- start and end for the requests it counted. Its arms run the C HTTP
--- client on the cell's event loop (nres.http); a success is a response
+-- client on the cell's event loop (nresrun.http); a success is a response
 -- classified OK.
 local ffi = require "ffi"
 local C = require("nres.cdef").C
-local dep = require "nres.dep"
-local sched_mod = require "nres.sched"
-local host = require "nres.host"
+local dep = require "nresrun.dep"
+local sched_mod = require "nresrun.sched"
+local host = require "nresrun.host"
 local policy_mod = require "nres.policy"
-local hist_mod = require "nres.hist"
+local hist_mod = require "nresrun.hist"
 
 local co_yield, co_create, co_resume, co_running =
   coroutine.yield, coroutine.create, coroutine.resume, coroutine.running
@@ -36,7 +36,7 @@ local REJECTIONS = { ["circuit open"] = true, ["budget exhausted"] = true,
 
 -- The operation of an arm against the HTTP dependency server.
 local function make_http_op(cell, inst)
-  local http = require "nres.http"
+  local http = require "nresrun.http"
   local fetch, url, method, flags = http.fetch, inst.url, inst.method, inst.flags
   local a = cell.arm_spec
   if a.kind == "raw" or a.kind == "naive" then
@@ -101,7 +101,7 @@ local function run_cell(cell, seed, srv)
   local measure_at = t0 + cell.warmup * 1e9
   local stop_at = measure_at + cell.window * 1e9
   local inst
-  local http = srv and require "nres.http"
+  local http = srv and require "nresrun.http"
   if srv then
     local d = cell.dependency
     inst = { url = srv.base .. d.path, method = d.method or "GET",
@@ -285,9 +285,9 @@ end
 -- lives exactly as long as this call, whatever happens in the cell.
 function _M.run(cell, seed)
   if cell.dependency.kind ~= "http" then return run_cell(cell, seed) end
-  local http = require "nres.http"
+  local http = require "nresrun.http"
   local srv, err = http.serve{ flaky_every = cell.dependency.flaky_every }
-  if not srv then error(cell.dependency.where .. ": nres.dep.http: " .. err, 0) end
+  if not srv then error(cell.dependency.where .. ": nresrun.dep.http: " .. err, 0) end
   local ok, out = pcall(function()
     srv:reset()
     return run_cell(cell, seed, srv)

@@ -1,7 +1,7 @@
 /* loop.c - the event loop of nresrun's cells: a libuv loop, the HTTP client
  * on it, request slots, and a ring of finished requests for Lua to drain.
  *
- * The cell's workers are Lua coroutines run by lua/nres/sched.lua, and C
+ * The cell's workers are Lua coroutines run by lua/nresrun/sched.lua, and C
  * must never call into Lua (a callback re-entering the LuaJIT state from
  * inside uv_run would run a coroutine on the wrong stack). So the HTTP
  * completion callback only appends the slot's id to a ring and copies the
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host/host.h"
+#include "nresrun/host.h"
 #include "nres/http.h"
 
 #ifdef NRES_HOST_POOL

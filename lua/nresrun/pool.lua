@@ -1,28 +1,28 @@
--- nres.pool: blocking work on the work pool, awaited from nresrun's worker
+-- nresrun.pool: blocking work on the work pool, awaited from nresrun's worker
 -- coroutines.
 --
---   local ok, worker = nres.pool.run("sleep", 10e6)   -- 10 ms on a pool thread
+--   local ok, worker = nresrun.pool.run("sleep", 10e6)   -- 10 ms on a pool thread
 --   -- ok true and the worker's index; or nil, status ("error", "canceled"),
 --   -- the job's error name
---   local n_ok, n = nres.pool.run_all{ { "spin", 1e5 }, { "sleep", 1e6 } }
+--   local n_ok, n = nresrun.pool.run_all{ { "spin", 1e5 }, { "sleep", 1e6 } }
 --
 -- Only inside nresrun built with the pool and http components: the pool
--- belongs to the cells' event loop (runtime/src/host/loop.c), made on first
--- use with $NRES_THREADS threads, else one per core (or nres.pool.init{
+-- belongs to the cells' event loop (runtime/src/nresrun/loop.c), made on first
+-- use with $NRES_THREADS threads, else one per core (or nresrun.pool.init{
 -- threads = n } first). The jobs are built-in C jobs - "sleep" and "spin"
 -- (a busy loop) for arg nanoseconds - so Lua only declares the work; C
 -- never calls Lua. A finished job comes back through the pool's one
 -- uv_async_t to the loop, and its id (negative) to the ring the HTTP
--- requests use (nres.http.share_loop): the scheduler drains both where it
+-- requests use (nresrun.http.share_loop): the scheduler drains both where it
 -- would sleep and resumes the coroutine waiting on the job.
 --
--- From a worker coroutine of nres.sched a job yields until it ends; on the
+-- From a worker coroutine of nresrun.sched a job yields until it ends; on the
 -- main thread it blocks, running the loop. Job slots are C records reused
 -- from a free list and run returns plain values, so a steady load
 -- allocates nothing (run_all builds one table of ids per call).
 local ffi = require "ffi"
-local host = require "nres.host"
-local http = require "nres.http"
+local host = require "nresrun.host"
+local http = require "nresrun.http"
 local schema = require "nres.schema"
 
 local C = ffi.C
@@ -49,7 +49,7 @@ local function errname(rc)
   return err_name(rc)
 end
 
--- Told by nres.http when the loop closes: every slot is gone.
+-- Told by nresrun.http when the loop closes: every slot is gone.
 local user = {}
 function user.closed()
   slots, free, nfree = {}, {}, 0
@@ -58,20 +58,20 @@ end
 
 local function start(threads, level)
   if not _M.available then
-    error("nres.pool: only inside nresrun built with the pool and http components", level + 1)
+    error("nresrun.pool: only inside nresrun built with the pool and http components", level + 1)
   end
   http.share_loop(user, level + 1)
   local rc = C.nres_host_pool_init(threads)
   if rc ~= 0 then
     if errname(rc) == "ESTATE" then
-      error("nres.pool.init: threads: the pool already runs with another count", level + 1)
+      error("nresrun.pool.init: threads: the pool already runs with another count", level + 1)
     end
-    error("nres.pool: cannot start the pool (" .. errname(rc) .. ")", level + 1)
+    error("nresrun.pool: cannot start the pool (" .. errname(rc) .. ")", level + 1)
   end
   ready = true
 end
 
--- nres.pool.init{ threads = n }: start the pool now with n threads (1 to
+-- nresrun.pool.init{ threads = n }: start the pool now with n threads (1 to
 -- 1024; default $NRES_THREADS, else the cores). Again with the same count
 -- (or none) does nothing; another count while it runs is an error.
 function _M.init(t)
@@ -81,12 +81,12 @@ function _M.init(t)
   local threads = t and t.threads or 0
   for k in pairs(t or {}) do
     if k ~= "threads" then
-      error("nres.pool.init: " .. tostring(k) .. ": unknown field (threads)", 2)
+      error("nresrun.pool.init: " .. tostring(k) .. ": unknown field (threads)", 2)
     end
   end
   if t and t.threads ~= nil and (type(threads) ~= "number" or threads % 1 ~= 0
                                  or threads < 1 or threads > 1024) then
-    error("nres.pool.init: threads: expected an integer from 1 to 1024, got "
+    error("nresrun.pool.init: threads: expected an integer from 1 to 1024, got "
           .. schema.describe(t.threads), 2)
   end
   start(threads, 2)
@@ -95,11 +95,11 @@ end
 local function check(kind, ns, fname, level)
   local k = KINDS[kind]
   if not k then
-    error("nres.pool." .. fname .. ": kind: expected \"sleep\" or \"spin\", got "
+    error("nresrun.pool." .. fname .. ": kind: expected \"sleep\" or \"spin\", got "
           .. schema.describe(kind), level + 1)
   end
   if type(ns) ~= "number" or not (ns >= 0 and ns <= ARG_MAX) then
-    error("nres.pool." .. fname .. ": ns: expected nanoseconds from 0 to 3600e9, got "
+    error("nresrun.pool." .. fname .. ": ns: expected nanoseconds from 0 to 3600e9, got "
           .. schema.describe(ns), level + 1)
   end
   return k
@@ -137,12 +137,12 @@ local function outcome(id)
   return nil, STATUS[status] or "unknown", errname(result)
 end
 
--- Wait for job `id` on the shared loop (nres.http.await).
+-- Wait for job `id` on the shared loop (nresrun.http.await).
 local function await(id, fname)
-  http.await(id, "nres.pool." .. fname, 3)
+  http.await(id, "nresrun.pool." .. fname, 3)
 end
 
--- nres.pool.run(kind, ns): run one built-in job on the pool and wait for
+-- nresrun.pool.run(kind, ns): run one built-in job on the pool and wait for
 -- it. true, worker index; or nil, status, error name.
 function _M.run(kind, ns)
   local k = check(kind, ns, "run", 2)
@@ -153,7 +153,7 @@ function _M.run(kind, ns)
   return outcome(id)
 end
 
--- nres.pool.run_all{ { kind, ns }, ... }: fan the jobs out at once, wait
+-- nresrun.pool.run_all{ { kind, ns }, ... }: fan the jobs out at once, wait
 -- for all of them. Returns how many succeeded and how many ran; a job
 -- that could not be submitted counts as a failure.
 function _M.run_all(list)
@@ -164,7 +164,7 @@ function _M.run_all(list)
   for i = 1, n do
     local job = list[i]
     if type(job) ~= "table" then
-      error("nres.pool.run_all: [" .. i .. "]: expected { kind, ns }, got " .. schema.describe(job), 2)
+      error("nresrun.pool.run_all: [" .. i .. "]: expected { kind, ns }, got " .. schema.describe(job), 2)
     end
     check(job[1], job[2], "run_all[" .. i .. "]", 2)
   end

@@ -1,18 +1,18 @@
--- nres.http: HTTP requests from nresrun's worker coroutines, on the C client.
+-- nresrun.http: HTTP requests from nresrun's worker coroutines, on the C client.
 --
---   local res, err = nres.http.request{ url = "http://127.0.0.1:8080/echo",
+--   local res, err = nresrun.http.request{ url = "http://127.0.0.1:8080/echo",
 --                                       method = "GET", policy = "http" }
 --   -- res = { status = 200, body_length = 3, attempts = 1 }; err e.g.
 --   -- "attempts exhausted" (res nil; the last status code third)
 --
 -- Only inside nresrun (built with the http component): the requests run on
--- the cell's libuv loop (runtime/src/host/loop.c) under the C client
+-- the cell's libuv loop (runtime/src/nresrun/loop.c) under the C client
 -- (nres/http.h), which runs the policy's C part - attempts, timeouts,
 -- backoff, breaker and budget per host, the HTTP classifier. Lua-only parts
 -- of a policy (admit, on_event, fallback, a Lua classify table) cannot run
 -- there: such a policy is refused.
 --
--- From a worker coroutine of nres.sched (a scenario's workers), a request
+-- From a worker coroutine of nresrun.sched (a scenario's workers), a request
 -- yields until it ends: the scheduler runs the loop where it would sleep
 -- and resumes the coroutine. Elsewhere (the main thread) it blocks, running
 -- the loop until its own request ends. Request slots are C objects reused
@@ -20,10 +20,10 @@
 -- allocates nothing; `request` builds its result table (one per call).
 --
 -- Also here: the dependency server as a child process (serve), for the
--- http cells (nres.dep.http).
+-- http cells (nresrun.dep.http).
 local ffi = require "ffi"
-local host = require "nres.host"
-local sched = require "nres.sched"
+local host = require "nresrun.host"
+local sched = require "nresrun.sched"
 local policy_mod = require "nres.policy"
 local run = require "nres.run"
 local schema = require "nres.schema"
@@ -51,13 +51,13 @@ local finished = {}              -- id -> true: a blocking request ended
 local ids = nil                  -- int32_t[TAKE], made at init
 local ready = false
 
--- The I/O source the scheduler polls (see nres.sched).
+-- The I/O source the scheduler polls (see nresrun.sched).
 local io = { waiting = 0 }
 
 local errname = require("nres.cdef").err_name
 
--- The loop's other user (nres.pool): its ids in the ring are negative.
-local other = nil   -- { closed = function() }: nres.pool
+-- The loop's other user (nresrun.pool): its ids in the ring are negative.
+local other = nil   -- { closed = function() }: nresrun.pool
 
 -- Resume every coroutine whose request or job ended; mark blocking ones.
 -- Ids are unique across users of the loop (pool jobs are negative).
@@ -83,11 +83,11 @@ end
 
 local function init(level)
   if not _M.available then
-    error("nres.http: only inside nresrun built with the http component", level + 1)
+    error("nresrun.http: only inside nresrun built with the http component", level + 1)
   end
   local rc = C.nres_host_loop_init()
   if rc ~= 0 then
-    error("nres.http: cannot start the event loop (" .. errname(rc) .. ")", level + 1)
+    error("nresrun.http: cannot start the event loop (" .. errname(rc) .. ")", level + 1)
   end
   ids = ids or ffi.new("int32_t[?]", TAKE)
   ready = true
@@ -96,7 +96,7 @@ end
 
 local current_sched = sched.current
 
--- For nres.pool: start the loop (if needed) and share it; `user` hears of
+-- For nresrun.pool: start the loop (if needed) and share it; `user` hears of
 -- close (user.closed).
 function _M.share_loop(user, level)
   if not ready then init((level or 1) + 1) end
@@ -158,7 +158,7 @@ local function fetch(url, method, cp, flags)
     release(id)
     return nil, errname(rc), 0, 0
   end
-  await(id, "nres.http", 2)
+  await(id, "nresrun.http", 2)
   local status, code, attempts = slot.status, slot.status_code, slot.attempts
   local stop, len = slot.stop, slot.resp_len
   release(id)
@@ -178,21 +178,21 @@ local function c_policy(p, level)
     local cached = presets[p]
     if cached then return cached.cp, cached end
     local ok, obj = pcall(policy_mod.new, p)
-    if not ok then error("nres.http: policy: " .. tostring(obj), level + 1) end
+    if not ok then error("nresrun.http: policy: " .. tostring(obj), level + 1) end
     presets[p] = obj
     return obj.cp, obj
   end
   if type(p) ~= "table" or p.cp == nil then
-    error("nres.http: policy: expected a preset name or nres.policy{...}, got "
+    error("nresrun.http: policy: expected a preset name or nres.policy{...}, got "
           .. schema.describe(p), level + 1)
   end
   for _, k in ipairs { "admit", "on_event", "fallback" } do
     if p[k] then
-      error("nres.http: policy." .. k .. ": a Lua hook the C client cannot run", level + 1)
+      error("nresrun.http: policy." .. k .. ": a Lua hook the C client cannot run", level + 1)
     end
   end
   if p.spec and type(p.spec.classify) == "table" then
-    error("nres.http: policy.classify: the C client classifies HTTP itself", level + 1)
+    error("nresrun.http: policy.classify: the C client classifies HTTP itself", level + 1)
   end
   return p.cp, p
 end
@@ -200,34 +200,34 @@ _M.c_policy = c_policy
 
 local request_fields = { url = true, method = true, policy = true, idempotent = true }
 
--- nres.http.request{ url, method = "GET", policy = "http", idempotent = false }
+-- nresrun.http.request{ url, method = "GET", policy = "http", idempotent = false }
 function _M.request(t)
   if type(t) ~= "table" then
     error("bad argument #1 to 'request' (table expected, got " .. type(t) .. ")", 2)
   end
   for k in pairs(t) do
     if not request_fields[k] then
-      error(format("nres.http.request: %s: unknown field (%s)", tostring(k),
+      error(format("nresrun.http.request: %s: unknown field (%s)", tostring(k),
                    schema.hint(tostring(k), request_fields)), 2)
     end
   end
   if type(t.url) ~= "string" or not t.url:find("^http://") then
-    error("nres.http.request: url: expected \"http://host[:port]/path\", got "
+    error("nresrun.http.request: url: expected \"http://host[:port]/path\", got "
           .. schema.describe(t.url), 2)
   end
   if t.method ~= nil and (type(t.method) ~= "string" or not t.method:find("^[%w!#$%%&'*+.^_`|~-]+$")
                           or #t.method > 16) then
-    error("nres.http.request: method: expected an HTTP method token, got "
+    error("nresrun.http.request: method: expected an HTTP method token, got "
           .. schema.describe(t.method), 2)
   end
   if t.idempotent ~= nil and type(t.idempotent) ~= "boolean" then
-    error("nres.http.request: idempotent: expected a boolean, got " .. schema.describe(t.idempotent), 2)
+    error("nresrun.http.request: idempotent: expected a boolean, got " .. schema.describe(t.idempotent), 2)
   end
   local cp = c_policy(t.policy, 2)
   local code, a, b, c = fetch(t.url, t.method or "GET", cp, t.idempotent and IDEMPOTENT or 0)
   if code then return { status = code, attempts = a, body_length = b } end
   if a == "EINVAL" then
-    error("nres.http.request: the client refused the request (url: host must be an IP "
+    error("nresrun.http.request: the client refused the request (url: host must be an IP "
           .. "literal or localhost; a bad port or header)", 2)
   end
   return nil, a, b, c
@@ -268,7 +268,7 @@ local server_mt = { __index = server }
 -- Returns the server ({ port, pid, base = "http://127.0.0.1:PORT" }) or
 -- nil, err. Stop it with :stop() (also done when it is collected).
 function _M.serve(opts)
-  if not _M.available then return nil, "nres.http: only inside nresrun built with the http component" end
+  if not _M.available then return nil, "nresrun.http: only inside nresrun built with the http component" end
   opts = opts or {}
   local argv = { host.exe(), "serve", "--port", "0" }
   if opts.flaky_every then

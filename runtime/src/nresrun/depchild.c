@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "host/host.h"
+#include "nresrun/host.h"
 
 static double seconds_now(void) {
   struct timespec ts;

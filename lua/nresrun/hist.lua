@@ -1,4 +1,4 @@
--- nres.hist: latency histograms on the runtime's log-linear buckets.
+-- nresrun.hist: latency histograms on the runtime's log-linear buckets.
 --
 -- nresrun's cells and the simulator count latencies in the same buckets as
 -- the C estimator (nres_hist_index: 16 per power of two, at most 6.25 %

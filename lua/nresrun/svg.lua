@@ -1,6 +1,6 @@
--- nres.svg: a small SVG line-chart writer, no dependencies.
+-- nresrun.svg: a small SVG line-chart writer, no dependencies.
 --
---   local svg = require "nres.svg"
+--   local svg = require "nresrun.svg"
 --   local text = svg.chart{
 --     title = "sim-outage", width = 960,
 --     x = { min = 0, max = 300, label = "simulated seconds" },
@@ -72,7 +72,7 @@ local function label_of(v, fmt)
 end
 
 local function check(cond, msg)
-  if not cond then error("nres.svg: " .. msg, 3) end
+  if not cond then error("nresrun.svg: " .. msg, 3) end
 end
 
 function _M.chart(c)

@@ -1,4 +1,4 @@
--- nres.simreport: a simulation's reports - Markdown, JSON and an SVG plot.
+-- nresrun.sim.report: a simulation's reports - Markdown, JSON and an SVG plot.
 --
 -- The JSON holds the settings and, per policy, every per-second series,
 -- the breaker transitions and the totals, so everything in the Markdown and
@@ -6,11 +6,11 @@
 -- policy, a table per phase (the named phases, and every second outside
 -- them) with the time each policy took to recover after the phase
 -- ended, the breaker transitions, and a per-second table per policy. The
--- plot (nres.svg) has one panel per policy on shared axes: dependency
+-- plot (nresrun.svg) has one panel per policy on shared axes: dependency
 -- requests/s against arrivals/s, success ratio and budget level in %, the
 -- phases shaded grey and the breaker's open / half-open time red / amber.
 local cjson = require "cjson.safe"
-local svg = require "nres.svg"
+local svg = require "nresrun.svg"
 
 local format, concat, floor, ceil = string.format, table.concat, math.floor, math.ceil
 local max, min = math.max, math.min

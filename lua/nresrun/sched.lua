@@ -1,4 +1,4 @@
--- nres.sched: a coroutine scheduler for nresrun's cells, and its driver.
+-- nresrun.sched: a coroutine scheduler for nresrun's cells, and its driver.
 --
 -- Workers are coroutines on one thread. A worker that waits (a policy's
 -- backoff, a dependency's latency) yields its wake-up time; the scheduler
@@ -10,7 +10,7 @@
 -- jumps the clock to the next wake-up, so simulated minutes take
 -- milliseconds and a seed reproduces the run exactly.
 --
--- I/O (nres.http): a worker waiting for a request yields a non-number, so
+-- I/O (nresrun.http): a worker waiting for a request yields a non-number, so
 -- it is in no heap; the I/O source (set_io) counts such waiters and, where
 -- the scheduler would sleep the thread, runs the event loop instead, up to
 -- the next timer, then resumes the waiters whose requests finished (with

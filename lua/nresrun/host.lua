@@ -1,7 +1,7 @@
--- nres.host: the services of the nresrun executable, through the FFI.
+-- nresrun.host: the services of the nresrun executable, through the FFI.
 --
 -- Only available inside nresrun (its functions are exported by the
--- executable); `available` says whether they are. See runtime/src/host/host.h.
+-- executable); `available` says whether they are. See runtime/src/nresrun/host.h.
 local ffi = require "ffi"
 
 ffi.cdef [[
@@ -55,9 +55,9 @@ local C = ffi.C
 local _M = { _VERSION = "0.1.0" }
 
 _M.available = pcall(function() return C.nres_host_exe end)
--- The http cells' loop (lua/nres/http.lua uses it).
+-- The http cells' loop (lua/nresrun/http.lua uses it).
 _M.http_available = _M.available and pcall(function() return C.nres_host_loop_init end)
--- The pool on that loop (lua/nres/pool.lua uses it).
+-- The pool on that loop (lua/nresrun/pool.lua uses it).
 _M.pool_available = _M.http_available and pcall(function() return C.nres_host_pool_init end)
 if not _M.available then return _M end
 

@@ -1,10 +1,10 @@
--- nres.scenario: the scenario DSL of nresrun, its checks, and its matrix.
+-- nresrun.scenario: the scenario DSL of nresrun, its checks, and its matrix.
 --
---   return nres.scenario{
+--   return nresrun.scenario{
 --     name = "budget",
---     dependency = nres.dep.flaky{ fail_every = 2 },
+--     dependency = nresrun.dep.flaky{ fail_every = 2 },
 --     load = { open_rate = { 20000, 100000 } },        -- or { workers = { 1, "cores", "8x" } }
---     arms = { raw = nres.raw, unbudgeted = "trivial",
+--     arms = { raw = nresrun.raw, unbudgeted = "trivial",
 --              budgeted = nres.policy{ base = "trivial", budget = { ratio = 0.1 } } },
 --     repetitions = 3, warmup = 2, window = 5,
 --   }
@@ -14,9 +14,9 @@
 -- fields) or is one section itself. The matrix is, per section, the
 -- product of its dependencies × load values × arms; each cell runs
 -- `repetitions` times. Every problem is reported at once, prefixed with
--- the file:line of the nres.scenario call.
+-- the file:line of the nresrun.scenario call.
 local schema = require "nres.schema"
-local dep = require "nres.dep"
+local dep = require "nresrun.dep"
 
 local type, pairs, ipairs, format, floor = type, pairs, ipairs, string.format, math.floor
 local describe = schema.describe
@@ -24,7 +24,7 @@ local describe = schema.describe
 local _M = { _VERSION = "0.1.0" }
 local mt = { __index = _M }
 
-_M.raw = setmetatable({ kind = "raw" }, { __tostring = function() return "nres.raw" end })
+_M.raw = setmetatable({ kind = "raw" }, { __tostring = function() return "nresrun.raw" end })
 
 function _M.naive(attempts)
   return { kind = "naive", attempts = attempts or 3 }
@@ -102,11 +102,11 @@ local function check_section(problems, path, s, top)
   end
   local deps = s.dependency or top.dependency
   if deps == nil then
-    problems[#problems + 1] = path .. ".dependency: missing (nres.dep.flaky{...}, nres.dep.model{...}, nres.dep.fn(f))"
+    problems[#problems + 1] = path .. ".dependency: missing (nresrun.dep.flaky{...}, nresrun.dep.model{...}, nresrun.dep.fn(f))"
   else
     for i, d in ipairs(list_of(deps)) do
       if not dep.is_spec(d) then
-        problems[#problems + 1] = format("%s.dependency%s: expected a dependency (nres.dep.*), got %s",
+        problems[#problems + 1] = format("%s.dependency%s: expected a dependency (nresrun.dep.*), got %s",
           path, type(deps) == "table" and deps[1] ~= nil and "[" .. i .. "]" or "", describe(d))
       end
     end
@@ -142,7 +142,7 @@ local function check_section(problems, path, s, top)
       if type(name) ~= "string" then
         problems[#problems + 1] = format("%s.arms[%s]: arm names are strings", path, describe(name))
       elseif not arm_kind(a) then
-        problems[#problems + 1] = format("%s.arms.%s: expected a policy, a preset name, nres.raw, nres.naive(n) or nres.peer{...}, got %s",
+        problems[#problems + 1] = format("%s.arms.%s: expected a policy, a preset name, nresrun.raw, nresrun.naive(n) or nresrun.peer{...}, got %s",
           path, name, describe(a))
       elseif type(a) == "string" then
         local ok, err = pcall(require("nres.policy").resolve, a)
@@ -169,12 +169,12 @@ local function check_section(problems, path, s, top)
   end
 end
 
--- nres.scenario{...}: checked now, so a mistake points at the file.
+-- nresrun.scenario{...}: checked now, so a mistake points at the file.
 function _M.new(t, level)
   level = (level or 1) + 1
   local at = dep.where(level)
   if type(t) ~= "table" then
-    error(format("%s: nres.scenario: expected a table, got %s", at, describe(t)), level)
+    error(format("%s: nresrun.scenario: expected a table, got %s", at, describe(t)), level)
   end
   local problems = {}
   for k in pairs(t) do
@@ -232,9 +232,9 @@ function _M.new(t, level)
     sections[1] = own
   end
   if #problems > 0 then
-    -- `return nres.scenario{...}` is a tail call: the caller's frame, and
+    -- `return nresrun.scenario{...}` is a tail call: the caller's frame, and
     -- so its line, may be gone ("?"). nresrun then finds each field's line
-    -- in the file itself (nres.cli).
+    -- in the file itself (nresrun.cli).
     error(at .. ": " .. (#problems == 1 and problems[1]
       or format("%d problems:\n  %s", #problems, table.concat(problems, "\n  "))), 0)
   end

@@ -1,10 +1,10 @@
--- nres.simrun: one policy against one modelled dependency on a virtual clock.
+-- nresrun.sim.run: one policy against one modelled dependency on a virtual clock.
 --
--- The policy, the dependency (nres.simdep), an open-loop pacer and a
--- once-a-second ticker are coroutines on one nres.sched scheduler with a
+-- The policy, the dependency (nresrun.sim.dep), an open-loop pacer and a
+-- once-a-second ticker are coroutines on one nresrun.sched scheduler with a
 -- virtual clock: nothing sleeps, time jumps to the next wake-up, so a
 -- simulated five minutes take a fraction of a second and the same seed
--- replays the same run. Separate from nres.sim (the DSL and reports)
+-- replays the same run. Separate from nresrun.sim (the DSL and reports)
 -- because this is the part that must stay fast: per operation it allocates
 -- nothing (workers are reused, the latency histogram is one cdata reused
 -- every second), and per second it fills preallocated series.
@@ -14,8 +14,8 @@
 -- after the run ends), and the run checks that identity.
 local ffi = require "ffi"
 local C = require("nres.cdef").C
-local sched_mod = require "nres.sched"
-local simdep = require "nres.simdep"
+local sched_mod = require "nresrun.sched"
+local simdep = require "nresrun.sim.dep"
 local run_mod = require "nres.run"
 
 local co_yield, co_create, co_running = coroutine.yield, coroutine.create, coroutine.running
@@ -24,11 +24,11 @@ local hist_index = C.nres_hist_index
 local breaker_state, budget_level = C.nres_breaker_state, C.nres_budget_level
 local remaining = run_mod.remaining
 local real_now = require("nres.driver").blocking.now
-local host = require "nres.host"
+local host = require "nresrun.host"
 
 local _M = { _VERSION = "0.1.0" }
 
-local hist_mod = require "nres.hist"
+local hist_mod = require "nresrun.hist"
 local BUCKETS = hist_mod.BUCKETS
 local REJECTIONS = { ["circuit open"] = true, ["budget exhausted"] = true,
                      ["rate limited"] = true, ["draining"] = true }

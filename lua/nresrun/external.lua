@@ -1,6 +1,6 @@
--- nres.external: a benchmark whose work is a C program, declared in Lua.
+-- nresrun.external: a benchmark whose work is a C program, declared in Lua.
 --
---   return nres.external{
+--   return nresrun.external{
 --     name = "overhead", program = "bench_pool",
 --     args = { "--only", "minimal,sequential,logging,parallel,files" },
 --     quick_args = { "--quick" }, timeout = 900,
@@ -11,9 +11,9 @@
 -- (--json FILE --md FILE), files both under the report folder with a UTC
 -- stamp like the stress reports, and prints the Markdown. The program does
 -- the measuring; Lua only declares what to run.
-local host = require "nres.host"
+local host = require "nresrun.host"
 local schema = require "nres.schema"
-local dep = require "nres.dep"
+local dep = require "nresrun.dep"
 
 local format = string.format
 local _M = { _VERSION = "0.1.0" }
@@ -32,7 +32,7 @@ function _M.new(t, level)
   local at = dep.where((level or 1) + 1)
   local problems = {}
   if type(t) ~= "table" then
-    error(format("%s: nres.external: expected a table, got %s", at, schema.describe(t)), 0)
+    error(format("%s: nresrun.external: expected a table, got %s", at, schema.describe(t)), 0)
   end
   for k in pairs(t) do
     if not fields[k] then

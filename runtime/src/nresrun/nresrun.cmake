@@ -1,11 +1,11 @@
 # nresrun.cmake - the nresrun executable: a LuaJIT host for the scenario
-# runner (the runner itself is Lua, in lua/nres/). Included by CMakeLists.txt.
+# runner (the runner itself is Lua, in lua/nresrun/). Included by CMakeLists.txt.
 pkg_check_modules(LUAJIT REQUIRED IMPORTED_TARGET luajit)
 
 add_executable(nresrun
-  runtime/src/host/main.c
-  runtime/src/host/luahost.c
-  runtime/src/host/child.c)
+  runtime/src/nresrun/main.c
+  runtime/src/nresrun/luahost.c
+  runtime/src/nresrun/child.c)
 target_include_directories(nresrun PRIVATE runtime/src runtime/include)
 target_compile_options(nresrun PRIVATE ${NRES_WARNINGS})
 target_compile_definitions(nresrun PRIVATE _GNU_SOURCE
@@ -17,8 +17,8 @@ target_link_libraries(nresrun PRIVATE nres PkgConfig::LUAJIT ${CMAKE_DL_LIBS})
 # `nresrun serve` (the dependency server) and the http cells' event loop.
 if(TARGET nres_depserver)
   target_sources(nresrun PRIVATE
-    runtime/src/host/loop.c
-    runtime/src/host/depchild.c)
+    runtime/src/nresrun/loop.c
+    runtime/src/nresrun/depchild.c)
   target_compile_definitions(nresrun PRIVATE NRES_HOST_HTTP=1)
   target_link_libraries(nresrun PRIVATE nres_depserver PkgConfig::LIBUV m)
   # With the pool component too (its sources are in libnres): pool jobs

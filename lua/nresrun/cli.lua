@@ -1,4 +1,4 @@
--- nres.cli: the command line of nresrun.
+-- nresrun.cli: the command line of nresrun.
 --
 --   nresrun SCENARIO.lua [options]    run the scenario's matrix, write reports
 --   nresrun SCENARIO.lua --list       list its cells
@@ -78,7 +78,7 @@ local function fail(msg)
 end
 
 -- The line of the file a scenario problem is about: the first line that
--- sets the problem's field ("key ="), after the nres.scenario line.
+-- sets the problem's field ("key ="), after the line that calls .scenario{ (or .simulation{).
 local function locate(lines, problem, start)
   local path = problem:match("^(scenario[%w_%.%[%]\"]*)")
                or problem:match("^(simulation[%w_%.%[%]\"]*)")
@@ -91,7 +91,7 @@ local function locate(lines, problem, start)
   return start
 end
 
--- Give every problem of an error from nres.scenario its file:line (the
+-- Give every problem of an error from nresrun.scenario its file:line (the
 -- call was a tail call when the position reads "?").
 local function place(path, msg)
   local rest = msg:match("^%?: (.*)$")
@@ -99,7 +99,7 @@ local function place(path, msg)
   local lines, start = {}, 1
   for line in io.lines(path) do
     lines[#lines + 1] = line
-    if start == 1 and (line:find("nres%.scenario") or line:find("nres%.simulation")) then
+    if start == 1 and (line:find("%.scenario%s*[{(]") or line:find("%.simulation%s*[{(]")) then
       start = #lines
     end
   end
@@ -116,16 +116,16 @@ end
 _M.place = place
 
 local function load_scenario(path)
-  local scenario = require "nres.scenario"
+  local scenario = require "nresrun.scenario"
   local chunk, err = loadfile(path)
   if not chunk then return nil, err end
   local ok, sc = pcall(chunk)
   if not ok then return nil, place(path, tostring(sc)) end
-  local ok_sim, sim = pcall(require, "nres.sim")
+  local ok_sim, sim = pcall(require, "nresrun.sim")
   if ok_sim and sim.is_simulation and sim.is_simulation(sc) then return sc end
-  if require("nres.external").is_external(sc) then return sc end
+  if require("nresrun.external").is_external(sc) then return sc end
   if getmetatable(sc) == nil or getmetatable(sc).__index ~= scenario then
-    return nil, format("%s: a scenario file must return nres.scenario{...}, got %s",
+    return nil, format("%s: a scenario file must return nresrun.scenario{...}, got %s",
       path, require("nres.schema").describe(sc))
   end
   return sc
@@ -143,11 +143,11 @@ function _M.main(...)
   local path = positional[1]
   local sc, err = load_scenario(path)
   if not sc then return fail(err) end
-  local ok_sim, sim = pcall(require, "nres.sim")
+  local ok_sim, sim = pcall(require, "nresrun.sim")
   if ok_sim and sim.is_simulation and sim.is_simulation(sc) then
-    return sim.main(sc, path, opts)   -- a virtual-clock simulation (nres.sim)
+    return sim.main(sc, path, opts)   -- a virtual-clock simulation (nresrun.sim)
   end
-  local external = require "nres.external"
+  local external = require "nresrun.external"
   if external.is_external(sc) then
     return external.main(sc, path, opts)   -- a C benchmark program
   end
@@ -157,7 +157,7 @@ function _M.main(...)
   if opts.cell then   -- a child: run one cell, print one JSON line
     local cell = cells[opts.cell]
     if not cell then return fail(format("no cell %d (the scenario has %d)", opts.cell, #cells)) end
-    local metrics = require("nres.cell").run(cell, opts.seed or 1)
+    local metrics = require("nresrun.cell").run(cell, opts.seed or 1)
     io.stdout:write(require("cjson.safe").encode(metrics), "\n")
     return 0
   end
@@ -171,11 +171,11 @@ function _M.main(...)
   end
   local seconds, why = sc:fit(runs, opts)
   if not seconds then return fail(why) end
-  local runner = require "nres.runner"
+  local runner = require "nresrun.runner"
   local doc, code, stamp = runner.run(sc, path, runs, opts)
   local stem = (sc.spec.name or path:match("([^/]+)%.lua$") or "scenario") .. "-" .. stamp
-  local json_path, md_path = require("nres.report").write(doc, opts.out or "artifacts/stress", stem)
-  print(require("nres.report").markdown(doc))
+  local json_path, md_path = require("nresrun.report").write(doc, opts.out or "artifacts/stress", stem)
+  print(require("nresrun.report").markdown(doc))
   print(format("reports: %s %s", md_path, json_path))
   return code
 end

@@ -1,4 +1,4 @@
--- nres.report: nresrun's reports, JSON (every repetition) and Markdown.
+-- nresrun.report: nresrun's reports, JSON (every repetition) and Markdown.
 --
 -- The JSON keeps machine facts, versions, the seed, the settings and every
 -- repetition of every cell under stable names, so anything the Markdown

@@ -4,7 +4,7 @@
 
 #include <lua.h>
 
-#include "host/host.h"
+#include "nresrun/host.h"
 
 /* A new state with the standard libraries, a counting allocator and the
  * nres modules on its path (found relative to the executable `exe`). */

@@ -1,10 +1,10 @@
--- nres.dep: the dependencies a scenario calls, modelled in process.
+-- nresrun.dep: the dependencies a scenario calls, modelled in process.
 --
---   nres.dep.flaky{ fail_every = 2 }            one shared counter
---   nres.dep.model{ fail_prob = 0.1, latency = { lognormal = { 0.002, 0.5 } } }
---   nres.dep.model{ phases = { { from = 10, to = 40, fail = 1 } } }  an outage
---   nres.dep.fn(function(n, sleep) ... end)      your own
---   nres.dep.http{ path = "/flaky?n=4" }          the HTTP dependency server,
+--   nresrun.dep.flaky{ fail_every = 2 }            one shared counter
+--   nresrun.dep.model{ fail_prob = 0.1, latency = { lognormal = { 0.002, 0.5 } } }
+--   nresrun.dep.model{ phases = { { from = 10, to = 40, fail = 1 } } }  an outage
+--   nresrun.dep.fn(function(n, sleep) ... end)      your own
+--   nresrun.dep.http{ path = "/flaky?n=4" }          the HTTP dependency server,
 --                                                 a process of its own
 --
 -- A constructor returns a spec (plain data plus the file:line it was
@@ -60,7 +60,7 @@ local latency_expect = {
   uniform = "{ low, high } in seconds, 0 <= low <= high",
   lognormal = "{ median seconds > 0, sigma >= 0 }",
 }
--- Shared with the simulator's dependency (nres.simdep).
+-- Shared with the simulator's dependency (nresrun.sim.dep).
 _M.latency_kinds, _M.latency_expect = latency_kinds, latency_expect
 
 local function check_latency(problems, path, v)
@@ -136,11 +136,11 @@ end
 local function make(kind, t, level)
   local at = where(level + 1)
   if type(t) ~= "table" then
-    error(format("%s: nres.dep.%s: expected a table, got %s", at, kind, describe(t)), 0)
+    error(format("%s: nresrun.dep.%s: expected a table, got %s", at, kind, describe(t)), 0)
   end
   local problems = check(t, kind)
   if #problems > 0 then
-    error(at .. ": nres.dep." .. kind .. ": " .. table.concat(problems, "; "), 0)
+    error(at .. ": nresrun.dep." .. kind .. ": " .. table.concat(problems, "; "), 0)
   end
   local spec = { kind = "model", where = at }
   for k, v in pairs(t) do spec[k] = v end
@@ -155,7 +155,7 @@ end
 function _M.flaky(t)
   local spec = make("flaky", t, 2)
   if spec.fail_every == nil and spec.fail_prob == nil then
-    error(spec.where .. ": nres.dep.flaky: expected fail_every or fail_prob", 0)
+    error(spec.where .. ": nresrun.dep.flaky: expected fail_every or fail_prob", 0)
   end
   return spec
 end
@@ -168,15 +168,15 @@ end
 function _M.fn(f)
   local at = where(2)
   if type(f) ~= "function" then
-    error(format("%s: nres.dep.fn: expected a function (n, sleep) -> res, err, got %s", at, describe(f)), 0)
+    error(format("%s: nresrun.dep.fn: expected a function (n, sleep) -> res, err, got %s", at, describe(f)), 0)
   end
   return { kind = "fn", fn = f, where = at }
 end
 
--- The HTTP dependency server (`nresrun serve`, runtime/src/host/
+-- The HTTP dependency server (`nresrun serve`, runtime/src/depserver/
 -- depserver.c): the cell starts it as a child process, resets it, and
--- reports the requests it counted. Arms run the C HTTP client (nres.http):
--- nres.raw is one attempt (the "none" preset), a preset or policy runs
+-- reports the requests it counted. Arms run the C HTTP client (nresrun.http):
+-- nresrun.raw is one attempt (the "none" preset), a preset or policy runs
 -- under that policy.
 local http_fields = {
   path = function(v)
@@ -195,7 +195,7 @@ local http_fields = {
 function _M.http(t)
   local at = where(2)
   if type(t) ~= "table" then
-    error(format("%s: nres.dep.http: expected a table, got %s", at, describe(t)), 0)
+    error(format("%s: nresrun.dep.http: expected a table, got %s", at, describe(t)), 0)
   end
   local problems = {}
   for k, v in pairs(t) do
@@ -213,7 +213,7 @@ function _M.http(t)
   if t.path == nil then problems[#problems + 1] = 'dependency.path: missing (e.g. "/echo")' end
   if #problems > 0 then
     table.sort(problems)
-    error(at .. ": nres.dep.http: " .. table.concat(problems, "; "), 0)
+    error(at .. ": nresrun.dep.http: " .. table.concat(problems, "; "), 0)
   end
   local spec = { kind = "http", where = at }
   for k, v in pairs(t) do spec[k] = v end

@@ -1,4 +1,4 @@
--- nres.simdep: the dependency a simulation calls, modelled on a virtual clock.
+-- nresrun.sim.dep: the dependency a simulation calls, modelled on a virtual clock.
 --
 --   dependency = {
 --     latency = { lognormal = { 0.02, 0.5 } },          -- healthy spread
@@ -7,7 +7,7 @@
 --                { name = "brownout", from = 150, to = 210, fail = 0.1, latency_factor = 1.5 } },
 --   }
 --
--- Separate from nres.dep (the in-process models of real-time cells)
+-- Separate from nresrun.dep (the in-process models of real-time cells)
 -- because a simulation needs what a real-time cell cannot afford or does
 -- not need: its own seeded random streams (so every policy sees the same
 -- arrivals), and a capacity limit. The capacity model is exact FIFO
@@ -52,8 +52,8 @@ local fields = {
 local capacity_fields = { concurrency = true, queue = true, rate = true, burst = true }
 local phase_fields = { name = true, from = true, to = true, fail = true, latency_factor = true }
 
-local latency_ok = require("nres.dep").latency_kinds
-local latency_expect = require("nres.dep").latency_expect
+local latency_ok = require("nresrun.dep").latency_kinds
+local latency_expect = require("nresrun.dep").latency_expect
 
 local function sorted_names(t)
   local names = {}
@@ -72,11 +72,11 @@ function _M.check(d, path, duration)
     return problems
   end
   if d.kind == "fn" or d.kind == "http" then
-    bad("%s: a %s dependency needs real time; a simulation models its dependency (a table or nres.dep.model{...})",
-        path, d.kind == "fn" and "nres.dep.fn" or "http")
+    bad("%s: a %s dependency needs real time; a simulation models its dependency (a table or nresrun.dep.model{...})",
+        path, d.kind == "fn" and "nresrun.dep.fn" or "http")
     return problems
   end
-  local from_dep = d.kind == "model"   -- made by nres.dep.model{...}: already checked there
+  local from_dep = d.kind == "model"   -- made by nresrun.dep.model{...}: already checked there
   for k in pairs(d) do
     if not fields[k] and not (from_dep and (k == "kind" or k == "where")) then
       bad("%s.%s: unknown field (%s)", path, tostring(k), sorted_names(fields))

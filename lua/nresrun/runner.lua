@@ -1,4 +1,4 @@
--- nres.runner: run a scenario's matrix, one fresh process per cell.
+-- nresrun.runner: run a scenario's matrix, one fresh process per cell.
 --
 -- The runs (cell × repetition) go in a fixed-seed shuffled order, so drift
 -- and warmth land on every arm alike. Each run is nresrun re-executing
@@ -9,8 +9,8 @@
 -- run goes on. Peer arms run the peer's own driver (bench/peers/) the same
 -- way; without its runtime they are skipped, visibly.
 local cjson = require "cjson.safe"
-local host = require "nres.host"
-local report = require "nres.report"
+local host = require "nresrun.host"
+local report = require "nresrun.report"
 
 local format = string.format
 local _M = { _VERSION = "0.1.0" }

@@ -36,8 +36,32 @@ untrusted, 2 usage or scenario error.]]
 
 local flags = { quick = true, list = true, help = true, version = true }
 local values = { repetitions = "count", warmup = "seconds", window = "seconds",
-                 seed = "count", only = "string", out = "string", cell = "count",
-                 rep = "count", ["max-minutes"] = "seconds" }
+                 seed = "count", only = "pattern", out = "string", cell = "count",
+                 rep = "count", ["max-minutes"] = "minutes" }
+
+-- What each kind of value accepts, and how to say so. Every number is
+-- finite: "inf", "nan" and 1e400 (which tonumber reads as inf) are refused.
+local kinds = {
+  count   = { max = 2^31 - 1, whole = true, min = 1, says = "a whole number from 1 to 2147483647" },
+  seconds = { max = 86400, min = 0, says = "seconds from 0 to 86400" },
+  minutes = { max = 10080, min = 0, says = "minutes from 0 to 10080" },
+}
+
+local function value(name, kind, v)
+  if kind == "string" then return v end
+  if kind == "pattern" then
+    local ok, err = pcall(string.find, "", v)
+    if not ok then
+      return nil, format("--%s: not a Lua pattern (%s): %q", name, tostring(err):gsub("^.-:%d+: ", ""), v)
+    end
+    return v
+  end
+  local k, n = kinds[kind], tonumber(v)
+  if not n or n ~= n or n < k.min or n > k.max or (k.whole and n ~= math.floor(n)) then
+    return nil, format("--%s: expected %s, got %q", name, k.says, v)
+  end
+  return n
+end
 
 local function parse(args)
   local opts, positional = {}, {}
@@ -48,17 +72,9 @@ local function parse(args)
     if name and flags[name] then
       opts[name] = true
     elseif name and values[name] then
-      local v = args[i + 1]
-      if v == nil then return nil, format("--%s needs a value", name) end
-      local kind = values[name]
-      if kind ~= "string" then
-        local n = tonumber(v)
-        if not n or n < 0 or (kind == "count" and (n ~= math.floor(n) or n < 1)) then
-          return nil, format("--%s: expected %s, got %q", name,
-            kind == "count" and "a whole number >= 1" or "seconds >= 0", v)
-        end
-        v = n
-      end
+      if args[i + 1] == nil then return nil, format("--%s needs a value", name) end
+      local v, err = value(name, values[name], args[i + 1])
+      if v == nil then return nil, err end
       opts[name:gsub("%-", "_")] = v
       i = i + 1
     elseif a:sub(1, 1) == "-" then
@@ -115,6 +131,22 @@ local function place(path, msg)
 end
 _M.place = place
 
+-- The reports' folder must take files before the first cell runs: a run
+-- of many minutes must not end in a folder it cannot write.
+local function check_out(dir)
+  os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
+  local probe = dir .. "/.nresrun-write-check"
+  local f, err = io.open(probe, "w")
+  if not f then
+    return nil, format("--out %s: cannot write reports there (%s)", dir,
+                       tostring(err):gsub("^" .. probe:gsub("%p", "%%%0") .. ": ", ""))
+  end
+  f:close()
+  os.remove(probe)
+  return true
+end
+_M.check_out = check_out
+
 local function load_scenario(path)
   local scenario = require "nresrun.scenario"
   local chunk, err = loadfile(path)
@@ -144,7 +176,12 @@ function _M.main(...)
   local sc, err = load_scenario(path)
   if not sc then return fail(err) end
   local ok_sim, sim = pcall(require, "nresrun.sim")
-  if ok_sim and sim.is_simulation and sim.is_simulation(sc) then
+  local is_sim = ok_sim and sim.is_simulation and sim.is_simulation(sc)
+  if not opts.list and not opts.cell then
+    local ok_out, why = check_out(opts.out or (is_sim and "artifacts/sim" or "artifacts/stress"))
+    if not ok_out then return fail(why) end
+  end
+  if is_sim then
     return sim.main(sc, path, opts)   -- a virtual-clock simulation (nresrun.sim)
   end
   local external = require "nresrun.external"

@@ -83,6 +83,29 @@ describe("scenario errors name file:line and the field", function()
     expect.eq(code, 2)
     expect.truthy(err:find("the matrix needs about 83 minutes (80 runs); the limit is 60", 1, true), err)
   end)
+  it("bad flag values exit 2 with a usage line naming the flag, before any cell runs", function()
+    local path = write("flags.lua", HEAD .. '  name = "flags", dependency = nresrun.dep.flaky{ fail_every = 2 },\n'
+      .. '  load = { workers = 1 }, arms = { raw = nresrun.raw },\n  repetitions = 1, warmup = 0, window = 0.1,\n}\n')
+    local notdir = write("plain-file", "")
+    local cases = {
+      { '--only "["', 'nresrun: --only: not a Lua pattern (malformed pattern (missing \']\')): "["\n' },
+      { "--window inf", 'nresrun: --window: expected seconds from 0 to 86400, got "inf"\n' },
+      { "--warmup nan", 'nresrun: --warmup: expected seconds from 0 to 86400, got "nan"\n' },
+      { "--warmup 1e300", 'nresrun: --warmup: expected seconds from 0 to 86400, got "1e300"\n' },
+      { "--window -1", 'nresrun: --window: expected seconds from 0 to 86400, got "-1"\n' },
+      { "--max-minutes 1e400", 'nresrun: --max-minutes: expected minutes from 0 to 10080, got "1e400"\n' },
+      { "--repetitions 2.5", 'nresrun: --repetitions: expected a whole number from 1 to 2147483647, got "2.5"\n' },
+      { "--seed 9e99", 'nresrun: --seed: expected a whole number from 1 to 2147483647, got "9e99"\n' },
+      { "--out " .. notdir .. "/reports",
+        "nresrun: --out " .. notdir .. "/reports: cannot write reports there (Not a directory)\n" },
+    }
+    for _, c in ipairs(cases) do
+      local code, out, err = run(path .. " " .. c[1])
+      expect.eq(code, 2, c[1])
+      expect.eq(err, c[2], c[1])
+      expect.eq(out, "", c[1] .. ": nothing ran")
+    end
+  end)
   it("usage errors exit 2, --help and --version exit 0", function()
     expect.eq((run("--bogus")), 2)
     expect.eq((run("")), 2)

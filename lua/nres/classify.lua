@@ -5,11 +5,18 @@
 -- single call. spec is "default", "http", a function (res, err) -> verdict
 -- [, retry_after seconds], or a table of statuses, exact error strings and
 -- error patterns. A thrown error reaches the classifier as (nil, err).
+-- A classifier function that returns junk raises here ("nres: classify
+-- returned 42; ..."); nres.run catches it like a throw and ends the call
+-- with every permit given back. Retry-after seconds become ns through
+-- nres.schema's one conversion (saturating to never, not wrapping).
+local schema = require "nres.schema"
+
 local _M = { _VERSION = "0.1.0" }
 
-local type, tonumber, tostring, error, pairs = type, tonumber, tostring, error, pairs
+local type, tonumber, error, pairs = type, tonumber, error, pairs
 local find = string.find
 local format = string.format
+local ns, describe = schema.ns, schema.describe
 
 local OK, TRANSIENT, THROTTLED, PERMANENT = 0, 1, 2, 3
 local VF_TIMEOUT = 2
@@ -62,7 +69,7 @@ end
 local function error_kind(err)
   if type(err) == "table" and err.throttled then
     local ra = tonumber(err.retry_after)
-    return THROTTLED, 0, ra and ra >= 0 and ra * 1e9 or -1
+    return THROTTLED, 0, ra and ra >= 0 and ns(ra) or -1
   end
   if timeouts[err] then return TRANSIENT, VF_TIMEOUT, -1 end
   return TRANSIENT, 0, -1
@@ -107,7 +114,7 @@ local function http(ok, r1, r2)
   if status == nil then return OK, 0, -1 end
   if status == 429 or status == 503 then
     local ra = _M.retry_after(header_retry_after(r1))
-    if ra then return THROTTLED, 0, ra * 1e9 end
+    if ra then return THROTTLED, 0, ns(ra) end
     return status == 429 and THROTTLED or TRANSIENT, 0, -1
   end
   if status == 408 or (status >= 500 and status <= 599) then
@@ -121,13 +128,13 @@ local function verdict_of(v, ra, where)
   local kind = kinds[v]
   if kind == nil then
     error(format('nres: %s returned %s; expected "ok", "transient", "throttled", "permanent" or "canceled"',
-      where, type(v) == "string" and format("%q", v) or tostring(v)), 0)
+      where, describe(v)), 0)
   end
   if ra ~= nil then
     if type(ra) ~= "number" or ra ~= ra or ra < 0 then
-      error(format("nres: %s returned retry_after %s; expected seconds >= 0", where, tostring(ra)), 0)
+      error(format("nres: %s returned retry_after %s; expected seconds >= 0", where, describe(ra)), 0)
     end
-    return kind, 0, ra * 1e9
+    return kind, 0, ns(ra)
   end
   if kind == TRANSIENT and timeouts[v] then return kind, VF_TIMEOUT, -1 end
   return kind, 0, -1
@@ -165,7 +172,7 @@ local function from_table(spec)
       local kind = kinds[v]
       local ra = _M.retry_after(header_retry_after(r1))
       if ra and (kind == THROTTLED or kind == TRANSIENT) then
-        return THROTTLED, 0, ra * 1e9
+        return THROTTLED, 0, ns(ra)
       end
       return kind, 0, -1
     end

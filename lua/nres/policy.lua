@@ -17,7 +17,7 @@ local run = require "nres.run"
 
 local C = cdef.C
 local ffi_new, ffi_string = ffi.new, ffi.string
-local floor, type, pairs, error, setmetatable = math.floor, type, pairs, error, setmetatable
+local type, pairs, error, setmetatable = type, pairs, error, setmetatable
 local format, concat = string.format, table.concat
 
 local _M = { _VERSION = "0.1.0" }
@@ -26,7 +26,18 @@ local mt = { __index = _M }
 local BACKOFF = { none = 0, constant = 1, linear = 2, exponential = 3, decorrelated = 4 }
 local JITTER = { none = 0, full = 1, equal = 2, decorrelated = 3 }
 
-local function ns(seconds) return floor(seconds * 1e9 + 0.5) end
+-- Seconds to ns through nres.schema's one conversion. Only checked values
+-- get here: schema.check refused anything that is not a finite count of
+-- ns below 2^63, so a "never" here is a gap in the schema, not a wrap.
+local schema_ns, NS_LIMIT = schema.ns, schema.NS_LIMIT
+local function ns(seconds)
+  local n = schema_ns(seconds)
+  if n == nil or n >= NS_LIMIT then
+    error(format("nres.policy: the duration %s reached the builder unchecked: a gap in nres.schema, please report it",
+                 schema.describe(seconds)), 0)
+  end
+  return n
+end
 
 -- --------------------------------------------------------------- presets
 
@@ -111,6 +122,8 @@ local function resolve(spec, depth)
   if type(spec) ~= "table" then
     return nil, "expected a policy table or a preset name, got " .. schema.describe(spec)
   end
+  local plain = schema.plain(spec)
+  if #plain > 0 then return nil, concat(plain, "; ") end
   local base = spec.base
   if base == nil and spec ~= preset_cache.default then base = "default" end
   if spec == preset_cache.none then base = nil end
@@ -213,6 +226,7 @@ local function build(t)
     if br.jitter then cfg.break_jitter = br.jitter end
     if br.probes then cfg.probes = br.probes end
     if br.successes then cfg.success_threshold = br.successes end
+    cfg.probe_every = br.probe_every or 0
     local rc = C.nres_breaker_init(cp.own.breaker, cfg)
     if rc ~= 0 then return nil, "breaker: " .. ffi_string(C.nres_strerror(rc)) end
     cp.breaker = cp.own.breaker

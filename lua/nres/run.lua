@@ -9,15 +9,43 @@
 -- call; the step out-parameter is one module-level cdata read into locals
 -- before any user code runs (user code may re-enter run); call state
 -- (nres_call_t) comes from a free list, so steady state allocates nothing.
+--
+-- User code fails, and nothing it does escapes p:run:
+--   * fn may throw or return anything: a throw is an attempt's failure,
+--     classified like `nil, err`; on success p:run returns exactly fn's
+--     results, however many (more than three cost one table per call).
+--   * classify, admit, on_event and the driver's sleep are policy code. If
+--     one throws, or returns junk (classify: not a verdict; admit: not
+--     `true`, `false`/nil or `false, "reason"`), the call is canceled in C
+--     at once: every permit, half-open probe, queue place and budget token
+--     it holds is given back and nothing counts against the dependency.
+--     p:run then returns nil, "canceled", info with info.callback naming
+--     the callback, info.error saying what it did ("nres: admit raised:
+--     ..."), info.raised the raw error and info.cause the attempt's own
+--     error, if any. Decision: caught, not re-raised - a broken callback
+--     must not take the caller (an nginx request, a scenario cell) down,
+--     and the caller already handles nil, reason, info.
+--   * After the call has ended (on_event "done", the fallback), there is
+--     nothing left to give back: a failed call keeps its own reason, a
+--     successful one becomes nil, "canceled"; info says the same as above.
+-- Abandoned calls: a coroutine that called p:run and is never resumed
+-- holds its call record, and the record its permits. Every record carries
+-- a finalizer (ffi.gc, set once when the record is made): when the
+-- collector finds a record still in flight, it cancels the call in C, which
+-- gives everything back. A suspended coroutine that is still referenced
+-- keeps its permits: that call is not abandoned, only slow.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
 local classify = require "nres.classify"
+local describe = require("nres.schema").describe
 
 local C = cdef.C
-local pcall = pcall
-local ffi_new, ffi_string = ffi.new, ffi.string
+local pcall, select, type, error, unpack, setmetatable = pcall, select, type, error, unpack, setmetatable
+local format, sub = string.format, string.sub
+local ffi_new, ffi_string, ffi_gc = ffi.new, ffi.string, ffi.gc
 local step_begin, step_report = C.nres_step_begin, C.nres_step_report
-local step_resume, step_cancel = C.nres_step_resume, C.nres_step_cancel
+local step_resume, step_cancel, step_now = C.nres_step_resume, C.nres_step_cancel, C.nres_step_now
+local verdict_names = classify.names
 
 local _M = { _VERSION = "0.1.0" }
 
@@ -26,25 +54,55 @@ local STOP_OK, STOP_ATTEMPTS = 1, 3
 local VF_SELF, THROTTLED = 1, 2
 
 local step = ffi_new("nres_step_t")
+-- Finalizers may run in the middle of another call: they get their own.
+local gc_step = ffi_new("nres_step_t")
 
 -- Stop reasons by code, as the stable strings of the C runtime.
 local reasons = {}
 for i = 0, 9 do reasons[i] = ffi_string(C.nres_stop_name(i)) end
 _M.reasons = reasons
 
--- Free list of call records. An nres_call_t must stay referenced for the
--- whole call (it may span sleeps and yields): the local `call` in run does.
+-- Call records. An nres_call_t must stay referenced for the whole call (it
+-- may span sleeps and yields): the local `call` in run does. Each record
+-- has an owner table { policy object or false, driver or false }, set
+-- while run has it in flight: the finalizer needs the driver's clock, and
+-- the policy object keeps the C state the record points to (policy,
+-- breaker, bulkhead, budget) alive until the finalizer has run - the
+-- record itself holds only raw pointers, which the collector cannot see.
+local function finalize(owner, call)
+  local p = owner[1]
+  if not p then return end               -- idle in the free list, or done
+  owner[1] = false
+  local fine, t = pcall(owner[2].now)
+  if not fine or type(t) ~= "number" then t = step_now() end
+  step_cancel(call, t, gc_step)          -- a finished call: a no-op
+end
+
+local owners = setmetatable({}, { __mode = "k" })   -- record -> its owner
+
+local function new_call()
+  local owner = { false, false }
+  local call = ffi_gc(ffi_new("nres_call_t"), function(c) finalize(owner, c) end)
+  owners[call] = owner
+  return call, owner
+end
+
 local free, nfree = {}, 0
+-- A record and its owner table (other drivers may ignore the owner: a
+-- record they take anchors nothing and their own references keep the
+-- policy alive).
 local function take_call()
   if nfree > 0 then
     local call = free[nfree]
     free[nfree] = nil
     nfree = nfree - 1
-    return call
+    return call, owners[call]
   end
-  return ffi_new("nres_call_t")
+  return new_call()
 end
-local function give_call(call)
+local function give_call(call, owner)
+  owner = owner or owners[call]
+  owner[1], owner[2] = false, false
   nfree = nfree + 1
   free[nfree] = call
 end
@@ -60,10 +118,45 @@ function _M.remaining()
   return left > 0 and left or 0
 end
 
--- The failure path: the info table, the reason, and the fallback.
-local function finish(self, call, ok, r1, r2, refused)
-  local stop = step.stop
-  local reason = reasons[stop]
+-- pcall's results as ok, n, r1, r2, r3, rest: how many values fn returned
+-- (n), the first three as values, and all of them in `rest` only when
+-- there are more than three (the only case that makes garbage).
+local function collect(ok, ...)
+  local n = select("#", ...)
+  local r1, r2, r3 = ...
+  if n > 3 then return ok, n, r1, r2, r3, { ... } end
+  return ok, n, r1, r2, r3, nil
+end
+
+-- Exactly n values.
+local function results(n, r1, r2, r3, rest)
+  if n == 1 then return r1 end
+  if n == 2 then return r1, r2 end
+  if n == 3 then return r1, r2, r3 end
+  if n == 0 then return end
+  return unpack(rest, 1, n)
+end
+
+-- A callback's failure, into info.
+local function fault(info, name, err)
+  info.cause = info.error
+  info.callback = name
+  info.raised = err
+  if type(err) == "string" and sub(err, 1, 6 + #name) == "nres: " .. name then
+    info.error = err                     -- already says what (junk returned)
+  else
+    info.error = format("nres: %s raised: %s", name,
+                        type(err) == "string" and err or describe(err))
+  end
+end
+
+-- The failure path: the info table, the reason, and the fallback. `stop`
+-- and `fallback_wanted` were read from `step` before any user code ran;
+-- `cb`, `cb_err`: a callback that failed; `canceled`: report "canceled"
+-- whatever the stop (a success spoiled by its on_event "done").
+local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused,
+                      cb, cb_err, canceled)
+  local reason = canceled and "canceled" or reasons[stop]
   if refused ~= nil and call.last.flags == VF_SELF and stop == STOP_ATTEMPTS then
     reason = refused
   end
@@ -82,23 +175,37 @@ local function finish(self, call, ok, r1, r2, refused)
     info.log[#info.log + 1] = {
       attempt = rec.number,
       hedge = rec.hedge == 1,
-      verdict = rec.flags == 0xff and "abandoned" or classify.names[rec.kind],
+      verdict = rec.flags == 0xff and "abandoned" or verdict_names[rec.kind],
       timeout = rec.flags == 2,
       start = tonumber(rec.start) / 1e9,
       finish = tonumber(rec["end"]) / 1e9,
     }
   end
-  local fallback_wanted = step.fallback == 1
-  give_call(call)
-  if self.on_event then self.on_event("done", reason, info.attempts) end
-  if fallback_wanted and self.fallback then
-    info.fallback = true
-    return self.fallback(reason, info.error), nil, info
+  give_call(call, owner)
+  if cb ~= nil then fault(info, cb, cb_err) end
+  local on_event = self.on_event
+  if on_event and cb ~= "on_event" then
+    local fine, err = pcall(on_event, "done", reason, info.attempts)
+    if not fine and cb == nil then fault(info, "on_event", err) end
+  end
+  if fallback_wanted and self.fallback and info.callback == nil then
+    local fine, v = pcall(self.fallback, reason, info.error)
+    if fine then
+      info.fallback = true
+      return v, nil, info
+    end
+    fault(info, "fallback", v)
   end
   return nil, reason, info
 end
 
--- Run fn(a1, a2, a3, a4) under the policy. On success: fn's first three
+-- admit's answer is `true`, or `false`/nil with an optional reason string.
+local function admit_junk(yes, why)
+  return format("nres: admit returned %s, %s; expected true, or false and an optional reason (string)",
+                describe(yes), describe(why))
+end
+
+-- Run fn(a1, a2, a3, a4) under the policy. On success: exactly fn's
 -- results. On failure: nil, reason, info (or the fallback's value, nil,
 -- info). At most four arguments: LuaJIT cannot compile a vararg call here
 -- (NYI: VARG outside the trace's root frame), and a compiled loop is what
@@ -112,18 +219,24 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
 
   -- Everything off: one attempt, nothing to record (the C passthrough).
   if self.passthrough and cp.draining == 0 then
-    local ok, r1, r2, r3 = pcall(fn, a1, a2, a3, a4)
-    local vk = verdict_of(ok, r1, r2)
-    if vk == 0 then return r1, r2, r3 end
-    local call = take_call()
+    local ok, n, r1, r2, r3, rest = collect(pcall(fn, a1, a2, a3, a4))
+    local fine, vk = pcall(verdict_of, ok, r1, r2)
+    if fine and vk == 0 then return results(n, r1, r2, r3, rest) end
+    local call, owner = take_call()
     step_begin(call, cp, 0, -1, step)
-    step_report(call, 0, 0, vk, 0, -1, step)
-    return finish(self, call, ok, r1, r2, nil)
+    if fine then
+      step_report(call, 0, 0, vk, 0, -1, step)
+      return finish(self, call, owner, step.stop, step.fallback == 1, ok, r1, r2, nil)
+    end
+    step_cancel(call, 0, step)
+    return finish(self, call, owner, step.stop, false, ok, r1, r2, nil, "classify", vk)
   end
 
-  local call = take_call()
+  local call, owner = take_call()
+  owner[1], owner[2] = self, driver
   local kind = step_begin(call, cp, now(), -1, step)
-  local ok, r1, r2, r3, refused = true, nil, nil, nil, nil
+  local ok, n, r1, r2, r3, rest, refused = true, 0, nil, nil, nil, nil, nil
+  local cb, cb_err                       -- a callback that failed, and how
 
   while kind ~= DONE do
     if kind == ATTEMPT then
@@ -131,40 +244,82 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
       local vk, fl, ra
       attempt_at, attempt_now = step.at, now
       if admit ~= nil then
-        local yes, why = admit(step.attempt, self)
-        if not yes then
+        local fine, yes, why = pcall(admit, step.attempt, self)
+        if not fine then
+          cb, cb_err = "admit", yes
+          break
+        elseif yes ~= true then
+          if yes ~= false and yes ~= nil or why ~= nil and type(why) ~= "string" then
+            cb, cb_err = "admit", admit_junk(yes, why)
+            break
+          end
           refused = why or "rate limited"
-          ok, r1, r2 = true, nil, refused
+          ok, n, r1, r2 = true, 2, nil, refused
           vk, fl, ra = THROTTLED, VF_SELF, -1
         end
       end
       if vk == nil then
-        ok, r1, r2, r3 = pcall(fn, a1, a2, a3, a4)
-        vk, fl, ra = verdict_of(ok, r1, r2)
+        ok, n, r1, r2, r3, rest = collect(pcall(fn, a1, a2, a3, a4))
+        local fine
+        fine, vk, fl, ra = pcall(verdict_of, ok, r1, r2)
+        if not fine then
+          cb, cb_err = "classify", vk
+          break
+        end
       end
       attempt_at = -1
-      if on_event ~= nil then on_event("attempt", call.attempts, classify.names[vk]) end
+      if on_event ~= nil then
+        local fine, err = pcall(on_event, "attempt", call.attempts, verdict_names[vk])
+        if not fine then
+          cb, cb_err = "on_event", err
+          break
+        end
+      end
       kind = step_report(call, slot, now(), vk, fl, ra, step)
     else
       local at = step.at
       if at < 0 then   -- nothing runs in the background here: cannot happen
         step_cancel(call, now(), step)
-        give_call(call)
+        give_call(call, owner)
         error("nres: the executor asked to wait forever with nothing in flight", 2)
       end
       local delay = at - now()
-      if on_event ~= nil then on_event("wait", delay / 1e9) end
-      driver.sleep(delay)
+      if on_event ~= nil then
+        local fine, err = pcall(on_event, "wait", delay / 1e9)
+        if not fine then
+          cb, cb_err = "on_event", err
+          break
+        end
+      end
+      local fine, err = pcall(driver.sleep, delay)
+      if not fine then
+        cb, cb_err = "driver.sleep", err
+        break
+      end
       kind = step_resume(call, now(), step)
     end
   end
 
-  if step.stop == STOP_OK then
-    if on_event ~= nil then on_event("done", "ok", call.attempts) end
-    give_call(call)
-    return r1, r2, r3
+  if cb ~= nil then
+    -- Give back at once everything the call holds (permit, probe, queue
+    -- place, budget token); the attempt counts for nothing.
+    attempt_at = -1
+    step_cancel(call, now(), step)
+    return finish(self, call, owner, step.stop, false, ok, r1, r2, refused, cb, cb_err)
   end
-  return finish(self, call, ok, r1, r2, refused)
+
+  local stop, fallback_wanted = step.stop, step.fallback == 1
+  if stop == STOP_OK then
+    if on_event ~= nil then
+      local fine, err = pcall(on_event, "done", "ok", call.attempts)
+      if not fine then
+        return finish(self, call, owner, stop, false, ok, r1, r2, nil, "on_event", err, true)
+      end
+    end
+    give_call(call, owner)
+    return results(n, r1, r2, r3, rest)
+  end
+  return finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused)
 end
 
 return _M

@@ -6,9 +6,22 @@
 -- >= 0), got -1"), all at once. Unknown keys get the nearest valid name.
 -- The schema is also the documentation: every field has its unit, default
 -- (in policies/default.lua) and meaning in docs/ and README.md.
+--
+-- Durations: every duration of a policy is seconds, converted to the C
+-- core's nanoseconds by one function, ns() below. A declared duration must
+-- be finite, >= 0 (or > 0 where zero means nothing) and below 2^63 ns
+-- (9223372036.854775808 s): NaN, +-inf and anything longer are refused with
+-- the field named ("expected a duration below ... (2^63 ns)"; where false
+-- turns a feature off, false is the way to say "none"). A
+-- positive duration shorter than 1 ns counts as 1 ns, never as 0 (0 means
+-- "none" for a deadline). Durations that arrive at run time (a classify
+-- function's retry-after) cannot be refused: ns() saturates them to never.
+-- Tables with a metatable are refused wherever a policy reads a table:
+-- fields supplied through __index would be read by the builder unchecked.
 local _M = { _VERSION = "0.1.0" }
 
 local type, pairs, ipairs, tostring, format = type, pairs, ipairs, tostring, string.format
+local getmetatable, pcall, find = getmetatable, pcall, string.find
 local huge, floor = math.huge, math.floor
 local sort, concat = table.sort, table.concat
 
@@ -30,6 +43,27 @@ end
 _M.describe = describe
 
 local function finite(v) return type(v) == "number" and v == v and v > -huge and v < huge end
+
+-- Nanoseconds from 2^63 on are not durations: the C core keeps time in
+-- uint64 ns, adds durations to "now" and subtracts them.
+local NS_LIMIT = 2 ^ 63
+local LIMIT_TEXT = "9223372036.854775808 s (2^63 ns)"
+_M.NS_LIMIT = NS_LIMIT
+
+-- The one conversion from seconds to nanoseconds (a Lua number, exact up
+-- to 2^53): NaN gives nil (the caller refuses it), <= 0 and -inf give 0,
+-- a positive duration below 1 ns gives 1, and 2^63 ns or more (+inf
+-- included) gives math.huge, "never" (the step API saturates it to
+-- NRES_TIME_NEVER).
+local function ns(seconds)
+  if seconds ~= seconds then return nil end
+  if seconds <= 0 then return 0 end
+  local n = floor(seconds * 1e9 + 0.5)
+  if n >= NS_LIMIT then return huge end
+  if n < 1 then return 1 end
+  return n
+end
+_M.ns = ns
 
 -- Value checkers: return nil when fine, else what was expected.
 local function number(lo, lo_open, hi, hi_open, what)
@@ -53,8 +87,30 @@ local function integer(lo, hi)
   end
 end
 
-local duration = number(0, false, nil, false, "a duration in seconds (finite number >= 0)")
-local positive_duration = number(0, true, nil, false, "a duration in seconds (finite number > 0)")
+-- A duration: finite, >= 0 (> 0 when `positive`), and below 2^63 ns.
+local function duration_check(positive)
+  local what = positive and "a duration in seconds (finite number > 0)"
+               or "a duration in seconds (finite number >= 0)"
+  return function(v)
+    if not finite(v) or v < 0 or (positive and v == 0) then return what end
+    if ns(v) == huge then return "a duration below " .. LIMIT_TEXT end
+    return nil
+  end
+end
+local duration = duration_check(false)
+local positive_duration = duration_check(true)
+
+-- A rate per second whose interval (1/rate) is a duration: the GCRA keeps
+-- the interval in ns, so a slower rate cannot be represented (the C core
+-- would saturate it and refuse every call, the first included).
+local MIN_RATE = 1e9 / NS_LIMIT
+local function rate(v)
+  if not finite(v) or v <= 0 then return "a finite number > 0" end
+  if 1e9 / v >= NS_LIMIT then
+    return format("a rate of at least %.17g per second (one per %s)", MIN_RATE, LIMIT_TEXT)
+  end
+  return nil
+end
 local ratio = number(0, true, 1, false, "a ratio in (0, 1]")
 local fraction = number(0, false, 1, true, "a fraction in [0, 1)")
 local open_fraction = number(0, true, 1, true, "a fraction in (0, 1)")
@@ -97,6 +153,7 @@ local quantile_name = function(v)
     q = tonumber(q)
     if q and q > 0 and q < 100 then return nil end
   elseif finite(v) and v > 0 then
+    if ns(v) == huge then return "a delay below " .. LIMIT_TEXT end
     return nil
   end
   return 'a latency quantile like "p95" or a fixed delay in seconds (> 0)'
@@ -139,9 +196,10 @@ _M.policy = {
     jitter = fraction,
     probes = integer(1, 255),
     successes = integer(1, 255),
+    probe_every = optional(integer(1, 4294967295)),
   },
   limiter = section {
-    rate = positive,
+    rate = rate,
     burst = integer(1, 4294967295),
     wait = duration,
     concurrency = integer(1, 4294967295),
@@ -209,6 +267,17 @@ local function unknown(problems, path, key, fields)
   problems[#problems + 1] = format("%s: unknown field (%s)", path, _M.hint(key, fields))
 end
 
+-- A table read by the builder must be plain: with a metatable, a field
+-- missing from the table could still be read through __index, unchecked.
+local function has_metatable(problems, path, v)
+  if getmetatable(v) == nil then return false end
+  problems[#problems + 1] = format(
+    "%s: expected a plain table, got a table with a metatable (fields read through __index would not be checked)",
+    path == "" and "policy" or path)
+  return true
+end
+_M.has_metatable = has_metatable
+
 local function join(prefix, key)
   if type(key) ~= "string" then return prefix .. "[" .. describe(key) .. "]" end
   return prefix == "" and key or prefix .. "." .. key
@@ -237,6 +306,7 @@ local function check_value(problems, path, spec, v)
         '%s: expected "default", "http", a function or a table, got %s', path, describe(v))
       return
     end
+    if has_metatable(problems, path, v) then return end
     for k, sub in pairs(v) do
       local s = classify_table[k]
       local p = join(path, k)
@@ -245,12 +315,23 @@ local function check_value(problems, path, spec, v)
       elseif s == "map" then
         if type(sub) ~= "table" then
           problems[#problems + 1] = format("%s: expected a table of verdicts, got %s", p, describe(sub))
-        else
+        elseif not has_metatable(problems, p, sub) then
           for code, verdict_name in pairs(sub) do
             local what = verdict(verdict_name)
             if what then
               problems[#problems + 1] = format("%s: expected %s, got %s",
                 join(p, code), what, describe(verdict_name))
+            end
+            if k == "patterns" then
+              -- A malformed pattern would raise inside every call it meets.
+              local fine, err = pcall(find, "", code)
+              if type(code) ~= "string" then
+                problems[#problems + 1] = format("%s: expected a Lua pattern (string) as key, got %s",
+                  join(p, code), describe(code))
+              elseif not fine then
+                problems[#problems + 1] = format("%s[%s]: expected a valid Lua pattern (%s)",
+                  p, describe(code), (tostring(err):gsub("^[^:]*:%d+: ", "")))
+              end
             end
           end
         end
@@ -268,6 +349,7 @@ local function check_value(problems, path, spec, v)
         spec.what or "a table or false", describe(v))
       return
     end
+    if has_metatable(problems, path, v) then return end
     check_fields(problems, path, spec.fields, v)
   end
 end
@@ -292,8 +374,9 @@ local function secs(v) return format("%.14g s", v) end
 -- Rules across fields, on the merged table (only where the fields
 -- themselves were valid, so one mistake is reported once).
 local function check_relations(problems, t)
-  local function ok(v) return finite(v) and v >= 0 end
-  local function pos(v) return finite(v) and v > 0 end
+  -- Valid durations only (a field already refused is not reported twice).
+  local function ok(v) return duration(v) == nil end
+  local function pos(v) return positive_duration(v) == nil end
   if pos(t.attempt_timeout) and pos(t.deadline) and t.attempt_timeout > t.deadline then
     problems[#problems + 1] = format("attempt_timeout: %s is longer than the deadline (%s)",
       secs(t.attempt_timeout), secs(t.deadline))
@@ -312,9 +395,14 @@ local function check_relations(problems, t)
   end
   local br = t.breaker
   if type(br) == "table" then
-    if ok(br.break_for) and ok(br.break_max) and br.break_max < br.break_for then
+    if pos(br.break_for) and pos(br.break_max) and br.break_max < br.break_for then
       problems[#problems + 1] = format("breaker.break_max: expected >= breaker.break_for (%s), got %s",
         secs(br.break_for), describe(br.break_max))
+    end
+    local buckets = br.buckets == nil and 10 or br.buckets
+    if pos(br.window) and integer(1, 16)(buckets) == nil and ns(br.window) < buckets then
+      problems[#problems + 1] = format("breaker.window: expected at least 1 ns per bucket (%d buckets), got %s",
+        buckets, describe(br.window))
     end
     if not br.consecutive and not br.ratio and not br.slow_ratio then
       problems[#problems + 1] = "breaker: nothing can trip it; set consecutive, ratio or slow_ratio"
@@ -328,6 +416,11 @@ local function check_relations(problems, t)
     if l.rate == nil and l.concurrency == nil then
       problems[#problems + 1] = "limiter: expected rate (per second) or concurrency, got neither"
     end
+    local r, burst = l.rate, l.burst
+    if pos(r) and pos(burst) and 1e9 / r < NS_LIMIT and 1e9 / r * burst >= NS_LIMIT then
+      problems[#problems + 1] = format(
+        "limiter.burst: burst / rate (%s) must be below %s", secs(burst / r), LIMIT_TEXT)
+    end
     for _, k in ipairs { "burst", "wait" } do
       if l[k] ~= nil and l.rate == nil then
         problems[#problems + 1] = format("limiter.%s: has no effect without limiter.rate", k)
@@ -338,7 +431,7 @@ local function check_relations(problems, t)
         problems[#problems + 1] = format("limiter.%s: has no effect without limiter.concurrency", k)
       end
     end
-    if (l.queue or 0) > 0 and l.queue_timeout == nil then
+    if type(l.queue) == "number" and l.queue > 0 and l.queue_timeout == nil then
       problems[#problems + 1] = "limiter.queue_timeout: a queue needs a timeout (seconds > 0)"
     end
     local a = l.adaptive
@@ -374,12 +467,31 @@ local function check_relations(problems, t)
   end
 end
 
+-- Problems with tables that have a metatable, anywhere in a spec as the
+-- user wrote it (before presets are merged in with pairs, which would
+-- silently drop whatever __index supplies).
+function _M.plain(spec)
+  local problems, seen = {}, {}
+  local function walk(path, v)
+    if seen[v] then return end
+    seen[v] = true
+    if has_metatable(problems, path, v) then return end
+    local keys = {}
+    for k, sub in pairs(v) do if type(sub) == "table" then keys[#keys + 1] = k end end
+    sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do walk(join(path, k), v[k]) end
+  end
+  if type(spec) == "table" then walk("", spec) end
+  return problems
+end
+
 -- All problems of a merged policy table, in a stable order.
 function _M.check(t)
   local problems = {}
   if type(t) ~= "table" then
     return { "policy: expected a table or a preset name, got " .. describe(t) }
   end
+  if has_metatable(problems, "", t) then return problems end
   check_fields(problems, "", _M.policy, t)
   check_relations(problems, t)
   return problems

@@ -1,6 +1,7 @@
 -- run_spec.lua - p:run on a virtual clock: every stop reason, classifiers,
 -- thrown errors, fallback, admit, presets and overrides, a named budget
--- shared by two policies, and determinism under a seed.
+-- shared by two policies, determinism under a seed, and fn's results
+-- returned exactly (count and garbage).
 local nres = require "nres"
 
 local function virtual(spec)
@@ -31,6 +32,37 @@ describe("success", function()
     expect.eq(calls(), 3)
     local s = p:stats()
     expect.eq(s.calls, 1); expect.eq(s.attempts, 3); expect.eq(s.retries, 2)
+  end)
+end)
+
+describe("fn's results, exactly", function()
+  local function count(...) return select("#", ...), ... end
+  for _, name in ipairs { "trivial", "none" } do
+    it(name .. ": every value, none added, none dropped", function()
+      local p = virtual { base = name }
+      local n, a, b, c, d = count(p:run(function() return 1, 2, 3, 4 end))
+      expect.eq(n, 4); expect.eq(a, 1); expect.eq(d, 4)
+      local n2, x, y = count(p:run(function() return 5, "x" end))
+      expect.eq(n2, 2); expect.eq(x, 5); expect.eq(y, "x")
+      expect.eq((count(p:run(function() return true end))), 1)
+      expect.eq((count(p:run(function() return 1, nil, nil end))), 3)
+      local n10 = count(p:run(function() return 1, 2, 3, 4, 5, 6, 7, 8, 9, nil end))
+      expect.eq(n10, 10)
+      expect.eq((count(p:run(function() return 1, nil, 3, nil end))), 4)
+    end)
+  end
+  it("makes no Lua garbage per call for up to three results", function()
+    local p = virtual { base = "trivial" }
+    local function f(i) return i, "two", 3 end
+    for i = 1, 2000 do p:run(f, i) end          -- compile the loop first
+    collectgarbage("collect")
+    collectgarbage("stop")
+    local kb0 = collectgarbage("count")
+    for i = 1, 100000 do p:run(f, i) end
+    local kb = collectgarbage("count") - kb0
+    collectgarbage("restart")
+    -- One table per call would be several MB; allow the JIT's own traces.
+    expect.truthy(kb < 64, string.format("%.1f KB of garbage over 100k calls", kb))
   end)
 end)
 
@@ -205,9 +237,11 @@ describe("classifiers", function()
     expect.near((d.now() - t0) / 1e9, 3, 1e-6, "waited the retry-after")
     expect.eq(inst.requests, 3)
   end)
-  it("a classifier returning nonsense is a clear error", function()
+  it("a classifier returning nonsense ends the call with a clear error, not a throw", function()
     local p = virtual { base = "none", classify = function() return "maybe" end }
-    expect.error(function() p:run(function() return 1 end) end,
+    local res, reason, info = p:run(function() return 1 end)
+    expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(info.callback, "classify")
+    expect.eq(info.error,
       'nres: classify returned "maybe"; expected "ok", "transient", "throttled", "permanent" or "canceled"')
   end)
 end)

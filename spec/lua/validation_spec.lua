@@ -168,3 +168,161 @@ describe("good policies", function()
     expect.truthy(p.cp.bulkhead ~= nil, "bulkhead")
   end)
 end)
+
+describe("tables with a metatable", function()
+  it("a section whose fields come through __index is refused, naming it", function()
+    expect.error(function()
+      nres.policy { limiter = setmetatable({ rate = 1 }, { __index = { burst = -5, wait = -1 } }) }
+    end, "nres.policy: limiter: expected a plain table, got a table with a metatable (fields read through __index would not be checked)")
+  end)
+  it("so is the policy table itself, a classify table and a named budget's config", function()
+    expect.error(function() nres.policy(setmetatable({}, { __index = { attempts = 0 } })) end,
+      "nres.policy: policy: expected a plain table, got a table with a metatable (fields read through __index would not be checked)")
+    expect.error(function()
+      nres.policy { classify = { status = setmetatable({}, { __index = function() return "ok" end }) } }
+    end, "nres.policy: classify.status: expected a plain table, got a table with a metatable (fields read through __index would not be checked)")
+    expect.error(function() nres.budget("mt", setmetatable({}, { __index = { ratio = 7 } })) end,
+      "nres.budget: budget: expected a plain table, got a table with a metatable (fields read through __index would not be checked)")
+  end)
+end)
+
+describe("fields of the wrong type never crash the checker", function()
+  it("limiter.queue as a string, a table or a function is named", function()
+    for _, v in ipairs { "x", {}, print } do
+      local ok, err = pcall(nres.policy, { limiter = { concurrency = 2, queue = v } })
+      expect.eq(ok, false)
+      expect.truthy(tostring(err):find("limiter.queue: expected an integer from 0 to 4294967295, got ", 1, true),
+        tostring(err))
+    end
+  end)
+  it("every field of the schema, given each wrong type, gets a message naming it", function()
+    local schema = require "nres.schema"
+    local function walk(prefix, fields, wrap)
+      for name, spec in pairs(fields) do
+        local path = prefix == "" and name or prefix .. "." .. name
+        if type(spec) == "table" and spec.fields then
+          walk(path, spec.fields, function(v) return wrap({ [name] = v }) end)
+        end
+        for _, v in ipairs { "junk", { junk = true }, print, true, 0 / 0 } do
+          local ok, err = pcall(nres.policy, wrap({ [name] = v }))
+          if not ok then
+            expect.truthy(tostring(err):find("nres.policy: ", 1, true) and not tostring(err):find("attempt to", 1, true),
+              path .. " = " .. tostring(v) .. ": " .. tostring(err))
+          end
+        end
+      end
+    end
+    walk("", schema.policy, function(t) t.base = "none"; return t end)
+  end)
+end)
+
+describe("rates", function()
+  it("a rate below one per 2^63 ns is refused, naming the minimum", function()
+    expect.error(function() nres.policy { limiter = { rate = 5e-11 } } end,
+      "nres.policy: limiter.rate: expected a rate of at least 1.0842021724855044e-10 per second (one per 9223372036.854775808 s (2^63 ns)), got 5e-11")
+  end)
+  it("the slowest rate accepted admits its first call", function()
+    local p = nres.policy { base = "none", limiter = { rate = 1.1e-10 } }:with_driver(nres.driver.virtual())
+    expect.eq(p:run(function() return 1 end), 1)
+    local _, reason = p:run(function() return 1 end)
+    expect.eq(reason, "rate limited")
+  end)
+  it("a burst whose tolerance passes 2^63 ns is refused", function()
+    expect.error(function() nres.policy { limiter = { rate = 1e-9, burst = 10 } } end,
+      "nres.policy: limiter.burst: burst / rate (10000000000 s) must be below 9223372036.854775808 s (2^63 ns)")
+  end)
+end)
+
+-- Every duration field of a policy, with what it needs beside it, and
+-- where the built policy keeps it (nil: not read back here).
+local DURATIONS = {
+  { "deadline", function(v) return { deadline = v, attempt_timeout = false } end,
+    function(p) return p.cp.deadline end, positive = true, off = true },
+  { "attempt_timeout", function(v) return { attempt_timeout = v, deadline = false } end,
+    function(p) return p.cp.attempt_timeout end, positive = true, off = true },
+  { "backoff.base", function(v) return { backoff = { base = v, max = 1e9 } } end,
+    function(p) return p.cp.backoff.base end },
+  { "backoff.max", function(v) return { backoff = { base = 0, max = v } } end,
+    function(p) return p.cp.backoff.max end },
+  { "backoff.throttled_base", function(v) return { backoff = { throttled_base = v } } end,
+    function(p) return p.cp.backoff.throttled_base end },
+  { "ceiling.floor", function(v) return { ceiling = { floor = v } } end,
+    function(p) return p.cp.ceiling_floor end },
+  { "breaker.window", function(v) return { breaker = { consecutive = 5, window = v } } end, positive = true,
+    min = 10e-9 },   -- a bucket (10 of them) covers at least 1 ns
+  { "breaker.slow_call", function(v) return { breaker = { consecutive = 5, slow_ratio = 0.5, slow_call = v } } end,
+    function(p) return p.cp.slow_threshold end, positive = true },
+  { "breaker.break_for", function(v) return { breaker = { consecutive = 5, break_for = v, break_max = 1e9 } } end,
+    function(p) return p.cp.own.breaker.config.break_for end, positive = true },
+  { "breaker.break_max", function(v) return { breaker = { consecutive = 5, break_for = 1e-12, break_max = v } } end,
+    function(p) return p.cp.own.breaker.config.break_max end, positive = true },
+  { "limiter.wait", function(v) return { limiter = { rate = 1, wait = v } } end,
+    function(p) return p.cp.limit_wait end },
+  { "limiter.queue_timeout", function(v) return { limiter = { concurrency = 1, queue = 1, queue_timeout = v } } end,
+    function(p) return p.refs.bulkhead.config.queue_timeout end, positive = true },
+  { "limiter.poll", function(v) return { limiter = { concurrency = 1, poll = v } } end,
+    function(p) return p.refs.bulkhead.config.poll end, positive = true },
+  { "limiter.adaptive.target", function(v) return { limiter = { concurrency = 1, adaptive = { target = v } } } end,
+    function(p) return p.refs.bulkhead.config.latency_target end, positive = true },
+  { "hedge.at", function(v) return { hedge = { at = v } } end,
+    function(p) return p.cp.hedge.delay end, positive = true, what = "delay" },
+  { "latency.period", function(v) return { latency = { period = v } } end, positive = true },
+}
+
+describe("durations", function()
+  local values = {
+    { "0", 0 }, { "1e-12", 1e-12 }, { "nan", 0 / 0 }, { "inf", math.huge }, { "-inf", -math.huge },
+    { "2^63 ns", 9223372036.854775808 }, { "2^64 ns", 18446744073.709551616 },
+    { "18446744074", 18446744074 }, { "1e300", 1e300 },
+  }
+  for _, f in ipairs(DURATIONS) do
+    for _, val in ipairs(values) do
+      local v = val[2]
+      it(f[1] .. " = " .. val[1], function()
+        local spec = f[2](v)
+        spec.base = spec.base or "none"
+        local ok, p = pcall(nres.policy, spec)
+        local fine = v == v and v < math.huge and v * 1e9 < 2 ^ 63 and (v > 0 or (v == 0 and not f.positive))
+                     and not (f.min and v < f.min)
+        if fine then
+          expect.truthy(ok, "accepted: " .. tostring(p))
+          if f[3] then
+            -- 0 stays 0; a positive duration below 1 ns is 1 ns, never 0 (= none).
+            expect.eq(tonumber(f[3](p)), v == 0 and 0 or 1, "built as")
+          end
+        else
+          expect.eq(ok, false, "refused")
+          local msg = tostring(p):gsub("^[^\n]-:%d+: ", "")
+          expect.truthy(msg:find("^nres.policy: " .. f[1]:gsub("%.", "%%.") .. ": expected "), msg)
+          if v == v and v * 1e9 >= 2 ^ 63 and v ~= math.huge then
+            expect.truthy(msg:find("below 9223372036.854775808 s (2^63 ns)", 1, true), msg)
+          end
+        end
+      end)
+    end
+  end
+  it("a classify function's retry-after past 2^64 ns saturates (never wraps to a short wait)", function()
+    for _, ra in ipairs { 18446744074, 9223372036.854775808, 1e300, math.huge } do
+      local d = nres.driver.virtual()
+      local p = nres.policy { base = "none", attempts = 2, deadline = 5,
+        classify = function(_, err) if err then return "throttled", ra end return "ok" end }:with_driver(d)
+      local n, t0 = 0, d.now()
+      local res, reason = p:run(function() n = n + 1; if n == 1 then return nil, "busy" end return "yes" end)
+      expect.eq(res, nil, tostring(ra)); expect.eq(reason, "deadline exceeded", tostring(ra))
+      expect.eq(d.now(), t0, "no wait was made")
+    end
+  end)
+  it("a classify function's retry-after of NaN or below 0 is junk: the call is canceled, naming it", function()
+    for _, ra in ipairs { 0 / 0, -1, -math.huge } do
+      local p = nres.policy { base = "none", classify = function() return "throttled", ra end }
+                  :with_driver(nres.driver.virtual())
+      local _, reason, info = p:run(function() return 1 end)
+      expect.eq(reason, "canceled")
+      expect.truthy(info.error:find("^nres: classify returned retry_after "), info.error)
+    end
+  end)
+  it("deadline = 18446744074 with attempt_timeout = 1 is refused by name, not by the runtime", function()
+    expect.error(function() nres.policy { deadline = 18446744074, attempt_timeout = 1 } end,
+      "nres.policy: deadline: expected a duration below 9223372036.854775808 s (2^63 ns) or false, got 18446744074")
+  end)
+end)

@@ -12,6 +12,13 @@
 -- the object is collected (in nginx: when the master's Lua VM closes on a
 -- reload; workers inherited their own mapping and keep it until they exit).
 --
+-- Times. Every time and duration (now, hold) is nanoseconds on one clock,
+-- converted by one function, ns(): a number >= 0; from 2^64 up (+inf
+-- included) it saturates to the end of time, NRES_TIME_NEVER (a hold that
+-- long never ends); negative numbers, -inf and NaN are misuse and raise,
+-- naming the field. A negative time used to wrap to a huge one and evict
+-- every live key.
+--
 -- Its declarations live with the rest in nres.cdef; the slot's size is
 -- checked against the library's at load.
 local ffi = require "ffi"
@@ -33,7 +40,9 @@ local mt = { __index = _M }
 _M.BUDGET, _M.BREAKER, _M.RATELIMIT = 1, 2, 4
 
 local acquire, record, limit = C.nres_shm_acquire, C.nres_shm_record, C.nres_shm_limit
-local EFULL, EBUSY = -1009, -16
+local EFULL, EBUSY, ELIMITED = -1009, -16, -1006
+local TWO64 = 2 ^ 64
+local NEVER = 0xffffffffffffffffULL   -- NRES_TIME_NEVER
 
 -- Out-parameters: one per module, read before anything can yield.
 local gen_box = ffi_new("uint32_t[1]")
@@ -44,6 +53,16 @@ local key_buf = ffi_new("char[64]")
 local function bad(field, expected, got)
   return format("nres.shm: %s: expected %s, got %s", field, expected,
                 type(got) == "string" and format("%q", got) or tostring(got))
+end
+
+-- The one conversion of a time or duration (see the top of the file);
+-- raises at the level of the caller's caller.
+local function ns(v, field)
+  if type(v) ~= "number" or not (v >= 0) then
+    error(bad(field, "nanoseconds (a number >= 0)", v), 3)
+  end
+  if v >= TWO64 then return NEVER end
+  return v
 end
 
 -- shm.new{ slots, budget = { ratio, min_per_sec, capacity } or false,
@@ -84,9 +103,19 @@ function _M.new(opts)
     if type(l) ~= "table" or type(l.rate) ~= "number" then
       error(bad("limiter", "a table { rate = n, burst = n }", l), 2)
     end
+    -- Checked here: the C field is a uint32_t, so -1 or 2^32 + 1 would
+    -- arrive truncated to a burst nobody asked for.
+    local rate, burst = l.rate, l.burst or 1
+    if not (rate > 0 and rate < math.huge) then
+      error(bad("limiter.rate", "admissions per second (a finite number > 0)", rate), 2)
+    end
+    if type(burst) ~= "number" or not (burst >= 1 and burst <= 4294967295)
+       or burst % 1 ~= 0 then
+      error(bad("limiter.burst", "an integer 1..4294967295", burst), 2)
+    end
     cfg.flags = cfg.flags + _M.RATELIMIT
-    cfg.rate = l.rate
-    cfg.burst = l.burst or 1
+    cfg.rate = rate
+    cfg.burst = burst
   end
   if C.nres_shm_size(cfg) == 0 then
     error("nres.shm: the runtime refused the configuration (a budget, breaker or"
@@ -99,15 +128,19 @@ function _M.new(opts)
     shm = ffi_gc(out[0], C.nres_shm_free),   -- unmapped when collected
     slots = tonumber(cfg.slots + (8 - cfg.slots % 8) % 8),
     flags = cfg.flags,
+    limited = l and true or false,
     bytes = tonumber(C.nres_shm_size(cfg)),
   }, mt)
 end
 
 -- The slot index of key (inserted if new) and its generation, or nil and
 -- "full" (every slot of the key's set is leased) / "busy". now and hold in
--- ns. The key must be a string of 1..64 bytes.
+-- ns (see Times). The key must be a string of 1..64 bytes.
 function _M.acquire(self, key, now, hold)
-  local i = acquire(self.shm, key, #key, now, hold, gen_box)
+  if type(key) ~= "string" then
+    error(bad("key", "a string of 1..64 bytes", key), 2)
+  end
+  local i = acquire(self.shm, key, #key, ns(now, "now"), ns(hold, "hold"), gen_box)
   if i >= 0 then return i, gen_box[0] end
   if i == EFULL then return nil, "full" end
   if i == EBUSY then return nil, "busy" end
@@ -130,10 +163,19 @@ function _M.record(self, i, stop, attempts, retries)
 end
 
 -- One admission from slot i's rate limiter: true, or false and the
--- seconds until one would be allowed.
+-- seconds until one would be allowed. A table made without a limiter, or
+-- a slot index out of range, is misuse.
 function _M.limit(self, i, now)
-  if limit(self.shm, i, now, wait_box) == 0 then return true end
-  return false, wait_box[0] / 1e9
+  if not self.limited then
+    error("nres.shm: limit: this table has no limiter (shm.new{ limiter = ... })", 2)
+  end
+  if type(i) ~= "number" or not (i >= 0 and i < self.slots) or i % 1 ~= 0 then
+    error(bad("index", "a slot index 0.." .. (self.slots - 1), i), 2)
+  end
+  local rc = limit(self.shm, i, ns(now, "now"), wait_box)
+  if rc == 0 then return true end
+  if rc == ELIMITED then return false, wait_box[0] / 1e9 end
+  error("nres.shm: limit: " .. ffi_string(C.nres_strerror(rc)), 2)
 end
 
 local stats = ffi_new("nres_shm_stats_t")

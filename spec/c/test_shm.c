@@ -12,6 +12,8 @@
  * read-then-write race, as with lua_shared_dict get/set, would over-admit);
  * and under constant eviction no key is ever held by two slots.
  */
+#include <math.h>
+#include <signal.h>
 #include <string.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -20,6 +22,7 @@
 
 #include "nres_test.h"
 #include "nres/shm.h"
+#include "shm_ops.h"
 
 #define T0 (1000 * NRES_SEC)
 #define HOLD (10 * NRES_SEC)
@@ -551,6 +554,415 @@ static void threads_share_one_table(void **state) {
   free(small);
 }
 
+/* ------------------------------------------------------ killed processes */
+
+/* A process dies (SIGKILL) at one step of nres_shm_acquire, on the same
+ * virtual clock as its survivor. Scenarios put the step on its path:
+ *   FRESH   the key goes into an empty table;
+ *   FULL    seven other keys are leased: the key goes into the last slot;
+ *   EVICT   the same, the last slot held by a key whose lease is over;
+ *   EXTEND  the key is there and its lease needs extending;
+ *   HELP    a claimer of the key was already killed at KEYED;
+ *   LOSE    while we hold our slot in INIT, an older claimer of the key is
+ *           killed at KEYED: we lose to it;
+ *   WIN     the same once we have our ticket: the dead claimer is younger.
+ * After each death the survivor looks the key up at once: it must get it,
+ * or NRES_EFULL exactly when the dead process left its slot claimed (INIT)
+ * in a full set; and after the claim's lease (10 s, virtual) it gets it
+ * in every case, in exactly one slot. Never NRES_EBUSY. */
+enum { FRESH, FULL, EVICT, EXTEND, HELP, LOSE, WIN };
+
+#define KILL_T0 (1000 * NRES_SEC)
+#define KILL_HOLD NRES_SEC
+#define KILL_LATE (KILL_T0 + 11 * NRES_SEC)
+
+static int kill_at;                     /* this process dies there */
+static int plant_at;                    /* ...and first plants a dead twin */
+
+static void kill_hook(nres_shm_t *shm, int step);
+
+/* In a child, acquire "k" at KILL_T0 and die at step `at`; returns the
+ * child's wait status. The child exits 0 if it never reached the step. */
+static int claim_and_die(nres_shm_t *shm, int at, int plant) {
+  int status = -1;
+  pid_t pid;
+
+  pid = fork();
+  if (pid == 0) {
+    kill_at = at;
+    plant_at = plant;
+    acquire_str(shm, "k", KILL_T0, KILL_HOLD, NULL);
+    _exit(0);
+  }
+  if (pid < 0 || waitpid(pid, &status, 0) != pid)
+    return -1;
+  return status;
+}
+
+static int killed(int status) {
+  return status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+static void kill_hook(nres_shm_t *shm, int step) {
+  if (step == plant_at) {
+    plant_at = 0;
+    /* A twin killed at KEYED; if it was not, this process fails too. */
+    if (!killed(claim_and_die(shm, NRES_SHM_STEP_KEYED, 0)))
+      _exit(3);
+  }
+  if (step == kill_at)
+    raise(SIGKILL);
+}
+
+static int slots_holding(nres_shm_t *shm, const char *key) {
+  char buf[NRES_SHM_KEY_MAX];
+  int i, n = 0, len;
+
+  for (i = 0; i < 8; i++) {
+    len = nres_shm_key(shm, (uint32_t) i, buf, sizeof(buf), NULL, NULL);
+    n += len == (int) strlen(key) && memcmp(buf, key, (size_t) len) == 0;
+  }
+  return n;
+}
+
+static void kill_one(int scenario, int step) {
+  nres_shm_config_t c = base_config(8);   /* one set */
+  nres_shm_t *shm = NULL;
+  uint32_t gen0 = 0, gen;
+  char key[8];
+  int i, rc, late, status;
+
+  assert_int_equal(nres_shm_new(&c, &shm), 0);
+  kill_at = plant_at = 0;
+  if (scenario == FULL || scenario == EVICT) {
+    for (i = 0; i < 7; i++) {
+      snprintf(key, sizeof(key), "o%d", i);
+      assert_true(acquire_str(shm, key, KILL_T0, KILL_HOLD, NULL) >= 0);
+    }
+  }
+  if (scenario == EVICT)
+    assert_true(acquire_str(shm, "old", KILL_T0 - 2 * KILL_HOLD, KILL_HOLD,
+                            NULL) >= 0);
+  if (scenario == EXTEND)
+    assert_true(acquire_str(shm, "k", KILL_T0 - KILL_HOLD + NRES_MSEC,
+                            KILL_HOLD, &gen0) >= 0);
+  if (scenario == HELP)
+    assert_true(killed(claim_and_die(shm, NRES_SHM_STEP_KEYED, 0)));
+
+  status = claim_and_die(shm, step, scenario == LOSE ? NRES_SHM_STEP_CLAIMED
+                                    : scenario == WIN ? NRES_SHM_STEP_FILLED
+                                    : 0);
+  if (!killed(status))
+    fail_msg("scenario %d: never reached step %d (status %d)", scenario, step,
+             status);
+
+  /* The survivor, at once: only a claimed (INIT) last slot refuses. */
+  rc = acquire_str(shm, "k", KILL_T0 + NRES_MSEC, KILL_HOLD, &gen);
+  if ((scenario == FULL || scenario == EVICT) &&
+      (step == NRES_SHM_STEP_CLAIMED || step == NRES_SHM_STEP_FILLING ||
+       step == NRES_SHM_STEP_FILLED))
+    assert_int_equal(rc, NRES_EFULL);
+  else
+    assert_true(rc >= 0);
+  if (scenario == EXTEND)
+    assert_int_equal(gen, gen0);   /* the same key in the same slot */
+  assert_int_equal(slots_holding(shm, "k"), rc >= 0);
+  if (scenario == FULL || scenario == EVICT)
+    for (i = 0; i < 7; i++) {   /* leased keys untouched by the dead */
+      snprintf(key, sizeof(key), "o%d", i);
+      assert_int_equal(slots_holding(shm, key), 1);
+    }
+  /* After the claim's lease, in every case. */
+  late = acquire_str(shm, "k", KILL_LATE, KILL_HOLD, NULL);
+  assert_true(late >= 0);
+  if (rc >= 0)
+    assert_int_equal(late, rc);
+  assert_int_equal(slots_holding(shm, "k"), 1);
+  nres_shm_free(shm);
+}
+
+static void killed_processes_never_wedge_a_key(void **state) {
+  static const struct { int scenario, step; } kills[] = {
+#define CLAIM_STEPS(sc)                                                       \
+    { sc, NRES_SHM_STEP_VICTIM }, { sc, NRES_SHM_STEP_CLAIMED },              \
+    { sc, NRES_SHM_STEP_FILLING }, { sc, NRES_SHM_STEP_FILLED },              \
+    { sc, NRES_SHM_STEP_KEYED }, { sc, NRES_SHM_STEP_SETTLED },               \
+    { sc, NRES_SHM_STEP_LIVE }
+    CLAIM_STEPS(FRESH), CLAIM_STEPS(FULL), CLAIM_STEPS(EVICT),
+#undef CLAIM_STEPS
+    { EXTEND, NRES_SHM_STEP_FOUND }, { EXTEND, NRES_SHM_STEP_EXTENDED },
+    { HELP, NRES_SHM_STEP_HELP }, { HELP, NRES_SHM_STEP_HELPED },
+    { LOSE, NRES_SHM_STEP_ABANDONED }, { WIN, NRES_SHM_STEP_TWIN_FREED },
+  };
+  int covered[NRES_SHM_STEP_COUNT] = { 0 };
+  size_t i;
+  int step;
+
+  (void) state;
+  nres_shm_test_hook = kill_hook;
+  for (i = 0; i < sizeof(kills) / sizeof(kills[0]); i++) {
+    kill_one(kills[i].scenario, kills[i].step);
+    covered[kills[i].step] = 1;
+  }
+  nres_shm_test_hook = NULL;
+  for (step = 1; step < NRES_SHM_STEP_COUNT; step++)
+    if (!covered[step])
+      fail_msg("no process is killed at step %d", step);
+}
+
+/* The reported case: a claimer killed right after publishing KEYED left an
+ * older twin that every later insert lost to, NRES_EBUSY for good while
+ * free slots remained. The next lookup finishes the claim instead. */
+static void a_claimer_killed_at_keyed_is_finished_by_the_next_lookup(void **state) {
+  nres_shm_config_t c = base_config(64);
+  nres_shm_stats_t st;
+  nres_shm_t *shm = NULL;
+  int i, first;
+
+  (void) state;
+  assert_int_equal(nres_shm_new(&c, &shm), 0);
+  nres_shm_test_hook = kill_hook;
+  assert_true(killed(claim_and_die(shm, NRES_SHM_STEP_KEYED, 0)));
+  nres_shm_test_hook = NULL;
+  first = acquire_str(shm, "k", KILL_T0, KILL_HOLD, NULL);
+  assert_true(first >= 0);
+  for (i = 0; i < 100; i++)
+    assert_int_equal(acquire_str(shm, "k", KILL_T0 + (nres_time_t) i * NRES_MSEC,
+                                 KILL_HOLD, NULL), first);
+  nres_shm_stats(shm, &st);
+  assert_int_equal(st.inserts, 1);   /* the dead claimer's, finished */
+  assert_int_equal(st.races, 0);
+  assert_int_equal(st.live, 1);
+  nres_shm_free(shm);
+}
+
+/* ------------------------------------------------------ region headers */
+
+/* A region laid out in a file, then damaged: each mapping of it must be
+ * refused by nres_shm_attach, and the entry points must refuse a header
+ * that disagrees with itself instead of following it out of the region. */
+static void attach_checks_the_layout(void **state) {
+  nres_shm_config_t c = base_config(64);
+  char path[] = "/tmp/nres-shm-XXXXXX";
+  size_t size = nres_shm_size(&c);
+  nres_shm_t *shm, *got;
+  uint32_t word;
+  uint64_t big;
+  void *mem;
+  int fd, i;
+
+  (void) state;
+  fd = mkstemp(path);
+  assert_true(fd >= 0);
+  unlink(path);
+  assert_int_equal(ftruncate(fd, (off_t) size), 0);
+  mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  assert_true(mem != MAP_FAILED);
+  assert_int_equal(nres_shm_init(mem, size, &c), 0);
+  assert_int_equal(nres_shm_attach(mem, size, &got), 0);
+  shm = got;
+  assert_true(shm == mem);
+  assert_true(acquire_str(shm, "a", T0, HOLD, NULL) >= 0);
+  /* Misuse. */
+  assert_int_equal(nres_shm_attach(mem, size, NULL), NRES_EINVAL);
+  assert_int_equal(nres_shm_attach(NULL, size, &got), NRES_EINVAL);
+  assert_null(got);
+  assert_int_equal(nres_shm_attach((char *) mem + 8, size - 8, &got), NRES_EINVAL);
+  assert_int_equal(nres_shm_attach(mem, 16, &got), NRES_EINVAL);
+
+  /* Truncated: a mapping shorter than the header says. */
+  assert_int_equal(nres_shm_attach(mem, size - 1, &got), NRES_EINVAL);
+  assert_int_equal(nres_shm_attach(mem, size / 2, &got), NRES_EINVAL);
+  assert_null(got);
+
+  /* Each header word damaged in turn (offsets of the private layout:
+   * magic 0, version 8, size 16, slots 24, sets 28, stride 32, index and
+   * slot offsets 40 and 48, config.slots 56): refused by attach and by
+   * every entry point, restored, accepted again. */
+  for (i = 0; i < 15; i++) {
+    unsigned char saved[64];
+    size_t at = (size_t[]) { 0, 8, 16, 24, 28, 32, 40, 48, 56, 24, 24, 28,
+                             16, 8, 0 }[i];
+    memcpy(saved, mem, sizeof(saved));
+    switch (i) {
+    case 9:  word = 128; memcpy((char *) mem + at, &word, 4); break;  /* more slots */
+    case 10: word = 0; memcpy((char *) mem + at, &word, 4); break;
+    case 11: word = 0; memcpy((char *) mem + at, &word, 4); break;
+    case 12: big = 1ull << 40; memcpy((char *) mem + at, &big, 8); break;
+    case 13: word = 1; memcpy((char *) mem + at, &word, 4); break;    /* old version */
+    case 14: big = 0x316d687373657272ull; memcpy((char *) mem + at, &big, 8); break;
+    default: ((unsigned char *) mem)[at] ^= 0x41; break;
+    }
+    assert_int_equal(nres_shm_attach(mem, size, &got), NRES_EINVAL);
+    assert_int_equal(acquire_str(shm, "b", T0, HOLD, NULL), NRES_EINVAL);
+    assert_null(nres_shm_slot(shm, 0));
+    assert_null(nres_shm_config(shm));
+    assert_int_equal(nres_shm_key(shm, 0, NULL, 0, NULL, NULL), NRES_EINVAL);
+    assert_int_equal(nres_shm_limit(shm, 0, T0, NULL), NRES_EINVAL);
+    nres_shm_record(shm, 0, 0, 1, 0);   /* nothing done, no crash */
+    memcpy(mem, saved, sizeof(saved));
+    assert_int_equal(nres_shm_attach(mem, size, &got), 0);
+  }
+  /* The config word inside the header: a state's arguments corrupted. */
+  {
+    nres_shm_config_t bad = c;
+    size_t off;
+
+    bad.flags = 0x80;
+    for (off = 0; off + sizeof(bad) <= 4096; off += 8)
+      if (memcmp((char *) mem + off, &c, sizeof(c)) == 0)
+        break;
+    assert_true(off + sizeof(bad) <= 4096);
+    memcpy((char *) mem + off, &bad, sizeof(bad));
+    assert_int_equal(nres_shm_attach(mem, size, &got), NRES_EINVAL);
+  }
+  munmap(mem, size);
+
+  /* The file cut short under the region: map what is left, refused. */
+  assert_int_equal(ftruncate(fd, (off_t) size / 2), 0);
+  mem = mmap(NULL, size / 2, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  assert_true(mem != MAP_FAILED);
+  assert_int_equal(nres_shm_attach(mem, size / 2, &got), NRES_EINVAL);
+  munmap(mem, size / 2);
+  close(fd);
+}
+
+/* ------------------------------------------------------ times and limits */
+
+/* Every time the C face takes is nres_time_t ns and saturates: 0, 1 ns,
+ * 2^63 ns and NRES_TIME_NEVER as a now or a hold, and a limiter rate that
+ * is 0, NaN, infinite, 1e300 or 1e-300, a burst of 0 or 2^32 - 1. */
+static void times_saturate_and_limits_are_checked(void **state) {
+  static const double bad_rates[] = { 0, -1, NAN, INFINITY, -INFINITY };
+  nres_shm_config_t c = base_config(8);
+  nres_shm_t *shm;
+  double lease, wait;
+  char key[8];
+  size_t i;
+  int a, b;
+
+  (void) state;
+  /* now 0, hold 0: leased until 0, so at once evictable. */
+  shm = local_table(&c);
+  for (i = 0; i < 8; i++) {
+    snprintf(key, sizeof(key), "z%d", (int) i);
+    assert_true(acquire_str(shm, key, 0, 0, NULL) >= 0);
+  }
+  assert_true(acquire_str(shm, "ninth", 0, 0, NULL) >= 0);
+  free(shm);
+
+  /* 1 ns rounds up to the next ms: leased at now, free a ms later. */
+  shm = local_table(&c);
+  for (i = 0; i < 8; i++) {
+    snprintf(key, sizeof(key), "t%d", (int) i);
+    assert_true(acquire_str(shm, key, T0, 1, NULL) >= 0);
+  }
+  assert_int_equal(acquire_str(shm, "ninth", T0, 1, NULL), NRES_EFULL);
+  assert_true(acquire_str(shm, "ninth", T0 + NRES_MSEC, 1, NULL) >= 0);
+  free(shm);
+
+  /* 2^63 ns and NRES_TIME_NEVER holds: past the lease range, never end,
+   * even at the end of time; reported as NRES_TIME_NEVER. Before the fix
+   * of the (-1) wrap a now of NRES_TIME_NEVER evicted every key. */
+  shm = local_table(&c);
+  for (i = 0; i < 8; i++) {
+    snprintf(key, sizeof(key), "n%d", (int) i);
+    a = acquire_str(shm, key, T0, i % 2 ? NRES_TIME_NEVER : (nres_time_t) 1 << 63,
+                    NULL);
+    assert_true(a >= 0);
+    assert_true(nres_shm_key(shm, (uint32_t) a, NULL, 0, NULL, &lease) > 0);
+    assert_true(lease == (double) NRES_TIME_NEVER);
+  }
+  assert_int_equal(acquire_str(shm, "ninth", NRES_TIME_NEVER, 0, NULL), NRES_EFULL);
+  assert_int_equal(acquire_str(shm, "ninth", (nres_time_t) 1 << 63, 0, NULL),
+                   NRES_EFULL);
+  free(shm);
+
+  /* now = NRES_TIME_NEVER: finite leases are over; a key put in at the
+   * end of time stays. */
+  shm = local_table(&c);
+  a = acquire_str(shm, "a", T0, HOLD, NULL);
+  for (i = 0; i < 7; i++) {
+    snprintf(key, sizeof(key), "e%d", (int) i);
+    assert_true(acquire_str(shm, key, NRES_TIME_NEVER, NRES_TIME_NEVER, NULL) >= 0);
+  }
+  b = acquire_str(shm, "b", NRES_TIME_NEVER, 0, NULL);
+  assert_int_equal(b, a);   /* "a" was the one with a lease that ended */
+  assert_int_equal(acquire_str(shm, "c", NRES_TIME_NEVER, 0, NULL), NRES_EFULL);
+  free(shm);
+
+  /* Limiter arguments: refused at sizing, init and mapping. */
+  for (i = 0; i < sizeof(bad_rates) / sizeof(bad_rates[0]); i++) {
+    nres_shm_t *none = NULL;
+    c = base_config(8);
+    c.flags |= NRES_SHM_RATELIMIT;
+    c.rate = bad_rates[i];
+    assert_int_equal(nres_shm_size(&c), 0);
+    assert_int_equal(nres_shm_new(&c, &none), NRES_EINVAL);
+    assert_null(none);
+  }
+  c = base_config(8);
+  c.flags |= NRES_SHM_RATELIMIT;
+  c.burst = 0;
+  assert_int_equal(nres_shm_size(&c), 0);
+  /* Extreme but valid: saturate, answer, never wrap. */
+  c.rate = 1e300;
+  c.burst = UINT32_MAX;
+  shm = local_table(&c);
+  a = acquire_str(shm, "a", 0, HOLD, NULL);
+  assert_int_equal(nres_shm_limit(shm, (uint32_t) a, 0, &wait), 0);
+  assert_int_equal(nres_shm_limit(shm, (uint32_t) a, T0, &wait), 0);
+  /* At the end of time the next admission cannot be stored: refused, the
+   * wait saturated (not wrapped to a small number). */
+  assert_int_equal(nres_shm_limit(shm, (uint32_t) a, NRES_TIME_NEVER, &wait),
+                   NRES_ELIMITED);
+  assert_true(wait == (double) NRES_TIME_NEVER);
+  free(shm);
+  c.rate = 1e-300;                 /* one admission per end of time */
+  c.burst = 1;
+  shm = local_table(&c);
+  a = acquire_str(shm, "a", T0, HOLD, NULL);
+  assert_int_equal(nres_shm_limit(shm, (uint32_t) a, T0, &wait), NRES_ELIMITED);
+  assert_true(wait == (double) NRES_TIME_NEVER);
+  free(shm);
+  /* Budget arguments the budget refuses. */
+  c = base_config(8);
+  c.budget_ratio = NAN;
+  assert_int_equal(nres_shm_size(&c), 0);
+  c = base_config(8);
+  c.budget_min_per_sec = INFINITY;
+  assert_int_equal(nres_shm_size(&c), 0);
+  c = base_config(8);
+  c.budget_capacity = 1e300;
+  assert_int_equal(nres_shm_size(&c), 0);
+}
+
+/* ------------------------------------------------------ op scripts */
+
+/* The fuzzer's driver on random scripts from a fixed seed: every script
+ * keeps every invariant it checks (it returns the failing line). */
+static void random_op_scripts_keep_the_invariants(void **state) {
+  uint8_t script[512];
+  uint64_t r = 0x2545f4914f6cdd1dull;
+  int n, i, len, err;
+
+  (void) state;
+  for (n = 0; n < 3000; n++) {
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    len = 1 + (int) (r % sizeof(script));
+    for (i = 0; i < len; i++) {
+      r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+      script[i] = (uint8_t) (r >> 24);
+    }
+    err = nres_test_shm_ops(script, (size_t) len);
+    if (err != 0)
+      fail_msg("script %d (%d bytes): check at shm_ops.h:%d failed", n, len, err);
+  }
+  /* The empty script and one that only configures. */
+  assert_int_equal(nres_test_shm_ops(NULL, 0), 0);
+  assert_int_equal(nres_test_shm_ops((const uint8_t *) "\xff", 1), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(config_and_sizes),
@@ -560,6 +972,11 @@ int main(void) {
     cmocka_unit_test(rate_limit_per_key),
     cmocka_unit_test(processes_share_one_table),
     cmocka_unit_test(threads_share_one_table),
+    cmocka_unit_test(killed_processes_never_wedge_a_key),
+    cmocka_unit_test(a_claimer_killed_at_keyed_is_finished_by_the_next_lookup),
+    cmocka_unit_test(attach_checks_the_layout),
+    cmocka_unit_test(times_saturate_and_limits_are_checked),
+    cmocka_unit_test(random_op_scripts_keep_the_invariants),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

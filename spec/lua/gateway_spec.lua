@@ -63,6 +63,81 @@ describe("nres.shm", function()
     expect.eq(tonumber(t:slot(a).calls), 3)
     expect.error(function() t:acquire(string.rep("x", 65), T0, 1) end,
       'nres.shm: key: expected a string of 1..64 bytes, got "' .. string.rep("x", 65) .. '"')
+    expect.error(function() t:acquire(42, T0, 1) end,
+      "nres.shm: key: expected a string of 1..64 bytes, got 42")
+  end)
+
+  it("refuses a limiter burst or rate that C would truncate or wrap", function()
+    for _, burst in ipairs{ -1, 0, 1.5, 2 ^ 32, 2 ^ 40, 0 / 0, math.huge } do
+      expect.error(function() shm.new{ slots = 8, limiter = { rate = 1, burst = burst } } end,
+        "nres.shm: limiter.burst: expected an integer 1..4294967295, got " .. tostring(burst))
+    end
+    expect.error(function() shm.new{ slots = 8, limiter = { rate = 1, burst = "2" } } end,
+      'nres.shm: limiter.burst: expected an integer 1..4294967295, got "2"')
+    for _, rate in ipairs{ 0, -1, 0 / 0, math.huge, -math.huge } do
+      expect.error(function() shm.new{ slots = 8, limiter = { rate = rate } } end,
+        "nres.shm: limiter.rate: expected admissions per second (a finite number > 0), got "
+        .. tostring(rate))
+    end
+    local t = shm.new{ slots = 8, limiter = { rate = 1e300, burst = 2 ^ 32 - 1 } }
+    local i = t:acquire("k", T0, 1e9)
+    expect.eq(t:limit(i, T0), true)
+  end)
+
+  it("converts every time one way: negative and NaN raise, 2^64 and up saturate", function()
+    local t = shm.new{ slots = 8, limiter = { rate = 10, burst = 1 } }
+    for _, v in ipairs{ -1, -1e-9, -math.huge, 0 / 0 } do
+      local shown = tostring(v)
+      expect.error(function() t:acquire("k", v, 1e9) end,
+        "nres.shm: now: expected nanoseconds (a number >= 0), got " .. shown)
+      expect.error(function() t:acquire("k", T0, v) end,
+        "nres.shm: hold: expected nanoseconds (a number >= 0), got " .. shown)
+      expect.error(function() t:limit(0, v) end,
+        "nres.shm: now: expected nanoseconds (a number >= 0), got " .. shown)
+    end
+    expect.error(function() t:acquire("k", nil, 1e9) end,
+      "nres.shm: now: expected nanoseconds (a number >= 0), got nil")
+    -- Before: now = -1 wrapped to the end of time and evicted live keys.
+    local keep = t:acquire("keep", T0, 60e9)
+    for i = 1, 7 do expect.truthy(t:acquire("f" .. i, T0, 60e9), "filled") end
+    expect.error(function() t:acquire("new", -1, 0) end,
+      "nres.shm: now: expected nanoseconds (a number >= 0), got -1")
+    expect.eq((t:key(keep)), "keep", "a live key stays")
+    expect.eq(select(2, t:acquire("new", T0 + 1e9, 0)), "full")
+    -- 0 and tiny durations: leased to the next ms at most.
+    local u = shm.new{ slots = 8 }
+    local z = u:acquire("zero", 0, 0)
+    expect.eq(select(3, u:key(z)), 0, "leased until 0: evictable at once")
+    local tiny = u:acquire("tiny", T0, 1)
+    expect.eq(select(3, u:key(tiny)), T0 + 1e6, "1 ns rounds up to the ms")
+    -- 2^63 ns is in range; 2^64, 1e300 and inf saturate: never evicted.
+    for _, hold in ipairs{ 2 ^ 63, 2 ^ 64, 1e300, math.huge } do
+      local i = u:acquire("h" .. tostring(hold), T0, hold)
+      expect.truthy(i, "leased for " .. tostring(hold))
+      expect.eq(select(3, u:key(i)), 2 ^ 64, "a lease that never ends")
+    end
+    -- A now at (or past) the end of time: finite leases are over there.
+    for _, now in ipairs{ 2 ^ 64, 1e300, math.huge } do
+      expect.truthy(u:acquire("end", now, 0), "acquired at " .. tostring(now))
+    end
+    local l = shm.new{ slots = 8, limiter = { rate = 10, burst = 1 } }
+    local i = l:acquire("lim", T0, 1e9)
+    expect.eq(l:limit(i, T0), true)
+    local ok, wait = l:limit(i, 2 ^ 64)
+    expect.eq(ok, false, "no admission fits after the end of time")
+    expect.eq(wait, 2 ^ 64 / 1e9, "the wait saturates")
+  end)
+
+  it("raises on a limit take from a table without a limiter or a bad slot", function()
+    local t = shm.new{ slots = 8 }
+    local i = t:acquire("k", T0, 1e9)
+    expect.error(function() t:limit(i, T0) end,
+      "nres.shm: limit: this table has no limiter (shm.new{ limiter = ... })")
+    local l = shm.new{ slots = 8, limiter = { rate = 1 } }
+    for _, bad in ipairs{ -1, 8, 0.5, 0 / 0 } do
+      expect.error(function() l:limit(bad, T0) end,
+        "nres.shm: index: expected a slot index 0..7, got " .. tostring(bad))
+    end
   end)
 end)
 

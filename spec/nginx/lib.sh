@@ -46,12 +46,15 @@ nres_render() {
 
 # nres_nginx_start PREFIX CONF: test the config, start nginx, wait for its
 # pid file. The master's pid is remembered for nres_nginx_stop_all.
+# NRES_NGINX_GLOBALS: more main-context directives (nginx -g), e.g.
+# "env NRES_LIB;" for a config that does not say it.
 nres_nginx_start() {
-  local prefix=$1 conf=$2 user=()
+  local prefix=$1 conf=$2 user=() globals=${NRES_NGINX_GLOBALS:-}
   mkdir -p "$prefix/tmp"
   # Started as root, nginx runs its workers as nobody, who cannot read a
   # checkout under a private directory (mktemp -d is 0700): keep them root.
-  [ "$(id -u)" = 0 ] && user=(-g "user root root;")
+  [ "$(id -u)" = 0 ] && globals="user root root; $globals"
+  [ -n "$globals" ] && user=(-g "$globals")
   "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" "${user[@]}" -t -q ||
     { echo "nginx -t failed for $conf" >&2; return 1; }
   "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" "${user[@]}" ||

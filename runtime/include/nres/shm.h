@@ -9,7 +9,10 @@
  * (nginx workers forked from the master that created it) finds a key's slot
  * and updates its state with atomics only: lookups, inserts and evictions
  * are compare-and-swaps on one word per slot, with no lock anywhere, so a
- * process killed at any instruction cannot wedge the others.
+ * process killed at any instruction cannot wedge the others: an insert it
+ * left half done is finished by the next lookup of its key, or its slot is
+ * taken back when the claim's lease ends (spec/c/test_shm.c kills a process
+ * at every step of the protocol, NRES_SHM_STEP_*, to prove it).
  *
  * Bounds. A key is at most NRES_SHM_KEY_MAX bytes. The table holds `slots`
  * keys (a multiple of NRES_SHM_WAYS); a key lives in one of the
@@ -21,7 +24,14 @@
  * Size: nres_shm_size(config), about 0.6 KB per slot.
  *
  * Time is nres_time_t nanoseconds on one clock for every process (the
- * drivers use CLOCK_MONOTONIC, which is system-wide); leases keep ms.
+ * drivers use CLOCK_MONOTONIC, which is system-wide); leases keep ms, up
+ * to 2^42 - 1 ms (about 139 years): a lease that would end later, such as
+ * hold = NRES_TIME_NEVER, never ends. Sums saturate; no time wraps.
+ *
+ * A region made elsewhere (a file mapped by several programs) goes through
+ * nres_shm_attach, which checks its magic, layout version and layout
+ * against the mapping's size; every other entry point refuses a header
+ * that does not agree with itself (NRES_EINVAL, NULL, or nothing done).
  */
 #ifndef NRES_SHM_H
 #define NRES_SHM_H
@@ -108,6 +118,12 @@ NRES_EXTERN int nres_shm_init(void *mem, size_t size,
  * the master). NRES_ENOMEM if the mapping fails. */
 NRES_EXTERN int nres_shm_new(const nres_shm_config_t *config,
                              nres_shm_t **out);
+/* Check that `size` bytes at mem (64-byte aligned) hold a table laid out
+ * by nres_shm_init of this build: magic, layout version, a header that
+ * agrees with itself and a region no longer than the mapping, a valid
+ * configuration. 0 and *out = the table, or NRES_EINVAL (a truncated file,
+ * a corrupted header, another version). Writes nothing. */
+NRES_EXTERN int nres_shm_attach(void *mem, size_t size, nres_shm_t **out);
 /* Unmap a region from nres_shm_new (in this process only; other processes
  * keep their mapping). NULL is ignored. */
 NRES_EXTERN void nres_shm_free(nres_shm_t *shm);
@@ -124,7 +140,7 @@ NRES_EXTERN int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
 NRES_EXTERN nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index);
 /* Copy the key of slot `index` into buf (cap bytes) if the slot holds one:
  * its length (which may exceed cap: the copy is cut), and *gen and *lease
- * (ns; either may be NULL). A negative NRES_E* if the slot is free or being
+ * (ns, NRES_TIME_NEVER for a lease that never ends; either may be NULL). A negative NRES_E* if the slot is free or being
  * filled (NRES_EAGAIN) or out of range (NRES_EINVAL). For status pages. */
 NRES_EXTERN int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf,
                              size_t cap, uint32_t *gen, double *lease);
@@ -143,6 +159,33 @@ NRES_EXTERN void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
 NRES_EXTERN const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
 /* sizeof(nres_shm_slot_t), for bindings that declare it themselves. */
 NRES_EXTERN size_t nres_shm_slot_size(void);
+
+/* The steps of nres_shm_acquire at which a process may be stopped, each
+ * between two of its shared writes; a build with NRES_SHM_TEST_HOOKS (the
+ * tests') calls nres_shm_test_hook at each. There is no release: a holder
+ * lets go by letting its lease end. An eviction is an insert whose VICTIM
+ * is a LIVE slot whose lease is over. */
+enum {
+  NRES_SHM_STEP_FOUND = 1,    /* key found LIVE, lease not yet extended */
+  NRES_SHM_STEP_EXTENDED,     /* its lease extended */
+  NRES_SHM_STEP_HELP,         /* key found KEYED, before finishing it */
+  NRES_SHM_STEP_HELPED,       /* a KEYED slot made LIVE by a lookup */
+  NRES_SHM_STEP_VICTIM,       /* a free or stale slot picked, not claimed */
+  NRES_SHM_STEP_CLAIMED,      /* INIT: claimed, nothing written */
+  NRES_SHM_STEP_FILLING,      /* key and tag written, no ticket or state */
+  NRES_SHM_STEP_FILLED,       /* all written, still INIT */
+  NRES_SHM_STEP_KEYED,        /* KEYED published, twins not checked */
+  NRES_SHM_STEP_TWIN_FREED,   /* a younger KEYED twin freed */
+  NRES_SHM_STEP_ABANDONED,    /* lost to a twin: own slot freed */
+  NRES_SHM_STEP_SETTLED,      /* no twin wins, not yet LIVE */
+  NRES_SHM_STEP_LIVE,         /* LIVE, not yet returned */
+  NRES_SHM_STEP_COUNT
+};
+
+#ifdef NRES_SHM_TEST_HOOKS
+/* Called (if not NULL) at every NRES_SHM_STEP_*; tests only. */
+extern void (*nres_shm_test_hook)(nres_shm_t *shm, int step);
+#endif
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,10 @@
 /* shm.c - a fixed table of keyed policy state that processes share.
  *
  * The region is position independent (offsets, no pointers): a header with
- * the template configuration and counters, an index of two words per slot
- * (state word, key tag) kept apart from the slot bodies so a set's scan
- * touches two cache lines, then the slots. A key hashes to one set of
- * NRES_SHM_WAYS slots and lives in one of them.
+ * a magic, a layout version, the template configuration and counters, an
+ * index of two words per slot (state word, key tag) kept apart from the
+ * slot bodies so a set's scan touches two cache lines, then the slots. A
+ * key hashes to one set of NRES_SHM_WAYS slots and lives in one of them.
  *
  * Each slot's state word is the whole truth about who owns it; from bit 0:
  *
@@ -14,8 +14,9 @@
  *               reader that read the key between two loads of an unchanged
  *               word read one key, not a mix of two
  *   bits 22-63  lease, in ms: the slot is not taken from its key before
- *               then. Extended by lookups (at most once per `hold`, so a
- *               busy key does not bounce its cache line on every call).
+ *               then (LEASE_MAX: never). Extended by lookups (at most once
+ *               per `hold`, so a busy key does not bounce its cache line on
+ *               every call).
  *
  * Every transition is a CAS from the exact word expected, by whoever made
  * the decision, so a process stopped anywhere leaves a state that others
@@ -33,11 +34,27 @@
  * KEYED -> LIVE CAS then fails on. So a key is never LIVE twice, and a
  * slot's state is written only while its claimer holds it in INIT.
  *
+ * A KEYED slot is complete: anyone may finish its claim. A lookup that
+ * finds its key KEYED runs the claimer's settle scan for it and, if the
+ * slot wins, makes it LIVE with the same CAS the claimer would have used
+ * (helping, as in lock-free queues). A scan made after the helper saw
+ * KEYED is as good as one made by the claimer after it published KEYED, so
+ * the argument above holds whoever scans. Without this, a claimer killed
+ * right after publishing KEYED left an older twin that every later insert
+ * of the key lost to (NRES_EBUSY until its lease ran out, and as long as
+ * free slots remained, forever). A claimer killed in INIT only costs its
+ * slot until the claim's lease ends; the key itself goes to another slot.
+ * There is no release: a holder lets go by letting its lease run out, so a
+ * dead holder holds nothing for longer than its lease.
+ *
  * Its one limit: a claimer stopped for longer than its claim's lease
  * (the larger of `hold` and 10 s) between claiming a slot and publishing
  * KEYED can find the slot reclaimed and write its key over the new
  * owner's. That takes a process frozen for 10 s between two adjacent
  * stores.
+ *
+ * Built with NRES_SHM_TEST_HOOKS (test_shm only), every step of the
+ * protocol calls nres_shm_test_hook, so a test can kill a process there.
  */
 #include <string.h>
 #include <sched.h>
@@ -47,6 +64,9 @@
 #include "nres/shm.h"
 
 #define SHM_MAGIC 0x316d687373657271ull   /* "qresshm1", little endian */
+/* Bumped whenever the header, the index or nres_shm_slot_t changes shape:
+ * a region laid out by another build is refused, not misread. */
+#define SHM_VERSION 2u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 
@@ -64,6 +84,17 @@
 #define GEN(w) ((uint32_t) (((w) >> 2) & GEN_MASK))
 #define LEASE(w) ((w) >> LEASE_SHIFT)
 
+#ifdef NRES_SHM_TEST_HOOKS
+void (*nres_shm_test_hook)(nres_shm_t *shm, int step);
+#define HOOK(shm, step)                                                      \
+  do {                                                                       \
+    if (nres_shm_test_hook != NULL)                                          \
+      nres_shm_test_hook((shm), (step));                                     \
+  } while (0)
+#else
+#define HOOK(shm, step) ((void) 0)
+#endif
+
 /* A slot being filled (INIT, KEYED) is leased for at least this long,
  * whatever the caller's hold: only a claimer stopped this long mid-insert
  * can lose its slot to a stale-slot reclaim (see the top of the file). */
@@ -80,11 +111,13 @@ typedef struct {
 
 struct nres_shm_s {
   uint64_t magic;
+  uint32_t version;                     /* SHM_VERSION */
+  uint32_t mapped;                      /* 1: nres_shm_new's mmap */
   uint64_t size;                        /* bytes of the region */
   uint32_t slots;
   uint32_t sets;
-  uint32_t mapped;                      /* 1: nres_shm_new's mmap */
   uint32_t stride;                      /* bytes between slots */
+  uint32_t reserved_;
   uint64_t index_at;                    /* offsets from the header */
   uint64_t slots_at;
   nres_shm_config_t config;
@@ -103,6 +136,11 @@ static size_t round_up(size_t n, size_t to) {
 static uint64_t pack(unsigned state, uint32_t gen, uint64_t lease_ms) {
   return (uint64_t) state | (uint64_t) (gen & GEN_MASK) << 2 |
          lease_ms << LEASE_SHIFT;
+}
+
+/* Is the lease of word w over at now? LEASE_MAX is the end of time. */
+static int expired(uint64_t w, nres_time_t now) {
+  return LEASE(w) < LEASE_MAX && LEASE(w) * NRES_MSEC <= now;
 }
 
 static uint64_t lease_of(nres_time_t now, nres_time_t hold) {
@@ -187,6 +225,25 @@ static size_t layout(uint32_t slots, size_t *index_at, size_t *slots_at,
   return *slots_at + (size_t) slots * *stride;
 }
 
+/* Is this a table of ours whose header agrees with itself? Every entry
+ * point checks it (a few loads of one cache line), so a corrupted header
+ * is refused rather than followed out of the region. Whether the region
+ * is as long as the header says only nres_shm_attach can know. */
+static int header_ok(const nres_shm_t *shm) {
+  size_t index_at, slots_at, stride;
+
+  if (shm == NULL || shm->magic != SHM_MAGIC || shm->version != SHM_VERSION)
+    return 0;
+  if (shm->slots == 0 || shm->slots > NRES_SHM_MAX_SLOTS ||
+      shm->slots % NRES_SHM_WAYS != 0 ||
+      shm->sets != shm->slots / NRES_SHM_WAYS ||
+      shm->config.slots != shm->slots)
+    return 0;
+  return shm->size == layout(shm->slots, &index_at, &slots_at, &stride) &&
+         shm->index_at == index_at && shm->slots_at == slots_at &&
+         shm->stride == stride;
+}
+
 size_t nres_shm_size(const nres_shm_config_t *config) {
   size_t a, b, c;
 
@@ -208,6 +265,7 @@ int nres_shm_init(void *mem, size_t size, const nres_shm_config_t *config) {
     return NRES_EINVAL;
 
   memset(mem, 0, need);   /* every word FREE, every counter 0 */
+  shm->version = SHM_VERSION;
   shm->size = need;
   shm->slots = slots;
   shm->sets = slots / NRES_SHM_WAYS;
@@ -250,8 +308,24 @@ int nres_shm_new(const nres_shm_config_t *config, nres_shm_t **out) {
   return 0;
 }
 
+int nres_shm_attach(void *mem, size_t size, nres_shm_t **out) {
+  nres_shm_t *shm = mem;
+
+  if (out == NULL)
+    return NRES_EINVAL;
+  *out = NULL;
+  if (mem == NULL || ((uintptr_t) mem % ALIGN) != 0 ||
+      size < sizeof(nres_shm_t))
+    return NRES_EINVAL;
+  atomic_thread_fence(memory_order_acquire);   /* pairs with init's magic */
+  if (!header_ok(shm) || shm->size > size || !config_ok(&shm->config))
+    return NRES_EINVAL;
+  *out = shm;
+  return 0;
+}
+
 void nres_shm_free(nres_shm_t *shm) {
-  if (shm == NULL || shm->magic != SHM_MAGIC || !shm->mapped)
+  if (!header_ok(shm) || !shm->mapped)
     return;
   munmap(shm, shm->size);
 }
@@ -298,6 +372,7 @@ static uint64_t fill(nres_shm_t *shm, uint32_t i, const uint64_t *k,
   for (j = 0; j < KEY_WORDS; j++)
     nres__store(&s->key[j], k[j]);
   nres__store(&index_of(shm)[i].tag, tag);
+  HOOK(shm, NRES_SHM_STEP_FILLING);
   ticket = nres__add(&shm->tickets, 1) + 1;
   nres__store(&s->ticket, ticket);
   nres__store(&s->created, now);
@@ -316,7 +391,7 @@ static uint64_t fill(nres_shm_t *shm, uint32_t i, const uint64_t *k,
   return ticket;
 }
 
-/* Give up a KEYED slot of ours: FREE it unless a twin already did. */
+/* Give up a KEYED slot: FREE it unless a twin already did. */
 static void abandon(entry_t *e, uint64_t mine) {
   uint64_t exp = mine;
 
@@ -325,8 +400,9 @@ static void abandon(entry_t *e, uint64_t mine) {
       return;
 }
 
-/* After publishing KEYED in slot `me`: look for a twin of the key in the
- * rest of the set. 1: we may go LIVE; 0: we lost (our slot is freed). */
+/* After slot `me` was seen KEYED with word `mine` (published by us, or by
+ * a claimer we are helping): look for a twin of the key in the rest of the
+ * set. 1: `me` may go LIVE; 0: it lost (and is freed). */
 static int settle(nres_shm_t *shm, uint32_t base, uint32_t me, uint64_t mine,
                   const uint64_t *k, uint64_t tag, uint64_t ticket) {
   entry_t *index = index_of(shm);
@@ -339,21 +415,49 @@ static int settle(nres_shm_t *shm, uint32_t base, uint32_t me, uint64_t mine,
     while (holds(shm, i, k, tag, &w)) {
       if (STATE(w) == ST_LIVE) {
         abandon(&index[me], mine);
+        HOOK(shm, NRES_SHM_STEP_ABANDONED);
         return 0;
       }
-      theirs = nres__load(&slot_at(shm, i)->ticket);
+      /* Acquire: the word is read again after the ticket. */
+      theirs = atomic_load_explicit(&slot_at(shm, i)->ticket,
+                                    memory_order_acquire);
       if (atomic_load(&index[i].word) != w)
         continue;   /* moved while we read its ticket: look again */
       if (theirs < ticket) {
         abandon(&index[me], mine);
+        HOOK(shm, NRES_SHM_STEP_ABANDONED);
         return 0;
       }
       /* Ours is older: free theirs. Its claimer's KEYED -> LIVE fails. */
-      if (nres__cas(&index[i].word, &w, pack(ST_FREE, GEN(w), LEASE(w))))
+      if (nres__cas(&index[i].word, &w, pack(ST_FREE, GEN(w), LEASE(w)))) {
+        HOOK(shm, NRES_SHM_STEP_TWIN_FREED);
         break;
+      }
     }
   }
   return 1;
+}
+
+/* Slot i holds our key KEYED (word w): its claimer may have been killed
+ * there. Settle for it and, if it wins, make it LIVE with the CAS its
+ * claimer would have made (the lease it was claimed with). */
+static void help(nres_shm_t *shm, uint32_t base, uint32_t i, uint64_t w,
+                 const uint64_t *k, uint64_t tag) {
+  entry_t *e = &index_of(shm)[i];
+  uint64_t ticket;
+
+  HOOK(shm, NRES_SHM_STEP_HELP);
+  ticket = atomic_load_explicit(&slot_at(shm, i)->ticket,
+                                memory_order_acquire);
+  if (atomic_load(&e->word) != w)
+    return;   /* settled or taken meanwhile */
+  if (!settle(shm, base, i, w, k, tag, ticket))
+    return;
+  if (atomic_compare_exchange_strong(&e->word, &w,
+                                     pack(ST_LIVE, GEN(w), LEASE(w)))) {
+    nres__add(&shm->inserts, 1);
+    HOOK(shm, NRES_SHM_STEP_HELPED);
+  }
 }
 
 int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
@@ -364,8 +468,7 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
   entry_t *index;
   int round;
 
-  if (shm == NULL || shm->magic != SHM_MAGIC || key == NULL || len == 0 ||
-      len > NRES_SHM_KEY_MAX)
+  if (!header_ok(shm) || key == NULL || len == 0 || len > NRES_SHM_KEY_MAX)
     return NRES_EINVAL;
   memset(k, 0, sizeof(k));
   memcpy(k, key, len);
@@ -379,15 +482,24 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
     if (round >= 8)
       sched_yield();   /* an insert of this set is stalled: let it run */
 
-    /* Found: extend the lease if it would end before now + hold. */
+    /* Found: extend the lease if it would end before now + hold. A slot
+     * found KEYED is finished first: its claimer may be gone. */
     for (i = base; i < base + NRES_SHM_WAYS; i++) {
-      if (!holds(shm, i, k, tag, &w) || STATE(w) != ST_LIVE)
+      if (!holds(shm, i, k, tag, &w))
         continue;
+      if (STATE(w) == ST_KEYED) {
+        help(shm, base, i, w, k, tag);
+        if (!holds(shm, i, k, tag, &w) || STATE(w) != ST_LIVE)
+          continue;
+      }
+      HOOK(shm, NRES_SHM_STEP_FOUND);
       while (LEASE(w) < want) {
         lease = lease_of(now, nres_time_add(hold, hold));
         uint32_t g = GEN(w);
-        if (nres__cas(&index[i].word, &w, pack(ST_LIVE, g, lease)))
+        if (nres__cas(&index[i].word, &w, pack(ST_LIVE, g, lease))) {
+          HOOK(shm, NRES_SHM_STEP_EXTENDED);
           break;
+        }
         if (STATE(w) != ST_LIVE || GEN(w) != g)
           goto next_round;   /* taken meanwhile (its lease had run out) */
       }
@@ -407,7 +519,7 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
         victim = i;
         break;
       }
-      if (LEASE(w) * NRES_MSEC <= now && LEASE(w) < best_lease) {
+      if (expired(w, now) && LEASE(w) < best_lease) {
         victim = i;
         best_lease = LEASE(w);
       }
@@ -417,7 +529,7 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
       return NRES_EFULL;
     }
     w = nres__load(&index[victim].word);
-    if (STATE(w) != ST_FREE && LEASE(w) * NRES_MSEC > now)
+    if (STATE(w) != ST_FREE && !expired(w, now))
       continue;   /* leased again since the scan */
     {
       uint64_t claim = lease_of(now, hold > CLAIM_HOLD ? hold : CLAIM_HOLD);
@@ -425,28 +537,37 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
       uint64_t keyed = pack(ST_KEYED, GEN(w) + 1, claim);
       uint64_t exp;
 
+      HOOK(shm, NRES_SHM_STEP_VICTIM);
       if (!nres__cas(&index[victim].word, &w, claimed))
         continue;
+      HOOK(shm, NRES_SHM_STEP_CLAIMED);
       /* Seqlock writer: the claim is ordered before the key is written,
        * so a reader that reads any of the new key sees the new word. */
       atomic_thread_fence(memory_order_release);
       if (STATE(w) == ST_LIVE)
         nres__add(&shm->evictions, 1);
       ticket = fill(shm, victim, k, tag, now);
+      HOOK(shm, NRES_SHM_STEP_FILLED);
       exp = claimed;
       if (!atomic_compare_exchange_strong(&index[victim].word, &exp, keyed))
         continue;   /* reclaimed as stale: we were stopped for a lease */
+      HOOK(shm, NRES_SHM_STEP_KEYED);
       if (!settle(shm, base, victim, keyed, k, tag, ticket)) {
         nres__add(&shm->races, 1);
         continue;   /* a twin won: the next round finds it */
       }
+      HOOK(shm, NRES_SHM_STEP_SETTLED);
       lease = pack(ST_LIVE, GEN(keyed), want);
       exp = keyed;
-      if (!atomic_compare_exchange_strong(&index[victim].word, &exp, lease)) {
+      if (atomic_compare_exchange_strong(&index[victim].word, &exp, lease)) {
+        HOOK(shm, NRES_SHM_STEP_LIVE);
+        nres__add(&shm->inserts, 1);
+      } else if (STATE(exp) != ST_LIVE || GEN(exp) != GEN(keyed)) {
         nres__add(&shm->races, 1);
         continue;   /* an older twin freed ours */
       }
-      nres__add(&shm->inserts, 1);
+      /* else a lookup helped our slot LIVE (and counted the insert), with
+       * the claim's lease, which covers `want`. */
       nres__add(&shm->lookups, 1);
       if (gen != NULL)
         *gen = GEN(keyed);
@@ -458,7 +579,7 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
 }
 
 nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index) {
-  if (shm == NULL || shm->magic != SHM_MAGIC || index >= shm->slots)
+  if (!header_ok(shm) || index >= shm->slots)
     return NULL;
   return slot_at(shm, index);
 }
@@ -471,8 +592,7 @@ int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
   entry_t *e;
   int i;
 
-  if (shm == NULL || shm->magic != SHM_MAGIC || index >= shm->slots ||
-      (buf == NULL && cap > 0))
+  if (!header_ok(shm) || index >= shm->slots || (buf == NULL && cap > 0))
     return NRES_EINVAL;
   e = &index_of(shm)[index];
   s = slot_at(shm, index);
@@ -491,7 +611,8 @@ int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
   if (gen != NULL)
     *gen = GEN(w2);
   if (lease != NULL)
-    *lease = (double) LEASE(w2) * (double) NRES_MSEC;
+    *lease = LEASE(w2) == LEASE_MAX ? (double) NRES_TIME_NEVER
+                                    : (double) LEASE(w2) * (double) NRES_MSEC;
   return (int) (tag & 0x7f);
 }
 
@@ -532,7 +653,7 @@ void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out) {
   if (out == NULL)
     return;
   memset(out, 0, sizeof(*out));
-  if (shm == NULL || shm->magic != SHM_MAGIC)
+  if (!header_ok(shm))
     return;
   index = index_of(shm);
   out->slots = shm->slots;
@@ -546,7 +667,7 @@ void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out) {
 }
 
 const nres_shm_config_t *nres_shm_config(nres_shm_t *shm) {
-  if (shm == NULL || shm->magic != SHM_MAGIC)
+  if (!header_ok(shm))
     return NULL;
   return &shm->config;
 }

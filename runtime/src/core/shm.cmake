@@ -1,11 +1,19 @@
 # shm.cmake - keyed policy state in shared memory (runtime/src/core/shm.c),
-# its cmocka test, the gateway's Lua spec (nres.shm and nres.ngx outside
-# nginx) and its integration test in a real nginx (spec/nginx/run.sh). The
-# last two load libnres into LuaJIT, so they are registered only in builds
-# without sanitizers (LuaJIT and nginx would need their runtimes preloaded).
+# its cmocka test (built with the protocol's kill hooks), the gateway's Lua
+# spec (nres.shm and nres.ngx outside nginx) and its integration test in a
+# real nginx (spec/nginx/run.sh). The last two load libnres into LuaJIT, so
+# they are registered only in builds without sanitizers (LuaJIT and nginx
+# would need their runtimes preloaded).
 target_sources(nres_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm.c)
 
 nres_add_c_test(shm 120 core,threads)
+# test_shm kills processes at each step of the claim protocol: it builds
+# its own shm.c with the step hooks (its definitions take precedence over
+# the archive's shm.o, which is then not linked in).
+if(TARGET test_shm)
+  target_sources(test_shm PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm.c)
+  target_compile_definitions(test_shm PRIVATE NRES_BUILDING NRES_SHM_TEST_HOOKS)
+endif()
 
 if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   find_program(NRES_SHM_LUAJIT luajit)

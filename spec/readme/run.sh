@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# spec/readme/run.sh BUILD_DIR - run the code blocks of README.md that a
+# user would copy, extracted from README.md itself (not copied into a test),
+# so a change to either side breaks the build.
+#
+# Every ```lua, ```c, ```nginx and ```sh block of README.md must be preceded
+# by a marker line saying what to do with it:
+#   <!-- readme-test: luajit -->    run with luajit against the build's libnres
+#   <!-- readme-test: nresrun -->   a scenario or simulation file: nresrun --quick
+#   <!-- readme-test: cc -->        build against the installed nres.pc (gcc),
+#                                   run; `cmake --install` into a temp prefix
+#   <!-- readme-test: nginx -->     start it in a real nginx (own prefix, test
+#                                   ports), in front of nres-depserver; GET /echo
+#                                   and /nres/status through it
+#   <!-- readme-test: skip REASON --> not run, and why (e.g. the test command
+#                                   itself)
+# A block without a marker fails the test: nothing a user copies goes
+# untested by accident. For the nginx block only these are substituted:
+# /path/to/nres (the checkout), 127.0.0.1:8000 (the gateway's listen),
+# port = 8080 (the upstream: a depserver started here).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+readme=$repo/README.md
+# shellcheck source=spec/nginx/lib.sh
+. "$repo/spec/nginx/lib.sh"
+
+work=$(mktemp -d /tmp/nres-readme.XXXXXX)
+chmod 755 "$work"
+depserver_pid=
+cleanup() {
+  nres_nginx_stop_all
+  [ -n "$depserver_pid" ] && kill "$depserver_pid" 2>/dev/null || true
+  if [ "${ok:-0}" = 1 ]; then rm -rf "$work"; else echo "kept: $work"; fi
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+pass() { echo "ok: $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+# Extract: one file per marked block, named by its line (README.md:LINE),
+# and a list "KIND LINE FILE" in $work/blocks. Unmarked code blocks are
+# listed in $work/unmarked.
+awk -v dir="$work" '
+  function flush() { if (out != "") close(out) }
+  /^<!-- readme-test: / {
+    marker = $0; sub(/^<!-- readme-test: /, "", marker); sub(/ *-->.*$/, "", marker)
+    marked = NR; next
+  }
+  /^```/ && !inblock {
+    lang = substr($0, 4); sub(/[ \t].*$/, "", lang)
+    inblock = 1; start = NR + 1
+    if (lang == "lua" || lang == "c" || lang == "nginx" || lang == "sh") {
+      if (marked == NR - 1) {
+        split(marker, w, " ")
+        if (w[1] == "skip") { out = "" }
+        else {
+          out = dir "/block" NR "." lang
+          print w[1], NR, out > (dir "/blocks")
+        }
+      } else {
+        out = ""
+        print "README.md:" NR ": a ```" lang " block without a <!-- readme-test: ... --> marker" > (dir "/unmarked")
+      }
+    } else { out = "" }
+    next
+  }
+  /^```/ && inblock { inblock = 0; flush(); out = ""; next }
+  inblock && out != "" { print > out }
+' "$readme"
+
+if [ -s "$work/unmarked" ]; then
+  while read -r line; do fail "$line"; done <"$work/unmarked"
+fi
+[ -s "$work/blocks" ] || { fail "README.md has no marked code block"; exit 1; }
+
+lib=$build/libnres.so
+export LUA_PATH="$repo/lua/?.lua;;"
+export NRES_LIB=$lib
+
+run_luajit() {   # FILE LINE
+  if (cd "$work" && timeout 60 luajit "$1") >"$1.out" 2>&1; then
+    pass "README.md:$2 (lua) runs: $(head -c 200 "$1.out" | tr '\n' ' ')"
+  else
+    fail "README.md:$2 (lua) failed:"; cat "$1.out"
+  fi
+}
+
+run_nresrun() {   # FILE LINE
+  if timeout 300 "$build/nresrun" "$1" --quick --out "$work/reports" >"$1.out" 2>&1; then
+    pass "README.md:$2 (nresrun) runs and reports: $(grep -o 'reports: .*' "$1.out" | head -1)"
+  else
+    local rc=$?
+    # 1 is "a cell is untrusted" (a busy machine misses open-loop
+    # arrivals): the file ran; a scenario error is 2.
+    if [ "$rc" = 1 ] && grep -q '^reports: ' "$1.out"; then
+      pass "README.md:$2 (nresrun) runs (some cells untrusted on this machine)"
+    else
+      fail "README.md:$2 (nresrun) exited $rc:"; tail -20 "$1.out"
+    fi
+  fi
+}
+
+prefix=
+install_prefix() {   # once: cmake --install into a temp prefix
+  [ -n "$prefix" ] && return 0
+  prefix=$work/prefix
+  cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 ||
+    { cat "$work/install.log"; return 1; }
+}
+
+run_cc() {   # FILE LINE
+  install_prefix || { fail "README.md:$2 (c): cmake --install failed"; return; }
+  local pc flags exe=${1%.c}
+  pc=$(dirname "$(find "$prefix" -name nres.pc | head -1)")
+  if ! flags=$(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs nres); then
+    fail "README.md:$2 (c): pkg-config nres failed"; return
+  fi
+  # shellcheck disable=SC2086
+  if ! gcc -std=c11 -Wall -Wextra -Werror -o "$exe" "$1" $flags >"$1.out" 2>&1; then
+    fail "README.md:$2 (c) does not build against the installed nres.pc:"; cat "$1.out"; return
+  fi
+  if LD_LIBRARY_PATH=$(dirname "$(find "$prefix" -name 'libnres.so*' | head -1)") \
+       timeout 30 "$exe" >"$1.out" 2>&1; then
+    pass "README.md:$2 (c) builds and runs: $(head -c 200 "$1.out" | tr '\n' ' ')"
+  else
+    fail "README.md:$2 (c) exited non-zero:"; cat "$1.out"
+  fi
+}
+
+run_nginx() {   # FILE LINE
+  if ! nres_have_nginx_lua; then
+    fail "README.md:$2 (nginx): nginx or its Lua module is missing"; return
+  fi
+  local up_port gw_port conf=$work/nginx$2
+  up_port=$(nres_free_port); gw_port=$(nres_free_port)
+  while [ "$gw_port" = "$up_port" ]; do gw_port=$(nres_free_port); done
+  grep -q '127.0.0.1:8000' "$1" || { fail "README.md:$2 (nginx): no 'listen 127.0.0.1:8000'"; return; }
+  grep -q 'port = 8080' "$1" || { fail "README.md:$2 (nginx): no upstream 'port = 8080'"; return; }
+  mkdir -p "$conf"
+  sed -e "s|/path/to/nres|$repo|g" -e "s|127\.0\.0\.1:8000|127.0.0.1:$gw_port|g" \
+      -e "s|port = 8080|port = $up_port|g" "$1" >"$conf/nginx.conf"
+  (sleep 120 | "$build/nres-depserver" --port "$up_port" >"$conf/depserver.log" 2>&1) &
+  depserver_pid=$!
+  nres_wait_http "http://127.0.0.1:$up_port/echo" || { fail "README.md:$2: depserver did not start"; return; }
+  NRES_NGINX_GLOBALS="env NRES_LIB;" nres_nginx_start "$conf" "$conf/nginx.conf" ||
+    { fail "README.md:$2 (nginx) does not start as written:"; tail -5 "$conf/error.log" 2>/dev/null; return; }
+  local code status
+  code=$(curl -s -o "$conf/echo.out" -w '%{http_code}' --max-time 5 "http://127.0.0.1:$gw_port/echo" || true)
+  status=$(curl -s --max-time 5 "http://127.0.0.1:$gw_port/nres/status" || true)
+  if [ "$code" = 200 ] && printf '%s' "$status" | luajit -e '
+      local t = require("cjson").decode(io.read("*a")); assert(type(t) == "table")' 2>/dev/null; then
+    pass "README.md:$2 (nginx) starts as written; /echo through it: 200; /nres/status: JSON"
+  else
+    fail "README.md:$2 (nginx): /echo gave $code, /nres/status gave: $(printf '%s' "$status" | head -c 200)"
+    tail -5 "$conf/error.log" 2>/dev/null || true
+  fi
+  nres_nginx_stop_all
+  kill "$depserver_pid" 2>/dev/null || true
+  depserver_pid=
+}
+
+while read -r kind line file; do
+  case $kind in
+    luajit)  run_luajit "$file" "$line" </dev/null ;;
+    nresrun) run_nresrun "$file" "$line" </dev/null ;;
+    cc)      run_cc "$file" "$line" </dev/null ;;
+    nginx)   run_nginx "$file" "$line" </dev/null ;;
+    *)       fail "README.md:$line: unknown readme-test kind '$kind'" ;;
+  esac
+done <"$work/blocks"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && ok=1
+[ "$failed" -eq 0 ]

@@ -144,7 +144,7 @@ run_nginx() {   # FILE LINE
   mkdir -p "$conf"
   sed -e "s|/path/to/nres|$repo|g" -e "s|127\.0\.0\.1:8000|127.0.0.1:$gw_port|g" \
       -e "s|port = 8080|port = $up_port|g" "$1" >"$conf/nginx.conf"
-  (sleep 120 | "$build/nres-depserver" --port "$up_port" >"$conf/depserver.log" 2>&1) &
+  "$build/nres-depserver" --no-stdin --port "$up_port" </dev/null >"$conf/depserver.log" 2>&1 &
   depserver_pid=$!
   nres_wait_http "http://127.0.0.1:$up_port/echo" || { fail "README.md:$2: depserver did not start"; return; }
   NRES_NGINX_GLOBALS="env NRES_LIB;" nres_nginx_start "$conf" "$conf/nginx.conf" ||

@@ -11,6 +11,16 @@
  * and a breaker trips exactly once however the processes interleave (a
  * read-then-write race, as with lua_shared_dict get/set, would over-admit);
  * and under constant eviction no key is ever held by two slots.
+ *
+ * Then processes killed in the middle (shm.c is built here with
+ * NRES_SHM_TEST_HOOKS): one killed at each step of the protocol, in every
+ * scenario that reaches it, must leave the key to the survivor at once or
+ * after the claim's lease, never NRES_EBUSY; four of eight churning
+ * processes killed at arbitrary steps leave no key in two slots. Last,
+ * region headers checked on attach (truncated, corrupted, wrong magic or
+ * version), times at their limits (0, 1 ns, 2^63 ns, NRES_TIME_NEVER) and
+ * limiter arguments, and the fuzzer's op-script driver (shm_ops.h) on
+ * random scripts from a fixed seed.
  */
 #include <math.h>
 #include <signal.h>
@@ -736,6 +746,66 @@ static void a_claimer_killed_at_keyed_is_finished_by_the_next_lookup(void **stat
   nres_shm_free(shm);
 }
 
+/* The same under contention: eight processes churn 48 keys through 16
+ * slots on one clock, and four of them are killed at whatever step their
+ * count of protocol steps reaches. Afterwards every key can be had once
+ * the claims' leases are over, and none is in two slots. */
+static unsigned long hook_calls, kill_after;
+
+static void counting_kill_hook(nres_shm_t *shm, int step) {
+  (void) shm;
+  (void) step;
+  if (kill_after != 0 && ++hook_calls == kill_after)
+    raise(SIGKILL);
+}
+
+static void processes_killed_while_churning(void **state) {
+  enum { PROCS = 8 };
+  nres_shm_config_t cc = base_config(16);
+  nres_shm_t *small = NULL;
+  nres_time_t late;
+  char key[16];
+  pid_t pid[PROCS];
+  tally_t *t;
+  int i, status;
+
+  (void) state;
+  assert_int_equal(nres_shm_new(&cc, &small), 0);
+  t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(t != MAP_FAILED);
+  memset(t, 0, sizeof(*t));
+  atomic_store(&t->start, 2 * PROCS);   /* churn's barrier is its third */
+  nres_shm_test_hook = counting_kill_hook;
+  for (i = 0; i < PROCS; i++) {
+    pid[i] = fork();
+    assert_true(pid[i] >= 0);
+    if (pid[i] == 0) {
+      worker_t w = { small, small, t, i, PROCS };
+      kill_after = i % 2 == 0 ? 0 : 500 + 3331 * (unsigned long) i;
+      run_worker(&w, 2);
+      _exit(0);
+    }
+  }
+  nres_shm_test_hook = NULL;
+  for (i = 0; i < PROCS; i++) {
+    assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+    if (i % 2 == 0)
+      assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    else
+      assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  }
+  /* A ms apart: a hold of 0 leases to the next ms. */
+  late = T0 + atomic_load(&t->clock) + 11 * NRES_SEC;
+  for (i = 0; i < 48; i++) {
+    snprintf(key, sizeof(key), "c%d", i);
+    assert_in_range(acquire_str(small, key, late + (nres_time_t) i * NRES_MSEC,
+                                0, NULL), 0, 15);
+  }
+  check_no_twins(small);
+  nres_shm_free(small);
+  munmap(t, sizeof(*t));
+}
+
 /* ------------------------------------------------------ region headers */
 
 /* A region laid out in a file, then damaged: each mapping of it must be
@@ -974,6 +1044,7 @@ int main(void) {
     cmocka_unit_test(threads_share_one_table),
     cmocka_unit_test(killed_processes_never_wedge_a_key),
     cmocka_unit_test(a_claimer_killed_at_keyed_is_finished_by_the_next_lookup),
+    cmocka_unit_test(processes_killed_while_churning),
     cmocka_unit_test(attach_checks_the_layout),
     cmocka_unit_test(times_saturate_and_limits_are_checked),
     cmocka_unit_test(random_op_scripts_keep_the_invariants),

@@ -132,7 +132,9 @@ NRES_EXTERN void nres_shm_free(nres_shm_t *shm);
  * not there, leased until at least now + hold. Returns its index (>= 0) and
  * *gen, a number that changes whenever the slot gets a new key (gen may be
  * NULL). NRES_EFULL: every slot of the key's set is leased by other keys.
- * NRES_EINVAL: bad arguments. Lock-free; never allocates. */
+ * NRES_EBUSY: other inserts of the set kept winning (64 rounds; only under
+ * heavy concurrent inserting; a dead process cannot cause it). NRES_EINVAL:
+ * bad arguments or header. Lock-free; never allocates. */
 NRES_EXTERN int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
                                  nres_time_t now, nres_time_t hold,
                                  uint32_t *gen);

@@ -1,15 +1,19 @@
 /* test_depserver.c - the dependency server: every endpoint and counter,
  * keep-alive and pipelining, the connection cap, a list of malformed and
- * hostile requests it must survive while it keeps serving, and the
+ * hostile requests it must survive while it keeps serving, slowloris and
+ * non-reading pipeliners that must not hold every slot, /stats as strict
+ * JSON whatever X-Deadline-Ms says, the socketless parser entry, and the
  * nres-depserver process (port line, stdin close, SIGTERM, bad options).
  *
  * The server runs on a thread (http_fixture.h) and is always stopped; the
  * client side is blocking sockets with receive timeouts. Times are lower
- * bounds only.
+ * bounds, or upper bounds a second above a configured timeout.
  */
+#include <ctype.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include "nres_test.h"
@@ -491,6 +495,417 @@ static void test_connection_cap(void **state) {
   free(carry);
 }
 
+/* ------------------------------------------------------- slots held */
+
+static int nonblocking(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* Room for n hostile connections (two fds each: ours and the server's, on
+ * its thread): raise the soft limit toward the hard one if need be. */
+static int fds_for(int n) {
+  struct rlimit rl;
+  rlim_t want = (rlim_t) n * 2 + 64;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return n;
+  if (rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < want)
+    return (int) ((rl.rlim_cur - 64) / 2);
+  return n;
+}
+
+#define HOSTILE 300
+
+/* Issue 10: 300 slowloris connections (a header byte every 50 ms, inside
+ * the idle timeout) and 300 that pipeline thousands of requests and never
+ * read fill max_conns (600). The idle timer alone kept them all for ever
+ * (re-armed per byte; stopped while an answer was queued) and a new client
+ * was never served. With head_ms and write_ms they are closed, and a fresh
+ * client is answered within head_ms + 1 s of connecting. */
+static void test_slowloris_and_pipeliners_hold_no_slot(void **state) {
+  static const char trickle[] = "GET /echo HTTP/1.1\r\nX-Slow: ";
+  static char batch[2000 * 24];
+  nres_depserver_config_t cfg;
+  test_server_t s;
+  raw_carry_t *carry = calloc(1, sizeof(*carry));
+  raw_resp_t r;
+  int slow[HOSTILE], piped[HOSTILE], n, i, fresh, tick;
+  int rcvbuf = 4096;
+  size_t len = 0;
+  nres_time_t t0, until;
+  long long head_to = 0, write_to = 0;
+  (void) state;
+
+  n = fds_for(2 * HOSTILE) / 2;
+  assert_true(n >= 100);
+  nres_depserver_config_init(&cfg);
+  cfg.max_conns = (uint32_t) (2 * n);   /* the hostile ones fill it */
+  cfg.idle_ms = 2000;                   /* the trickle stays inside it */
+  cfg.head_ms = 300;
+  cfg.write_ms = 300;
+  assert_int_equal(test_server_start(&s, &cfg), 0);
+  for (i = 0; i < 2000; i++)   /* /stats: a big answer to a small request */
+    len += (size_t) snprintf(batch + len, sizeof(batch) - len,
+                             "GET /stats HTTP/1.1\r\n\r\n");
+  for (i = 0; i < n; i++) {
+    slow[i] = raw_connect(s.port);
+    assert_true(slow[i] >= 0);
+    assert_int_equal(nonblocking(slow[i]), 0);
+    assert_true(send(slow[i], trickle, 1, MSG_NOSIGNAL) == 1);
+  }
+  for (i = 0; i < n; i++) {
+    ssize_t sent;
+    piped[i] = raw_connect(s.port);
+    assert_true(piped[i] >= 0);
+    setsockopt(piped[i], SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    assert_int_equal(nonblocking(piped[i]), 0);
+    sent = send(piped[i], batch, len, MSG_NOSIGNAL);   /* what fits */
+    assert_true(sent > 0);
+  }
+
+  /* every slot is taken: the fresh client waits in the backlog */
+  fresh = raw_connect(s.port);
+  assert_true(fresh >= 0);
+  t0 = nres_clock_now();
+  assert_int_equal(raw_send(fresh, "GET /echo HTTP/1.1\r\n\r\n", 22), 0);
+  assert_int_equal(nonblocking(fresh), 0);
+  until = t0 + (nres_time_t) (cfg.head_ms + 1000) * NRES_MSEC;
+  for (tick = 1; nres_clock_now() < until; tick++) {
+    struct pollfd p = { fresh, POLLIN, 0 };
+    if (poll(&p, 1, 50) == 1)
+      break;
+    for (i = 0; i < n; i++)   /* the next byte of a header that never ends */
+      if (slow[i] >= 0 &&
+          send(slow[i], tick < (int) sizeof(trickle) - 1 ? trickle + tick
+                                                         : "a", 1,
+               MSG_NOSIGNAL) != 1 && errno != EAGAIN) {
+        close(slow[i]);   /* closed by the server */
+        slow[i] = -1;
+      }
+  }
+  fcntl(fresh, F_SETFL, fcntl(fresh, F_GETFL) & ~O_NONBLOCK);
+  raw_timeout_ms(fresh, 10);   /* what came, if anything */
+  raw_response(fresh, carry, &r);
+  if (r.status != 200)
+    fail_msg("a fresh client got %d within head_ms + 1 s (%lld ms)",
+             r.status, (long long) ms_since(t0));
+  assert_string_equal(r.body, "ok\n");
+  close(fresh);
+
+  /* every hostile connection goes, each for its own reason */
+  until = nres_clock_now() + 5 * NRES_SEC;
+  while (nres_clock_now() < until) {
+    head_to = stat_of(s.port, "\"head_timeouts\":");
+    write_to = stat_of(s.port, "\"write_timeouts\":");
+    if (head_to + write_to >= 2 * n)
+      break;
+    usleep(50000);
+  }
+  if (head_to != n || write_to != n) {
+    raw_get(s.port, "/stats", &r);
+    fail_msg("want %d head and %d write timeouts: %s", n, n, r.body);
+  }
+  assert_int_equal(stat_of(s.port, "\"open\":"), 1);   /* /stats' own */
+  for (i = 0; i < n; i++) {
+    if (slow[i] >= 0)
+      close(slow[i]);
+    close(piped[i]);
+  }
+  test_server_stop(&s);
+  free(carry);
+}
+
+/* A head that completes just inside head_ms is served, and the deadline is
+ * the head's alone: a body may take longer (idle_ms between bytes), and a
+ * keep-alive connection may idle between requests. */
+static void test_head_deadline_scope(void **state) {
+  nres_depserver_config_t cfg;
+  test_server_t s;
+  raw_carry_t *carry = calloc(1, sizeof(*carry));
+  raw_resp_t r;
+  int fd, i;
+  const char *head = "POST /echo HTTP/1.1\r\nContent-Length: 4\r\n\r\n";
+  (void) state;
+
+  nres_depserver_config_init(&cfg);
+  cfg.idle_ms = 2000;
+  cfg.head_ms = 400;
+  assert_int_equal(test_server_start(&s, &cfg), 0);
+  fd = raw_connect(s.port);
+  assert_int_equal(raw_send(fd, head, strlen(head)), 0);
+  for (i = 0; i < 4; i++) {   /* the body: 4 x 150 ms > head_ms */
+    usleep(150000);
+    assert_int_equal(raw_send(fd, "b", 1), 0);
+  }
+  raw_response(fd, carry, &r);
+  assert_int_equal(r.status, 200);
+  usleep(600000);             /* idle between requests: > head_ms */
+  assert_int_equal(raw_send(fd, "GET /echo HTTP/1.1\r\n\r\n", 22), 0);
+  raw_response(fd, carry, &r);
+  assert_int_equal(r.status, 200);
+  /* a head trickled past head_ms: closed without an answer */
+  assert_int_equal(raw_send(fd, "GET /echo HTTP/1.1\r\n", 20), 0);
+  for (i = 0; i < 20; i++) {
+    usleep(50000);
+    if (raw_send(fd, "X", 1) != 0)
+      break;
+  }
+  raw_response(fd, carry, &r);
+  assert_int_equal(r.status, 0);
+  close(fd);
+  assert_int_equal(stat_of(s.port, "\"head_timeouts\":"), 1);
+  assert_int_equal(stat_of(s.port, "\"idle_timeouts\":"), 0);
+  test_server_stop(&s);
+  free(carry);
+}
+
+/* ------------------------------------------------------- strict JSON */
+
+/* A strict RFC 8259 checker: 1 if [p, end) is one JSON value (blanks
+ * around it allowed). */
+static const char *json_value(const char *p, const char *end, int depth);
+
+static const char *json_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+    p++;
+  return p;
+}
+
+static const char *json_string(const char *p, const char *end) {
+  if (p >= end || *p++ != '"')
+    return NULL;
+  while (p < end && *p != '"') {
+    unsigned char c = (unsigned char) *p++;
+    if (c < 0x20)
+      return NULL;
+    if (c == '\\') {
+      if (p >= end)
+        return NULL;
+      c = (unsigned char) *p++;
+      if (c == 'u') {
+        int k;
+        for (k = 0; k < 4; k++)
+          if (p >= end || !isxdigit((unsigned char) *p++))
+            return NULL;
+      } else if (strchr("\"\\/bfnrt", c) == NULL || c == 0) {
+        return NULL;
+      }
+    }
+  }
+  return p < end ? p + 1 : NULL;
+}
+
+static const char *json_number(const char *p, const char *end) {
+  if (p < end && *p == '-')
+    p++;
+  if (p >= end || !isdigit((unsigned char) *p))
+    return NULL;
+  if (*p == '0')
+    p++;   /* no leading zeros */
+  else
+    while (p < end && isdigit((unsigned char) *p))
+      p++;
+  if (p < end && *p == '.') {
+    p++;
+    if (p >= end || !isdigit((unsigned char) *p))
+      return NULL;
+    while (p < end && isdigit((unsigned char) *p))
+      p++;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    p++;
+    if (p < end && (*p == '+' || *p == '-'))
+      p++;
+    if (p >= end || !isdigit((unsigned char) *p))
+      return NULL;
+    while (p < end && isdigit((unsigned char) *p))
+      p++;
+  }
+  return p;
+}
+
+static const char *json_value(const char *p, const char *end, int depth) {
+  p = json_ws(p, end);
+  if (p >= end || depth > 32)
+    return NULL;
+  if (*p == '{' || *p == '[') {
+    char close = *p == '{' ? '}' : ']';
+    int first = 1;
+    p = json_ws(p + 1, end);
+    if (p < end && *p == close)
+      return p + 1;
+    for (;;) {
+      if (!first) {
+        if (p >= end || *p != ',')
+          return NULL;
+        p = json_ws(p + 1, end);
+      }
+      first = 0;
+      if (close == '}') {
+        p = json_string(p, end);
+        if (p == NULL)
+          return NULL;
+        p = json_ws(p, end);
+        if (p >= end || *p++ != ':')
+          return NULL;
+      }
+      p = json_value(p, end, depth + 1);
+      if (p == NULL)
+        return NULL;
+      p = json_ws(p, end);
+      if (p < end && *p == close)
+        return p + 1;
+    }
+  }
+  if (*p == '"')
+    return json_string(p, end);
+  if ((size_t) (end - p) >= 4 && (memcmp(p, "true", 4) == 0 ||
+                                  memcmp(p, "null", 4) == 0))
+    return p + 4;
+  if ((size_t) (end - p) >= 5 && memcmp(p, "false", 5) == 0)
+    return p + 5;
+  return json_number(p, end);
+}
+
+static int json_valid(const char *s, size_t len) {
+  const char *end = s + len, *p = json_value(s, end, 0);
+  return p != NULL && json_ws(p, end) == end;
+}
+
+/* The checker itself: it must reject what the server once sent. */
+static void test_json_checker(void **state) {
+  static const char *const good[] = {
+    "{}", "[]", "{\"a\":0}", "{\"a\":[1,-2.5e+3,null,true,false,\"x\\n\"]}",
+    " {\"a\":{\"b\":123}} \n" };
+  static const char *const bad[] = {
+    "", "{", "{\"a\":0123}", "{\"a\":}", "{\"a\":1,}", "[1 2]", "{a:1}",
+    "{\"a\":-}", "{\"a\":1.}", "{\"a\":nul}", "{\"a\":1}x", "\"\x01\"" };
+  size_t i;
+  (void) state;
+  for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+    if (!json_valid(good[i], strlen(good[i])))
+      fail_msg("valid JSON rejected: %s", good[i]);
+  for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    if (json_valid(bad[i], strlen(bad[i])))
+      fail_msg("invalid JSON accepted: %s", bad[i]);
+}
+
+/* Issue 10: "X-Deadline-Ms: 0123" came back as "last_deadline_ms":0123.
+ * The value is parsed as a number (digits, blanks around, at most 2^53-1);
+ * anything else is ignored; /stats stays valid JSON whatever was sent. */
+static void test_stats_json_odd_deadlines(void **state) {
+  static const struct {
+    const char *value;
+    long long want;   /* last_deadline_ms afterwards; -1: null */
+  } cases[] = {
+    { "0123", 123 },
+    { "0", 0 },
+    { "000000000000000000007", 7 },
+    { "  42\t", 42 },
+    { "9007199254740991", 9007199254740991ll },
+    { "9007199254740992", -1 },
+    { "18446744073709551616", -1 },
+    { "99999999999999999999999999999999999999", -1 },
+    { "-5", -1 },
+    { "+5", -1 },
+    { "1e3", -1 },
+    { "12abc", -1 },
+    { "abc", -1 },
+    { "1 2", -1 },
+    { "", -1 },
+    { "0x10", -1 },
+    { "\"1\"", -1 },
+  };
+  raw_carry_t *carry = calloc(1, sizeof(*carry));
+  raw_resp_t r;
+  char req[256], v[64];
+  size_t i;
+  (void) state;
+
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int fd;
+    raw_reset(server.port);
+    snprintf(req, sizeof(req),
+             "GET /echo HTTP/1.1\r\nX-Deadline-Ms: %s\r\n\r\n",
+             cases[i].value);
+    fd = raw_connect(server.port);
+    assert_int_equal(raw_send(fd, req, strlen(req)), 0);
+    carry->len = 0;
+    raw_response(fd, carry, &r);
+    close(fd);
+    assert_int_equal(r.status, 200);
+    if (cases[i].want >= 0) {
+      assert_true(raw_header(&r, "X-Deadline-Ms-Seen", v, sizeof(v)));
+      assert_int_equal(strtoll(v, NULL, 10), cases[i].want);
+    } else if (raw_header(&r, "X-Deadline-Ms-Seen", v, sizeof(v))) {
+      fail_msg("'%s' echoed as '%s'", cases[i].value, v);
+    }
+    assert_int_equal(raw_get(server.port, "/stats", &r), 200);
+    if (!json_valid(r.body, r.body_len))
+      fail_msg("X-Deadline-Ms '%s': /stats is not JSON: %s", cases[i].value,
+               r.body);
+    if (cases[i].want >= 0) {
+      assert_int_equal(stat_of(server.port, "\"last_deadline_ms\":"),
+                       cases[i].want);
+      assert_int_equal(stat_of(server.port, "\"deadline_headers\":"), 1);
+    } else {
+      if (strstr(r.body, "\"last_deadline_ms\":null") == NULL)
+        fail_msg("X-Deadline-Ms '%s': %s", cases[i].value, r.body);
+      assert_int_equal(stat_of(server.port, "\"deadline_headers\":"), 0);
+    }
+  }
+  free(carry);
+}
+
+#define FEED(lit) nres_depserver_parse_for_test(lit, sizeof(lit) - 1)
+
+/* The socketless entry for fuzzers: the same parser and handlers. */
+static void test_parse_for_test(void **state) {
+  static const char three[] = "GET /echo HTTP/1.1\r\n\r\n"
+                              "GET /flaky HTTP/1.1\r\n\r\n"
+                              "GET /stats HTTP/1.1\r\n\r\n";
+  static char big[3 * 4096];
+  uint64_t s = 7;
+  size_t i, len = 0;
+  int k;
+  (void) state;
+
+  assert_int_equal(nres_depserver_parse_for_test(three, strlen(three)), 3);
+  assert_int_equal(nres_depserver_parse_for_test("", 0), 0);
+  assert_int_equal(nres_depserver_parse_for_test(NULL, 0), 0);
+  assert_int_equal(FEED("GET /echo HTTP/1.1\r\n"), 0);   /* incomplete */
+  /* garbage: one 400, then the connection closes: nothing after counts */
+  assert_int_equal(FEED("GARBAGE\r\n\r\nGET /echo HTTP/1.1\r\n\r\n"), 1);
+  /* an answer that ends in a close, then more requests: one answer */
+  assert_int_equal(FEED("GET /echo HTTP/1.0\r\n\r\nGET /echo HTTP/1.1\r\n\r\n"),
+                   1);
+  /* /slow waits for a timer that never runs here */
+  assert_int_equal(FEED("GET /slow?ms=1 HTTP/1.1\r\n\r\n"
+                        "GET /echo HTTP/1.1\r\n\r\n"), 0);
+  assert_int_equal(FEED("GET /truncate HTTP/1.1\r\n\r\n"), 1);
+  /* a head over head_max (8 KiB), read in 4 KiB buffers: one 431 */
+  len = (size_t) snprintf(big, sizeof(big), "GET /echo HTTP/1.1\r\nX: ");
+  memset(big + len, 'a', sizeof(big) - len);
+  assert_int_equal(nres_depserver_parse_for_test(big, sizeof(big)), 1);
+  /* random bytes, and random cuts of valid requests: anything goes but a
+   * crash (ASan and UBSan watch) */
+  for (k = 0; k < 200; k++) {
+    len = 0;
+    for (i = 0; i < sizeof(big) / 4; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      big[i] = (char) (s >> 56);
+    }
+    len = (size_t) (s >> 33) % (sizeof(big) / 4);
+    assert_true(nres_depserver_parse_for_test(big, len) >= 0);
+    len = (size_t) (s >> 20) % sizeof(three);
+    assert_true(nres_depserver_parse_for_test(three, len) >= 0);
+  }
+}
+
 static void test_config_errors(void **state) {
   nres_depserver_config_t cfg;
   nres_depserver_t *srv = NULL;
@@ -507,6 +922,12 @@ static void test_config_errors(void **state) {
   assert_int_equal(nres_depserver_new(&loop, &cfg, &srv), UV_EINVAL);
   nres_depserver_config_init(&cfg);
   cfg.port = 70000;
+  assert_int_equal(nres_depserver_new(&loop, &cfg, &srv), UV_EINVAL);
+  nres_depserver_config_init(&cfg);
+  cfg.head_ms = 0;
+  assert_int_equal(nres_depserver_new(&loop, &cfg, &srv), UV_EINVAL);
+  nres_depserver_config_init(&cfg);
+  cfg.write_ms = 0;
   assert_int_equal(nres_depserver_new(&loop, &cfg, &srv), UV_EINVAL);
   /* a port in use */
   nres_depserver_config_init(&cfg);
@@ -584,7 +1005,9 @@ static int reap(child_t *c, int ms) {
 }
 
 static void test_process(void **state) {
-  static const char *const a1[] = { "--port", "0", "--flaky-every", "3", NULL };
+  static const char *const a1[] = { "--port", "0", "--flaky-every", "3",
+                                    "--head-ms", "5000", "--write-ms", "5000",
+                                    NULL };
   static const char *const a2[] = { "--max-conns", "zero", NULL };
   static const char *const a3[] = { "--bogus", NULL };
   child_t c;
@@ -647,6 +1070,11 @@ int main(void) {
     cmocka_unit_test(test_keepalive_and_pipelining),
     cmocka_unit_test(test_malformed_requests),
     cmocka_unit_test(test_connection_cap),
+    cmocka_unit_test(test_slowloris_and_pipeliners_hold_no_slot),
+    cmocka_unit_test(test_head_deadline_scope),
+    cmocka_unit_test(test_json_checker),
+    cmocka_unit_test(test_stats_json_odd_deadlines),
+    cmocka_unit_test(test_parse_for_test),
     cmocka_unit_test(test_config_errors),
     cmocka_unit_test(test_process),
   };

@@ -4,16 +4,21 @@
  * keep-alive reuse with a flat connection count, the stale pooled
  * connection, X-Deadline-Ms, idempotency, per-host breaker and budget,
  * the pool limit, cancel, misuse, and 10,000 requests with no allocation
- * in steady state (run under ASan by spec/run).
+ * in steady state (run under ASan by spec/run). Interim 1xx answers come
+ * from a scripted raw server on a thread (the dependency server sends
+ * none), and the socketless response parser entry is fed directly.
  *
  * Each test runs its own loop and client and ends by closing them and
  * proving the loop has nothing left (uv_loop_close returns 0).
  */
+#include <poll.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define NRES_TEST_INTERPOSE_MALLOC
 #include "nres_test.h"
 #include "nres/http.h"
+#include "exec/http_int.h"
 #include "http_fixture.h"
 
 static test_server_t server;
@@ -769,6 +774,350 @@ static void test_hedge(void **state) {
   fx_free(f);
 }
 
+/* ------------------------------------------------------ interim 1xx */
+
+/* A raw server on a thread that answers every request head it reads with
+ * the same script: `parts` written in order, gap_ms apart; with `flood`,
+ * the last part is then written again every gap_ms for as long as the peer
+ * takes it (a server that never gets to its final answer). One connection
+ * at a time, kept while the peer keeps it. */
+typedef struct {
+  int lfd, port;
+  pthread_t tid;
+  const char *parts[4];
+  int gap_ms;
+  int flood;
+  atomic_int stop;
+  atomic_int conns;
+} script_t;
+
+static int script_wait(script_t *sc, int fd, short ev, int ms) {
+  struct pollfd p = { fd, ev, 0 };
+  int waited;
+  for (waited = 0; waited < ms && !atomic_load(&sc->stop); waited += 20)
+    if (poll(&p, 1, 20) == 1)
+      return 1;
+  return 0;
+}
+
+static void script_serve(script_t *sc, int fd) {
+  char buf[4096];
+  size_t len = 0;
+
+  for (;;) {
+    char *end;
+    ssize_t n;
+    int i;
+    if (!script_wait(sc, fd, POLLIN, 10000))
+      return;
+    n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+    if (n <= 0)
+      return;
+    len += (size_t) n;
+    buf[len] = '\0';
+    end = strstr(buf, "\r\n\r\n");
+    if (end == NULL) {
+      if (len == sizeof(buf) - 1)
+        return;
+      continue;
+    }
+    len -= (size_t) (end + 4 - buf);   /* requests here carry no body */
+    memmove(buf, end + 4, len);
+    for (i = 0; i < 4 && sc->parts[i] != NULL; i++) {
+      if (i > 0 && sc->gap_ms > 0)
+        usleep((useconds_t) sc->gap_ms * 1000);
+      if (raw_send(fd, sc->parts[i], strlen(sc->parts[i])) != 0)
+        return;
+    }
+    while (sc->flood && !atomic_load(&sc->stop)) {
+      usleep((useconds_t) sc->gap_ms * 1000);
+      if (raw_send(fd, sc->parts[i - 1], strlen(sc->parts[i - 1])) != 0)
+        return;
+    }
+  }
+}
+
+static void *script_main(void *arg) {
+  script_t *sc = arg;
+  while (!atomic_load(&sc->stop)) {
+    int fd;
+    struct timeval tv = { 0, 200000 };
+    if (!script_wait(sc, sc->lfd, POLLIN, 100))
+      continue;
+    fd = accept(sc->lfd, NULL, NULL);
+    if (fd < 0)
+      continue;
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    atomic_fetch_add(&sc->conns, 1);
+    script_serve(sc, fd);
+    close(fd);
+  }
+  return NULL;
+}
+
+static void script_start(script_t *sc) {
+  struct sockaddr_in a;
+  socklen_t alen = sizeof(a);
+
+  atomic_store(&sc->stop, 0);
+  atomic_store(&sc->conns, 0);
+  sc->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(sc->lfd >= 0);
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(sc->lfd, (struct sockaddr *) &a, sizeof(a)), 0);
+  assert_int_equal(listen(sc->lfd, 16), 0);
+  assert_int_equal(getsockname(sc->lfd, (struct sockaddr *) &a, &alen), 0);
+  sc->port = ntohs(a.sin_port);
+  signal(SIGPIPE, SIG_IGN);
+  assert_int_equal(pthread_create(&sc->tid, NULL, script_main, sc), 0);
+}
+
+static void script_stop(script_t *sc) {
+  atomic_store(&sc->stop, 1);
+  pthread_join(sc->tid, NULL);
+  close(sc->lfd);
+}
+
+/* Run one request to the script server; the callback's status. */
+static int run_script(fx_t *f, nres_http_req_t *req, const script_t *sc) {
+  int before = f->done;
+  snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%d/x", sc->port);
+  req->url = f->url;
+  req->data = f;
+  assert_int_equal(nres_http_start(req, &f->policy, NRES_TIME_NEVER, on_done), 0);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  assert_int_equal(f->done, before + 1);
+  return f->status;
+}
+
+#define CONTINUE "HTTP/1.1 100 Continue\r\n\r\n"
+#define FINAL_OK "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+/* Issue 10: a 100 Continue was taken for the answer (status 100, empty
+ * body, connection closed). It is skipped, in the same read as the final
+ * answer or in one of its own, and the connection stays in step: the next
+ * request reuses it. */
+static void test_interim_100_then_200(void **state) {
+  static script_t sc;
+  fx_t *f;
+  nres_http_req_t req;
+  char body[16];
+  int gap, k;
+  (void) state;
+
+  for (gap = 0; gap <= 30; gap += 30) {   /* one write; two reads */
+    f = fx_new(NRES_PRESET_TRIVIAL, NULL);
+    assert_int_equal(nres_policy_build(&f->policy), 0);
+    assert_int_equal(nres_http_req_init(&f->client, &req), 0);
+    req.resp_body = body;
+    req.resp_cap = sizeof(body);
+    memset(&sc, 0, sizeof(sc));
+    sc.parts[0] = CONTINUE;
+    sc.parts[1] = FINAL_OK;
+    sc.gap_ms = gap;
+    script_start(&sc);
+    for (k = 0; k < 2; k++) {
+      assert_int_equal(run_script(f, &req, &sc), 0);
+      assert_int_equal(req.status_code, 200);
+      assert_int_equal(req.error, 0);
+      assert_int_equal(req.attempts, 1);
+      assert_int_equal(req.resp_len, 5);
+      assert_int_equal(req.resp_copied, 5);
+      assert_memory_equal(body, "hello", 5);
+    }
+    assert_int_equal(atomic_load(&sc.conns), 1);   /* kept alive */
+    assert_int_equal(f->client.open, 1);
+    /* close the pooled connection before the server goes */
+    req_close(f, &req);
+    fx_free(f);
+    script_stop(&sc);
+  }
+}
+
+/* 103 Early Hints with headers of its own, 102 Processing, and a 100 that
+ * says "Connection: close" or is HTTP/1.0 (http-parser would go dead after
+ * it): all skipped; the final answer's Retry-After alone counts. */
+static void test_interim_103_and_others(void **state) {
+  static script_t sc;
+  fx_t *f = fx_new(NRES_PRESET_TRIVIAL, NULL);
+  nres_http_req_t req;
+  char body[16];
+  (void) state;
+
+  memset(&sc, 0, sizeof(sc));
+  sc.parts[0] = "HTTP/1.1 103 Early Hints\r\n"
+                "Link: </style.css>; rel=preload; as=style\r\n"
+                "Retry-After: 99\r\n\r\n";
+  sc.parts[1] = "HTTP/1.1 102 Processing\r\n\r\n"
+                "HTTP/1.1 100 Continue\r\nConnection: close\r\n\r\n"
+                "HTTP/1.0 100 Continue\r\n\r\n";
+  sc.parts[2] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+  script_start(&sc);
+  assert_int_equal(nres_policy_build(&f->policy), 0);
+  assert_int_equal(nres_http_req_init(&f->client, &req), 0);
+  req.resp_body = body;
+  req.resp_cap = sizeof(body);
+  assert_int_equal(run_script(f, &req, &sc), 0);
+  assert_int_equal(req.status_code, 200);
+  assert_int_equal(req.attempts, 1);
+  assert_int_equal(req.resp_len, 2);
+  assert_memory_equal(body, "ok", 2);
+  assert_true(req.retry_after == NRES_TIME_NEVER);   /* the 103's is not */
+  req_close(f, &req);
+  fx_free(f);
+  script_stop(&sc);
+}
+
+/* Issue 10: an unrequested 101 counted as OK. It is a protocol error:
+ * error UV_EPROTO, status_code 0, PERMANENT (not retried), connection
+ * closed; with or without the upgrade headers. */
+static void test_interim_101_is_protocol_error(void **state) {
+  static const char *const answers[] = {
+    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+    "Connection: Upgrade\r\n\r\n\x81\x02hi",
+    "HTTP/1.1 101 Switching Protocols\r\n\r\n" FINAL_OK,
+    CONTINUE "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+  };
+  static script_t sc;
+  size_t i;
+  (void) state;
+
+  for (i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
+    fx_t *f = fx_new(NRES_PRESET_TRIVIAL, NULL);
+    nres_http_req_t req;
+    memset(&sc, 0, sizeof(sc));
+    sc.parts[0] = answers[i];
+    script_start(&sc);
+    assert_int_equal(nres_policy_build(&f->policy), 0);
+    assert_int_equal(nres_http_req_init(&f->client, &req), 0);
+    assert_int_equal(run_script(f, &req, &sc), NRES_EPERMANENT);
+    assert_int_equal(req.error, UV_EPROTO);
+    assert_int_equal(req.status_code, 0);
+    assert_int_equal(req.attempts, 1);
+    assert_int_equal(req.stop, NRES_STOP_PERMANENT);
+    assert_int_equal(req.uv_.call.last.kind, NRES_PERMANENT);
+    assert_int_equal(f->client.open, 0);
+    req_close(f, &req);
+    fx_free(f);
+    script_stop(&sc);
+  }
+}
+
+/* A server that sends 1xx answers for ever: a fast flood ends the attempt
+ * at the 17th (EPROTO, long before the attempt timeout); a slow one, under
+ * that count, is ended by the attempt timeout (each of the 3 attempts). */
+static void test_interim_flood(void **state) {
+  static script_t sc;
+  fx_t *f = fx_new(NRES_PRESET_TRIVIAL, NULL);
+  nres_http_req_t req;
+  nres_time_t t0;
+  unsigned i;
+  (void) state;
+
+  memset(&sc, 0, sizeof(sc));
+  sc.parts[0] = CONTINUE;
+  sc.gap_ms = 1;
+  sc.flood = 1;
+  script_start(&sc);
+  f->policy.attempt_timeout = 5 * NRES_SEC;
+  assert_int_equal(nres_policy_build(&f->policy), 0);
+  assert_int_equal(nres_http_req_init(&f->client, &req), 0);
+  t0 = nres_clock_now();
+  assert_int_equal(run_script(f, &req, &sc), NRES_EPERMANENT);
+  assert_true(nres_clock_now() - t0 < 5 * NRES_SEC);
+  assert_int_equal(req.error, UV_EPROTO);
+  assert_int_equal(req.attempts, 1);
+  req_close(f, &req);
+  fx_free(f);
+  script_stop(&sc);
+
+  f = fx_new(NRES_PRESET_TRIVIAL, NULL);
+  memset(&sc, 0, sizeof(sc));
+  sc.parts[0] = CONTINUE;
+  sc.gap_ms = 50;   /* 16 take 800 ms: past the 200 ms attempt timeout */
+  sc.flood = 1;
+  script_start(&sc);
+  f->policy.attempt_timeout = 200 * NRES_MSEC;
+  assert_int_equal(nres_policy_build(&f->policy), 0);
+  assert_int_equal(nres_http_req_init(&f->client, &req), 0);
+  t0 = nres_clock_now();
+  assert_int_equal(run_script(f, &req, &sc), NRES_EATTEMPTS);
+  /* 3 attempts of 200 ms; generous slack for a loaded machine */
+  assert_true(nres_clock_now() - t0 < 3 * 200 * NRES_MSEC + 2 * NRES_SEC);
+  assert_int_equal(req.attempts, 3);
+  assert_int_equal(req.status_code, 0);
+  for (i = 0; i < 3; i++)
+    assert_true(nres_call_log(&req.uv_.call, i)->flags & NRES_VF_TIMEOUT);
+  req_close(f, &req);
+  fx_free(f);
+  script_stop(&sc);
+}
+
+/* The socketless entry for fuzzers: the same parser and callbacks. */
+static void test_parse_response_for_test(void **state) {
+  static char buf[64 * 1024];
+  size_t len = 0;
+  uint64_t s = 11;
+  int i, k, rc;
+  (void) state;
+
+#define PARSE(lit, head, eof)                                               \
+  nres__http_parse_response_for_test(lit, sizeof(lit) - 1, head, eof)
+  assert_int_equal(PARSE(FINAL_OK, 0, 0), 200);
+  assert_int_equal(PARSE(CONTINUE FINAL_OK, 0, 0), 200);
+  assert_int_equal(PARSE(CONTINUE, 0, 0), 0);
+  assert_int_equal(PARSE(CONTINUE, 0, 1), 0);   /* closed before the end */
+  assert_int_equal(PARSE("HTTP/1.1 103 Early Hints\r\nLink: <a>\r\n\r\n"
+                         "HTTP/1.1 404 Not Found\r\n\r\n", 0, 1), 404);
+  assert_int_equal(PARSE("HTTP/1.1 200 OK\r\n\r\nuntil the close", 0, 0), 0);
+  assert_int_equal(PARSE("HTTP/1.1 200 OK\r\n\r\nuntil the close", 0, 1),
+                   200);
+  assert_int_equal(PARSE("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", 1,
+                         0), 200);   /* HEAD: no body */
+  assert_int_equal(PARSE("HTTP/1.1 101 Switching Protocols\r\n\r\n", 0, 0),
+                   UV_EPROTO);
+  assert_int_equal(PARSE("HTTP/1.1 099 Odd\r\n\r\n", 0, 0), UV_EPROTO);
+  assert_int_equal(PARSE("HTTP/1.1 100 Continue\r\nContent-Length: 3\r\n\r\n"
+                         FINAL_OK, 0, 0), 200);   /* a 1xx has no body */
+  assert_int_equal(PARSE("garbage\r\n\r\n", 0, 1), UV_EPROTO);
+  assert_int_equal(nres__http_parse_response_for_test(NULL, 0, 0, 1), 0);
+  /* 16 interim answers are skipped, a 17th is an error */
+  for (k = 16; k <= 17; k++) {
+    len = 0;
+    for (i = 0; i < k; i++)
+      len += (size_t) snprintf(buf + len, sizeof(buf) - len, CONTINUE);
+    len += (size_t) snprintf(buf + len, sizeof(buf) - len, FINAL_OK);
+    rc = nres__http_parse_response_for_test(buf, len, 0, 0);
+    assert_int_equal(rc, k == 16 ? 200 : UV_EPROTO);
+  }
+  /* interim heads count toward head_max (16 KiB) together */
+  len = 0;
+  for (i = 0; i < 8; i++) {
+    len += (size_t) snprintf(buf + len, sizeof(buf) - len,
+                             "HTTP/1.1 103 Early Hints\r\nLink: ");
+    memset(buf + len, 'l', 3000);
+    len += 3000;
+    len += (size_t) snprintf(buf + len, sizeof(buf) - len, "\r\n\r\n");
+  }
+  len += (size_t) snprintf(buf + len, sizeof(buf) - len, FINAL_OK);
+  assert_int_equal(nres__http_parse_response_for_test(buf, len, 0, 0),
+                   UV_EPROTO);
+  /* random bytes, with and without a valid start: no crash, no hang */
+  for (k = 0; k < 300; k++) {
+    size_t off = k % 2 ? (size_t) snprintf(buf, sizeof(buf), CONTINUE) : 0;
+    for (i = 0; i < 2048; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      buf[off + (size_t) i] = (char) (s >> 56);
+    }
+    rc = nres__http_parse_response_for_test(buf, off + (s >> 40) % 2048,
+                                            k % 3 == 0, k % 5 == 0);
+    assert_true(rc == 0 || rc == UV_EPROTO || (rc >= 100 && rc <= 999));
+  }
+#undef PARSE
+}
+
 /* ------------------------------------------------------------ 10,000 */
 
 static void test_ten_thousand(void **state) {
@@ -828,6 +1177,11 @@ int main(void) {
     cmocka_unit_test(test_misuse),
     cmocka_unit_test(test_policy_slots),
     cmocka_unit_test(test_hedge),
+    cmocka_unit_test(test_interim_100_then_200),
+    cmocka_unit_test(test_interim_103_and_others),
+    cmocka_unit_test(test_interim_101_is_protocol_error),
+    cmocka_unit_test(test_interim_flood),
+    cmocka_unit_test(test_parse_response_for_test),
     cmocka_unit_test(test_ten_thousand),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -10,6 +10,17 @@
  * errno, so they are transient. Attempt timeouts, waits and hedges come from
  * the libuv driver (nres/uv.h) embedded in the request.
  *
+ * Interim answers: 1xx responses before the final one (100 Continue, 102
+ * Processing, 103 Early Hints, any other 1xx but 101) are read and skipped,
+ * up to 16 per attempt and within head_max for all the heads together;
+ * the result fields describe the final answer. A 101 Switching Protocols
+ * (never asked for: we send no Upgrade), a 17th 1xx, a status below 100 or
+ * a malformed answer end the attempt with error = UV_EPROTO and
+ * status_code 0, classified PERMANENT (nres_classify_errno): the server
+ * does not speak our HTTP, and asking again would get the same; its
+ * connection is closed. A server that sends 1xx answers slowly for ever is
+ * stopped by the attempt timeout like any stalled answer.
+ *
  * Per host: breaker and budget. A policy whose breaker, budget or estimator
  * is its own (the `own` storage, the default) is not used as it is: the
  * host keeps a derived copy of it (one of NRES_HTTP_HOST_POLICIES per host)

@@ -15,6 +15,16 @@
  * request per connection is handled at a time: pipelined requests stay
  * buffered (the parser paused) and reading stops until the answer is out.
  *
+ * Hostile clients cannot hold a slot for ever. A request head must arrive
+ * whole within head_ms of its first byte, however steadily it trickles (the
+ * idle timer alone is re-armed by every byte: slowloris). A connection's
+ * unread output is bounded: the kernel holds out_max bytes of it (the
+ * socket's send buffer, fixed rather than autotuned up to megabytes), libuv
+ * one answer more (at most WBUF bytes queued: one answer at a time); while
+ * that answer is queued nothing more is read (back-pressure), and a peer
+ * that does not take it within write_ms (one that pipelines and never
+ * reads) is closed.
+ *
  * http-parser (Debian's libhttp-parser-dev, 2.9) rather than llhttp: llhttp
  * is not packaged in Debian 12, and http-parser is its predecessor with the
  * same callback model, maintained in Debian with security fixes.
@@ -57,13 +67,18 @@ typedef struct conn_s {
   int done;                  /* on_message_complete ran */
   int keep_alive;
   int head_error;            /* status to answer a head over a limit */
+  int in_head;               /* a request head is arriving (head_at) */
+  int head_done;             /* its headers are complete */
+  uint64_t head_at;          /* uv_now of the head's first byte */
   uint32_t head_bytes;
   uint64_t body_bytes;
   size_t url_len;
   size_t rlen, roff;         /* buffered bytes, and how far parsed */
   size_t wlen;
-  int has_deadline;
-  char deadline[24];
+  int has_deadline;          /* an X-Deadline-Ms value is being read */
+  uint64_t deadline_ms;      /* its value, once the head is complete */
+  size_t deadline_len;
+  char deadline[24];         /* its raw bytes; longer ones are invalid */
   int field_is_deadline;     /* 1 + chars of "x-deadline-ms" matched */
   int in_value;
   char url[URL_MAX];
@@ -80,6 +95,10 @@ struct nres_depserver_s {
   union { uv_pipe_t pipe; uv_tty_t tty; } in;
   int in_watched;
   int stopping;
+  int sink;                  /* parse_for_test: answers are counted, not
+                                written */
+  uint32_t sink_answers;
+  int sink_written;          /* an answer waits for its on_written */
   int pending_accept;        /* a connection waits for a free slot */
   int port;
   conn_t *conns;
@@ -89,8 +108,10 @@ struct nres_depserver_s {
   /* counters (reset by /reset) */
   uint64_t requests, by_ep[EP_COUNT], failures_flaky, failures_outage;
   uint64_t bad_requests, accepted, closed, idle_timeouts, deadline_headers;
+  uint64_t head_timeouts, write_timeouts;
   uint64_t flaky_counter;
-  char last_deadline[24];
+  uint64_t last_deadline;    /* ms; valid if has_last_deadline */
+  int has_last_deadline;
   uint64_t outage_until;     /* uv_now ms; 0 = none */
   uint32_t open;
 };
@@ -208,8 +229,42 @@ static void on_idle(uv_timer_t *t) {
   conn_close(c);
 }
 
+static void on_head_timeout(uv_timer_t *t) {
+  conn_t *c = t->data;
+  c->srv->head_timeouts++;
+  conn_close(c);   /* no answer: a slowloris client would not read it */
+}
+
+static void on_write_timeout(uv_timer_t *t) {
+  conn_t *c = t->data;
+  c->srv->write_timeouts++;
+  conn_close(c);
+}
+
+/* While reading: idle_ms from now, or less if the head in progress would
+ * overrun its deadline first. */
 static void arm_idle(conn_t *c) {
-  uv_timer_start(&c->timer, on_idle, c->srv->config.idle_ms, 0);
+  uint64_t ms = c->srv->config.idle_ms;
+  uv_timer_cb cb = on_idle;
+
+  if (c->in_head && !c->head_done) {
+    uint64_t now = uv_now(c->srv->loop);
+    uint64_t end = c->head_at + c->srv->config.head_ms;
+    uint64_t left = end > now ? end - now : 0;
+    if (left <= ms) {
+      ms = left;
+      cb = on_head_timeout;
+    }
+  }
+  uv_timer_start(&c->timer, cb, ms, 0);
+}
+
+/* Bytes arrived for a request not yet begun: its head deadline starts. */
+static void head_begins(conn_t *c) {
+  if (!c->in_head && !c->head_done && c->rlen > 0) {
+    c->in_head = 1;
+    c->head_at = uv_now(c->srv->loop);
+  }
 }
 
 static void on_conn_closed(uv_handle_t *h) {
@@ -234,9 +289,8 @@ static void conn_close(conn_t *c) {
   c->srv->open--;
   c->srv->closed++;
   uv_close((uv_handle_t *) &c->timer, on_conn_closed);
-  if (c->reset_after)
-    uv_tcp_close_reset(&c->tcp, on_conn_closed);
-  else
+  /* A reset fails on a socket already gone (or none: parse_for_test) */
+  if (!c->reset_after || uv_tcp_close_reset(&c->tcp, on_conn_closed) != 0)
     uv_close((uv_handle_t *) &c->tcp, on_conn_closed);
 }
 
@@ -253,19 +307,32 @@ static void on_written(uv_write_t *w, int status) {
     conn_close(c);
     return;
   }
+  uv_timer_stop(&c->timer);   /* the write deadline */
   c->busy = 0;
   c->done = 0;
+  c->in_head = 0;
+  c->head_done = 0;
   http_parser_pause(&c->parser, 0);
-  process(c);   /* a pipelined request may be waiting */
+  head_begins(c);   /* pipelined bytes: the next head started with them */
+  process(c);       /* a pipelined request may be waiting */
   if (!c->busy && !closing(c)) {
-    uv_read_start((uv_stream_t *) &c->tcp, on_alloc, on_read);
+    if (!c->srv->sink)
+      uv_read_start((uv_stream_t *) &c->tcp, on_alloc, on_read);
     arm_idle(c);
   }
 }
 
+/* Write the answer in wbuf. Reading is stopped until it is written (the
+ * output bound); the peer has write_ms to take it. */
 static void send_buf(conn_t *c) {
   uv_buf_t b = uv_buf_init(c->wbuf, (unsigned) c->wlen);
   c->write.data = c;
+  if (c->srv->sink) {   /* parse_for_test: no socket */
+    c->srv->sink_answers++;
+    c->srv->sink_written = 1;
+    return;
+  }
+  uv_timer_start(&c->timer, on_write_timeout, c->srv->config.write_ms, 0);
   if (uv_write(&c->write, (uv_stream_t *) &c->tcp, &b, 1, on_written) != 0)
     conn_close(c);
 }
@@ -310,14 +377,20 @@ static void on_slow_done(uv_timer_t *t) {
   conn_t *c = t->data;
   char extra[48] = "";
   if (c->has_deadline)
-    snprintf(extra, sizeof(extra), "X-Deadline-Ms-Seen: %s\r\n", c->deadline);
+    snprintf(extra, sizeof(extra), "X-Deadline-Ms-Seen: %llu\r\n",
+             (unsigned long long) c->deadline_ms);
   respond(c, 200, extra, "slow\n");
 }
 
 static void stats_json(nres_depserver_t *srv, char *out, size_t cap) {
   uint64_t now = uv_now(srv->loop);
   size_t o = 0;
+  char last[24] = "null";
   int i;
+
+  if (srv->has_last_deadline)
+    snprintf(last, sizeof(last), "%llu",
+             (unsigned long long) srv->last_deadline);
 
   o += (size_t) snprintf(out + o, cap - o, "{\"requests\":%llu,\"by_endpoint\":{",
                          (unsigned long long) srv->requests);
@@ -328,7 +401,8 @@ static void stats_json(nres_depserver_t *srv, char *out, size_t cap) {
            "},\"failures\":{\"flaky\":%llu,\"outage\":%llu},"
            "\"flaky_counter\":%llu,\"bad_requests\":%llu,"
            "\"connections\":{\"open\":%u,\"accepted\":%llu,\"closed\":%llu,"
-           "\"idle_timeouts\":%llu,\"max\":%u},"
+           "\"idle_timeouts\":%llu,\"head_timeouts\":%llu,"
+           "\"write_timeouts\":%llu,\"max\":%u},"
            "\"deadline_headers\":%llu,\"last_deadline_ms\":%s,"
            "\"outage_left_ms\":%llu}\n",
            (unsigned long long) srv->failures_flaky,
@@ -337,9 +411,10 @@ static void stats_json(nres_depserver_t *srv, char *out, size_t cap) {
            (unsigned long long) srv->bad_requests, srv->open,
            (unsigned long long) srv->accepted,
            (unsigned long long) srv->closed,
-           (unsigned long long) srv->idle_timeouts, srv->config.max_conns,
-           (unsigned long long) srv->deadline_headers,
-           srv->last_deadline[0] ? srv->last_deadline : "null",
+           (unsigned long long) srv->idle_timeouts,
+           (unsigned long long) srv->head_timeouts,
+           (unsigned long long) srv->write_timeouts, srv->config.max_conns,
+           (unsigned long long) srv->deadline_headers, last,
            (unsigned long long) (srv->outage_until > now
                                      ? srv->outage_until - now : 0));
 }
@@ -350,8 +425,10 @@ static void reset_counters(nres_depserver_t *srv) {
   srv->failures_flaky = srv->failures_outage = 0;
   srv->bad_requests = srv->accepted = srv->closed = 0;
   srv->idle_timeouts = srv->deadline_headers = 0;
+  srv->head_timeouts = srv->write_timeouts = 0;
   srv->flaky_counter = 0;
-  srv->last_deadline[0] = '\0';
+  srv->has_last_deadline = 0;
+  srv->last_deadline = 0;
   srv->outage_until = 0;
 }
 
@@ -401,8 +478,10 @@ static void handle(conn_t *c) {
   srv->by_ep[ep]++;
   if (c->has_deadline) {
     srv->deadline_headers++;
-    memcpy(srv->last_deadline, c->deadline, sizeof(srv->last_deadline));
-    snprintf(extra, sizeof(extra), "X-Deadline-Ms-Seen: %s\r\n", c->deadline);
+    srv->last_deadline = c->deadline_ms;
+    srv->has_last_deadline = 1;
+    snprintf(extra, sizeof(extra), "X-Deadline-Ms-Seen: %llu\r\n",
+             (unsigned long long) c->deadline_ms);
   }
 
   if (ep != EP_OUTAGE && srv->outage_until > now) {
@@ -573,8 +652,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0)
     return;
   c->rlen += (size_t) nread;
-  arm_idle(c);
+  head_begins(c);
   process(c);
+  if (!c->busy && !closing(c))
+    arm_idle(c);   /* after process: the head may have completed */
 }
 
 /* -------------------------------------------------------------- parsing */
@@ -652,27 +733,58 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
     return 1;
   if (!c->in_value) {
     c->in_value = 1;
-    if (c->field_is_deadline == 14) {
+    if (c->field_is_deadline == 14) {   /* the last one counts */
       c->has_deadline = 1;
-      c->deadline[0] = '\0';
+      c->deadline_len = 0;
     }
   }
   if (c->field_is_deadline == 14) {
-    size_t have = strlen(c->deadline);
-    /* Keep digits only: it is echoed back in a header and in JSON. */
-    for (i = 0; i < len && have + 1 < sizeof(c->deadline); i++)
-      if (at[i] >= '0' && at[i] <= '9')
-        c->deadline[have++] = at[i];
-    c->deadline[have] = '\0';
-    if (have == 0)
-      c->has_deadline = 0;
+    for (i = 0; i < len; i++) {
+      if (c->deadline_len >= sizeof(c->deadline)) {
+        c->deadline_len = sizeof(c->deadline) + 1;   /* too long: invalid */
+        break;
+      }
+      c->deadline[c->deadline_len++] = at[i];
+    }
   }
+  return 0;
+}
+
+/* The largest deadline taken: a JSON number any reader holds exactly. */
+#define DEADLINE_MAX 9007199254740991ull   /* 2^53 - 1 */
+
+/* An X-Deadline-Ms value: decimal digits (leading zeros allowed), blanks
+ * around them, at most DEADLINE_MAX. 0 and *out set, or -1. It is echoed
+ * in a header and in /stats' JSON, so anything else is ignored. */
+static int deadline_parse(const char *s, size_t len, uint64_t *out) {
+  size_t i = 0;
+  uint64_t v = 0;
+
+  while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+    len--;
+  while (i < len && (s[i] == ' ' || s[i] == '\t'))
+    i++;
+  if (i == len)
+    return -1;
+  for (; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return -1;
+    v = v * 10 + (uint64_t) (s[i] - '0');
+    if (v > DEADLINE_MAX)
+      return -1;
+  }
+  *out = v;
   return 0;
 }
 
 static int on_headers_complete(http_parser *p) {
   conn_t *c = p->data;
   c->keep_alive = http_should_keep_alive(p);
+  c->head_done = 1;
+  if (c->has_deadline &&
+      (c->deadline_len > sizeof(c->deadline) ||
+       deadline_parse(c->deadline, c->deadline_len, &c->deadline_ms) != 0))
+    c->has_deadline = 0;
   return 0;
 }
 
@@ -707,14 +819,10 @@ static const http_parser_settings settings = {
 
 /* --------------------------------------------------------------- server */
 
-static void accept_one(nres_depserver_t *srv) {
-  conn_t *c;
+/* Take a free slot (the caller checked there is one) and set it up. */
+static conn_t *conn_open(nres_depserver_t *srv) {
+  conn_t *c = &srv->conns[srv->free_list[--srv->free_count]];
 
-  if (srv->free_count == 0) {
-    srv->pending_accept = 1;   /* libuv waits until we accept */
-    return;
-  }
-  c = &srv->conns[srv->free_list[--srv->free_count]];
   memset(c, 0, offsetof(conn_t, url));
   c->srv = srv;
   c->in_use = 1;
@@ -725,14 +833,29 @@ static void accept_one(nres_depserver_t *srv) {
   c->handles = 2;
   srv->open++;
   srv->accepted++;
+  http_parser_init(&c->parser, HTTP_REQUEST);
+  c->parser.data = c;
+  c->in_value = 1;
+  return c;
+}
+
+static void accept_one(nres_depserver_t *srv) {
+  conn_t *c;
+
+  if (srv->free_count == 0) {
+    srv->pending_accept = 1;   /* libuv waits until we accept */
+    return;
+  }
+  c = conn_open(srv);
   if (uv_accept((uv_stream_t *) &srv->listener, (uv_stream_t *) &c->tcp) != 0) {
     conn_close(c);
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
-  http_parser_init(&c->parser, HTTP_REQUEST);
-  c->parser.data = c;
-  c->in_value = 1;
+  {
+    int size = (int) srv->config.out_max;
+    uv_send_buffer_size((uv_handle_t *) &c->tcp, &size);
+  }
   uv_read_start((uv_stream_t *) &c->tcp, on_alloc, on_read);
   arm_idle(c);
 }
@@ -749,6 +872,9 @@ void nres_depserver_config_init(nres_depserver_config_t *config) {
   config->flaky_every = 4;
   config->max_conns = 256;
   config->idle_ms = 10000;
+  config->head_ms = 10000;
+  config->write_ms = 10000;
+  config->out_max = 64 * 1024;
   config->head_max = 8192;
   config->body_max = 1u << 20;
   config->seed = 0x6e726573;
@@ -769,7 +895,9 @@ int nres_depserver_new(uv_loop_t *loop, const nres_depserver_config_t *config,
   if (loop == NULL || config == NULL || out == NULL ||
       config->port < 0 || config->port > 65535 || config->flaky_every < 1 ||
       config->max_conns < 1 || config->max_conns > 65536 ||
-      config->idle_ms < 1 || config->head_max < 64)
+      config->idle_ms < 1 || config->head_ms < 1 || config->write_ms < 1 ||
+      config->out_max < 4096 || config->out_max > (64u << 20) ||
+      config->head_max < 64)
     return UV_EINVAL;
   srv = calloc(1, sizeof(*srv));
   if (srv == NULL)
@@ -846,6 +974,68 @@ void nres_depserver_free(nres_depserver_t *srv) {
   free(srv);
 }
 
+/* ---------------------------------------------------- parse without I/O */
+
+/* One connection of a server with no listener on a private loop, fed as
+ * reads would feed it (at most RBUF bytes buffered), answers counted in
+ * place of writes. The loop and server are made on the first call and
+ * kept: a fuzzer calls this millions of times. */
+int nres_depserver_parse_for_test(const char *buf, size_t len) {
+  static uv_loop_t loop;
+  static nres_depserver_t *srv;
+  conn_t *c;
+  size_t off = 0;
+  int answers;
+
+  if (srv == NULL) {
+    srv = calloc(1, sizeof(*srv));
+    if (srv == NULL || uv_loop_init(&loop) != 0) {
+      free(srv);
+      srv = NULL;
+      return -1;
+    }
+    nres_depserver_config_init(&srv->config);
+    srv->config.max_conns = 1;
+    srv->config.body_max = 64 * 1024;
+    srv->conns = calloc(1, sizeof(conn_t));
+    srv->free_list = calloc(1, sizeof(uint32_t));
+    if (srv->conns == NULL || srv->free_list == NULL)
+      abort();
+    srv->free_count = 1;
+    srv->loop = &loop;
+    srv->sink = 1;
+    srv->stopping = 1;   /* no accepts: there is no listener */
+  }
+  if (buf == NULL && len > 0)
+    return -1;
+  srv->rng = srv->config.seed;
+  srv->sink_answers = 0;
+  c = conn_open(srv);
+  while (!closing(c) && (off < len || srv->sink_written)) {
+    if (srv->sink_written) {   /* the answer is "written": go on */
+      srv->sink_written = 0;
+      on_written(&c->write, 0);
+      continue;
+    }
+    if (c->busy)
+      break;   /* a /slow answer waits for its timer: never here */
+    {
+      size_t room = sizeof(c->rbuf) - c->rlen;
+      size_t n = len - off < room ? len - off : room;
+      if (n == 0)
+        break;   /* a full buffer: the server closes (ENOBUFS) */
+      memcpy(c->rbuf + c->rlen, buf + off, n);
+      off += n;
+      on_read((uv_stream_t *) &c->tcp, (ssize_t) n, NULL);
+    }
+  }
+  srv->sink_written = 0;
+  conn_close(c);
+  uv_run(&loop, UV_RUN_DEFAULT);   /* the handles close */
+  answers = (int) srv->sink_answers;
+  return answers;
+}
+
 /* ------------------------------------------------------------- command */
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -873,6 +1063,12 @@ static const char usage[] =
   "  --flaky-every N   /flaky answers 503 on every Nth request (default 4)\n"
   "  --max-conns N     open connections at most (default 256)\n"
   "  --idle-ms N       close a connection silent this long (default 10000)\n"
+  "  --head-ms N       a request head must arrive whole within N ms of its\n"
+  "                    first byte, however it trickles (default 10000)\n"
+  "  --write-ms N      close a connection whose peer does not take an\n"
+  "                    answer within N ms (default 10000)\n"
+  "  --out-max N       unread answer bytes held for a peer: the socket's\n"
+  "                    send buffer (default 65536)\n"
   "  --head-max N      request head bytes at most (default 8192)\n"
   "  --seed N          seed of /slow's random latencies\n"
   "  --no-stdin        do not stop when stdin closes\n"
@@ -939,6 +1135,15 @@ int nres_depserver_main(int argc, char **argv) {
     } else if (strcmp(a, "--idle-ms") == 0) {
       if (parse_u(a, val, 1, 86400000, &v)) return 2;
       cfg.idle_ms = (uint32_t) v;
+    } else if (strcmp(a, "--head-ms") == 0) {
+      if (parse_u(a, val, 1, 86400000, &v)) return 2;
+      cfg.head_ms = (uint32_t) v;
+    } else if (strcmp(a, "--write-ms") == 0) {
+      if (parse_u(a, val, 1, 86400000, &v)) return 2;
+      cfg.write_ms = (uint32_t) v;
+    } else if (strcmp(a, "--out-max") == 0) {
+      if (parse_u(a, val, 4096, 64ul << 20, &v)) return 2;
+      cfg.out_max = (uint32_t) v;
     } else if (strcmp(a, "--head-max") == 0) {
       if (parse_u(a, val, 64, 1 << 20, &v)) return 2;
       cfg.head_max = (uint32_t) v;

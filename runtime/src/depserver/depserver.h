@@ -10,6 +10,7 @@
 #ifndef NRES_HOST_DEPSERVER_H
 #define NRES_HOST_DEPSERVER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -22,6 +23,15 @@ typedef struct nres_depserver_config_s {
                                kernel's backlog. Default 256 */
   uint32_t idle_ms;         /* a connection silent this long mid-request or
                                between requests is closed. Default 10000 */
+  uint32_t head_ms;         /* a request head must arrive whole within this
+                               of its first byte, however steadily it
+                               trickles (slowloris). Default 10000 */
+  uint32_t write_ms;        /* an answer the peer does not take within this
+                               closes the connection (reading stops while
+                               one is queued). Default 10000 */
+  uint32_t out_max;         /* unread answer bytes the kernel holds for a
+                               peer (SO_SNDBUF, fixed; Linux doubles it),
+                               4 KiB..64 MiB. Default 64 KiB */
   uint32_t head_max;        /* request line + headers, bytes; 8192 */
   uint32_t body_max;        /* request body read and dropped; 1 MiB */
   uint64_t seed;            /* /slow's random latencies */
@@ -41,6 +51,14 @@ void nres_depserver_stop(nres_depserver_t *server);
 void nres_depserver_stop_async(nres_depserver_t *server);
 /* Free it, once its loop has ended (uv_run returned). */
 void nres_depserver_free(nres_depserver_t *server);
+
+/* For fuzzers and tests: feed `len` bytes (any bytes) to the request
+ * parser and handlers of one fresh connection, as reads would (the server's
+ * buffer limits and pipelining included), without a socket: answers are
+ * counted instead of written, and /slow's delayed answer never comes. The
+ * server behind it is made on the first call and kept (counters and all);
+ * one thread only. Returns the number of answers, or -1 (no memory). */
+int nres_depserver_parse_for_test(const char *buf, size_t len);
 
 /* The command: `nres-depserver [--port N] [--flaky-every N] ...`; prints
  * "port N" on stdout, stops when stdin closes or on SIGTERM/SIGINT.

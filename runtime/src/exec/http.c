@@ -8,11 +8,15 @@
  * and report the verdict: nres_classify_http for a response (Retry-After
  * parsed in http_retry_after.c), nres_classify_errno for a transport error
  * (refused, reset, EOF mid-response -> ECONNRESET: transient; a malformed
- * response -> EPROTO: permanent). A timed-out or abandoned attempt closes
- * its connection, whose state is then unknown. A pooled connection that
- * turns out dead before any byte of the answer (the server closed it while
- * idle) is the classic keep-alive race: the attempt is sent once more on a
- * fresh connection, as browsers and curl do, without counting an attempt.
+ * response -> EPROTO: permanent). Interim 1xx answers (100 Continue, 102,
+ * 103 Early Hints) are skipped, NRES__HTTP_INTERIM_MAX at most, and the
+ * parser starts over for the final one: http-parser 2.9 takes a 1xx for a
+ * whole message. A 101 is EPROTO: we never ask to switch protocols. A
+ * timed-out or abandoned attempt closes its connection, whose state is
+ * then unknown. A pooled connection that turns out dead before any byte
+ * of the answer (the server closed it while idle) is the classic
+ * keep-alive race: the attempt is sent once more on a fresh connection, as
+ * browsers and curl do, without counting an attempt.
  *
  * Why a lean client and not libcurl's multi interface: curl_multi driven by
  * libuv (curl_multi_socket_action) costs a curl easy handle per request
@@ -187,11 +191,9 @@ static void send_request(nres__http_conn_t *conn) {
   char *p = conn->head;
   int rc;
 
-  http_parser_init(&conn->parser, HTTP_RESPONSE);
-  conn->parser.data = conn;
-  conn->got = conn->done = conn->in_ra = conn->ra_bad = conn->field_ra = 0;
-  conn->head_bytes = conn->ra_len = 0;
-  conn->body_len = conn->body_kept = 0;
+  conn->got = 0;
+  conn->head_req = req->head_;
+  nres__http_parse_start(conn);
 
   p = put(p, req->method != NULL ? req->method : "GET", req->method_len_);
   *p++ = ' ';
@@ -307,8 +309,10 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
 
 static int on_headers_complete(http_parser *p) {
   nres__http_conn_t *conn = p->data;
-  /* 1 tells http-parser there is no body (the answer to HEAD). */
-  return conn->req != NULL && conn->req->head_ ? 1 : 0;
+  if (p->status_code < 100 || p->status_code == 101)
+    return -1;   /* not a status; or a switch of protocols nobody asked for */
+  /* 1 tells http-parser there is no body (a 1xx, the answer to HEAD). */
+  return p->status_code < 200 || conn->head_req ? 1 : 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t len) {
@@ -324,9 +328,91 @@ static int on_body(http_parser *p, const char *at, size_t len) {
 
 static int on_message_complete(http_parser *p) {
   nres__http_conn_t *conn = p->data;
-  conn->done = 1;
+  if (p->status_code < 200)
+    conn->interim = 1;   /* the final answer is still to come */
+  else
+    conn->done = 1;
   http_parser_pause(p, 1);   /* bytes after it are not this answer's */
   return 0;
+}
+
+/* A new answer begins: a fresh parser (after a 1xx, http-parser 2.9 may
+ * have gone dead: a 1xx with "Connection: close" or HTTP/1.0), and the
+ * per-answer state. head_bytes goes on counting: interim heads and the
+ * final one share head_max. */
+static void answer_start(nres__http_conn_t *conn) {
+  http_parser_init(&conn->parser, HTTP_RESPONSE);
+  conn->parser.data = conn;
+  conn->done = conn->interim = 0;
+  conn->in_ra = conn->ra_bad = conn->field_ra = 0;
+  conn->ra_len = 0;
+  conn->body_len = conn->body_kept = 0;
+}
+
+void nres__http_parse_start(nres__http_conn_t *conn) {
+  answer_start(conn);
+  conn->head_bytes = 0;
+  conn->interims = 0;
+}
+
+int nres__http_parse(nres__http_conn_t *conn, const char *data, size_t len,
+                     size_t *used) {
+  size_t off = 0;
+
+  *used = 0;
+  if (data == NULL) {   /* the peer closed */
+    if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_OK) {
+      http_parser_execute(&conn->parser, &settings, NULL, 0);
+      if (conn->done)
+        return 1;
+    }
+    return 0;
+  }
+  for (;;) {
+    off += http_parser_execute(&conn->parser, &settings, data + off,
+                               len - off);
+    *used = off;
+    if (conn->done)
+      return 1;
+    if (!conn->interim)
+      break;
+    if (++conn->interims > NRES__HTTP_INTERIM_MAX)
+      return -EPROTO;   /* a server stalling us with 1xx */
+    answer_start(conn);
+    if (off == len)
+      return 0;
+  }
+  return HTTP_PARSER_ERRNO(&conn->parser) == HPE_OK ? 0 : -EPROTO;
+}
+
+int nres__http_parse_response_for_test(const char *data, size_t len,
+                                       int head_req, int eof) {
+  nres_http_client_t client;
+  nres__http_conn_t *conn;
+  size_t off = 0, used;
+  int rc = 0;
+
+  if (data == NULL && len > 0)
+    return NRES_EINVAL;
+  memset(&client, 0, sizeof(client));
+  nres_http_config_init(&client.config);
+  conn = nres__calloc(1, sizeof(*conn) + client.config.body_max);
+  if (conn == NULL)
+    return NRES_ENOMEM;
+  conn->client = &client;
+  conn->head_req = head_req != 0;
+  nres__http_parse_start(conn);
+  while (rc == 0 && off < len) {
+    size_t n = len - off < NRES__HTTP_RBUF ? len - off : NRES__HTTP_RBUF;
+    rc = nres__http_parse(conn, data + off, n, &used);
+    off += n;
+  }
+  if (rc == 0 && eof && len > 0)
+    rc = nres__http_parse(conn, NULL, 0, &used);
+  if (rc == 1)
+    rc = conn->parser.status_code;
+  nres__free(conn);
+  return rc;
 }
 
 /* A whole response arrived for the attempt on `conn`. */
@@ -383,28 +469,25 @@ void nres__http_on_read(nres__http_conn_t *conn, ssize_t nread) {
     return;
   }
   if (nread > 0) {
-    size_t n;
+    size_t used;
+    int rc;
     conn->got = 1;
-    n = http_parser_execute(&conn->parser, &settings, conn->rbuf,
-                            (size_t) nread);
-    if (conn->done) {
-      response_done(conn, n == (size_t) nread);
+    rc = nres__http_parse(conn, conn->rbuf, (size_t) nread, &used);
+    if (rc == 1) {
+      response_done(conn, used == (size_t) nread);
       return;
     }
-    if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_OK)
+    if (rc == 0)
       return;   /* more to come */
-    err = -EPROTO;   /* a malformed answer or one over head_max */
+    err = rc;   /* -EPROTO: malformed, over head_max, 101, 1xx flood */
   } else {
+    size_t used;
     err = (int) nread;
     if (nread == UV_EOF) {
       /* An answer delimited by the close completes now. */
-      if (conn->got &&
-          HTTP_PARSER_ERRNO(&conn->parser) == HPE_OK) {
-        http_parser_execute(&conn->parser, &settings, NULL, 0);
-        if (conn->done) {
-          response_done(conn, 0);
-          return;
-        }
+      if (conn->got && nres__http_parse(conn, NULL, 0, &used) == 1) {
+        response_done(conn, 0);
+        return;
       }
       err = UV_ECONNRESET;   /* cut off mid-answer, or before it */
     }

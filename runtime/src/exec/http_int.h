@@ -16,6 +16,7 @@
 #define NRES__HTTP_RBUF 4096         /* read buffer per connection */
 #define NRES__HTTP_KEY_MAX 64        /* "host:port" */
 #define NRES__HTTP_RA_MAX 64         /* Retry-After value kept */
+#define NRES__HTTP_INTERIM_MAX 16    /* 1xx answers skipped per attempt */
 
 /* The part of a policy compared to tell whether a derived copy is still a
  * copy of it: the public fields before the hedge window (whose atomics
@@ -74,6 +75,9 @@ typedef struct nres__http_conn_s {
   uint8_t ra_bad;                    /* the value was too long */
   uint8_t field_ra;                  /* the header field being read */
   uint8_t writing;                   /* 1: the request write is pending */
+  uint8_t head_req;                  /* 1: a HEAD request (no body) */
+  uint8_t interim;                   /* 1: a 1xx answer just ended */
+  uint8_t interims;                  /* 1xx answers of this attempt */
   uint32_t head_bytes;
   uint32_t ra_len;
   size_t body_len;                   /* full length */
@@ -132,6 +136,29 @@ void nres__http_conn_put(nres__http_conn_t *conn);
 void nres__http_conn_close(nres__http_conn_t *conn);
 /* Free every host (client close). */
 void nres__http_hosts_free(nres_http_client_t *client);
+
+/* http.c: the response parser. */
+/* Reset conn's response parser and per-answer state for a new answer. */
+void nres__http_parse_start(nres__http_conn_t *conn);
+/* Feed `len` bytes of the answer to conn's parser. 1: a final answer is
+ * complete (*used: the bytes it took; more are not its own), 0: more bytes
+ * are needed (all taken), or -EPROTO: malformed, over head_max, a 101 or
+ * more than NRES__HTTP_INTERIM_MAX 1xx answers. Interim 1xx answers (100,
+ * 102, 103...) are skipped: the parser starts over after each. With
+ * data == NULL and len == 0: the peer closed (an answer delimited by the
+ * close completes). Needs conn->client (its config) and conn->body's room;
+ * conn->req may be NULL. */
+int nres__http_parse(nres__http_conn_t *conn, const char *data, size_t len,
+                     size_t *used);
+/* For fuzzers and tests: parse `len` bytes (any bytes) as the answer to one
+ * request (a HEAD if head_req), on a connection of a client with the
+ * default config (body_max 4096, head_max 16 KiB), without a socket, in
+ * reads of at most NRES__HTTP_RBUF bytes as the connection would, then the
+ * peer's close if eof. Returns the final status (>= 200) when an answer is
+ * complete, 0 when more bytes were needed, or -EPROTO. Allocates and frees
+ * its connection on each call. */
+int nres__http_parse_response_for_test(const char *data, size_t len,
+                                       int head_req, int eof);
 
 /* http.c: the pool calls these back. */
 void nres__http_on_connect(nres__http_conn_t *conn, int status);

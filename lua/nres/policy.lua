@@ -226,7 +226,6 @@ local function build(t)
     if br.jitter then cfg.break_jitter = br.jitter end
     if br.probes then cfg.probes = br.probes end
     if br.successes then cfg.success_threshold = br.successes end
-    cfg.probe_every = br.probe_every or 0
     local rc = C.nres_breaker_init(cp.own.breaker, cfg)
     if rc ~= 0 then return nil, "breaker: " .. ffi_string(C.nres_strerror(rc)) end
     cp.breaker = cp.own.breaker

@@ -196,7 +196,6 @@ _M.policy = {
     jitter = fraction,
     probes = integer(1, 255),
     successes = integer(1, 255),
-    probe_every = optional(integer(1, 4294967295)),
   },
   limiter = section {
     rate = rate,

@@ -151,7 +151,8 @@ function _M.slot(self, i)
   return C.nres_shm_slot(self.shm, i)
 end
 
--- The key of slot i, its generation and lease end (ns), or nil if free.
+-- The key of slot i, its generation and lease end (ns; 2^64 for a lease
+-- that never ends), or nil if free.
 function _M.key(self, i)
   local n = C.nres_shm_key(self.shm, i, key_buf, 64, gen_box, lease_box)
   if n < 0 then return nil end

@@ -21,6 +21,7 @@
 #define NRES_TEST_SHM_OPS_H
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

@@ -14,6 +14,19 @@
 --     seed = 1,
 --   }
 --
+-- The tournament form runs several scenarios over several seeds instead
+-- of one dependency (nresrun.sim.tournament; bench/tournament.lua):
+--
+--   return nresrun.simulation{
+--     name = "tournament",
+--     policies = { "none", "trivial", "default" },   -- presets, in this order
+--     seeds = { 1, 2, 3, 4, 5 },
+--     scenarios = {
+--       { name = "outage", dependency = { ... }, load = { rate = 400 }, duration = 180 },
+--       ...
+--     },
+--   }
+--
 -- `nresrun FILE.lua` sees that the file returned a simulation and calls
 -- main(): each policy runs in turn against its own fresh instance of the
 -- dependency on a virtual clock (nresrun.sim.run), with a policy built afresh
@@ -38,7 +51,13 @@ local MAX_DURATION = 86400
 local fields = {
   name = true, description = true, policy = true, policies = true, dependency = true,
   load = true, duration = true, seed = true, max_inflight = true, grace = true,
+  scenarios = true, seeds = true,
 }
+-- What one run needs: the top level of a plain simulation, or a scenario.
+local run_fields = { dependency = true, load = true, duration = true, max_inflight = true, grace = true }
+local scenario_fields = { name = true, description = true }
+for k in pairs(run_fields) do scenario_fields[k] = true end
+local MAX_SEEDS = 1000
 local load_fields = { rate = true, arrivals = true }
 
 local function suggest(key, set)
@@ -77,6 +96,50 @@ local function check_policy(path, v)
   return nil
 end
 
+-- The checks of what one run needs (duration, dependency, load,
+-- max_inflight, grace) in table `t`, its problems named from `path`
+-- ("simulation" or "simulation.scenarios[2]").
+local function check_run(t, path, bad)
+  local duration = t.duration
+  if duration == nil then
+    bad("%s.duration: missing (simulated seconds)", path)
+    duration = nil
+  elseif not (finite(duration) and duration == floor(duration) and duration >= 1 and duration <= MAX_DURATION) then
+    bad("%s.duration: expected whole simulated seconds from 1 to %d, got %s", path, MAX_DURATION, describe(duration))
+    duration = nil
+  end
+  if t.max_inflight ~= nil and not int(t.max_inflight, 1, 1000000) then
+    bad("%s.max_inflight: expected an integer from 1 to 1000000, got %s", path, describe(t.max_inflight))
+  end
+  if t.grace ~= nil and not (finite(t.grace) and t.grace >= 0 and t.grace <= 3600) then
+    bad("%s.grace: expected simulated seconds from 0 to 3600, got %s", path, describe(t.grace))
+  end
+
+  if t.dependency == nil then
+    bad("%s.dependency: missing (a table: latency, fail_prob, fail_every, capacity, phases)", path)
+  else
+    for _, p in ipairs(simdep.check(t.dependency, path .. ".dependency", duration)) do bad("%s", p) end
+  end
+
+  local load = t.load
+  if type(load) ~= "table" then
+    bad("%s.load: expected { rate = arrivals per second }, got %s", path, describe(load))
+  else
+    for k in pairs(load) do
+      if not load_fields[k] then bad("%s.load.%s: unknown field%s", path, tostring(k), suggest(k, load_fields)) end
+    end
+    if not (finite(load.rate) and load.rate > 0) then
+      bad("%s.load.rate: expected arrivals per second (> 0), got %s", path, describe(load.rate))
+    elseif duration and load.rate * duration > MAX_ARRIVALS then
+      bad("%s.load.rate: %s arrivals/s for %d s is %.0f arrivals per policy; at most %d (lower the rate or the duration)",
+          path, describe(load.rate), duration, load.rate * duration, MAX_ARRIVALS)
+    end
+    if load.arrivals ~= nil and load.arrivals ~= "poisson" and load.arrivals ~= "fixed" then
+      bad('%s.load.arrivals: expected "poisson" or "fixed", got %s', path, describe(load.arrivals))
+    end
+  end
+end
+
 -- nresrun.simulation{...}: checked now, so a mistake points at the file.
 function _M.new(t, level)
   level = (level or 1) + 1
@@ -95,23 +158,68 @@ function _M.new(t, level)
   if t.description ~= nil and type(t.description) ~= "string" then
     bad("simulation.description: expected a string, got %s", describe(t.description))
   end
-
-  local duration = t.duration
-  if duration == nil then
-    bad("simulation.duration: missing (simulated seconds)")
-    duration = nil
-  elseif not (finite(duration) and duration == floor(duration) and duration >= 1 and duration <= MAX_DURATION) then
-    bad("simulation.duration: expected whole simulated seconds from 1 to %d, got %s", MAX_DURATION, describe(duration))
-    duration = nil
-  end
   if t.seed ~= nil and not int(t.seed, 0, 2 ^ 31 - 2) then
     bad("simulation.seed: expected an integer from 0 to 2147483646, got %s", describe(t.seed))
   end
-  if t.max_inflight ~= nil and not int(t.max_inflight, 1, 1000000) then
-    bad("simulation.max_inflight: expected an integer from 1 to 1000000, got %s", describe(t.max_inflight))
-  end
-  if t.grace ~= nil and not (finite(t.grace) and t.grace >= 0 and t.grace <= 3600) then
-    bad("simulation.grace: expected simulated seconds from 0 to 3600, got %s", describe(t.grace))
+
+  -- One run (dependency, load, duration) or a tournament (scenarios, seeds).
+  local scenarios
+  if t.scenarios == nil then
+    check_run(t, "simulation", bad)
+    if t.seeds ~= nil then
+      bad("simulation.seeds: only with scenarios = { ... } (one run takes seed = n)")
+    end
+  else
+    for k in pairs(run_fields) do
+      if t[k] ~= nil then
+        bad("simulation.%s: give it per scenario (simulation.scenarios[i].%s) in a tournament", k, k)
+      end
+    end
+    if t.seed ~= nil then bad("simulation.seed: a tournament takes seeds = { ... }") end
+    local sc = t.scenarios
+    if type(sc) ~= "table" or sc[1] == nil then
+      bad("simulation.scenarios: expected a list of { name, dependency, load, duration }, got %s", describe(sc))
+    else
+      scenarios = {}
+      local seen = {}
+      for k in pairs(sc) do
+        if not int(k, 1, #sc) then bad("simulation.scenarios[%s]: expected a list (keys 1..n)", describe(k)) end
+      end
+      for i, s in ipairs(sc) do
+        local path = format("simulation.scenarios[%d]", i)
+        if type(s) ~= "table" then
+          bad("%s: expected a table { name, dependency, load, duration }, got %s", path, describe(s))
+        else
+          for k in pairs(s) do
+            if not scenario_fields[k] then bad("%s.%s: unknown field%s", path, tostring(k), suggest(k, scenario_fields)) end
+          end
+          if type(s.name) ~= "string" or not s.name:match("^[%w_%-%.]+$") then
+            bad("%s.name: expected a name of letters, digits, '-', '_' or '.', got %s", path, describe(s.name))
+          elseif seen[s.name] then
+            bad("%s.name: %s is also scenarios[%d]", path, describe(s.name), seen[s.name])
+          else
+            seen[s.name] = i
+          end
+          if s.description ~= nil and type(s.description) ~= "string" then
+            bad("%s.description: expected a string, got %s", path, describe(s.description))
+          end
+          check_run(s, path, bad)
+          scenarios[i] = s
+        end
+      end
+    end
+    local seeds = t.seeds
+    if seeds == nil then
+      bad("simulation.seeds: missing (a list of integer seeds, e.g. { 1, 2, 3, 4, 5 })")
+    elseif type(seeds) ~= "table" or seeds[1] == nil or #seeds > MAX_SEEDS then
+      bad("simulation.seeds: expected a list of 1 to %d integer seeds, got %s", MAX_SEEDS, describe(seeds))
+    else
+      for i, v in ipairs(seeds) do
+        if not int(v, 0, 2 ^ 31 - 2) then
+          bad("simulation.seeds[%d]: expected an integer from 0 to 2147483646, got %s", i, describe(v))
+        end
+      end
+    end
   end
 
   -- policy or policies
@@ -125,6 +233,26 @@ function _M.new(t, level)
   elseif t.policies ~= nil then
     if type(t.policies) ~= "table" or next(t.policies) == nil then
       bad("simulation.policies: expected a table of name = policy or preset name, got %s", describe(t.policies))
+    elseif t.policies[1] ~= nil then
+      -- A list of preset names, run and reported in this order.
+      for k, v in pairs(t.policies) do
+        local i = int(k, 1, #t.policies) and k or nil
+        if not i then
+          bad("simulation.policies[%s]: a list of preset names cannot also have named entries", describe(k))
+        elseif type(v) ~= "string" then
+          bad("simulation.policies[%d]: expected a preset name in a list (name = nres.policy{...} in a table), got %s",
+              i, describe(v))
+        else
+          local why = check_policy(format("simulation.policies[%d]", i), v)
+          if why then bad("%s", why) end
+        end
+      end
+      for i, v in ipairs(t.policies) do
+        for j = 1, i - 1 do
+          if t.policies[j] == v then bad("simulation.policies[%d]: %s is also policies[%d]", i, describe(v), j) end
+        end
+        list[i] = { name = tostring(v), spec = v }
+      end
     else
       for name, v in pairs(t.policies) do
         if type(name) ~= "string" or not name:match("^[%w_%-%.]+$") then
@@ -141,30 +269,6 @@ function _M.new(t, level)
     bad("simulation.policy: missing (a policy, a preset name, or policies = { name = policy, ... })")
   end
 
-  if t.dependency == nil then
-    bad("simulation.dependency: missing (a table: latency, fail_prob, fail_every, capacity, phases)")
-  else
-    for _, p in ipairs(simdep.check(t.dependency, "simulation.dependency", duration)) do bad("%s", p) end
-  end
-
-  local load = t.load
-  if type(load) ~= "table" then
-    bad("simulation.load: expected { rate = arrivals per second }, got %s", describe(load))
-  else
-    for k in pairs(load) do
-      if not load_fields[k] then bad("simulation.load.%s: unknown field%s", tostring(k), suggest(k, load_fields)) end
-    end
-    if not (finite(load.rate) and load.rate > 0) then
-      bad("simulation.load.rate: expected arrivals per second (> 0), got %s", describe(load.rate))
-    elseif duration and load.rate * duration > MAX_ARRIVALS then
-      bad("simulation.load.rate: %s arrivals/s for %d s is %.0f arrivals per policy; at most %d (lower the rate or the duration)",
-          describe(load.rate), duration, load.rate * duration, MAX_ARRIVALS)
-    end
-    if load.arrivals ~= nil and load.arrivals ~= "poisson" and load.arrivals ~= "fixed" then
-      bad('simulation.load.arrivals: expected "poisson" or "fixed", got %s', describe(load.arrivals))
-    end
-  end
-
   -- Level 0: the message already starts with the caller's file:line ("?"
   -- when nresrun.simulation was a tail call; nresrun then finds the line).
   if #problems > 0 then
@@ -172,7 +276,7 @@ function _M.new(t, level)
     error(at .. ": " .. (#problems == 1 and problems[1]
       or format("%d problems:\n  %s", #problems, table.concat(problems, "\n  "))), 0)
   end
-  return setmetatable({ spec = t, where = at, policies = list }, mt)
+  return setmetatable({ spec = t, where = at, policies = list, scenarios = scenarios }, mt)
 end
 
 function _M.is_simulation(v)
@@ -198,6 +302,7 @@ _M.fresh = fresh
 -- overrides the file's). Returns the report document (nresrun.sim.report).
 function _M.run(self, opts)
   opts = opts or {}
+  if self.scenarios then return require("nresrun.sim.tournament").run(self, opts) end
   local t = self.spec
   local seed = opts.seed or t.seed or 1
   local d = t.dependency
@@ -244,6 +349,7 @@ end
 -- its accounting holds, 1 otherwise, 2 for bad usage.
 function _M.main(self, path, opts)
   opts = opts or {}
+  if self.scenarios then return require("nresrun.sim.tournament").main(self, path, opts) end
   local report = require "nresrun.sim.report"
   local name = self.spec.name or path:match("([^/]+)%.lua$") or "simulation"
   for _, o in ipairs { "warmup", "window", "repetitions", "max_minutes", "cell", "rep" } do

@@ -401,9 +401,19 @@ local bad = {
   { base{ dependency = { phases = { { from = 10, to = 5, fail = 1 } } } }, "simulation.dependency.phases[1].to: expected after from (10 s), got 5" },
   { base{ dependency = { phases = { { from = 70, to = 80, fail = 1 } } } },
     "simulation.dependency.phases[1].from: 70 s is not before the end of the simulation (duration 60 s)" },
-  { base{ dependency = { phases = { { from = 1, to = 2 } } } }, "simulation.dependency.phases[1]: changes nothing; set fail and/or latency_factor" },
+  { base{ dependency = { phases = { { from = 1, to = 2 } } } }, "simulation.dependency.phases[1]: changes nothing; set fail, latency_factor and/or capacity" },
   { base{ dependency = { phases = { { from = 1, to = 2, fail = 1, kind = "x" } } } },
-    "simulation.dependency.phases[1].kind: unknown field (fail, from, latency_factor, name, to)" },
+    "simulation.dependency.phases[1].kind: unknown field (capacity, fail, from, latency_factor, name, ramp, to)" },
+  { base{ dependency = { phases = { { from = 1, to = 2, capacity = 0.5 } } } },
+    "simulation.dependency.phases[1].capacity: has no effect without dependency.capacity" },
+  { base{ dependency = { capacity = { concurrency = 2 }, phases = { { from = 1, to = 2, capacity = 0 } } } },
+    "simulation.dependency.phases[1].capacity: expected a factor on the capacity, > 0 and <= 1000, got 0" },
+  { base{ dependency = { phases = { { from = 1, to = 2, fail = 1, ramp = 1 } } } },
+    "simulation.dependency.phases[1].ramp: has no effect without latency_factor" },
+  { base{ dependency = { phases = { { from = 1, to = 2, latency_factor = 2, ramp = 5 } } } },
+    "simulation.dependency.phases[1].ramp: 5 s is longer than the phase (1 s)" },
+  { base{ dependency = { phases = { { from = 1, to = 2, latency_factor = 2, ramp = -1 } } } },
+    "simulation.dependency.phases[1].ramp: expected seconds > 0, got -1" },
   { base{ dependency = { phases = { { from = 1, to = 2, fail = 1.5 } } } }, "simulation.dependency.phases[1].fail: expected a probability in [0, 1], got 1.5" },
   { base{ load = "nil" }, "simulation.load: expected { rate = arrivals per second }, got nil" },
   { base{ load = { rate = 0 } }, "simulation.load.rate: expected arrivals per second (> 0), got 0" },
@@ -412,6 +422,133 @@ local bad = {
   { base{ load = { rate = 1e6 }, duration = 3600 },
     "simulation.load.rate: 1000000 arrivals/s for 3600 s is 3600000000 arrivals per policy; at most 20000000 (lower the rate or the duration)" },
 }
+
+-- The tournament form: scenarios and seeds instead of one dependency.
+local function tour(over, sc_over)
+  local sc = { name = "s1", dependency = { latency = { fixed = 0.01 } }, load = { rate = 10 }, duration = 10 }
+  for k, v in pairs(sc_over or {}) do
+    if v == "nil" then sc[k] = nil else sc[k] = v end
+  end
+  local t = { policies = { "none", "default" }, seeds = { 1, 2 }, scenarios = { sc } }
+  for k, v in pairs(over) do
+    if v == "nil" then t[k] = nil else t[k] = v end
+  end
+  return t
+end
+local bad_tour = {
+  { tour{ duration = 10 }, "simulation.duration: give it per scenario (simulation.scenarios[i].duration) in a tournament" },
+  { tour{ seed = 1 }, "simulation.seed: a tournament takes seeds = { ... }" },
+  { tour{ seeds = "nil" }, "simulation.seeds: missing (a list of integer seeds, e.g. { 1, 2, 3, 4, 5 })" },
+  { tour{ seeds = { 1, -2 } }, "simulation.seeds[2]: expected an integer from 0 to 2147483646, got -2" },
+  { tour{ seeds = {} }, "simulation.seeds: expected a list of 1 to 1000 integer seeds, got a table" },
+  { tour{ scenarios = {} }, "simulation.scenarios: expected a list of { name, dependency, load, duration }, got a table" },
+  { tour({}, { name = "nil" }), "simulation.scenarios[1].name: expected a name of letters, digits, '-', '_' or '.', got nil" },
+  { tour({}, { duration = 0 }), "simulation.scenarios[1].duration: expected whole simulated seconds from 1 to 86400, got 0" },
+  { tour({}, { loads = 1 }), 'simulation.scenarios[1].loads: unknown field (did you mean "load"?)' },
+  { tour({}, { dependency = { phases = { { from = 1, to = 2, fail = 3 } } } }),
+    "simulation.scenarios[1].dependency.phases[1].fail: expected a probability in [0, 1], got 3" },
+  { tour{ scenarios = { { name = "a", dependency = {}, load = { rate = 1 }, duration = 5 },
+                        { name = "a", dependency = {}, load = { rate = 1 }, duration = 5 } } },
+    'simulation.scenarios[2].name: "a" is also scenarios[1]' },
+  { tour{ policies = { "none", "none" } }, 'simulation.policies[2]: "none" is also policies[1]' },
+  { tour{ policies = { "none", 5 } },
+    "simulation.policies[2]: expected a preset name in a list (name = nres.policy{...} in a table), got 5" },
+  { base{ seeds = { 1 } }, "simulation.seeds: only with scenarios = { ... } (one run takes seed = n)" },
+}
+
+describe("tournament", function()
+  local tmod = require "nresrun.sim.tournament"
+  for i, case in ipairs(bad_tour) do
+    it(string.format("bad tournament %d: %s", i, case[2]:sub(1, 60)), function()
+      expect.error(function()
+        local s = nresrun.simulation(case[1])   -- not a tail call: keeps the position
+        return s
+      end, case[2], "sim_spec.lua")
+    end)
+  end
+  it("a capacity phase halves the servers: a second request at once queues", function()
+    local s = sched.new{ virtual = true }
+    local t0 = s.now()
+    local inst = simdep.instantiate({ latency = { fixed = 0.010 }, capacity = { concurrency = 2, queue = 0 },
+                                      phases = { { from = 1, to = 2, capacity = 0.5 } } },
+                                    simdep.rng(1), s.now, s.driver.sleep, t0)
+    local got = {}
+    for i, at in ipairs { 0.5, 0.5, 1.5, 1.5 } do
+      s:spawn(function()
+        s.driver.sleep(at * 1e9)
+        local r, err = inst.call(nil)
+        got[i] = { at = at, r = r, err = err }
+      end)
+    end
+    s:run_until(t0 + 3e9)
+    expect.eq(got[1].r, true) expect.eq(got[2].r, true, "two servers before the phase")
+    expect.eq(got[3].r, true) expect.eq(got[4].err, "overloaded", "one server inside it")
+  end)
+  it("a ramp grows the latency factor linearly from 1", function()
+    local s = sched.new{ virtual = true }
+    local t0 = s.now()
+    local inst = simdep.instantiate({ latency = { fixed = 0.010 },
+                                      phases = { { from = 10, to = 30, latency_factor = 3, ramp = 10 } } },
+                                    simdep.rng(1), s.now, s.driver.sleep, t0)
+    local took = {}
+    for _, at in ipairs { 5, 10, 15, 25 } do
+      s:spawn(function()
+        s.driver.sleep(at * 1e9)
+        local t = s.now()
+        inst.call(nil)
+        took[#took + 1] = (s.now() - t) / 1e6
+      end)
+    end
+    s:run_until(t0 + 40e9)
+    expect.near(took[1], 10, 1e-6) expect.near(took[2], 10, 1e-6)
+    expect.near(took[3], 20, 1e-6, "halfway up the ramp: x2") expect.near(took[4], 30, 1e-6, "held at x3")
+  end)
+  it("runs every policy on every seed; measures downtime, recovery and overload", function()
+    local t = nresrun.simulation{
+      policies = { "none", "default" }, seeds = { 3, 4 },
+      scenarios = {
+        { name = "out", dependency = { latency = { fixed = 0.01 }, phases = { { name = "o", from = 10, to = 20, fail = 1 } } },
+          load = { rate = 100 }, duration = 30 },
+        { name = "ov", dependency = { latency = { fixed = 0.01 }, capacity = { concurrency = 2, queue = 2 },
+                                      phases = { { name = "h", from = 5, to = 15, capacity = 0.5 } } },
+          load = { rate = 150 }, duration = 20 },
+      },
+    }
+    local doc = tmod.run(t)
+    expect.eq(table.concat(doc.policies, " "), "none default")
+    local out = doc.scenarios[1]
+    expect.eq(#out.results.none, 2)
+    local n, d = out.results.none[1], out.results.default[1]
+    expect.near(n.down_req_per_op, 1, 1e-9, "none sends every arrival to a dead dependency")
+    expect.truthy(d.down_req_per_op < 0.2, "the default's breaker keeps most of it away")
+    expect.eq(n.recovery_s, 1)
+    expect.near(n.success, 2 / 3, 0.02)
+    local ov = doc.scenarios[2].results.none[1]
+    expect.near(ov.capacity_rps, 100, 1e-9, "one server of 10 ms")
+    expect.near(ov.offered_rps, 150, 15)
+    expect.truthy(ov.served_rps <= 101 and ov.served_rps > 90)
+    -- check: a target that cannot hold is reported for the policy and seed.
+    local misses = tmod.check(doc, { policies = { "default" }, none_margin = 0, trivial_share = 1,
+                                     trivial_scenarios = {}, down_req_per_op = 0, recovery_s = 0,
+                                     overload_load = 0 })
+    local seen = {}
+    for _, m in ipairs(misses) do seen[m.scenario .. " " .. m.target .. " " .. m.seed] = true end
+    expect.truthy(seen["out dep req/arrival while down 3"])
+    expect.truthy(seen["out recovery s 4"])
+    expect.truthy(seen["ov overload dep req/s 3"])
+    local md = tmod.markdown(doc, { misses = misses })
+    expect.truthy(md:find("| none |", 1, true))
+    expect.truthy(md:find("## Targets", 1, true))
+    expect.truthy(tmod.plot(doc, out):find("<svg", 1, true))
+  end)
+  it("bench/tournament.lua loads as a tournament of the six presets", function()
+    local s = dofile("bench/tournament.lua")
+    expect.truthy(sim.is_simulation(s) and s.scenarios ~= nil)
+    local names = {}
+    for _, p in ipairs(s.policies) do names[#names + 1] = p.name end
+    expect.eq(table.concat(names, " "), "none trivial default http gateway batch")
+  end)
+end)
 
 describe("validation", function()
   for i, case in ipairs(bad) do

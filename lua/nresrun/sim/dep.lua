@@ -4,8 +4,15 @@
 --     latency = { lognormal = { 0.02, 0.5 } },          -- healthy spread
 --     capacity = { concurrency = 16, queue = 32 },      -- and/or { rate = 500, burst = 50 }
 --     phases = { { name = "outage", from = 60, to = 90, fail = 1 },
---                { name = "brownout", from = 150, to = 210, fail = 0.1, latency_factor = 1.5 } },
+--                { name = "brownout", from = 150, to = 210, fail = 0.1, latency_factor = 1.5 },
+--                { name = "overload", from = 60, to = 120, capacity = 0.5 },
+--                { name = "drift", from = 60, to = 300, latency_factor = 3, ramp = 120 } },
 --   }
+--
+-- A phase scales capacity by `capacity` (servers and rate; the queue
+-- keeps its length) and service times by `latency_factor`; with `ramp`
+-- the factor grows linearly from 1 at `from` to latency_factor at
+-- from + ramp, then holds until `to`.
 --
 -- Separate from nresrun.dep (the in-process models of real-time cells)
 -- because a simulation needs what a real-time cell cannot afford or does
@@ -50,7 +57,8 @@ local fields = {
   error = true, name = true,
 }
 local capacity_fields = { concurrency = true, queue = true, rate = true, burst = true }
-local phase_fields = { name = true, from = true, to = true, fail = true, latency_factor = true }
+local phase_fields = { name = true, from = true, to = true, fail = true, latency_factor = true,
+                       capacity = true, ramp = true }
 
 local latency_ok = require("nresrun.dep").latency_kinds
 local latency_expect = require("nresrun.dep").latency_expect
@@ -177,8 +185,22 @@ function _M.check(d, path, duration)
           if p.latency_factor ~= nil and not (finite(p.latency_factor) and p.latency_factor >= 0) then
             bad("%s.latency_factor: expected a finite number >= 0, got %s", pp, describe(p.latency_factor))
           end
-          if p.fail == nil and p.latency_factor == nil then
-            bad("%s: changes nothing; set fail and/or latency_factor", pp)
+          if p.capacity ~= nil and not (finite(p.capacity) and p.capacity > 0 and p.capacity <= 1000) then
+            bad("%s.capacity: expected a factor on the capacity, > 0 and <= 1000, got %s", pp, describe(p.capacity))
+          elseif p.capacity ~= nil and d.capacity == nil then
+            bad("%s.capacity: has no effect without dependency.capacity", pp)
+          end
+          if p.ramp ~= nil then
+            if not (finite(p.ramp) and p.ramp > 0) then
+              bad("%s.ramp: expected seconds > 0, got %s", pp, describe(p.ramp))
+            elseif p.latency_factor == nil then
+              bad("%s.ramp: has no effect without latency_factor", pp)
+            elseif finite(p.from) and finite(p.to) and p.ramp > p.to - p.from then
+              bad("%s.ramp: %s s is longer than the phase (%s s)", pp, describe(p.ramp), describe(p.to - p.from))
+            end
+          end
+          if p.fail == nil and p.latency_factor == nil and p.capacity == nil then
+            bad("%s: changes nothing; set fail, latency_factor and/or capacity", pp)
           end
         end
       end
@@ -244,12 +266,13 @@ function _M.instantiate(d, rand, now, sleep, t0)
     service = function() return 0 end
   end
 
-  -- Phases as flat arrays, in ns from t0.
-  local ph_from, ph_to, ph_fail, ph_factor, nph = {}, {}, {}, {}, 0
+  -- Phases as flat arrays, in ns from t0 (ramp: ns, 0 = none).
+  local ph_from, ph_to, ph_fail, ph_factor, ph_ramp, ph_cap, nph = {}, {}, {}, {}, {}, {}, 0
   for _, p in ipairs(d.phases or {}) do
     nph = nph + 1
     ph_from[nph], ph_to[nph] = t0 + p.from * 1e9, t0 + p.to * 1e9
     ph_fail[nph], ph_factor[nph] = p.fail or 0, p.latency_factor or 1
+    ph_ramp[nph], ph_cap[nph] = (p.ramp or 0) * 1e9, p.capacity or 1
   end
 
   -- Servers: the time each one frees; queue: start times of waiting
@@ -272,9 +295,23 @@ function _M.instantiate(d, rand, now, sleep, t0)
     count = count + 1
     inst.requests = count
 
+    -- The phases in force: latency factor, capacity factor (the failure
+    -- draw comes after the rate check, as it always has: same streams).
+    local fail, factor, capf = false, 1, 1
+    for i = 1, nph do
+      if t >= ph_from[i] and t < ph_to[i] then
+        factor = ph_factor[i]
+        local r = ph_ramp[i]
+        if r > 0 and t < ph_from[i] + r then
+          factor = 1 + (factor - 1) * (t - ph_from[i]) / r
+        end
+        capf = ph_cap[i]
+      end
+    end
+
     if rate then
       if refilled then
-        tokens = tokens + (t - refilled) * rate / 1e9
+        tokens = tokens + (t - refilled) * rate * capf / 1e9
         if tokens > burst then tokens = burst end
       end
       refilled = t
@@ -285,19 +322,25 @@ function _M.instantiate(d, rand, now, sleep, t0)
       tokens = tokens - 1
     end
 
-    local fail, factor = false, 1
     for i = 1, nph do
       if t >= ph_from[i] and t < ph_to[i] then
         local f = ph_fail[i]
         if f >= 1 or (f > 0 and rand() < f) then fail = true end
-        factor = ph_factor[i]
       end
     end
     local done = t + service() * factor
 
     if nsrv > 0 then
+      -- With fewer servers (capf < 1) only the first ones take work; the
+      -- others finish what they hold. More (capf > 1) is capped at the
+      -- servers declared.
+      local n = nsrv
+      if capf ~= 1 then
+        n = floor(nsrv * capf + 0.5)
+        if n < 1 then n = 1 elseif n > nsrv then n = nsrv end
+      end
       local best, best_at = 1, free_at[1]
-      for i = 2, nsrv do
+      for i = 2, n do
         local a = free_at[i]
         if a < best_at then best, best_at = i, a end
       end

@@ -88,6 +88,7 @@ function _M.run(cfg)
 
   local hist = hist_mod.new()
   local hist_n, hist_sec = 0, 1
+  local okhist = hist_mod.new()   -- successful calls over the whole run
   local function flush(sec)
     if sec >= 1 and sec <= D then
       S.p50_ms[sec] = quantile(hist, hist_n, 0.5)
@@ -132,6 +133,7 @@ function _M.run(cfg)
     hist_n = hist_n + 1
     if ok then
       T.ok = T.ok + 1
+      okhist[i] = okhist[i] + 1
       if sec <= D then S.ok[sec] = S.ok[sec] + 1 end
     elseif REJECTIONS[reason] then
       T.rejected = T.rejected + 1
@@ -245,6 +247,8 @@ function _M.run(cfg)
   T.dep_failed, T.dep_timeouts = inst.failed, inst.timeouts
   T.dep_requests_per_op = T.arrivals > 0 and inst.requests / T.arrivals or 0
   T.success_ratio = T.arrivals > 0 and T.ok / T.arrivals or 0
+  T.ok_p50_ms = quantile(okhist, T.ok, 0.5)
+  T.ok_p99_ms = quantile(okhist, T.ok, 0.99)
   T.budget_capacity = budget_cap
   T.final_breaker = breaker and STATE_NAMES[breaker_state(breaker, now())] or nil
   T.final_budget = budget and budget_level(budget, now()) or nil

@@ -21,6 +21,32 @@ if type(ngx) == "table" and type(ngx.sleep) == "function" then
     -- ngx.sleep has millisecond resolution; 0 would spin: round up.
     sleep = function(ns) if ns > 0 then ngx_sleep(math.ceil(ns / 1e6) / 1e3) end end,
   }
+  -- Hedging (nres.run): attempts are light threads. A thread returns its
+  -- arg; wait_any waits on the attempts and, for a deadline, one sleeper
+  -- thread, killed afterwards; kill kills a loser (its cosocket is closed
+  -- with it).
+  local thread, now_ns = ngx.thread, C.nres_step_now
+  local function body(fn, arg) fn(arg) return arg end
+  local function sleeper(until_ns)
+    local left = until_ns - now_ns()
+    if left > 0 then ngx_sleep(math.ceil(left / 1e6) / 1e3) end
+    return false
+  end
+  if type(thread) == "table" then
+    local spawn, wait, kill = thread.spawn, thread.wait, thread.kill
+    _M.nginx.spawn = function(fn, arg) return spawn(body, fn, arg) end
+    _M.nginx.wait_any = function(tasks, n, until_ns)
+      local s = until_ns >= 0 and spawn(sleeper, until_ns) or nil
+      local args = { tasks[1], tasks[2], tasks[3], tasks[4] }
+      local m = n
+      if s ~= nil then m = n + 1; args[m] = s end
+      local ok, got = wait(unpack(args, 1, m))
+      if s ~= nil and got ~= false then kill(s) end
+      if not ok then error(got, 0) end
+      return got or nil
+    end
+    _M.nginx.kill = function(t) kill(t) end
+  end
 end
 
 -- A virtual clock starting at `start` ns (default 1 s).

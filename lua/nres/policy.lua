@@ -313,6 +313,10 @@ function _M.new(spec, level)
     driver = driver.default(),
     -- Built as a passthrough (flag 1) and nothing Lua-side to run either.
     passthrough = bit.band(cp.private_flags, 1) ~= 0 and not t.admit and not t.on_event,
+    -- Attempts side by side: p:run needs a driver that can (nres.run).
+    hedged = cp.hedge.max > 1,
+    -- Lua-side counters, shared by the copies (with_driver, with).
+    tally = { hedges_won = 0 },
   }, mt)
 end
 
@@ -342,6 +346,10 @@ function _M.stats(self)
     abandoned = tonumber(counters.abandoned), fallbacks = tonumber(counters.fallbacks),
     late = tonumber(counters.late), verdicts = {}, stops = {}, rejects = {},
   }
+  -- Hedges sent (hedges), won (the call's answer came from a hedge) and
+  -- canceled (losers abandoned unclassified: the same as abandoned).
+  s.hedges_won = self.tally and self.tally.hedges_won or 0
+  s.hedges_canceled = s.abandoned
   for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
   for i = 1, 9 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
   for i = 0, 4 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
@@ -355,7 +363,10 @@ function _M.stats(self)
   return s
 end
 
-function _M.reset_stats(self) C.nres_policy_counters_reset(self.cp) end
+function _M.reset_stats(self)
+  C.nres_policy_counters_reset(self.cp)
+  if self.tally then self.tally.hedges_won = 0 end
+end
 function _M.drain(self, on) C.nres_policy_drain(self.cp, on == false and 0 or 1) end
 
 return _M

@@ -42,6 +42,7 @@ local describe = require("nres.schema").describe
 local C = cdef.C
 local pcall, select, type, error, unpack, setmetatable = pcall, select, type, error, unpack, setmetatable
 local format, sub = string.format, string.sub
+local band, lshift = require("bit").band, require("bit").lshift
 local ffi_new, ffi_string, ffi_gc = ffi.new, ffi.string, ffi.gc
 local step_begin, step_report = C.nres_step_begin, C.nres_step_report
 local step_resume, step_cancel, step_now = C.nres_step_resume, C.nres_step_cancel, C.nres_step_now
@@ -205,6 +206,185 @@ local function admit_junk(yes, why)
                 describe(yes), describe(why))
 end
 
+-- Hedged calls: attempts side by side. A hedged policy (hedge = { at, max })
+-- needs a driver that can run them, with three more functions:
+--   spawn(fn, arg) -> task    start fn(arg) beside the caller (it runs until
+--                             its first wait, then the caller goes on)
+--   wait_any(tasks, n, until_ns) -> the arg of an ended task among
+--                             tasks[1..n], or nil once until_ns (-1: none)
+--                             has come
+--   kill(task)                abandon a task that has not ended: it never
+--                             runs again (nginx: the light thread is killed
+--                             and its cosocket closed)
+-- nresrun's scheduler (nresrun.sched) and the nginx driver have them. The
+-- blocking and virtual drivers have one thread of control, where an attempt
+-- always ends before a hedge could start: p:run refuses a hedged policy on
+-- them (an error naming the driver) rather than silently not hedging.
+-- The C machine decides everything: when a hedge is due (resume_at, the
+-- live quantile), whether it may start (budget spent, suppressed while the
+-- failure ratio is high, throttled), and which attempts lose (the cancel
+-- mask): the first good answer wins and the losers are killed. This path
+-- allocates (a record per attempt, a task, the driver's own); the plain
+-- path above stays garbage-free.
+local function attempt_body(rec)
+  attempt_at, attempt_now = rec.at, rec.now
+  rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest =
+    collect(pcall(rec.fn, rec.a1, rec.a2, rec.a3, rec.a4))
+  attempt_at = -1
+  rec.done = true
+  return rec
+end
+
+local function kill_all(kill, recs, mask)
+  for slot = 0, 3 do
+    local r = recs[slot]
+    if r ~= nil and (mask == nil or band(mask, lshift(1, slot)) ~= 0) then
+      recs[slot] = nil
+      if r.task ~= nil and not r.done then pcall(kill, r.task) end
+    end
+  end
+end
+
+local function run_hedged(self, fn, a1, a2, a3, a4)
+  local cp, verdict_of, driver = self.cp, self.classify, self.driver
+  local now, admit, on_event = driver.now, self.admit, self.on_event
+  local spawn, wait_any, kill = driver.spawn, driver.wait_any, driver.kill
+  local st = ffi_new("nres_step_t")      -- this call waits while others run
+  local call, owner = take_call()
+  owner[1], owner[2] = self, driver
+  local kind = step_begin(call, cp, now(), -1, st)
+  local recs, list = {}, {}
+  local last                             -- the last attempt reported
+  local refused, cb, cb_err
+
+  while kind ~= DONE do
+    local at
+    if kind == ATTEMPT then
+      local rec = { slot = st.slot, hedge = st.hedge == 1, at = st.at, now = now,
+                    fn = fn, a1 = a1, a2 = a2, a3 = a3, a4 = a4, done = false }
+      at = st.resume_at                  -- when a hedge may be due
+      if admit ~= nil then
+        local fine, yes, why = pcall(admit, st.attempt, self)
+        if not fine then
+          cb, cb_err = "admit", yes
+          break
+        elseif yes ~= true then
+          if yes ~= false and yes ~= nil or why ~= nil and type(why) ~= "string" then
+            cb, cb_err = "admit", admit_junk(yes, why)
+            break
+          end
+          refused = why or "rate limited"
+          rec.ok, rec.n, rec.r1, rec.r2 = true, 2, nil, refused
+          rec.vk, rec.fl, rec.ra, rec.done = THROTTLED, VF_SELF, -1, true
+        end
+      end
+      recs[rec.slot] = rec
+      if not rec.done then
+        local fine, task = pcall(spawn, attempt_body, rec)
+        if not fine then
+          recs[rec.slot] = nil
+          cb, cb_err = "driver.spawn", task
+          break
+        end
+        rec.task = task
+      end
+    else
+      at = st.at
+    end
+
+    -- An attempt that has ended, else wait for one or for `at`.
+    local rec, n = nil, 0
+    for slot = 0, 3 do
+      local r = recs[slot]
+      if r ~= nil then
+        if r.done then rec = r break end
+        n = n + 1
+        list[n] = r.task
+      end
+    end
+    if rec == nil and n > 0 then
+      local fine, got = pcall(wait_any, list, n, at)
+      for i = n, 1, -1 do list[i] = nil end
+      if not fine then
+        cb, cb_err = "driver.wait_any", got
+        break
+      end
+      rec = got
+    elseif rec == nil then
+      if at < 0 then
+        kind = step_cancel(call, now(), st)
+        give_call(call, owner)
+        error("nres: the executor asked to wait forever with nothing in flight", 2)
+      end
+      local delay = at - now()
+      if on_event ~= nil then
+        local fine, err = pcall(on_event, "wait", delay / 1e9)
+        if not fine then
+          cb, cb_err = "on_event", err
+          break
+        end
+      end
+      local fine, err = pcall(driver.sleep, delay)
+      if not fine then
+        cb, cb_err = "driver.sleep", err
+        break
+      end
+    end
+
+    if rec ~= nil then
+      recs[rec.slot] = nil
+      local vk, fl, ra = rec.vk, rec.fl, rec.ra
+      if vk == nil then
+        local fine
+        fine, vk, fl, ra = pcall(verdict_of, rec.ok, rec.r1, rec.r2)
+        if not fine then
+          last = rec
+          cb, cb_err = "classify", vk
+          break
+        end
+      end
+      if on_event ~= nil then
+        local fine, err = pcall(on_event, "attempt", call.attempts, verdict_names[vk])
+        if not fine then
+          last = rec
+          cb, cb_err = "on_event", err
+          break
+        end
+      end
+      kind = step_report(call, rec.slot, now(), vk, fl, ra, st)
+      last = rec
+      if st.cancel ~= 0 then kill_all(kill, recs, st.cancel) end
+    else
+      kind = step_resume(call, now(), st)
+    end
+  end
+
+  local ok, r1, r2 = true, nil, nil
+  if last ~= nil then ok, r1, r2 = last.ok, last.r1, last.r2 end
+  if cb ~= nil then
+    kill_all(kill, recs, nil)
+    step_cancel(call, now(), st)
+    return finish(self, call, owner, st.stop, false, ok, r1, r2, refused, cb, cb_err)
+  end
+  kill_all(kill, recs, nil)
+  local stop, fallback_wanted = st.stop, st.fallback == 1
+  if stop == STOP_OK then
+    if last.hedge then
+      local tally = self.tally
+      tally.hedges_won = tally.hedges_won + 1
+    end
+    if on_event ~= nil then
+      local fine, err = pcall(on_event, "done", "ok", call.attempts)
+      if not fine then
+        return finish(self, call, owner, stop, false, ok, r1, r2, nil, "on_event", err, true)
+      end
+    end
+    give_call(call, owner)
+    return results(last.n, last.r1, last.r2, last.r3, last.rest)
+  end
+  return finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused)
+end
+
 -- Run fn(a1, a2, a3, a4) under the policy. On success: exactly fn's
 -- results. On failure: nil, reason, info (or the fallback's value, nil,
 -- info). At most four arguments: LuaJIT cannot compile a vararg call here
@@ -230,6 +410,15 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
     end
     step_cancel(call, 0, step)
     return finish(self, call, owner, step.stop, false, ok, r1, r2, nil, "classify", vk)
+  end
+
+  if self.hedged then
+    if driver.spawn == nil then
+      error(format("nres: this policy hedges, and the %s driver cannot run attempts side by side"
+                   .. " (it needs spawn, wait_any and kill: nresrun's scheduler, nginx); use"
+                   .. " p:with_driver(...) or hedge = false", tostring(driver.name or "given")), 2)
+    end
+    return run_hedged(self, fn, a1, a2, a3, a4)
   end
 
   local call, owner = take_call()

@@ -38,6 +38,8 @@ function _M.current() return current end
 local now = nres_driver.blocking.now
 local real_sleep = nres_driver.blocking.sleep
 
+local add_tasks   -- below: spawn, wait_any and kill for the driver
+
 -- opts.virtual: a virtual clock starting at opts.start ns (default 1 s).
 function _M.new(opts)
   local s = setmetatable({ at = {}, co = {}, n = 0 }, mt)
@@ -59,6 +61,7 @@ function _M.new(opts)
     now = clock,
     sleep = function(ns) if ns > 0 then co_yield(clock() + ns) end end,
   }
+  add_tasks(s)
   return s
 end
 
@@ -99,6 +102,8 @@ end
 
 -- Resume co; if it yields a time, it sleeps until then.
 local function step(s, co, ...)
+  local dead = s.dead
+  if dead ~= nil and dead[co] then return nil end   -- a killed task: dropped
   local prev = current
   current = s
   local ok, at = co_resume(co, ...)
@@ -110,6 +115,66 @@ local function step(s, co, ...)
   return at
 end
 _M.resume = step
+
+-- Side-by-side tasks, what nres.run needs to hedge (driver.spawn,
+-- driver.wait_any, driver.kill). A task is a coroutine on this scheduler
+-- running fn(arg). A worker in wait_any parks by yielding a non-number (so
+-- it is in no heap) and is resumed by the first of its tasks to end, or by
+-- a timer at the wait's end. kill marks a task dead: the scheduler drops it
+-- the next time it would resume it (its timer or its I/O completion), so a
+-- loser stops where it waits and its coroutine is collected. Allocates
+-- (a coroutine per task): only hedged calls use it.
+local PARKED = "parked"
+local function task_body(s, t, fn, arg)
+  fn(arg)
+  t.done = true
+  local w = t.waiter
+  if w ~= nil and s.parked[w] == t.token then
+    s.parked[w] = nil
+    step(s, w)
+  end
+end
+local function timer_body(s, me, token, at)
+  co_yield(at)
+  if s.parked[me] == token then
+    s.parked[me] = nil
+    step(s, me)
+  end
+end
+add_tasks = function(s)
+  s.dead = setmetatable({}, { __mode = "k" })
+  s.parked = setmetatable({}, { __mode = "k" })
+  local d, clock = s.driver, s.now
+  d.spawn = function(fn, arg)
+    local t = { co = co_create(task_body), done = false, arg = arg }
+    step(s, t.co, s, t, fn, arg)
+    return t
+  end
+  -- The arg of an ended task among tasks[1..n], or nil once until_ns (ns,
+  -- -1 = none) has come.
+  d.wait_any = function(tasks, n, until_ns)
+    for i = 1, n do if tasks[i].done then return tasks[i].arg end end
+    if until_ns >= 0 and until_ns <= clock() then return nil end
+    local me = coroutine.running()
+    local token = {}
+    s.parked[me] = token
+    for i = 1, n do tasks[i].waiter, tasks[i].token = me, token end
+    local timer
+    if until_ns >= 0 then
+      timer = co_create(timer_body)
+      step(s, timer, s, me, token, until_ns)
+    end
+    co_yield(PARKED)
+    s.parked[me] = nil
+    if timer ~= nil then s.dead[timer] = true end
+    for i = 1, n do tasks[i].waiter = nil end
+    for i = 1, n do if tasks[i].done then return tasks[i].arg end end
+    return nil
+  end
+  d.kill = function(t)
+    if not t.done then s.dead[t.co] = true end
+  end
+end
 
 -- Start fn(...) as a worker; it runs until its first wait.
 function _M.spawn(s, fn, ...)

@@ -21,7 +21,7 @@ local ffi = require "ffi"
 local C = cdef.C
 
 local _M = {
-  _VERSION = "0.1.0",
+  _VERSION = ffi.string(C.nres_version_string()),   -- the CMake project version
   version = ffi.string(C.nres_version_string()),
   library = cdef.path,
   driver = driver,

@@ -204,9 +204,12 @@ local function candidates()
   for template in package.cpath:gmatch("[^;]+") do
     list[#list + 1] = template:gsub("%?", "libnres")
   end
+  -- libnres.so comes with the -dev files; libnres.so.0 (its soname, the
+  -- CMake project's major version) alone with the runtime package libnres0.
   for _, dir in ipairs { "/usr/local/lib", "/usr/local/lib/x86_64-linux-gnu",
                          "/usr/lib", "/usr/lib/x86_64-linux-gnu" } do
     list[#list + 1] = dir .. "/libnres.so"
+    list[#list + 1] = dir .. "/libnres.so.0"
   end
   return list
 end

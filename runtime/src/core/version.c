@@ -2,19 +2,17 @@
  *
  * Bindings (the Lua FFI face) compare these at load time with what they
  * declared, so a stale library is an error rather than memory corruption.
+ * The release numbers come from the generated nres/version.h (CMake's
+ * project version).
  */
 #include "internal.h"
-
-#define NRES__STR_(x) #x
-#define NRES__STR(x) NRES__STR_(x)
 
 unsigned nres_version(void) {
   return NRES_VERSION_HEX;
 }
 
 const char *nres_version_string(void) {
-  return NRES__STR(NRES_VERSION_MAJOR) "." NRES__STR(NRES_VERSION_MINOR) "."
-         NRES__STR(NRES_VERSION_PATCH);
+  return NRES_VERSION_STRING;   /* the CMake project version */
 }
 
 unsigned nres_abi_version(void) {

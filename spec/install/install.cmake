@@ -1,0 +1,28 @@
+# install.cmake - the install tests (label install), included by
+# CMakeLists.txt with NRES_TESTS: the installed library used from C
+# (gcc and clang, shared and static, through pkg-config), the LuaRocks
+# rock (luarocks make into a temporary tree, then require "nres" with no
+# NRES_LIB), and the Debian packages (cpack, unpacked with dpkg-deb -x).
+# Each works in a temporary directory and touches nothing else.
+if(NOT NRES_SANITIZE STREQUAL "")
+  return()   # installed artefacts are built without sanitizers
+endif()
+
+add_test(NAME install_consumer
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/consumer.sh
+                 ${CMAKE_BINARY_DIR} ${PROJECT_VERSION})
+set_tests_properties(install_consumer PROPERTIES TIMEOUT 120 LABELS install)
+
+add_test(NAME install_version
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/version.sh
+                 ${CMAKE_BINARY_DIR} ${PROJECT_VERSION})
+set_tests_properties(install_version PROPERTIES TIMEOUT 30 LABELS install)
+
+add_test(NAME install_rock
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/rock.sh ${PROJECT_VERSION})
+set_tests_properties(install_rock PROPERTIES TIMEOUT 300 LABELS install)
+
+add_test(NAME install_deb
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/deb.sh
+                 ${CMAKE_BINARY_DIR} ${PROJECT_VERSION} ${PROJECT_VERSION_MAJOR})
+set_tests_properties(install_deb PROPERTIES TIMEOUT 180 LABELS install)

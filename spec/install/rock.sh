@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# rock.sh VERSION - `luarocks make` of the top-level rockspec into a
+# temporary tree, from a copy of the sources (the checkout is not written
+# to), then a fresh LuaJIT with only that tree's paths (`luarocks path`)
+# and no NRES_LIB: require "nres" must find the rock's libnres, load the
+# presets, run a policy call (two failures, then success) and report
+# VERSION; require "nresrun" must resolve too. HOME points into the
+# temporary directory, so LuaRocks' cache and config stay there.
+set -euo pipefail
+version=$1
+src=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/nres-rock.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "rock.sh: $*" >&2; exit 1; }
+command -v luarocks >/dev/null || fail "luarocks not installed (apt-get install luarocks)"
+
+# The checkout's files as they are (tracked, and untracked but not ignored:
+# no build trees), without the peer driver's npm packages.
+mkdir -p "$tmp/src" "$tmp/home"
+(cd "$src" && git ls-files -z -co --exclude-standard |
+  while IFS= read -r -d '' f; do
+    [ -e "$f" ] && [[ $f != */node_modules/* ]] && printf '%s\0' "$f"
+  done | tar --null -T - -cf -) | tar -xf - -C "$tmp/src"
+[ -f "$tmp/src/nres-$version-1.rockspec" ] || fail "nres-$version-1.rockspec not copied"
+export HOME="$tmp/home"
+unset NRES_LIB LUA_PATH LUA_CPATH LUA_INIT
+(cd "$tmp/src" && luarocks make --tree "$tmp/tree" "nres-$version-1.rockspec") \
+  >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; fail "luarocks make failed"; }
+
+lpath=$(luarocks path --tree "$tmp/tree" --lr-path)
+lcpath=$(luarocks path --tree "$tmp/tree" --lr-cpath)
+[ -n "$(find "$tmp/tree" -name libnres.so)" ] || fail "no libnres.so in the tree"
+
+ROCK_PATH=$lpath ROCK_CPATH=$lcpath WANT=$version TREE=$tmp/tree luajit -e '
+  package.path, package.cpath = os.getenv("ROCK_PATH"), os.getenv("ROCK_CPATH")
+  local want, tree = os.getenv("WANT"), os.getenv("TREE")
+  local nres = require "nres"
+  assert(nres._VERSION == want, "nres._VERSION " .. tostring(nres._VERSION) .. ", want " .. want)
+  assert(nres.library:sub(1, #tree) == tree, "libnres loaded from " .. nres.library .. ", not the tree")
+  local n = 0
+  local p = nres.policy{ base = "trivial", attempts = 3 }   -- a preset: nres/policies
+  local res, reason = p:run(function(x)
+    n = n + 1
+    if n < 3 then return nil, "boom" end
+    return x * 2
+  end, 21)
+  assert(res == 42 and n == 3, "run: " .. tostring(res) .. " " .. tostring(reason) .. " after " .. n)
+  local st = p:stats()
+  assert(st.calls == 1 and st.attempts == 3 and st.retries == 2, "stats")
+  local run = require "nresrun"
+  assert(run._VERSION == want, "nresrun._VERSION")
+  print("rock.sh: nres " .. nres._VERSION .. " from " .. nres.library)
+' || fail "the rock does not work"

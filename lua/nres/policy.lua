@@ -332,6 +332,25 @@ function _M.with_driver(self, d)
   return copy
 end
 
+-- The same policy over C state that lives elsewhere: `cp`, an
+-- nres_policy_t * (cdata, or its address as a number) built from the same
+-- spec - by another Lua state of this process (one per OS thread), or by
+-- C. Calls through the copy share that state (budget, breaker, estimator,
+-- limiter, counters) with every other user of it. Nothing here owns it:
+-- its owner keeps it alive as long as the copy is used.
+function _M.on_state(self, cp)
+  if type(cp) == "number" then cp = ffi.cast("nres_policy_t *", cp) end
+  if not ffi.istype("nres_policy_t *", cp) or cp == nil then
+    error("bad argument #1 to 'on_state' (nres_policy_t * or its address expected, got "
+          .. schema.describe(cp) .. ")", 2)
+  end
+  local copy = setmetatable({}, mt)
+  for k, v in pairs(self) do copy[k] = v end
+  copy.cp, copy.refs = cp, {}
+  copy.passthrough = bit.band(cp.private_flags, 1) ~= 0 and not self.admit and not self.on_event
+  return copy
+end
+
 local counters = ffi_new("nres_counters_t")
 local stop_names = run.reasons
 local verdict_names = classify.names

@@ -61,7 +61,9 @@ local function make_http_op(cell, inst)
 end
 
 -- The operation an arm performs: returns true, or false and a reason.
-local function make_op(cell, inst, driver)
+-- `shared` (optional): an nres_policy_t * built elsewhere, whose C state
+-- the policy then uses (the threads of a threads cell).
+local function make_op(cell, inst, driver, shared)
   if cell.dependency.kind == "http" then return make_http_op(cell, inst) end
   local a, call = cell.arm_spec, inst.call
   if a.kind == "raw" then
@@ -80,6 +82,7 @@ local function make_op(cell, inst, driver)
     end, nil
   end
   local p = type(a) == "string" and policy_mod.new(a) or a
+  if shared then p = p:on_state(shared) end
   p = p:with_driver(driver)
   return function(n)
     local r, reason = p:run(call, n)
@@ -90,6 +93,125 @@ end
 
 local function quantile(hist, total, q)
   return hist_mod.quantile(hist, total, q) or 0
+end
+
+-- The collector, run by the cell at LuaJIT's default pacing (pause 200 %)
+-- and timed; only the time inside [measure_at, stop_at) counts.
+local function gc_governor(now, measure_at, stop_at)
+  collectgarbage("collect")
+  collectgarbage("stop")
+  local g = { ns = 0, cycles = 0, max_ns = 0 }
+  local live = collectgarbage("count")
+  local threshold = math.max(2 * live, live + 64)   -- KiB
+  function g.check()
+    if collectgarbage("count") < threshold then return end
+    local t1 = now()
+    collectgarbage("collect")
+    local t2 = now()
+    live = collectgarbage("count")
+    threshold = math.max(2 * live, live + 64)
+    local a = t1 > measure_at and t1 or measure_at
+    local b = t2 < stop_at and t2 or stop_at
+    if b > a then
+      g.ns = g.ns + (b - a)
+      g.cycles = g.cycles + 1
+      if t2 - t1 > g.max_ns then g.max_ns = t2 - t1 end
+    end
+  end
+  function g.stop() collectgarbage("restart") end
+  return g
+end
+
+-- Resident set size now, in KiB (peak_rss_kb is the peak).
+local function rss_kb()
+  local f = io.open("/proc/self/statm", "r")
+  if not f then return 0 end
+  local _, resident = f:read("*n", "*n")
+  f:close()
+  return (resident or 0) * 4
+end
+
+-- What the operations of one Lua state came to: the window's outcomes and
+-- latencies (all, and of admitted work: not rejected), and every operation
+-- that ended (`all`, warm-up included). on_first() runs at the window's
+-- first outcome (the counters' snapshot).
+local function new_tally(measure_at, gc, on_first)
+  local t = {
+    hist = hist_mod.new(), admitted = hist_mod.new(), all = 0, first = false,
+    m = { arrivals = 0, successes = 0, failures = 0, rejections = 0, shed = 0,
+          missed = 0, lag_max = 0, lag_sum = 0, max_ns = 0, admitted = 0 },
+    failed_by = {}, rejected_by = {},
+  }
+  local m, hist, admitted = t.m, t.hist, t.admitted
+  local failed_by, rejected_by = t.failed_by, t.rejected_by
+  local gc_n = 0
+  -- One finished operation that started at `started` (scheduled time for
+  -- the open loop) and ended at `ended`.
+  function t.record(started, ended, ok, reason)
+    t.all = t.all + 1
+    gc_n = gc_n + 1
+    if gc_n >= 64 then gc_n = 0; gc.check() end
+    if started < measure_at then return end
+    if not t.first then t.first = true; if on_first then on_first() end end
+    m.arrivals = m.arrivals + 1
+    local rejected = false
+    if ok then
+      m.successes = m.successes + 1
+    elseif REJECTIONS[reason] then
+      rejected = true
+      m.rejections = m.rejections + 1
+      rejected_by[reason] = (rejected_by[reason] or 0) + 1
+    else
+      m.failures = m.failures + 1
+      failed_by[reason] = (failed_by[reason] or 0) + 1
+    end
+    local ns = ended - started
+    if ns < 0 then ns = 0 end
+    if ns > m.max_ns then m.max_ns = ns end
+    local i = hist_index(ns)
+    hist[i] = hist[i] + 1
+    if not rejected then
+      m.admitted = m.admitted + 1
+      admitted[i] = admitted[i] + 1
+    end
+  end
+  function t.shed()
+    if not t.first then t.first = true; if on_first then on_first() end end
+    m.shed = m.shed + 1
+    m.arrivals = m.arrivals + 1
+    m.rejections = m.rejections + 1
+    rejected_by.shed = (rejected_by.shed or 0) + 1
+  end
+  return t
+end
+
+-- The closed loop: `workers` coroutines calling back to back until stop_at.
+local function closed_loop(s, workers, op, record, stop_at)
+  local now = s.now
+  local function worker()
+    local n = 0
+    while true do
+      local t = now()
+      if t >= stop_at then return end
+      local ok, reason = op(n)
+      record(t, now(), ok, reason)
+      n = n + 1
+      if workers > 1 and n % 64 == 0 then co_yield(now()) end
+    end
+  end
+  for _ = 1, workers do s:spawn(worker) end
+  s:run_until(stop_at + 10e9)   -- let the calls in flight finish
+end
+
+-- The rejections of the window by source (the policy's counters: breaker,
+-- budget, rate, concurrency, draining), and a bulkhead's limit at the end.
+local function rejects_by_source(before, after)
+  local out, any = {}, false
+  for k, v in pairs(after.rejects or {}) do
+    local d = v - ((before.rejects or {})[k] or 0)
+    if d > 0 then out[k] = d; any = true end
+  end
+  return any and out or nil
 end
 
 -- The cell (srv: the http dependency server, or nil); returns the metrics.
@@ -123,56 +245,19 @@ local function run_cell(cell, seed, srv)
   end
   local op, p = make_op(cell, inst, s.driver)
 
-  local hist = hist_mod.new()
-  local m = { arrivals = 0, successes = 0, failures = 0, rejections = 0, shed = 0,
-              missed = 0, lag_max = 0, lag_sum = 0, max_ns = 0 }
-  local reasons_failed, reasons_rejected = {}, {}
   local base = nil   -- counters at the start of the window
-
   local function snapshot()
     base = { requests = dep_requests(), heap = host.available and host.heap_bytes() or 0,
              lua = host.available and host.lua_bytes() or 0,
              stats = p and exec_stats(p) or nil,
-             sent = srv and http.counters().sent or nil }
+             sent = srv and http.counters().sent or nil, rss = rss_kb() }
   end
-
-  -- One finished operation that started at `started` (scheduled time for
-  -- the open loop) and ended at `ended`.
-  local function record(started, ended, ok, reason)
-    if started < measure_at then return end
-    if base == nil then snapshot() end
-    m.arrivals = m.arrivals + 1
-    if ok then
-      m.successes = m.successes + 1
-    elseif REJECTIONS[reason] then
-      m.rejections = m.rejections + 1
-      reasons_rejected[reason] = (reasons_rejected[reason] or 0) + 1
-    else
-      m.failures = m.failures + 1
-      reasons_failed[reason] = (reasons_failed[reason] or 0) + 1
-    end
-    local ns = ended - started
-    if ns < 0 then ns = 0 end
-    if ns > m.max_ns then m.max_ns = ns end
-    local i = hist_index(ns)
-    hist[i] = hist[i] + 1
-  end
+  local gc = gc_governor(now, measure_at, stop_at)
+  local tally = new_tally(measure_at, gc, snapshot)
+  local m, record = tally.m, tally.record
 
   if cell.workers then
-    local workers = cell.workers
-    local function worker()
-      local n = 0
-      while true do
-        local t = now()
-        if t >= stop_at then return end
-        local ok, reason = op(n)
-        record(t, now(), ok, reason)
-        n = n + 1
-        if workers > 1 and n % 64 == 0 then co_yield(now()) end
-      end
-    end
-    for _ = 1, workers do s:spawn(worker) end
-    s:run_until(stop_at + 10e9)   -- let the calls in flight finish
+    closed_loop(s, cell.workers, op, record, stop_at)
   else
     local interval = 1e9 / cell.rate
     local idle, nidle, inflight = {}, 0, 0
@@ -211,11 +296,7 @@ local function run_cell(cell, seed, srv)
           inflight = inflight + 1
           s:resume(co_create(open_worker), due_at, i)
         elseif due_at >= measure_at then
-          if base == nil then snapshot() end
-          m.shed = m.shed + 1
-          m.arrivals = m.arrivals + 1
-          m.rejections = m.rejections + 1
-          reasons_rejected.shed = (reasons_rejected.shed or 0) + 1
+          tally.shed()
         end
         i = i + 1
       else
@@ -236,26 +317,34 @@ local function run_cell(cell, seed, srv)
     if inflight > 0 then
       m.failures = m.failures + inflight
       m.arrivals = m.arrivals + inflight
-      reasons_failed.unfinished = inflight
+      tally.failed_by.unfinished = inflight
     end
   end
+  gc.stop()
 
   if base == nil then snapshot() end
   local window = cell.window
   local ops = m.arrivals - m.shed
   local requests_now = dep_requests()
+  local hist, admitted = tally.hist, tally.admitted
   local out = {
     ops_per_sec = (m.successes + m.failures + m.rejections - m.shed) / window,
     arrivals = m.arrivals, successes = m.successes, failures = m.failures,
     rejections = m.rejections, shed = m.shed, missed = m.missed,
-    failed_by = reasons_failed, rejected_by = reasons_rejected,
+    failed_by = tally.failed_by, rejected_by = tally.rejected_by,
     p50_us = quantile(hist, ops, 0.5) / 1e3, p90_us = quantile(hist, ops, 0.9) / 1e3,
     p99_us = quantile(hist, ops, 0.99) / 1e3, max_us = m.max_ns / 1e3,
+    admitted = m.admitted,
+    p50_admitted_us = quantile(admitted, m.admitted, 0.5) / 1e3,
+    p99_admitted_us = quantile(admitted, m.admitted, 0.99) / 1e3,
     dependency_requests_per_op = ops > 0 and (requests_now - base.requests) / ops or 0,
     completion_ratio = m.arrivals > 0 and m.successes / m.arrivals or 0,
     pacer_lag_max_us = m.lag_max / 1e3,
     pacer_lag_mean_us = (m.arrivals > 0 and cell.rate) and m.lag_sum / m.arrivals / 1e3 or 0,
     peak_rss_kb = host.available and host.peak_rss_kb() or 0,
+    rss_start_kb = base.rss, rss_end_kb = rss_kb(),
+    gc_pause_share = gc.ns / (window * 1e9), gc_collections = gc.cycles,
+    gc_pause_max_us = gc.max_ns / 1e3,
   }
   if host.available then
     out.heap_bytes_per_op = ops > 0 and (host.heap_bytes() - base.heap) / ops or 0
@@ -271,9 +360,13 @@ local function run_cell(cell, seed, srv)
     local st = exec_stats(p)
     out.attempts_per_op = ops > 0 and (st.attempts - base.stats.attempts) / ops or 0
     out.retries_per_op = ops > 0 and (st.retries - base.stats.retries) / ops or 0
+    out.rejected_by_source = rejects_by_source(base.stats, st)
   else
     out.attempts_per_op = out.dependency_requests_per_op
     out.retries_per_op = math.max(0, out.dependency_requests_per_op - 1)
+  end
+  if p and p.cp.bulkhead ~= nil then
+    out.concurrency_limit_end = tonumber(C.nres_bulkhead_limit(p.cp.bulkhead))
   end
   out.identity_ok = (m.arrivals == m.successes + m.failures + m.rejections)
   out.trusted = out.identity_ok and m.shed == 0
@@ -281,9 +374,164 @@ local function run_cell(cell, seed, srv)
   return out
 end
 
+-- ------------------------------------------------------------- threads
+
+-- The scenario file of this cell process: the runner starts it as
+-- `nresrun FILE --cell I ...`, so FILE is the first argument.
+local function scenario_path()
+  local f = io.open("/proc/self/cmdline", "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  local args = {}
+  for a in s:gmatch("([^%z]*)%z") do args[#args + 1] = a end
+  for i = 2, #args do
+    if args[i]:sub(1, 2) ~= "--" then return args[i] end
+  end
+  return nil
+end
+
+local THREAD_CHUNK = [[return require("nresrun.cell").thread_main(...)]]
+local THREAD_OUT = 256 * 1024
+
+-- Sparse histogram: { index, count, index, count, ... } (JSON-friendly).
+local function sparse(hist)
+  local out = {}
+  for i = 0, hist_mod.BUCKETS - 1 do
+    if hist[i] > 0 then out[#out + 1] = i; out[#out + 1] = hist[i] end
+  end
+  return out
+end
+
+-- One thread of a threads cell, in its own Lua state: load the scenario,
+-- find the cell by key, run `workers` workers through the shared policy
+-- until stop_at, return the tally as JSON.
+function _M.thread_main(arg, index)
+  local cjson = require "cjson.safe"
+  local a = assert(cjson.decode(arg))
+  local chunk = assert(loadfile(a.file))
+  local sc = chunk()
+  local cell
+  for _, c in ipairs(sc:cells()) do if c.key == a.key then cell = c end end
+  if not cell then error("nresrun: thread " .. index .. ": no cell " .. a.key .. " in " .. a.file, 0) end
+  math.randomseed(a.seed + index * 7919)
+  local s = sched_mod.new()
+  local now = s.now
+  local inst = dep.instantiate(cell.dependency, s.driver.sleep,
+                               function() return (now() - a.t0) / 1e9 end)
+  local op = make_op(cell, inst, s.driver, a.policy ~= 0 and a.policy or nil)
+  local gc = gc_governor(now, a.measure_at, a.stop_at)
+  local lua0
+  local tally = new_tally(a.measure_at, gc, function() lua0 = host.thread_lua_bytes() end)
+  closed_loop(s, a.workers, op, tally.record, a.stop_at)
+  gc.stop()
+  return cjson.encode {
+    m = tally.m, all = tally.all, requests = inst.requests,
+    failed_by = tally.failed_by, rejected_by = tally.rejected_by,
+    hist = sparse(tally.hist), admitted = sparse(tally.admitted),
+    lua_bytes = lua0 and host.thread_lua_bytes() - lua0 or 0,
+    gc_ns = gc.ns, gc_cycles = gc.cycles, gc_max_ns = gc.max_ns,
+  }
+end
+
+-- A threads cell: N threads (threads.c), one shared policy built here.
+local function run_threads(cell, seed)
+  local cjson = require "cjson.safe"
+  if not host.threads_available then
+    error("nresrun: a threads load needs the nresrun executable (its threads)", 0)
+  end
+  local file = scenario_path()
+  if not file then error("nresrun: a threads cell cannot find its scenario file", 0) end
+  local a, p = cell.arm_spec, nil
+  if a.kind ~= "raw" and a.kind ~= "naive" then
+    p = type(a) == "string" and policy_mod.new(a) or a   -- owns the shared C state
+  end
+  local n = cell.threads
+  local now = sched_mod.new().now
+  local before = p and p:stats() or nil
+  local heap0, rss0 = host.heap_bytes(), rss_kb()
+  local t0 = now()
+  local measure_at = t0 + cell.warmup * 1e9
+  local stop_at = measure_at + cell.window * 1e9
+  local arg = cjson.encode {
+    file = file, key = cell.key, seed = seed or 1, t0 = t0, measure_at = measure_at,
+    stop_at = stop_at, workers = cell.workers_per_thread or 1,
+    policy = p and tonumber(ffi.cast("uintptr_t", ffi.cast("nres_policy_t *", p.cp))) or 0,
+  }
+  local out_buf = ffi.new("char[?]", n * THREAD_OUT)
+  local status, len = ffi.new("int[?]", n), ffi.new("size_t[?]", n)
+  local rc = ffi.C.nres_host_threads_run(n, THREAD_CHUNK, arg, out_buf, THREAD_OUT, status, len)
+  if rc ~= 0 then error("nresrun: cannot run " .. n .. " threads (" .. rc .. ")", 0) end
+  local hist, admitted = hist_mod.new(), hist_mod.new()
+  local m = { arrivals = 0, successes = 0, failures = 0, rejections = 0, admitted = 0, max_ns = 0 }
+  local failed_by, rejected_by = {}, {}
+  local all, requests, lua_bytes, gc_ns, gc_cycles, gc_max_ns = 0, 0, 0, 0, 0, 0
+  for i = 0, n - 1 do
+    local text = ffi.string(out_buf + i * THREAD_OUT, len[i])
+    if status[i] ~= 0 then error("nresrun: thread " .. (i + 1) .. ": " .. text, 0) end
+    local r = assert(cjson.decode(text))
+    for k in pairs(m) do
+      if k == "max_ns" then m.max_ns = math.max(m.max_ns, r.m.max_ns)
+      else m[k] = m[k] + r.m[k] end
+    end
+    for k, v in pairs(r.failed_by) do failed_by[k] = (failed_by[k] or 0) + v end
+    for k, v in pairs(r.rejected_by) do rejected_by[k] = (rejected_by[k] or 0) + v end
+    for j = 1, #r.hist, 2 do hist[r.hist[j]] = hist[r.hist[j]] + r.hist[j + 1] end
+    for j = 1, #r.admitted, 2 do admitted[r.admitted[j]] = admitted[r.admitted[j]] + r.admitted[j + 1] end
+    all, requests, lua_bytes = all + r.all, requests + r.requests, lua_bytes + r.lua_bytes
+    gc_ns, gc_cycles = gc_ns + r.gc_ns, gc_cycles + r.gc_cycles
+    gc_max_ns = math.max(gc_max_ns, r.gc_max_ns)
+  end
+  local window = cell.window
+  local ops = m.arrivals
+  local out = {
+    threads = n, workers_per_thread = cell.workers_per_thread or 1,
+    ops_per_sec = ops / window,
+    arrivals = m.arrivals, successes = m.successes, failures = m.failures,
+    rejections = m.rejections, shed = 0, missed = 0,
+    failed_by = failed_by, rejected_by = rejected_by,
+    p50_us = quantile(hist, ops, 0.5) / 1e3, p90_us = quantile(hist, ops, 0.9) / 1e3,
+    p99_us = quantile(hist, ops, 0.99) / 1e3, max_us = m.max_ns / 1e3,
+    admitted = m.admitted,
+    p50_admitted_us = quantile(admitted, m.admitted, 0.5) / 1e3,
+    p99_admitted_us = quantile(admitted, m.admitted, 0.99) / 1e3,
+    -- Whole run (warm-up included): exact, not cut at the window's edges.
+    operations_total = all, dependency_requests_total = requests,
+    dependency_requests_per_op = all > 0 and requests / all or 0,
+    completion_ratio = m.arrivals > 0 and m.successes / m.arrivals or 0,
+    pacer_lag_max_us = 0, pacer_lag_mean_us = 0,
+    peak_rss_kb = host.peak_rss_kb(), rss_start_kb = rss0, rss_end_kb = rss_kb(),
+    heap_bytes_per_op = all > 0 and (host.heap_bytes() - heap0) / all or 0,
+    gc_bytes_per_op = ops > 0 and lua_bytes / ops or 0,
+    -- Each thread's collector pauses that thread: the share of the
+    -- threads' time.
+    gc_pause_share = gc_ns / (n * window * 1e9), gc_collections = gc_cycles,
+    gc_pause_max_us = gc_max_ns / 1e3,
+  }
+  out.identity_ok = (m.arrivals == m.successes + m.failures + m.rejections)
+  local exact = true
+  if p and p.cp.telemetry == 1 then
+    local st = p:stats()
+    local calls, attempts = st.calls - before.calls, st.attempts - before.attempts
+    out.policy_calls, out.policy_attempts = calls, attempts
+    out.calls_exact = calls == all
+    out.requests_exact = attempts == requests
+    exact = out.calls_exact and out.requests_exact
+    out.attempts_per_op = all > 0 and attempts / all or 0
+    out.retries_per_op = all > 0 and (st.retries - before.retries) / all or 0
+    out.rejected_by_source = rejects_by_source(before, st)
+  else
+    out.attempts_per_op = out.dependency_requests_per_op
+    out.retries_per_op = math.max(0, out.dependency_requests_per_op - 1)
+  end
+  out.trusted = out.identity_ok and exact and ops > 0
+  return out
+end
+
 -- Run the cell; returns the metrics table. An http dependency's server
 -- lives exactly as long as this call, whatever happens in the cell.
 function _M.run(cell, seed)
+  if cell.threads then return run_threads(cell, seed) end
   if cell.dependency.kind ~= "http" then return run_cell(cell, seed) end
   local http = require "nresrun.http"
   local srv, err = http.serve{ flaky_every = cell.dependency.flaky_every }

@@ -6,6 +6,9 @@ local ffi = require "ffi"
 
 ffi.cdef [[
 double nres_host_lua_bytes(void);
+double nres_host_thread_lua_bytes(void);
+int nres_host_threads_run(int n, const char *chunk, const char *arg, char *out, size_t cap,
+                          int *status, size_t *len);
 double nres_host_heap_bytes(void);
 long nres_host_peak_rss_kb(void);
 const char *nres_host_exe(void);
@@ -55,6 +58,8 @@ local C = ffi.C
 local _M = { _VERSION = "0.1.0" }
 
 _M.available = pcall(function() return C.nres_host_exe end)
+-- A cell's OS threads, each with its own Lua state (threads.c).
+_M.threads_available = _M.available and pcall(function() return C.nres_host_threads_run end)
 -- The http cells' loop (lua/nresrun/http.lua uses it).
 _M.http_available = _M.available and pcall(function() return C.nres_host_loop_init end)
 -- The pool on that loop (lua/nresrun/pool.lua uses it).
@@ -62,6 +67,11 @@ _M.pool_available = _M.http_available and pcall(function() return C.nres_host_po
 if not _M.available then return _M end
 
 function _M.lua_bytes() return C.nres_host_lua_bytes() end
+-- This thread's Lua state's bytes (each state lives on one thread).
+function _M.thread_lua_bytes()
+  if not _M.threads_available then return C.nres_host_lua_bytes() end
+  return C.nres_host_thread_lua_bytes()
+end
 function _M.heap_bytes() return C.nres_host_heap_bytes() end
 function _M.peak_rss_kb() return tonumber(C.nres_host_peak_rss_kb()) end
 function _M.exe() return ffi.string(C.nres_host_exe()) end

@@ -39,6 +39,7 @@ end
 local function child_argv(ctx, run)
   local c = run.cell
   if c.arm_spec.kind == "peer" then
+    if c.threads then return nil, "the peer driver has no threads load (one event loop)" end
     local runtime = which(c.arm_spec.runtime or "node")
     if not runtime then return nil, (c.arm_spec.runtime or "node") .. " is not installed" end
     local spec = {
@@ -103,7 +104,7 @@ function _M.run(scenario, path, runs, opts)
     local result = {
       key = c.key, group = group_of(c), index = c.index, section = c.section, arm = c.arm,
       baseline = c.baseline, dependency = c.dependency_label, load = c.load,
-      load_value = c.load_value, workers = c.workers, rate = c.rate,
+      load_value = c.load_value, workers = c.workers, rate = c.rate, threads = c.threads,
       repetition = run.repetition, seed = run.seed, warmup = c.warmup, window = c.window,
     }
     local argv, why = child_argv(ctx, run)

@@ -4,6 +4,7 @@
 --     name = "budget",
 --     dependency = nresrun.dep.flaky{ fail_every = 2 },
 --     load = { open_rate = { 20000, 100000 } },        -- or { workers = { 1, "cores", "8x" } }
+--                                                     -- or { threads = { 1, 2, 4, 8 }, workers = 1 }
 --     arms = { raw = nresrun.raw, unbudgeted = "trivial",
 --              budgeted = nres.policy{ base = "trivial", budget = { ratio = 0.1 } } },
 --     repetitions = 3, warmup = 2, window = 5,
@@ -15,6 +16,12 @@
 -- product of its dependencies × load values × arms; each cell runs
 -- `repetitions` times. Every problem is reported at once, prefixed with
 -- the file:line of the nresrun.scenario call.
+--
+-- Load kinds: workers (closed loop, coroutines on one thread), open_rate
+-- (open loop), threads (closed loop on that many OS threads of the cell's
+-- process, each with its own Lua state and `workers` workers - one value,
+-- default 1 - all calling through one shared policy; not with an http
+-- dependency, whose event loop is one thread's).
 local schema = require "nres.schema"
 local dep = require "nresrun.dep"
 
@@ -57,7 +64,8 @@ local section_fields = {
   name = true, description = true, dependency = true, load = true, arms = true,
   baseline = true, repetitions = true, warmup = true, window = true, max_inflight = true,
 }
-local load_kinds = { workers = true, open_rate = true }
+local load_kinds = { workers = true, open_rate = true, threads = true }
+local THREADS_MAX = 64
 local quick_fields = { repetitions = true, warmup = true, window = true }
 
 local function positive(v) return type(v) == "number" and v == v and v > 0 and v < math.huge end
@@ -116,21 +124,39 @@ local function check_section(problems, path, s, top)
     problems[#problems + 1] = format("%s.load: expected { workers = ... } or { open_rate = ... }, got %s", path, describe(load))
   else
     local n = 0
+    local threads = load.threads ~= nil
     for k, v in pairs(load) do
       if not load_kinds[k] then
-        problems[#problems + 1] = format("%s.load.%s: unknown load kind (workers, open_rate)", path, tostring(k))
+        problems[#problems + 1] = format("%s.load.%s: unknown load kind (workers, open_rate, threads)", path, tostring(k))
+      elseif threads and k == "workers" then
+        -- workers per thread: one value
+        if type(v) == "table" or not resolve_workers(v) then
+          problems[#problems + 1] = format('%s.load.workers: with threads, the workers of each thread: one count, "cores" or "Nx", got %s',
+            path, describe(v))
+        end
       else
         n = n + 1
         for i, val in ipairs(list_of(v)) do
           local ok = (k == "workers") and resolve_workers(val) or (k == "open_rate" and positive(val))
+                     or (k == "threads" and count(val) and val <= THREADS_MAX)
           if not ok then
             problems[#problems + 1] = format("%s.load.%s[%d]: expected %s, got %s", path, k, i,
-              k == "workers" and 'a count, "cores" or "Nx"' or "operations per second (> 0)", describe(val))
+              k == "workers" and 'a count, "cores" or "Nx"'
+              or k == "threads" and "a count of OS threads from 1 to " .. THREADS_MAX
+              or "operations per second (> 0)", describe(val))
           end
         end
       end
     end
-    if n > 1 then problems[#problems + 1] = path .. ".load: workers (closed loop) or open_rate (open loop), not both" end
+    if n > 1 then problems[#problems + 1] = path .. ".load: workers (closed loop), open_rate (open loop) or threads (OS threads), one of them" end
+    if threads then
+      for i, d in ipairs(list_of(deps or {})) do
+        if type(d) == "table" and d.kind == "http" then
+          problems[#problems + 1] = format("%s.dependency%s: threads: not with an http dependency (its event loop is one thread's)",
+            path, type(deps) == "table" and deps[1] ~= nil and "[" .. i .. "]" or "")
+        end
+      end
+    end
     if n == 0 and next(load) == nil then problems[#problems + 1] = path .. ".load: empty" end
   end
   local arms = s.arms or top.arms
@@ -263,6 +289,10 @@ function _M.cells(self, opts)
     local deps = list_of(pick(s, top, "dependency"))
     local load = pick(s, top, "load")
     local kind, values = next(load)
+    local per_thread = nil
+    if load.threads ~= nil then
+      kind, values, per_thread = "threads", load.threads, resolve_workers(load.workers or 1)
+    end
     values = list_of(values)
     if opts.quick then values = { values[1] } end
     local arms = pick(s, top, "arms")
@@ -278,6 +308,7 @@ function _M.cells(self, opts)
             dependency = d, dependency_index = di, dependency_label = dep.label(d),
             load = kind, load_value = v,
             workers = kind == "workers" and resolve_workers(v) or nil,
+            threads = kind == "threads" and v or nil, workers_per_thread = per_thread,
             rate = kind == "open_rate" and v or nil,
             max_inflight = pick(s, top, "max_inflight", 10000),
             grace = top.grace or 30,
@@ -334,6 +365,9 @@ function _M.fit(self, runs, opts)
     seconds = seconds + c.warmup + c.window + 0.4
     if c.workers and c.workers > 100000 then
       return nil, format("%s: %d workers cannot fit this machine (at most 100000 coroutines)", c.key, c.workers)
+    end
+    if c.threads and c.threads * (c.workers_per_thread or 1) > 100000 then
+      return nil, format("%s: %d threads x %d workers cannot fit this machine", c.key, c.threads, c.workers_per_thread or 1)
     end
     if c.rate and c.rate > 2000000 then
       return nil, format("%s: an open rate of %g/s cannot be paced on this machine (at most 2,000,000/s)", c.key, c.rate)

@@ -42,9 +42,18 @@ describe("scenario errors name file:line and the field", function()
     { HEAD .. '  name = "x",\n  dependency = nresrun.dep.flaky{ fail_every = 2 },\n  load = { workers = 1 },\n'
       .. '  arms = {\n    raw = nresrun.raw,\n    fast = 42,\n  },\n}\n',
       '$F:8: scenario.arms.fast: expected a policy, a preset name, nresrun.raw, nresrun.naive(n) or nresrun.peer{...}, got 42' },
-    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.fn(print),\n  load = { threads = 4 },\n'
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.fn(print),\n  load = { threds = 4 },\n'
       .. '  arms = { raw = nresrun.raw },\n}\n',
-      '$F:5: scenario.load.threads: unknown load kind (workers, open_rate)' },
+      '$F:5: scenario.load.threds: unknown load kind (workers, open_rate, threads)' },
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.fn(print),\n  load = { threads = { 1, 65 } },\n'
+      .. '  arms = { raw = nresrun.raw },\n}\n',
+      '$F:5: scenario.load.threads[2]: expected a count of OS threads from 1 to 64, got 65' },
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.fn(print),\n  load = { threads = 2, workers = { 1, 2 } },\n'
+      .. '  arms = { raw = nresrun.raw },\n}\n',
+      '$F:5: scenario.load.workers: with threads, the workers of each thread: one count, "cores" or "Nx", got a table' },
+    { HEAD .. '  name = "x",\n  dependency = nresrun.dep.http{ path = "/echo" },\n  load = { threads = 2 },\n'
+      .. '  arms = { raw = nresrun.raw },\n}\n',
+      '$F:4: scenario.dependency: threads: not with an http dependency (its event loop is one thread\'s)' },
     { HEAD .. '  name = "x",\n  load = { workers = 1 },\n  arms = { raw = nresrun.raw },\n}\n',
       '$F:2: scenario.dependency: missing (nresrun.dep.flaky{...}, nresrun.dep.model{...}, nresrun.dep.fn(f))' },
     { HEAD .. '  name = "x",\n  dependency = nresrun.dep.flaky{\n    fail_evry = 2 },\n'
@@ -230,6 +239,102 @@ describe("a run", function()
     expect.eq(by.hang.ok, false)
     expect.truthy(by.hang.error:find("hung: killed after 2 s", 1, true), by.hang.error)
     expect.truthy(out2:find("**failed**", 1, true), "warning block")
+  end)
+end)
+
+describe("policy:on_state", function()
+  it("a copy over another policy's C state shares its counters and state", function()
+    local owner = nres.policy{ base = "trivial" }
+    local other = nres.policy{ base = "trivial" }
+    local ffi = require "ffi"
+    local addr = tonumber(ffi.cast("uintptr_t", ffi.cast("nres_policy_t *", owner.cp)))
+    local shared = other:on_state(addr)
+    local before, other_before = owner:stats().calls, other:stats().calls
+    for _ = 1, 10 do assert(shared:run(function() return true end)) end
+    expect.eq(owner:stats().calls - before, 10, "counted in the owner's state")
+    expect.eq(other:stats().calls - other_before, 0, "not in the copy's own")
+    expect.eq(shared:stats().calls, owner:stats().calls, "the copy reads the owner's counters")
+  end)
+  it("refuses what is not a policy pointer", function()
+    local p = nres.policy{ base = "trivial" }
+    local ok, err = pcall(p.on_state, p, "x")
+    expect.eq(ok, false)
+    expect.truthy(err:find("bad argument #1 to 'on_state'", 1, true), err)
+    ok = pcall(p.on_state, p, 0)
+    expect.eq(ok, false, "NULL refused")
+  end)
+end)
+
+describe("a threads cell", function()
+  -- Two and three OS threads, each with its own Lua state and workers, on
+  -- ONE policy's C state; a dependency that fails every 2nd request of each
+  -- thread's own counter. Exactness is checked in the cell (calls_exact,
+  -- requests_exact) and again here from the figures.
+  local path = write("threads.lua", HEAD .. [[
+  name = "threads",
+  sections = {
+    { name = "shared", dependency = nresrun.dep.flaky{ fail_every = 2 },
+      load = { threads = { 2, 3 }, workers = 3 },
+      arms = { raw = nresrun.raw, trivial = "trivial",
+               budgeted = nres.policy{ base = "trivial", budget = { ratio = 0.1, min_per_sec = 1 } } } },
+    { name = "garbage", dependency = nresrun.dep.fn(function(n)
+        KEEP = KEEP or {}
+        KEEP[n % 4096] = { n, tostring(n) }   -- escapes: a real allocation
+        return true
+      end),
+      load = { threads = 2 }, arms = { raw = nresrun.raw } },
+    { name = "clean", dependency = nresrun.dep.model{},
+      load = { workers = 2 }, arms = { none = "none" } },
+  },
+  repetitions = 1, warmup = 0.05, window = 0.3,
+}
+]])
+  local code, out, err = run(path .. " --out " .. dir .. "/threads")
+  local json_path = out:match("reports: %S+ (%S+%.json)")
+  local doc = json_path and cjson.decode(io.open(json_path):read("*a")) or { results = {} }
+  local by = {}
+  for _, r in ipairs(doc.results) do by[r.key] = r end
+  it("exits 0 with every cell trusted", function()
+    expect.eq(code, 0, out .. err)
+    expect.eq(#doc.results, 8)
+    for _, r in ipairs(doc.results) do
+      expect.eq(r.ok, true, r.key .. ": " .. tostring(r.error))
+      expect.eq(r.trusted, true, r.key)
+      expect.eq(r.arrivals, r.successes + r.failures + r.rejections, r.key .. ": arrivals identity")
+    end
+  end)
+  it("ran the threads asked for, and the policy saw exactly what they did", function()
+    for _, n in ipairs { 2, 3 } do
+      for _, arm in ipairs { "trivial", "budgeted" } do
+        local r = by["shared/" .. arm .. "/fails every 2/threads=" .. n]
+        expect.eq(r.threads, n, "threads")
+        expect.eq(r.workers_per_thread, 3, "workers per thread")
+        expect.eq(r.calls_exact, true, arm .. " x" .. n .. ": calls")
+        expect.eq(r.requests_exact, true, arm .. " x" .. n .. ": requests")
+        expect.eq(r.policy_calls, r.operations_total, "policy calls = operations")
+        expect.eq(r.policy_attempts, r.dependency_requests_total, "attempts = dependency requests")
+        expect.truthy(r.operations_total >= r.arrivals, "the whole run holds the window")
+      end
+    end
+    -- trivial retries every failure: with every 2nd request failing (each
+    -- thread's own counter) each operation's first attempt fails and its
+    -- retry succeeds, 2 requests/op; the shared budget cuts that.
+    local t = by["shared/trivial/fails every 2/threads=2"]
+    expect.near(t.dependency_requests_per_op, 2, 0.01, "trivial requests/op")
+    expect.near(t.completion_ratio, 1, 1e-9, "trivial completes everything")
+    local b = by["shared/budgeted/fails every 2/threads=2"]
+    expect.truthy(b.dependency_requests_per_op < 1.2, "budget: " .. b.dependency_requests_per_op)
+    expect.truthy(b.rejected_by_source and b.rejected_by_source.budget > 0, "budget rejections")
+  end)
+  it("measures the collector: collections where the heap grows, none where it does not", function()
+    local g = by["garbage/raw/custom/threads=2"]
+    expect.truthy(g.gc_bytes_per_op > 16, "garbage B/op " .. g.gc_bytes_per_op)
+    expect.truthy(g.gc_collections > 0, "collections")
+    expect.truthy(g.gc_pause_share > 0 and g.gc_pause_share < 1, "pause share " .. g.gc_pause_share)
+    local c = by["clean/none/healthy/workers=2"]
+    expect.eq(c.gc_collections, 0, "no collection")
+    expect.eq(c.gc_pause_share, 0, "no pause")
+    expect.truthy(c.gc_bytes_per_op < 1, "clean B/op " .. c.gc_bytes_per_op)
   end)
 end)
 

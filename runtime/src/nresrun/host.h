@@ -19,6 +19,9 @@
 
 /* Bytes the Lua state has allocated since it started (never decreases). */
 NRES_EXTERN double nres_host_lua_bytes(void);
+/* The same, of the Lua state of the calling thread only (each state lives
+ * on one thread: the main one, or one of nres_host_threads_run's). */
+NRES_EXTERN double nres_host_thread_lua_bytes(void);
 /* Bytes libnres has allocated through its allocator since start. */
 NRES_EXTERN double nres_host_heap_bytes(void);
 /* Peak resident set size of this process, in KiB. */
@@ -44,6 +47,21 @@ typedef struct nres_host_child_s {
 NRES_EXTERN int nres_host_spawn(const char *const *argv, double timeout_s,
                                 char *out, size_t out_cap, char *err,
                                 size_t err_cap, nres_host_child_t *child);
+
+/* ----------------------------------------- a cell's threads (threads.c)
+ *
+ * Run n OS threads (1..NRES_HOST_THREADS_MAX), each with a fresh Lua state
+ * (as nresrun's own) running the Lua source `chunk` with (arg, index
+ * 1..n); wait for them all. Thread i's returned string goes to
+ * out + i * cap (truncated to cap - 1, NUL-terminated), its length to
+ * len[i]; status[i] is 0, or 1 when its chunk raised (out then holds the
+ * error with a traceback). Returns 0, NRES_EINVAL (bad arguments) or
+ * NRES_ENOMEM (a thread could not start: the started ones still ran, the
+ * others have status 1). */
+#define NRES_HOST_THREADS_MAX 64
+NRES_EXTERN int nres_host_threads_run(int n, const char *chunk, const char *arg,
+                                      char *out, size_t cap, int *status,
+                                      size_t *len);
 
 /* ------------------------------------------- the cells' loop (loop.c)
  *

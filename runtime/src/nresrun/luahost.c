@@ -18,6 +18,8 @@
 #include "nresrun/luahost.h"
 
 static atomic_ullong lua_bytes;
+/* Each Lua state lives on one thread: this thread's state's bytes. */
+static _Thread_local unsigned long long thread_lua_bytes;
 
 static void *count_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   (void) ud;
@@ -25,14 +27,20 @@ static void *count_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     free(ptr);
     return NULL;
   }
-  if (nsize > osize)
-    atomic_fetch_add_explicit(&lua_bytes, nsize - (ptr ? osize : 0),
-                              memory_order_relaxed);
+  if (nsize > osize) {
+    size_t grown = nsize - (ptr ? osize : 0);
+    atomic_fetch_add_explicit(&lua_bytes, grown, memory_order_relaxed);
+    thread_lua_bytes += grown;
+  }
   return realloc(ptr, nsize);
 }
 
 double nres_host_lua_bytes(void) {
   return (double) atomic_load_explicit(&lua_bytes, memory_order_relaxed);
+}
+
+double nres_host_thread_lua_bytes(void) {
+  return (double) thread_lua_bytes;
 }
 
 /* Set package.path from the executable's place: DIR/../lua (build tree or

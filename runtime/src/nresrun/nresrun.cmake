@@ -5,14 +5,15 @@ pkg_check_modules(LUAJIT REQUIRED IMPORTED_TARGET luajit)
 add_executable(nresrun
   runtime/src/nresrun/main.c
   runtime/src/nresrun/luahost.c
-  runtime/src/nresrun/child.c)
+  runtime/src/nresrun/child.c
+  runtime/src/nresrun/threads.c)
 target_include_directories(nresrun PRIVATE runtime/src runtime/include)
 target_compile_options(nresrun PRIVATE ${NRES_WARNINGS})
 target_compile_definitions(nresrun PRIVATE _GNU_SOURCE
   NRES_SOURCE_LUA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/lua")
 # Linked with the shared libnres: the Lua face (ffi.load) then binds the
 # same library instance, whose allocator the host counts.
-target_link_libraries(nresrun PRIVATE nres PkgConfig::LUAJIT ${CMAKE_DL_LIBS})
+target_link_libraries(nresrun PRIVATE nres PkgConfig::LUAJIT ${CMAKE_DL_LIBS} Threads::Threads)
 # With the http component (listed before nresrun in NRES_COMPONENTS):
 # `nresrun serve` (the dependency server) and the http cells' event loop.
 if(TARGET nres_depserver)

@@ -1,0 +1,151 @@
+-- nres.ngx.config: the gateway's declarations made in init_by_lua - scopes
+-- (a policy per key in a shared table), limiters (a rate per key) and
+-- upstreams - kept in this module's registries for the request phases.
+local policy_mod = require "nres.policy"
+local shm_mod = require "nres.shm"
+
+local type, error, tostring, pairs, format = type, error, tostring, pairs, string.format
+local byte = string.byte
+
+local _M = {}
+
+local scopes, limiters, upstreams = {}, {}, {}
+_M.scopes, _M.limiters, _M.upstreams = scopes, limiters, upstreams
+
+-- ------------------------------------------------------------ set-up
+
+local function bad(fn, field, expected, got)
+  return format("nres.ngx.%s: %s: expected %s, got %s", fn, field, expected,
+                type(got) == "string" and format("%q", got) or tostring(got))
+end
+
+local function check_name(fn, name)
+  if type(name) ~= "string" or name == "" then
+    error("bad argument #1 to '" .. fn .. "' (a non-empty string expected, got "
+          .. type(name) .. ")", 3)
+  end
+end
+
+-- nres.shm.new, its misuse errors raised at the level of our caller's caller.
+local function new_table(fn, opts)
+  local ok, tbl, err = pcall(shm_mod.new, opts)
+  if not ok then error((tostring(tbl):gsub("^[^\n]-:%d+: ", "")), 3) end
+  if not tbl then error("nres.ngx." .. fn .. ": " .. err, 3) end
+  return tbl
+end
+
+local function seconds(fn, field, v, default)
+  if v == nil then return default end
+  if type(v) ~= "number" or v ~= v or v < 0 or v > 1e6 then
+    error(bad(fn, field, "seconds (a number 0..1e6)", v), 3)
+  end
+  return v
+end
+
+-- gw.scope(name, { policy = spec or preset (default "gateway"), slots = 1024,
+--                  hold = seconds a key is kept after its last use (default
+--                  the larger of 60 and the policy's deadline + 5) })
+_M.bad, _M.check_name, _M.new_table, _M.seconds = bad, check_name, new_table, seconds
+
+function _M.scope(name, opts)
+  check_name("scope", name)
+  opts = opts or {}
+  if type(opts) ~= "table" then error(bad("scope", "opts", "a table", opts), 2) end
+  for k in pairs(opts) do
+    if k ~= "policy" and k ~= "slots" and k ~= "hold" then
+      error("nres.ngx.scope: " .. tostring(k) .. ": expected one of policy, slots, hold,"
+          .. " got an unknown field", 2)
+    end
+  end
+  local p = policy_mod.new(opts.policy or "gateway", 2)
+  local t = p.spec
+  if type(t.budget) == "string" then
+    error(bad("scope", "policy.budget", "a table or false (a scope keeps one budget"
+          .. " per key)", t.budget), 2)
+  end
+  if type(t.hedge) == "table" then
+    error("nres.ngx.scope: policy.hedge: expected false (the gateway runs one attempt"
+          .. " at a time), got a hedge table", 2)
+  end
+  if not t.deadline then
+    error(bad("scope", "policy.deadline", "a deadline in seconds (keys are leased"
+          .. " for a call's length)", t.deadline), 2)
+  end
+  if p.fallback or p.admit or p.on_event then
+    error(bad("scope", "policy", "no fallback, admit or on_event (Lua callbacks"
+          .. " are not run by the gateway driver)", "one of them"), 2)
+  end
+  local l = t.limiter
+  local hold = seconds("scope", "hold", opts.hold, math.max(60, t.deadline + 5))
+  if hold < t.deadline then
+    error(bad("scope", "hold", "at least the policy's deadline (" .. t.deadline .. ")", hold), 2)
+  end
+  local tbl = new_table("scope", {
+    slots = opts.slots or 1024,
+    budget = type(t.budget) == "table" and t.budget or false,
+    breaker = type(t.breaker) == "table" and p.cp.own.breaker.config or false,
+    limiter = type(l) == "table" and l.rate and { rate = l.rate, burst = l.burst or 1 } or false,
+  })
+  local s = {
+    name = name, policy = p, template = p.cp, shm = tbl, ptr = tbl.shm,
+    hold = hold * 1e9, classify = p.classify,
+    budget = type(t.budget) == "table", breaker = type(t.breaker) == "table",
+    ratelimit = type(l) == "table" and l.rate ~= nil,
+    timeout_ms = (t.attempt_timeout or t.deadline) * 1000,
+    cps = {}, gens = {}, overflow = 0,
+  }
+  scopes[name] = s
+  return s
+end
+
+-- gw.limiter(name, { rate = per second, burst = 1, slots = 4096, hold = 60 })
+function _M.limiter(name, opts)
+  check_name("limiter", name)
+  if type(opts) ~= "table" then error(bad("limiter", "opts", "a table", opts), 2) end
+  if type(opts.rate) ~= "number" or not (opts.rate > 0) then
+    error(bad("limiter", "rate", "admissions per second (> 0)", opts.rate), 2)
+  end
+  local burst = opts.burst or 1
+  if type(burst) ~= "number" or burst < 1 or burst % 1 ~= 0 then
+    error(bad("limiter", "burst", "an integer >= 1", burst), 2)
+  end
+  local tbl = new_table("limiter", { slots = opts.slots or 4096,
+                                    limiter = { rate = opts.rate, burst = burst } })
+  local s = { name = name, shm = tbl, ptr = tbl.shm, rate = opts.rate, burst = burst,
+              hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0 }
+  limiters[name] = s
+  return s
+end
+
+-- gw.upstream(name, { host, port } or { location = "/internal/proxy" },
+--             keepalive = 60 (s), pool = 64 (connections per worker)).
+function _M.upstream(name, opts)
+  check_name("upstream", name)
+  if type(opts) ~= "table" then error(bad("upstream", "opts", "a table", opts), 2) end
+  local u = { name = name }
+  if opts.location ~= nil then
+    if type(opts.location) ~= "string" or byte(opts.location, 1) ~= 47 then
+      error(bad("upstream", "location", "a path such as \"/_backend\"", opts.location), 2)
+    end
+    u.location = opts.location
+    u.key = opts.key or opts.location
+  else
+    if type(opts.host) ~= "string" or opts.host == "" then
+      error(bad("upstream", "host", "a host name or address", opts.host), 2)
+    end
+    if type(opts.port) ~= "number" or opts.port < 1 or opts.port > 65535 or opts.port % 1 ~= 0 then
+      error(bad("upstream", "port", "an integer 1..65535", opts.port), 2)
+    end
+    u.host, u.port = opts.host, opts.port
+    u.host_header = opts.host_header or (opts.port == 80 and opts.host
+                                         or opts.host .. ":" .. opts.port)
+    u.key = opts.key or (opts.host .. ":" .. opts.port)
+  end
+  if #u.key > 64 then error(bad("upstream", "key", "at most 64 bytes", u.key), 2) end
+  u.keepalive = seconds("upstream", "keepalive", opts.keepalive, 60) * 1000
+  u.pool = opts.pool or 64
+  upstreams[name] = u
+  return u
+end
+
+return _M

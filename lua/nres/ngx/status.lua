@@ -1,0 +1,199 @@
+-- nres.ngx.status: what the shared tables hold, as a Lua table (snapshot),
+-- JSON or Prometheus text (the /nres/status content handler).
+local cdef = require "nres.cdef"
+local run = require "nres.run"
+local config = require "nres.ngx.config"
+
+local C = cdef.C
+local tonumber, tostring, pairs, ipairs, format = tonumber, tostring, pairs, ipairs, string.format
+local concat, find = table.concat, string.find
+local step_now = C.nres_step_now
+local scopes, limiters = config.scopes, config.limiters
+local reasons = run.reasons
+local ngx = ngx
+
+local _M = {}
+
+-- ------------------------------------------------------------- status
+
+local stop_names = reasons
+local BREAKER_STATES = { [0] = "closed", "open", "half-open", "isolated" }
+local REJECTS = { [0] = "breaker", "budget", "rate", "concurrency", "draining" }
+
+local function by_refused(a, b) return a.rate_refused > b.rate_refused end
+
+-- A table's status. A limiter lists only its most refused keys (`top`),
+-- with totals over all of them: its keys are clients, thousands of them.
+local function scope_status(s, now, worker_local, top)
+  local st = s.shm:stats()
+  st.overflow_this_worker = s.overflow
+  local keys = {}
+  local asked, refused = 0, 0
+  for i = 0, s.shm.slots - 1 do
+    local key, gen, lease = s.shm:key(i)
+    if key then
+      local slot = s.shm:slot(i)
+      local k = {
+        key = key, slot = i,
+        calls = tonumber(slot.calls), attempts = tonumber(slot.attempts),
+        retries = tonumber(slot.retries), stops = {},
+        lease = math.max(0, (lease - now) / 1e9),   -- s before it may be evicted
+      }
+      for stop = 1, 9 do
+        local n = tonumber(slot.stops[stop])
+        if n > 0 then k.stops[stop_names[stop]] = n end
+      end
+      if s.breaker then
+        local state = C.nres_breaker_state(slot.breaker, now)
+        k.breaker = BREAKER_STATES[state]
+        k.breaker_trips = tonumber(slot.breaker.trips)
+        k.breaker_rejected = tonumber(slot.breaker.rejected)
+      end
+      if s.budget then
+        k.budget = C.nres_budget_level(slot.budget, now)
+        k.budget_spent = tonumber(slot.budget.spent)
+        k.budget_refused = tonumber(slot.budget.refused)
+      end
+      if s.ratelimit or s.rate then
+        k.rate_refused = tonumber(slot.ratelimit.refused)
+        asked, refused = asked + k.calls, refused + k.rate_refused
+      end
+      if worker_local then
+        local cp = s.cps and s.cps[i + 1]
+        if cp ~= nil and s.gens[i + 1] == gen then
+          local rej = {}
+          for r = 0, 4 do rej[REJECTS[r]] = tonumber(cp.n_rejects[r]) end
+          k.this_worker = { rejects = rej, retries = tonumber(cp.n_retries) }
+        end
+      end
+      if not top or k.rate_refused > 0 then keys[#keys + 1] = k end
+    end
+  end
+  if top then
+    table.sort(keys, by_refused)
+    for i = #keys, top + 1, -1 do keys[i] = nil end
+    st.asked, st.refused = asked, refused
+  end
+  st.keys = keys
+  return st
+end
+
+-- The whole status as a Lua table.
+function _M.snapshot()
+  local now = step_now()
+  local out = { worker = ngx and ngx.worker.id() or 0, pid = ngx and ngx.worker.pid() or 0,
+                scopes = {}, limiters = {} }
+  for name, s in pairs(scopes) do out.scopes[name] = scope_status(s, now, true) end
+  for name, s in pairs(limiters) do
+    local st = scope_status(s, now, false, 20)
+    st.rate, st.burst = s.rate, s.burst
+    out.limiters[name] = st
+  end
+  return out
+end
+
+local function label(v)
+  return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
+end
+
+-- Prometheus text exposition (version 0.0.4) of a snapshot. The writer is
+-- plain functions over one table (no closures: a status scrape compiles).
+local function emit(out, name, kind, help, labels, value)
+  local n = out.n
+  if not out.seen[name] then
+    out.seen[name] = true
+    out[n + 1] = "# HELP " .. name .. " " .. help
+    out[n + 2] = "# TYPE " .. name .. " " .. kind
+    n = n + 2
+  end
+  out[n + 1] = format("%s{%s} %s", name, labels, tostring(value))
+  out.n = n + 1
+end
+
+local function breaker_code(name)
+  for c = 0, 3 do if BREAKER_STATES[c] == name then return c end end
+  return 0
+end
+
+local function emit_key(out, kind, kl, k)
+  emit(out, "nres_calls_total", "counter", "calls ended (limiters: admissions asked)", kl, k.calls)
+  for reason, c in pairs(k.stops) do
+    emit(out, "nres_stops_total", "counter", "calls ended, by reason",
+         kl .. ',reason="' .. label(reason) .. '"', c)
+  end
+  if kind == "scope" then
+    emit(out, "nres_attempts_total", "counter", "upstream attempts", kl, k.attempts)
+    emit(out, "nres_retries_total", "counter", "upstream retries", kl, k.retries)
+  end
+  if k.breaker then
+    emit(out, "nres_breaker_state", "gauge", "0 closed, 1 open, 2 half-open, 3 isolated", kl,
+         breaker_code(k.breaker))
+    emit(out, "nres_breaker_trips_total", "counter", "times the breaker opened", kl,
+         k.breaker_trips)
+    emit(out, "nres_breaker_rejected_total", "counter", "admissions the breaker refused", kl,
+         k.breaker_rejected)
+  end
+  if k.budget then
+    emit(out, "nres_budget_tokens", "gauge", "retry budget tokens available", kl,
+         format("%.3f", k.budget))
+    emit(out, "nres_budget_spent_total", "counter", "retries the budget allowed", kl,
+         k.budget_spent)
+    emit(out, "nres_budget_refused_total", "counter", "retries the budget refused", kl,
+         k.budget_refused)
+  end
+  if k.rate_refused then
+    emit(out, "nres_rate_refused_total", "counter", "rate limit refusals", kl, k.rate_refused)
+  end
+end
+
+local function emit_tables(out, group, kind)
+  local names = {}
+  for name in pairs(group) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local st = group[name]
+    local sl = format('%s="%s"', kind, label(name))
+    emit(out, "nres_table_slots", "gauge", "keys the shared table holds", sl, st.slots)
+    emit(out, "nres_table_live", "gauge", "keys in the shared table now", sl, st.live)
+    emit(out, "nres_table_bytes", "gauge", "bytes of the shared mapping", sl, st.bytes)
+    emit(out, "nres_table_inserts_total", "counter", "keys moved in", sl, st.inserts)
+    emit(out, "nres_table_evictions_total", "counter", "keys moved out for room", sl,
+         st.evictions)
+    emit(out, "nres_table_full_total", "counter", "lookups refused: set full of leased keys",
+         sl, st.full)
+    if st.asked then
+      emit(out, "nres_limiter_asked_total", "counter", "admissions asked of a limiter", sl,
+           st.asked)
+      emit(out, "nres_limiter_refused_total", "counter", "admissions a limiter refused", sl,
+           st.refused)
+    end
+    for _, k in ipairs(st.keys) do
+      emit_key(out, kind, format('%s,key="%s"', sl, label(k.key)), k)
+    end
+  end
+end
+
+function _M.prometheus(snap)
+  local out = { n = 0, seen = {} }
+  emit_tables(out, snap.scopes, "scope")
+  emit_tables(out, snap.limiters, "limiter")
+  return concat(out, "\n", 1, out.n) .. "\n"
+end
+
+-- Content handler for /nres/status: JSON (default, ?format=json) or
+-- Prometheus text (?format=prometheus, or an Accept of text/plain).
+function _M.status()
+  local snap = _M.snapshot()
+  local fmt = ngx.var.arg_format
+  local accept = ngx.var.http_accept
+  if fmt == "prometheus" or (fmt == nil and accept and find(accept, "text/plain", 1, true)) then
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4"
+    ngx.print(_M.prometheus(snap))
+    return
+  end
+  local cjson = require "cjson.safe"
+  ngx.header["Content-Type"] = "application/json"
+  ngx.print(cjson.encode(snap), "\n")
+end
+
+return _M

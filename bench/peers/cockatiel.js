@@ -79,11 +79,16 @@
 // counts everything the process allocates in the window - cockatiel, the
 // load loop's promises, the dependency model's sleeps - the same for every
 // JS arm, as nres's GC bytes/op count the Lua cell's own allocations too.
+// GC pauses: gc_pause_share is the share of the window spent in garbage
+// collection, from perf_hooks' 'gc' entries (PerformanceObserver): the
+// part of each collection's [startTime, startTime + duration] inside the
+// window, summed, over the window; with gc_collections and gc_pause_max_us.
+// The nres cells report the same fields for their Lua states (cell.lua).
 // heap_bytes_per_op (nres: the C runtime's malloc through its counting
 // allocator) is null: cockatiel has no native heap of its own to count.
 // Randomness: the dependency model draws from a seeded PRNG; cockatiel's
 // jitter uses Math.random (it cannot be seeded).
-import { performance } from 'node:perf_hooks';
+import { performance, PerformanceObserver } from 'node:perf_hooks';
 import v8 from 'node:v8';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -816,6 +821,9 @@ async function runCellWith(spec, srv) {
   const failedBy = {}, rejectedBy = {};
   let base = null;   // counters at the start of the window
   let profiler = null;
+  const gcEntries = [];
+  const gcObserver = new PerformanceObserver(list => { for (const e of list.getEntries()) gcEntries.push(e); });
+  gcObserver.observe({ entryTypes: ['gc'] });
 
   function snapshot() {
     base = { requests: dep.requests, attempts: counters.attempts, retries: counters.retries,
@@ -942,6 +950,18 @@ async function runCellWith(spec, srv) {
 
   if (base === null) snapshot();
   const gc = profiler.stop();
+  for (const e of gcObserver.takeRecords()) gcEntries.push(e);
+  gcObserver.disconnect();
+  // ns -> ms: now() is performance.now() in ns, the entries' clock.
+  const winFrom = measureAt / 1e6, winTo = stopAt / 1e6;
+  let gcMs = 0, gcMaxMs = 0, gcCount = 0;
+  for (const e of gcEntries) {
+    const a = Math.max(e.startTime, winFrom), b = Math.min(e.startTime + e.duration, winTo);
+    if (b <= a) continue;
+    gcMs += b - a;
+    gcCount++;
+    if (e.duration > gcMaxMs) gcMaxMs = e.duration;
+  }
   let freed = 0;
   for (const s of gc.statistics) {
     freed += s.beforeGC.heapStatistics.usedHeapSize - s.afterGC.heapStatistics.usedHeapSize;
@@ -973,6 +993,7 @@ async function runCellWith(spec, srv) {
     heap_bytes_per_op: null,
     gc_bytes_per_op: per(allocated),
     gc_count: gc.statistics.length,
+    gc_pause_share: gcMs / (spec.window * 1e3), gc_collections: gcCount, gc_pause_max_us: gcMaxMs * 1e3,
     runtime: 'node', runtime_version: process.versions.node,
     peer: ['empty', 'naive'].includes(spec.arm) ? 'js' : 'cockatiel',
     peer_version: C_VERSION,
@@ -994,7 +1015,8 @@ async function runCellWith(spec, srv) {
 const FIELDS = {
   number: ['ops_per_sec', 'p50_us', 'p90_us', 'p99_us', 'max_us', 'attempts_per_op', 'retries_per_op',
     'dependency_requests_per_op', 'completion_ratio', 'arrivals', 'successes', 'failures', 'rejections',
-    'shed', 'missed', 'pacer_lag_max_us', 'pacer_lag_mean_us', 'peak_rss_kb', 'gc_bytes_per_op'],
+    'shed', 'missed', 'pacer_lag_max_us', 'pacer_lag_mean_us', 'peak_rss_kb', 'gc_bytes_per_op',
+    'gc_pause_share', 'gc_collections', 'gc_pause_max_us'],
   nullable: ['heap_bytes_per_op'],
   boolean: ['trusted', 'identity_ok'],
   object: ['failed_by', 'rejected_by'],
@@ -1065,6 +1087,20 @@ async function selfTest() {
     check(x.p50_us >= 2000, `retry: two setTimeout(0) retries take >= 2 ms (p50 ${x.p50_us} µs)`);
     check(x.gc_bytes_per_op > 0, `retry: cockatiel's allocation is measured (${x.gc_bytes_per_op.toFixed(0)} B/op)`);
     check(x.peer === 'cockatiel' && typeof x.peer_version === 'string', `retry: names its peer (${x.peer} ${x.peer_version})`);
+  });
+
+  // 1b. cockatiel's noop policy, 10 workers, healthy: it allocates (~1 kB
+  //     per operation), so the window holds collections, each timed from
+  //     perf_hooks; GCProfiler sees the same collections (all of them, the
+  //     warm-up's included, so at least as many).
+  cell('passthrough / healthy / workers=10', {
+    arm: 'passthrough', dependency: { kind: 'model' },
+    workers: 10, warmup: 0.05, window: 0.3, seed: 1,
+  }, x => {
+    check(x.gc_collections > 0 && x.gc_pause_share > 0 && x.gc_pause_share < 1,
+      `passthrough: its collections are timed (${x.gc_collections}, ${(100 * x.gc_pause_share).toFixed(2)} % of the window)`);
+    check(x.gc_count >= x.gc_collections,
+      `passthrough: perf_hooks and GCProfiler agree (${x.gc_collections} in the window <= ${x.gc_count})`);
   });
 
   // 2. the JS raw arm, open loop at 2000/s for 0.4 s: exactly 800 arrivals

@@ -10,7 +10,11 @@
 -- second table: the handler's own cost, i.e. heap B/op minus dependency
 -- requests/op x the transport's B/request (the baseline arm's heap B/op /
 -- its dependency requests/op, same dependency and load: raw on /flaky is
--- the issue's raw-flaky).
+-- the issue's raw-flaky). Every section also gets a table of load, memory
+-- and GC: latency of admitted work (not rejected), rejections by reason,
+-- RSS at the window's start and end and the peak, the share of the window
+-- paused in garbage collection, and for threads cells whether the shared
+-- policy's calls and attempts matched the threads' exactly.
 local cjson = require "cjson.safe"
 
 local format, concat, sort = string.format, table.concat, table.sort
@@ -152,6 +156,63 @@ local function own_cost(w, cells, by_arm)
   end
 end
 
+-- Rejection reasons of a cell, summed over repetitions: "budget exhausted 12, shed 3".
+local function reasons_of(c)
+  local sum, keys = {}, {}
+  for _, r in ipairs(c.reps) do
+    for k, v in pairs(r.rejected_by or {}) do
+      if sum[k] == nil then keys[#keys + 1] = k end
+      sum[k] = (sum[k] or 0) + v
+    end
+    for k, v in pairs(r.rejected_by_source or {}) do
+      local key = "source " .. k
+      if sum[key] == nil then keys[#keys + 1] = key end
+      sum[key] = (sum[key] or 0) + v
+    end
+  end
+  sort(keys)
+  local out = {}
+  for _, k in ipairs(keys) do out[#out + 1] = format("%s %d", k, sum[k]) end
+  return #out > 0 and concat(out, ", ") or "-"
+end
+
+local function exact_of(c)
+  local any, all = false, true
+  for _, r in ipairs(c.reps) do
+    if r.calls_exact ~= nil then
+      any = true
+      all = all and r.calls_exact and r.requests_exact
+    end
+  end
+  if not any then return "-" end
+  return all and "yes" or "**no**"
+end
+
+-- Load, memory and GC of one section's cells (w: writer).
+local function load_table(w, cells)
+  if #cells == 0 then return end
+  w("")
+  w("Load, memory and GC: admitted = not rejected; rejections summed over repetitions"
+    .. " (\"source\" = the policy's own count by where it refused, over the whole run in threads"
+    .. " cells); GC = share of the window"
+    .. " paused in garbage collection (LuaJIT: collections run by the cell at LuaJIT's pacing and"
+    .. " timed; node: perf_hooks 'gc' entries), with collections per run; exact = threads cells:"
+    .. " the shared policy's calls and attempts = the threads' operations and dependency requests.")
+  w("")
+  w("| arm | dependency | load | admitted p50 µs | admitted p99 µs | rejections | RSS start→end KiB | peak RSS KiB | GC pause %% | GC collections | exact |")
+  w("|---|---|---|---|---|---|---|---|---|---|---|")
+  for _, c in ipairs(cells) do
+    local share = median(values(c, "gc_pause_share"))
+    w("| %s | %s | %s=%s | %s | %s | %s | %s→%s | %s | %s | %s | %s |", c.arm, c.dependency,
+      c.load, tostring(c.load_value),
+      num(median(values(c, "p50_admitted_us")), 1), num(median(values(c, "p99_admitted_us")), 1),
+      reasons_of(c), num(median(values(c, "rss_start_kb")), 0), num(median(values(c, "rss_end_kb")), 0),
+      num(median(values(c, "peak_rss_kb")), 0),
+      share and format("%.2f", share * 100) or "-", num(median(values(c, "gc_collections")), 0),
+      exact_of(c))
+  end
+end
+
 -- Markdown.
 function _M.markdown(doc)
   local out = {}
@@ -171,6 +232,7 @@ function _M.markdown(doc)
   for _, c in ipairs(cells) do
     if c.section ~= section then
       own_cost(w, in_section, by_arm)
+      load_table(w, in_section)
       in_section = {}
       section = c.section
       w("")
@@ -212,12 +274,15 @@ function _M.markdown(doc)
         if not r.trusted then
           warnings[#warnings + 1] = format("- untrusted %s rep %d: missed %d of %d arrivals, shed %d%s",
             c.key, r.repetition, r.missed or 0, r.arrivals or 0, r.shed or 0,
-            r.identity_ok == false and ", accounting identity broken" or "")
+            (r.identity_ok == false and ", accounting identity broken" or "")
+            .. ((r.calls_exact == false or r.requests_exact == false)
+                and ", the shared policy's counts differ from the threads'" or ""))
         end
       end
     end
   end
   own_cost(w, in_section, by_arm)
+  load_table(w, in_section)
   if #warnings > 0 then
     w("")
     w("## Warnings")

@@ -111,6 +111,18 @@ typedef struct nres_step_s {
   double at, resume_at;
 } nres_step_t;
 
+typedef struct nres_budget_stats_s {
+  int64_t tokens; nres_time_t refilled_at; uint64_t spent, refused;
+} nres_budget_stats_t;
+typedef struct nres_breaker_stats_s {
+  uint32_t state, probes, successes, consecutive, level, reserved_;
+  uint64_t trips, rejected;
+} nres_breaker_stats_t;
+typedef struct nres_ratelimit_stats_s { nres_time_t tat; uint64_t refused; } nres_ratelimit_stats_t;
+typedef struct nres_bulkhead_stats_s {
+  uint32_t inflight, waiting, limit, reserved_; uint64_t limit_fp, refused;
+} nres_bulkhead_stats_t;
+
 const char *nres_strerror(int err);
 const char *nres_err_name(int err);
 const char *nres_version_string(void);
@@ -119,8 +131,17 @@ size_t nres_sizeof(int kind);
 const char *nres_stop_name(int stop);
 const char *nres_breaker_state_name(int state);
 
+nres_time_t nres_time_from_sec(double seconds);
+
 void nres_backoff_init(nres_backoff_t *backoff);
 int nres_backoff_check(const nres_backoff_t *backoff);
+const char *nres_backoff_error(const nres_backoff_t *backoff);
+void nres_budget_stats(const nres_budget_t *budget, nres_budget_stats_t *out);
+void nres_breaker_stats(const nres_breaker_t *breaker, nres_breaker_stats_t *out);
+const char *nres_breaker_config_error(const nres_breaker_config_t *config);
+void nres_ratelimit_stats(const nres_ratelimit_t *limit, nres_ratelimit_stats_t *out);
+void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead, nres_bulkhead_stats_t *out);
+const char *nres_bulkhead_config_error(const nres_bulkhead_config_t *config);
 int nres_budget_init(nres_budget_t *budget, double ratio, double min_per_sec, double capacity);
 double nres_budget_level(nres_budget_t *budget, nres_time_t now);
 void nres_breaker_config_init(nres_breaker_config_t *config);
@@ -141,6 +162,7 @@ uint64_t nres_hist_upper(uint32_t index);
 
 int nres_policy_init(nres_policy_t *policy, int preset);
 int nres_policy_build(nres_policy_t *policy);
+const char *nres_policy_error(const nres_policy_t *policy);
 void nres_policy_drain(nres_policy_t *policy, int on);
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out);
 void nres_policy_counters_reset(nres_policy_t *policy);
@@ -237,7 +259,8 @@ end
 local sizes = {
   [0] = "nres_policy_t", "nres_call_t", false, "nres_verdict_t", "nres_budget_t",
   "nres_breaker_t", "nres_ratelimit_t", "nres_bulkhead_t", "nres_estimator_t",
-  "nres_counters_t", "nres_step_t", "nres_window_t",
+  "nres_counters_t", "nres_step_t", "nres_window_t", "nres_budget_stats_t",
+  "nres_breaker_stats_t", "nres_ratelimit_stats_t", "nres_bulkhead_stats_t",
 }
 for kind = 0, #sizes do
   local name = sizes[kind]

@@ -15,7 +15,9 @@
  *   returns NRES_EINVAL.
  * - State shared between calls (budget, breaker, window, rate limiter,
  *   bulkhead, estimator) is safe to use from any thread, holds no pointers
- *   and may live in memory shared between processes. A policy holds pointers
+ *   and may live in memory shared between processes. Its atomic fields are
+ *   the runtime's: read its counters with nres_<object>_stats (or
+ *   nres_window_sum, nres_estimator_quantile). A policy holds pointers
  *   to such state and is safe to use from any thread once built. A call
  *   (nres_call_t) belongs to one thread at a time.
  */
@@ -106,7 +108,19 @@ static inline nres_time_t nres_time_min(nres_time_t a, nres_time_t b) {
   return a < b ? a : b;
 }
 
-/* Seconds as a double to nanoseconds, saturating; NaN and negatives are 0. */
+/* What nres_time_from_sec makes of a number of seconds that is not a
+ * duration (NaN, negative, -inf). No init or build accepts it: each refuses
+ * it with NRES_EINVAL (nres_policy_error names the field), so a NaN never
+ * silently reads as 0, which would mean "none" for a deadline or timeout. */
+#define NRES_TIME_INVALID (NRES_TIME_NEVER - 1)
+
+/* The one conversion of seconds (a double) to a duration:
+ * - 0 (and -0) is 0; a positive amount under 1 ns is 1 ns, so a positive
+ *   setting never reads as 0 ("none" or "off");
+ * - otherwise truncated to the ns, saturating: 2^64 ns (584 years) or more,
+ *   +inf and 1e300 all give NRES_TIME_NEVER, never a wrapped value;
+ * - NaN and negatives give NRES_TIME_INVALID (refused by every consumer).
+ * Every duration field below may be set from it. */
 NRES_EXTERN nres_time_t nres_time_from_sec(double seconds);
 
 /* CLOCK_MONOTONIC in nanoseconds. The one place the runtime reads a clock;
@@ -249,6 +263,14 @@ typedef enum {
   NRES_JITTER_DECORRELATED      /* uniform in [base, 3 * previous delay] */
 } nres_jitter_t;
 
+/* Ranges (nres_backoff_error names the field it refuses):
+ *   kind, jitter   one of the enums above; the decorrelated kind needs
+ *                  jitter NONE
+ *   factor         finite and >= 1 (checked for every kind)
+ *   base, max, throttled_base   any duration, NRES_TIME_NEVER included
+ *                  (delays saturate); not NRES_TIME_INVALID
+ *   max >= base    unless kind is NONE; throttled_base may exceed max (the
+ *                  delay is capped at max). */
 struct nres_backoff_s {
   uint8_t kind;                 /* nres_backoff_kind_t */
   uint8_t jitter;               /* nres_jitter_t */
@@ -269,9 +291,11 @@ struct nres_backoff_state_s {
 /* Fill in the defaults: exponential, full jitter, base 100 ms, factor 2,
  * max 30 s, throttled base 1 s. */
 NRES_EXTERN void nres_backoff_init(nres_backoff_t *backoff);
-/* NRES_EINVAL if a field is out of range (unknown kind or jitter, factor
- * below 1 or not finite, max below base, jitter with the decorrelated kind). */
+/* NRES_EINVAL if a field is out of range (the rules above). */
 NRES_EXTERN int nres_backoff_check(const nres_backoff_t *backoff);
+/* Why nres_backoff_check refuses, as "field: rule" (a static string such as
+ * "backoff.max: below backoff.base"), or NULL if it accepts. */
+NRES_EXTERN const char *nres_backoff_error(const nres_backoff_t *backoff);
 NRES_EXTERN void nres_backoff_state_reset(nres_backoff_state_t *state);
 /* The delay before retry number `retry` (1 = the first retry). A verdict
  * with NRES_VF_RETRY_AFTER gets exactly min(retry_after, max), no jitter;
@@ -314,6 +338,19 @@ NRES_EXTERN void nres_budget_refund(nres_budget_t *budget);
 /* Tokens available now (floor credit included), for telemetry. */
 NRES_EXTERN double nres_budget_level(nres_budget_t *budget, nres_time_t now);
 
+/* A budget's counters. Each is read atomically (relaxed), not all at the
+ * same instant. */
+typedef struct nres_budget_stats_s {
+  int64_t tokens;               /* micro-tokens held, without the floor
+                                   credit earned since refilled_at */
+  nres_time_t refilled_at;      /* when the floor was last credited */
+  uint64_t spent;               /* retries and hedges allowed */
+  uint64_t refused;             /* retries and hedges refused */
+} nres_budget_stats_t;
+
+NRES_EXTERN void nres_budget_stats(const nres_budget_t *budget,
+                                   nres_budget_stats_t *out);
+
 /* ----------------------------------------------------------------- window */
 
 /* Outcome counts over a sliding time window made of rotating buckets; each
@@ -328,7 +365,8 @@ struct nres_window_s {
   NRES_ATOMIC(uint64_t) bucket[NRES_WINDOW_MAX_BUCKETS];
 };
 
-/* span > 0, 1 <= buckets <= NRES_WINDOW_MAX_BUCKETS. */
+/* span > 0 and not NRES_TIME_INVALID (NRES_TIME_NEVER is accepted),
+ * 1 <= buckets <= NRES_WINDOW_MAX_BUCKETS, span / buckets >= 1 ns. */
 NRES_EXTERN int nres_window_init(nres_window_t *window, nres_time_t span,
                                  uint32_t buckets);
 NRES_EXTERN void nres_window_add(nres_window_t *window, nres_time_t now,
@@ -356,6 +394,12 @@ typedef enum {
                                    probe permit */
 } nres_breaker_outcome_t;
 
+/* Ranges (nres_breaker_config_error names the field it refuses):
+ * failure_ratio and slow_ratio in [0, 1]; probes and success_threshold in
+ * 1..255; break_for > 0; break_max >= break_for; break_jitter in [0, 1);
+ * window > 0 with window / buckets >= 1 ns and 1 <= buckets <=
+ * NRES_WINDOW_MAX_BUCKETS. Durations may be NRES_TIME_NEVER (a break is
+ * capped at 2^37 ms, 4.3 years), never NRES_TIME_INVALID. */
 struct nres_breaker_config_s {
   uint32_t consecutive;         /* trip after this many failures in a row;
                                    0 = off. Default 5 */
@@ -390,6 +434,11 @@ struct nres_breaker_s {
 };
 
 NRES_EXTERN void nres_breaker_config_init(nres_breaker_config_t *config);
+/* Why nres_breaker_init refuses `config`, as "breaker.field: rule" (static),
+ * or NULL if it accepts it. */
+NRES_EXTERN const char *nres_breaker_config_error(
+    const nres_breaker_config_t *config);
+/* NRES_EINVAL, and the breaker untouched, if the config is refused. */
 NRES_EXTERN int nres_breaker_init(nres_breaker_t *breaker,
                                   const nres_breaker_config_t *config);
 /* Ask to run an attempt. 0: admitted, *permit is 0 (closed) or a probe
@@ -415,6 +464,24 @@ NRES_EXTERN void nres_breaker_reset(nres_breaker_t *breaker);
 /* "closed", "open", "half-open", "isolated". */
 NRES_EXTERN const char *nres_breaker_state_name(int state);
 
+/* A breaker's counters, each read atomically (relaxed). The state word is
+ * read once, so state, probes and successes agree with each other. */
+typedef struct nres_breaker_stats_s {
+  uint32_t state;               /* as stored: an OPEN breaker whose break is
+                                   over reads OPEN here, HALF_OPEN from
+                                   nres_breaker_state */
+  uint32_t probes;              /* half-open probe permits in use */
+  uint32_t successes;           /* probe successes this half-open period */
+  uint32_t consecutive;         /* current run of failures */
+  uint32_t level;               /* trips since it last closed */
+  uint32_t reserved_;
+  uint64_t trips;               /* times it opened */
+  uint64_t rejected;            /* admissions refused */
+} nres_breaker_stats_t;
+
+NRES_EXTERN void nres_breaker_stats(const nres_breaker_t *breaker,
+                                    nres_breaker_stats_t *out);
+
 /* ------------------------------------------------------------- rate limit */
 
 /* GCRA rate limiter: `rate` admissions per second with a burst of `burst`
@@ -426,7 +493,9 @@ struct nres_ratelimit_s {
   NRES_ATOMIC(uint64_t) refused;
 };
 
-/* rate > 0 per second, burst >= 1. */
+/* rate > 0 per second and finite, burst >= 1 (NRES_EINVAL otherwise,
+ * NaN included). The interval 1 s / rate saturates: a rate too low to
+ * represent admits nothing, never wraps to a short interval. */
 NRES_EXTERN int nres_ratelimit_init(nres_ratelimit_t *limit, double rate,
                                     uint32_t burst);
 /* 0 admitted; NRES_ELIMITED with *retry_after = how long until an
@@ -435,6 +504,15 @@ NRES_EXTERN int nres_ratelimit_acquire(nres_ratelimit_t *limit,
                                        nres_time_t now,
                                        nres_time_t *retry_after);
 
+typedef struct nres_ratelimit_stats_s {
+  nres_time_t tat;              /* theoretical arrival time of the next
+                                   admission */
+  uint64_t refused;             /* admissions refused */
+} nres_ratelimit_stats_t;
+
+NRES_EXTERN void nres_ratelimit_stats(const nres_ratelimit_t *limit,
+                                      nres_ratelimit_stats_t *out);
+
 /* --------------------------------------------------------------- bulkhead */
 
 /* Concurrency limiter: at most `limit` attempts in flight, with a bounded
@@ -442,6 +520,11 @@ NRES_EXTERN int nres_ratelimit_acquire(nres_ratelimit_t *limit,
  * `adaptive`, the limit moves between min_limit and max_limit by AIMD on
  * latency: +1/limit per completion under `latency_target`, * `decrease` on
  * one over it or on a TRANSIENT or THROTTLED verdict. */
+/* Ranges (nres_bulkhead_config_error names the field it refuses): limit
+ * >= 1; with a queue, queue_timeout > 0 and 0 < poll < NRES_TIME_NEVER (a
+ * waiter must look again); adaptive 0 or 1, and when 1: min_limit <= limit
+ * <= max_limit, min_limit >= 1, latency_target > 0, decrease in (0, 1).
+ * No duration may be NRES_TIME_INVALID. */
 struct nres_bulkhead_config_s {
   uint32_t limit;               /* fixed limit, or the adaptive start */
   uint32_t queue;               /* callers that may wait; 0 = none */
@@ -463,6 +546,10 @@ struct nres_bulkhead_s {
 };
 
 NRES_EXTERN void nres_bulkhead_config_init(nres_bulkhead_config_t *config);
+/* Why nres_bulkhead_init refuses `config`, as "bulkhead.field: rule"
+ * (static), or NULL if it accepts it. */
+NRES_EXTERN const char *nres_bulkhead_config_error(
+    const nres_bulkhead_config_t *config);
 NRES_EXTERN int nres_bulkhead_init(nres_bulkhead_t *bulkhead,
                                    const nres_bulkhead_config_t *config);
 /* Take a slot: 0, or NRES_EFULL. A caller already queued passes queued=1:
@@ -476,6 +563,18 @@ NRES_EXTERN void nres_bulkhead_dequeue(nres_bulkhead_t *bulkhead);
 NRES_EXTERN void nres_bulkhead_release(nres_bulkhead_t *bulkhead,
                                        nres_time_t latency, int kind);
 NRES_EXTERN uint32_t nres_bulkhead_limit(const nres_bulkhead_t *bulkhead);
+
+typedef struct nres_bulkhead_stats_s {
+  uint32_t inflight;            /* slots taken */
+  uint32_t waiting;             /* callers in the queue */
+  uint32_t limit;               /* the limit now (nres_bulkhead_limit) */
+  uint32_t reserved_;
+  uint64_t limit_fp;            /* the adaptive limit, << 16 */
+  uint64_t refused;             /* acquisitions and queue places refused */
+} nres_bulkhead_stats_t;
+
+NRES_EXTERN void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
+                                     nres_bulkhead_stats_t *out);
 
 /* -------------------------------------------------------------- estimator */
 
@@ -496,7 +595,8 @@ struct nres_estimator_s {
   NRES_ATOMIC(uint32_t) count[NRES_ESTIMATOR_WINDOWS][NRES_HIST_BUCKETS];
 };
 
-/* period > 0. Quantiles read the current and the previous window. */
+/* period > 0 and not NRES_TIME_INVALID. Quantiles read the current and the
+ * previous window. */
 NRES_EXTERN int nres_estimator_init(nres_estimator_t *estimator,
                                     nres_time_t period);
 NRES_EXTERN void nres_estimator_record(nres_estimator_t *estimator,
@@ -577,7 +677,8 @@ typedef enum {
 } nres_stop_t;
 
 NRES_EXTERN const char *nres_stop_name(int stop);
-/* The NRES_E* code of a stop reason (0 for OK). */
+/* The NRES_E* code of a stop reason (0 for OK). NONE, a call that has not
+ * ended, or that nres_call_begin refused as misuse, is NRES_EINVAL. */
 NRES_EXTERN int nres_stop_error(int stop);
 
 /* --------------------------------------------------------------- counters */
@@ -613,18 +714,43 @@ typedef enum {
 
 /* A policy: configuration (public fields, set between init and build) and
  * its telemetry. Fields after `private_` are the runtime's. A policy must
- * not be copied or moved once initialised: it points into itself. */
+ * not be copied or moved once initialised: it points into itself.
+ *
+ * What nres_policy_build enforces. Each refusal is NRES_EINVAL, and
+ * nres_policy_error names the field first ("attempt_timeout: exceeds
+ * deadline"):
+ * - attempts in 1..65535.
+ * - Every duration (deadline, attempt_timeout, ceiling_floor,
+ *   slow_threshold, limit_wait, hedge.delay, backoff.*) is any nres_time_t
+ *   but NRES_TIME_INVALID ("not a number or negative"): NRES_TIME_NEVER and
+ *   other huge values are accepted and saturate, whatever the field.
+ * - attempt_timeout <= deadline when both are set (a timeout longer than
+ *   the call's deadline is a mistake: set both, or the timeout alone).
+ * - backoff: the rules of nres_backoff_check, fields named "backoff.*".
+ * - ceiling_factor finite and >= 0; when > 0, ceiling_quantile in (0, 1]
+ *   and an estimator.
+ * - hedge.max <= NRES_MAX_INFLIGHT; hedge.suppress_ratio in [0, 1]; with
+ *   hedge.max > 1 and hedge.delay 0, hedge.quantile in (0, 1] and an
+ *   estimator; with hedge.max > 1, an initialised hedge.window.
+ * - A breaker with slow_ratio > 0 and slow_threshold 0 needs an estimator
+ *   and slow_factor finite and > 0.
+ * - Shared state it points at is checked too: a breaker's or bulkhead's
+ *   config by the rules of its *_config_error ("breaker.window: ..."), an
+ *   estimator's period > 0.
+ * Other fields take any value: min_samples, seed; telemetry and fallback
+ * are read as booleans. */
 struct nres_policy_s {
   uint32_t attempts;            /* total attempts, the first included;
-                                   hedges count. >= 1 */
+                                   hedges count. 1..65535 */
   uint32_t telemetry;           /* 1: keep counters */
   nres_backoff_t backoff;
   nres_time_t deadline;         /* over the whole call; 0 = none */
-  nres_time_t attempt_timeout;  /* per attempt; 0 = none */
+  nres_time_t attempt_timeout;  /* per attempt; 0 = none; <= deadline
+                                   when both are set */
   /* Measured attempt ceiling: factor * the `ceiling_quantile` latency of
    * OK attempts, at least ceiling_floor, once ceiling_samples exist. */
-  double ceiling_factor;        /* 0 = off */
-  double ceiling_quantile;
+  double ceiling_factor;        /* 0 = off; finite, >= 0 */
+  double ceiling_quantile;      /* (0, 1] when the ceiling is on */
   nres_time_t ceiling_floor;
   uint32_t min_samples;         /* measured values (ceiling, slow
                                    threshold) need this many samples */
@@ -678,11 +804,16 @@ struct nres_policy_s {
 
 /* Fill in a preset's configuration and reset the telemetry. */
 NRES_EXTERN int nres_policy_init(nres_policy_t *policy, int preset);
-/* Check the configuration and derive what the executor needs. NRES_EINVAL
- * names no field: the Lua face validates field by field before this. A
- * policy is usable from any thread once built, and its public fields must
- * not change after. */
+/* Check the configuration (the rules above) and derive what the executor
+ * needs: 0, or NRES_EINVAL and the policy is left unbuilt (calls on it end
+ * at once, see nres_call_begin). A policy is usable from any thread once
+ * built, and its public fields must not change after. */
 NRES_EXTERN int nres_policy_build(nres_policy_t *policy);
+/* Why nres_policy_build refuses this configuration, as "field: rule" (a
+ * static string: "attempt_timeout: exceeds deadline", "backoff.max: below
+ * backoff.base"), or NULL if it would accept it. Computed from the fields,
+ * not remembered: call it after a refused build, before changing them. */
+NRES_EXTERN const char *nres_policy_error(const nres_policy_t *policy);
 /* Refuse new calls with NRES_STOP_DRAINING (on = 1) or accept them again. */
 NRES_EXTERN void nres_policy_drain(nres_policy_t *policy, int on);
 /* Copy the counters out; relaxed reads, no locks. */
@@ -727,7 +858,16 @@ struct nres_action_s {
 /* 16 bytes, so every step returns its action in two registers. After an
  * ATTEMPT, a driver that can run attempts side by side also calls
  * nres_call_resume at call->resume_at when that is not NRES_TIME_NEVER: a
- * hedge may be due then. */
+ * hedge may be due then.
+ *
+ * When an ATTEMPT's `at` comes and the attempt has not ended, its time is
+ * up: the machine does not notice by itself (it reads no clock). A driver
+ * that can stop the work abandons it and reports NRES_TRANSIENT with
+ * NRES_VF_TIMEOUT on its slot (the libuv driver: abandon_cb, then that
+ * verdict with code NRES_ETIMEDOUT), which is retried like any transient
+ * failure. A blocking driver cannot (nres_run, the Lua run): it hands the
+ * deadline to the attempt, which should bound itself, and reports the
+ * verdict the attempt returns, even if it returns after `at`. */
 
 /* One attempt of the log. */
 struct nres_attempt_rec_s {
@@ -780,7 +920,10 @@ struct nres_call_s {
   nres_attempt_rec_t log[NRES_LOG_CAP];
 };
 
-/* Start a call at `now`. The first action is returned. */
+/* Start a call at `now`. The first action is returned. `policy` NULL or
+ * not built (nres_policy_build not called, or refused) is misuse: DONE at
+ * once with stop NRES_STOP_NONE, which nres_stop_error maps to NRES_EINVAL
+ * (what nres_run returns for it); nothing is counted. */
 NRES_EXTERN nres_action_t nres_call_begin(nres_call_t *call,
                                           nres_policy_t *policy,
                                           nres_time_t now);
@@ -793,11 +936,20 @@ NRES_EXTERN nres_action_t nres_call_begin_within(nres_call_t *call,
 /* The attempt in `slot` ended with `verdict`. A report for a slot with no
  * attempt in flight (late, or abandoned), or with a verdict kind out of
  * range (misuse), changes nothing, is counted as late, and returns the
- * pending action again. */
+ * pending action again. On a call that is not running (over, or ended at
+ * begin as misuse) that is its DONE again, same stop and fallback, with no
+ * slots to cancel. Once a transient or throttled report leaves nothing in
+ * flight, the retry is decided at once: attempts used up, the deadline
+ * reached, or a backoff that would end at or after the deadline all end
+ * the call now (NRES_STOP_ATTEMPTS, NRES_STOP_DEADLINE), without waiting
+ * and without spending budget; otherwise a budget refusal ends it
+ * (NRES_STOP_BUDGET), or WAIT for the backoff comes back. */
 NRES_EXTERN nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
                                            nres_time_t now,
                                            nres_verdict_t verdict);
-/* A WAIT's time came, or call->resume_at (a hedge time) after an ATTEMPT. */
+/* A WAIT's time came, or call->resume_at (a hedge time) after an ATTEMPT.
+ * Early, it returns the same WAIT; on a call that is not running, its DONE
+ * again. */
 NRES_EXTERN nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now);
 /* The caller gives up: every permit is released, nothing counts as a
  * failure, and DONE with NRES_STOP_CANCELED comes back (with the slots to
@@ -813,10 +965,13 @@ NRES_EXTERN const nres_attempt_rec_t *nres_call_log(const nres_call_t *call,
 /* ------------------------------------------------------------ sync driver */
 
 /* Run a call on this thread: attempts are `fn`, waits sleep with
- * clock_nanosleep. Hedging needs an asynchronous driver: here an attempt
- * always ends before a hedge could start. Returns 0 when the call
- * succeeded, otherwise the NRES_E* code of its stop reason (NRES_EINVAL on
- * misuse, and then fn is never called). `call` keeps the details. */
+ * nanosleep. Hedging needs an asynchronous driver: here an attempt
+ * always ends before a hedge could start. fn cannot be interrupted: it gets
+ * its deadline in `attempt` and its verdict counts as returned, even after
+ * the deadline. Returns 0 when the call succeeded, otherwise the NRES_E*
+ * code of its stop reason (NRES_EINVAL on misuse: a NULL argument or an
+ * unbuilt policy, and then fn is never called and `call` is untouched).
+ * `call` keeps the details. */
 NRES_EXTERN int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
                          nres_call_t *call);
 
@@ -862,6 +1017,10 @@ typedef enum {
   NRES_SIZEOF_COUNTERS,
   NRES_SIZEOF_STEP,
   NRES_SIZEOF_WINDOW,
+  NRES_SIZEOF_BUDGET_STATS,
+  NRES_SIZEOF_BREAKER_STATS,
+  NRES_SIZEOF_RATELIMIT_STATS,
+  NRES_SIZEOF_BULKHEAD_STATS,
   NRES_SIZEOF_COUNT
 } nres_sizeof_t;
 

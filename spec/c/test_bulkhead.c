@@ -16,6 +16,13 @@
 
 #include "nres_test.h"
 
+/* Counters through the public reader, not the atomic fields. */
+static nres_bulkhead_stats_t stats(const nres_bulkhead_t *x) {
+  nres_bulkhead_stats_t st;
+  nres_bulkhead_stats(x, &st);
+  return st;
+}
+
 static void fixed_config(nres_bulkhead_config_t *c, uint32_t limit,
                          uint32_t queue) {
   nres_bulkhead_config_init(c);
@@ -52,7 +59,7 @@ static void config_defaults(void **state) {
   assert_true(c.decrease == 0.9);
   assert_int_equal(nres_bulkhead_init(&b, &c), 0);
   assert_int_equal(nres_bulkhead_limit(&b), 64);
-  assert_int_equal(atomic_load(&b.limit_fp), (uint64_t) 64 << 16);
+  assert_int_equal(stats(&b).limit_fp, (uint64_t) 64 << 16);
 }
 
 static void invalid_configs_are_einval(void **state) {
@@ -115,21 +122,21 @@ static void limit_is_enforced_and_release_frees_a_slot(void **state) {
   assert_int_equal(nres_bulkhead_init(&b, &c), 0);
   for (int i = 0; i < 3; i++)
     assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);
-  assert_int_equal(atomic_load(&b.inflight), 3);
+  assert_int_equal(stats(&b).inflight, 3);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), NRES_EFULL);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), NRES_EFULL);
-  assert_int_equal(atomic_load(&b.refused), 2);
-  assert_int_equal(atomic_load(&b.inflight), 3);
+  assert_int_equal(stats(&b).refused, 2);
+  assert_int_equal(stats(&b).inflight, 3);
 
   nres_bulkhead_release(&b, NRES_MSEC, NRES_OK);
-  assert_int_equal(atomic_load(&b.inflight), 2);
+  assert_int_equal(stats(&b).inflight, 2);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), NRES_EFULL);
   /* A fixed limit ignores latency and verdicts. */
   for (int i = 0; i < 3; i++)
     nres_bulkhead_release(&b, NRES_SEC, NRES_TRANSIENT);
   assert_int_equal(nres_bulkhead_limit(&b), 3);
-  assert_int_equal(atomic_load(&b.inflight), 0);
+  assert_int_equal(stats(&b).inflight, 0);
 }
 
 static void queue_is_bounded(void **state) {
@@ -142,17 +149,17 @@ static void queue_is_bounded(void **state) {
   assert_int_equal(nres_bulkhead_enqueue(&b), 0);
   assert_int_equal(nres_bulkhead_enqueue(&b), 0);
   assert_int_equal(nres_bulkhead_enqueue(&b), NRES_EFULL);
-  assert_int_equal(atomic_load(&b.waiting), 2);
-  assert_int_equal(atomic_load(&b.refused), 1);
+  assert_int_equal(stats(&b).waiting, 2);
+  assert_int_equal(stats(&b).refused, 1);
   nres_bulkhead_dequeue(&b);
   assert_int_equal(nres_bulkhead_enqueue(&b), 0);
-  assert_int_equal(atomic_load(&b.waiting), 2);
+  assert_int_equal(stats(&b).waiting, 2);
 
   /* No queue at all: enqueue always refuses. */
   fixed_config(&c, 1, 0);
   assert_int_equal(nres_bulkhead_init(&b, &c), 0);
   assert_int_equal(nres_bulkhead_enqueue(&b), NRES_EFULL);
-  assert_int_equal(atomic_load(&b.waiting), 0);
+  assert_int_equal(stats(&b).waiting, 0);
 }
 
 static void queued_caller_is_not_overtaken_by_a_new_arrival(void **state) {
@@ -173,13 +180,13 @@ static void queued_caller_is_not_overtaken_by_a_new_arrival(void **state) {
   assert_int_equal(nres_bulkhead_acquire(&b, 0), NRES_EFULL);
   assert_int_equal(nres_bulkhead_acquire(&b, 1), 0);
   nres_bulkhead_dequeue(&b);
-  assert_int_equal(atomic_load(&b.waiting), 0);
+  assert_int_equal(stats(&b).waiting, 0);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), NRES_EFULL);  /* limit */
   nres_bulkhead_release(&b, NRES_MSEC, NRES_OK);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);           /* C now */
 
   /* With a queue, refusals that lead to enqueue are not counted. */
-  assert_int_equal(atomic_load(&b.refused), 0);
+  assert_int_equal(stats(&b).refused, 0);
 }
 
 static void aimd_grows_by_one_per_limit_fast_successes(void **state) {
@@ -192,7 +199,7 @@ static void aimd_grows_by_one_per_limit_fast_successes(void **state) {
   assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);
   nres_bulkhead_release(&b, NRES_MSEC, NRES_OK);
   /* + 1/10 in 16.16, rounded: 65536 / 10 = 6553.6 */
-  assert_int_equal(atomic_load(&b.limit_fp), (10u << 16) + 6554);
+  assert_int_equal(stats(&b).limit_fp, (10u << 16) + 6554);
 
   /* Each step adds 1/limit of the moment, so the tenth leaves it just
    * under 11 and the eleventh crosses. */
@@ -201,7 +208,7 @@ static void aimd_grows_by_one_per_limit_fast_successes(void **state) {
     nres_bulkhead_release(&b, NRES_MSEC, NRES_OK);
   }
   assert_int_equal(nres_bulkhead_limit(&b), 10);
-  assert_true(atomic_load(&b.limit_fp) > (uint64_t) (10.9 * 65536));
+  assert_true(stats(&b).limit_fp > (uint64_t) (10.9 * 65536));
   nres_bulkhead_release(&b, c.latency_target, NRES_OK);   /* on target */
   assert_int_equal(nres_bulkhead_limit(&b), 11);
 
@@ -209,7 +216,7 @@ static void aimd_grows_by_one_per_limit_fast_successes(void **state) {
   for (int i = 0; i < 200; i++)
     nres_bulkhead_release(&b, NRES_MSEC, NRES_OK);
   assert_in_range(nres_bulkhead_limit(&b), 21, 23);
-  assert_int_equal(atomic_load(&b.inflight), 0);
+  assert_int_equal(stats(&b).inflight, 0);
 }
 
 static void aimd_shrinks_on_slow_and_on_transient_and_throttled(
@@ -237,7 +244,7 @@ static void aimd_shrinks_on_slow_and_on_transient_and_throttled(
   nres_bulkhead_release(&b, NRES_SEC, -1);
   nres_bulkhead_release(&b, NRES_MSEC, NRES_VERDICT_COUNT);
   nres_bulkhead_release(&b, NRES_SEC, NRES_VERDICT_COUNT);
-  assert_int_equal(atomic_load(&b.limit_fp), (uint64_t) 4 << 16);
+  assert_int_equal(stats(&b).limit_fp, (uint64_t) 4 << 16);
 }
 
 static void aimd_stays_within_min_and_max(void **state) {
@@ -250,7 +257,7 @@ static void aimd_stays_within_min_and_max(void **state) {
   for (int i = 0; i < 50; i++)
     nres_bulkhead_release(&b, NRES_SEC, NRES_TRANSIENT);
   assert_int_equal(nres_bulkhead_limit(&b), 3);
-  assert_int_equal(atomic_load(&b.limit_fp), (uint64_t) 3 << 16);
+  assert_int_equal(stats(&b).limit_fp, (uint64_t) 3 << 16);
   /* At min_limit the bulkhead still admits min_limit callers. */
   for (int i = 0; i < 3; i++)
     assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);
@@ -259,7 +266,7 @@ static void aimd_stays_within_min_and_max(void **state) {
   for (int i = 0; i < 1000; i++)
     nres_bulkhead_release(&b, NRES_MSEC, NRES_OK);
   assert_int_equal(nres_bulkhead_limit(&b), 12);
-  assert_int_equal(atomic_load(&b.limit_fp), (uint64_t) 12 << 16);
+  assert_int_equal(stats(&b).limit_fp, (uint64_t) 12 << 16);
 }
 
 static void unmatched_release_does_not_wrap_inflight_and_lock_out_everyone(
@@ -272,8 +279,8 @@ static void unmatched_release_does_not_wrap_inflight_and_lock_out_everyone(
   assert_int_equal(nres_bulkhead_init(&b, &c), 0);
   nres_bulkhead_release(&b, NRES_MSEC, NRES_OK);
   nres_bulkhead_dequeue(&b);
-  assert_int_equal(atomic_load(&b.inflight), 0);
-  assert_int_equal(atomic_load(&b.waiting), 0);
+  assert_int_equal(stats(&b).inflight, 0);
+  assert_int_equal(stats(&b).waiting, 0);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);
   assert_int_equal(nres_bulkhead_acquire(&b, 0), NRES_EFULL);
@@ -353,8 +360,8 @@ static void run_holders(void) {
   assert_int_equal(atomic_load(&hold_admitted) + atomic_load(&hold_refused),
                    (unsigned long) HOLD_THREADS * HOLD_ITERS);
   assert_true(atomic_load(&hold_admitted) > 0);
-  assert_int_equal(atomic_load(&hold_b.inflight), 0);
-  assert_int_equal(atomic_load(&hold_b.waiting), 0);
+  assert_int_equal(stats(&hold_b).inflight, 0);
+  assert_int_equal(stats(&hold_b).waiting, 0);
 }
 
 static void threads_never_hold_more_slots_than_the_limit(void **state) {
@@ -365,7 +372,7 @@ static void threads_never_hold_more_slots_than_the_limit(void **state) {
   assert_int_equal(nres_bulkhead_init(&hold_b, &c), 0);
   run_holders();
   assert_in_range(atomic_load(&hold_max), 1, HOLD_LIMIT);
-  assert_int_equal(atomic_load(&hold_b.refused), atomic_load(&hold_refused));
+  assert_int_equal(stats(&hold_b).refused, atomic_load(&hold_refused));
 }
 
 static void threads_keep_the_adaptive_limit_within_bounds(void **state) {
@@ -380,7 +387,7 @@ static void threads_keep_the_adaptive_limit_within_bounds(void **state) {
    * but never past max_limit. */
   assert_in_range(atomic_load(&hold_max), 1, 6);
   assert_in_range(nres_bulkhead_limit(&hold_b), 2, 6);
-  assert_in_range(atomic_load(&hold_b.limit_fp), (uint64_t) 2 << 16,
+  assert_in_range(stats(&hold_b).limit_fp, (uint64_t) 2 << 16,
                   (uint64_t) 6 << 16);
 }
 

@@ -173,25 +173,45 @@ static void attempt_ceiling_is_timeout_or_time_left(void **state) {
   assert_true(nres_call_remaining(&call, 2 * SEC) == 0);
 }
 
+/* nres.h: a backoff that would end at or after the deadline ends the call
+ * at the report, without waiting and without spending budget. */
 static void no_retry_when_backoff_ends_past_deadline(void **state) {
   nres_policy_t p;
+  nres_budget_t budget;
+  nres_budget_stats_t bs;
   nres_call_t call;
   nres_action_t a;
   (void) state;
 
   trivial(&p);
+  p.attempts = 5;
   p.deadline = 1 * SEC;
   p.backoff.kind = NRES_BACKOFF_CONSTANT;
   p.backoff.base = p.backoff.max = 300 * MS;
+  assert_int_equal(nres_budget_init(&budget, 0.1, 0, 10), 0);
+  p.budget = &budget;
   build(&p);
   a = nres_call_begin(&call, &p, 0);
   a = nres_call_report(&call, a.slot, 600 * MS, transient());
   assert_int_equal(a.kind, NRES_WAIT);   /* 900 ms < 1 s */
+  assert_true(a.at == 900 * MS);
+  nres_budget_stats(&budget, &bs);
+  assert_int_equal(bs.spent, 1);
   a = nres_call_resume(&call, 900 * MS);
   a = nres_call_report(&call, a.slot, 750 * MS + 200 * MS, transient());
   assert_int_equal(a.kind, NRES_DONE);   /* 950 + 300 ms > 1 s */
   assert_int_equal(a.stop, NRES_STOP_DEADLINE);
   assert_int_equal(call.attempts, 2);
+  nres_budget_stats(&budget, &bs);
+  assert_int_equal(bs.spent, 1);         /* the refused retry paid nothing */
+  /* Ending exactly at the deadline is past it too. */
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 700 * MS, transient());
+  assert_int_equal(a.kind, NRES_DONE);   /* 700 + 300 ms = 1 s */
+  assert_int_equal(a.stop, NRES_STOP_DEADLINE);
+  assert_int_equal(call.attempts, 1);
+  nres_budget_stats(&budget, &bs);
+  assert_int_equal(bs.spent, 1);
 }
 
 static void inherited_deadline_only_tightens(void **state) {
@@ -492,6 +512,7 @@ static void rate_limiter_refuses_or_waits_within_limit_wait(void **state) {
 static void bulkhead_queues_then_admits_or_times_out(void **state) {
   nres_policy_t p;
   nres_bulkhead_t bh;
+  nres_bulkhead_stats_t st;
   nres_bulkhead_config_t cfg;
   nres_call_t a_call, b_call, c_call;
   nres_action_t a, b, c;
@@ -518,7 +539,8 @@ static void bulkhead_queues_then_admits_or_times_out(void **state) {
   a = nres_call_report(&a_call, a.slot, 15 * MS, ok());
   b = nres_call_resume(&b_call, 20 * MS);
   assert_int_equal(b.kind, NRES_ATTEMPT);
-  assert_int_equal(bh.waiting, 0);
+  nres_bulkhead_stats(&bh, &st);
+  assert_int_equal(st.waiting, 0);
   /* A queued caller gives up at queue_timeout and leaves the queue. */
   c = nres_call_begin(&c_call, &p, 20 * MS);
   assert_int_equal(c.kind, NRES_WAIT);
@@ -526,9 +548,12 @@ static void bulkhead_queues_then_admits_or_times_out(void **state) {
     c = nres_call_resume(&c_call, c.at);
   assert_int_equal(c.stop, NRES_STOP_LIMITED);
   assert_true(c_call.attempts == 0);
-  assert_int_equal(bh.waiting, 0);
+  nres_bulkhead_stats(&bh, &st);
+  assert_int_equal(st.waiting, 0);
+  assert_int_equal(st.inflight, 1);
   b = nres_call_report(&b_call, b.slot, 200 * MS, ok());
-  assert_int_equal(bh.inflight, 0);
+  nres_bulkhead_stats(&bh, &st);
+  assert_int_equal(st.inflight, 0);
 }
 
 static void draining_refuses_new_calls(void **state) {
@@ -656,17 +681,46 @@ static void measured_ceiling_follows_latency_with_a_floor(void **state) {
   nres_call_report(&call, a.slot, t, ok());
 }
 
+static nres_verdict_t never_called(void *arg, const nres_attempt_t *attempt) {
+  (void) attempt;
+  ++*(int *) arg;
+  return ok();
+}
+
+/* nres.h: begin on an unbuilt policy is DONE with stop NONE, whose error
+ * is NRES_EINVAL, as nres_run returns; a refused build unbuilds. */
 static void unbuilt_policy_and_bad_slot_are_misuse(void **state) {
   nres_policy_t p;
   nres_call_t call;
   nres_action_t a;
+  int ran = 0;
   (void) state;
 
   trivial(&p);   /* not built */
   a = nres_call_begin(&call, &p, 0);
   assert_int_equal(a.kind, NRES_DONE);
   assert_int_equal(a.stop, NRES_STOP_NONE);
-  assert_int_equal(nres_stop_error(a.stop), NRES_ESTATE);
+  assert_int_equal(nres_stop_error(a.stop), NRES_EINVAL);
+  assert_int_equal(nres_run(&p, never_called, &ran, &call), NRES_EINVAL);
+  assert_int_equal(ran, 0);
+  a = nres_call_begin(&call, NULL, 0);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(nres_stop_error(a.stop), NRES_EINVAL);
+  /* A report on such a call changes nothing: the same DONE again. */
+  a = nres_call_report(&call, 0, 0, ok());
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_NONE);
+  /* Built, then a refused rebuild: unbuilt again, calls end at once. */
+  build(&p);
+  p.deadline = 1 * SEC;
+  p.attempt_timeout = 2 * SEC;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  a = nres_call_begin(&call, &p, 0);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(nres_stop_error(a.stop), NRES_EINVAL);
+  assert_int_equal(nres_run(&p, never_called, &ran, &call), NRES_EINVAL);
+  assert_int_equal(ran, 0);
+  p.attempt_timeout = 0;
   build(&p);
   a = nres_call_begin(&call, &p, 0);
   assert_int_equal(nres_call_report(&call, 3, 0, ok()).kind, NRES_WAIT);
@@ -674,6 +728,44 @@ static void unbuilt_policy_and_bad_slot_are_misuse(void **state) {
   assert_int_equal(counters(&p).late, 2);
   a = nres_call_report(&call, a.slot, 0, ok());
   assert_int_equal(a.stop, NRES_STOP_OK);
+}
+
+/* nres.h: report, resume and cancel on a call that is over return its
+ * DONE again (same stop and fallback, nothing to cancel); the report is
+ * counted late. */
+static void steps_on_a_finished_call_return_its_done_again(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a, first;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 1;
+  p.fallback = 1;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  first = nres_call_report(&call, a.slot, 5, transient());
+  assert_int_equal(first.kind, NRES_DONE);
+  assert_int_equal(first.stop, NRES_STOP_ATTEMPTS);
+  assert_int_equal(first.fallback, 1);
+  for (unsigned slot = 0; slot < NRES_MAX_INFLIGHT; slot++) {
+    a = nres_call_report(&call, slot, 6, ok());
+    assert_int_equal(a.kind, NRES_DONE);
+    assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+    assert_int_equal(a.fallback, 1);
+    assert_int_equal(a.cancel, 0);
+  }
+  assert_int_equal(counters(&p).late, NRES_MAX_INFLIGHT);
+  assert_int_equal(counters(&p).verdicts[NRES_OK], 0);
+  assert_int_equal(counters(&p).calls, 1);
+  a = nres_call_resume(&call, 7);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+  a = nres_call_cancel(&call, 8);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+  assert_int_equal(call.stop, NRES_STOP_ATTEMPTS);
+  assert_int_equal(counters(&p).calls, 1);
 }
 
 static void queued_call_does_not_drain_the_rate_limiter(void **state) {
@@ -812,6 +904,7 @@ int main(void) {
     cmocka_unit_test(events_reach_the_listener),
     cmocka_unit_test(measured_ceiling_follows_latency_with_a_floor),
     cmocka_unit_test(unbuilt_policy_and_bad_slot_are_misuse),
+    cmocka_unit_test(steps_on_a_finished_call_return_its_done_again),
     cmocka_unit_test(queued_call_does_not_drain_the_rate_limiter),
     cmocka_unit_test(refused_retry_gives_its_budget_token_back),
     cmocka_unit_test(throttled_answer_stops_further_hedges),

@@ -1,10 +1,12 @@
 /* test_policy.c - presets, build-time validation and counters of a policy.
  *
  * The presets must carry the documented defaults, nres_policy_build must
- * refuse every inconsistent configuration with NRES_EINVAL, and the
- * counters must read back what the executor recorded.
+ * refuse every inconsistent configuration with NRES_EINVAL and
+ * nres_policy_error must name the field it refused, and the counters must
+ * read back what the executor recorded.
  */
 #include <math.h>
+#include <string.h>
 
 #include "nres_test.h"
 
@@ -45,38 +47,99 @@ static void presets_carry_the_documented_defaults(void **state) {
   assert_int_equal(nres_policy_init(NULL, NRES_PRESET_NONE), NRES_EINVAL);
 }
 
+/* Each refusal names its field first, then the rule ("field: rule"). */
+static void refused_naming(nres_policy_t *p, const char *why_prefix) {
+  const char *why;
+
+  assert_int_equal(nres_policy_build(p), NRES_EINVAL);
+  why = nres_policy_error(p);
+  assert_non_null(why);
+  if (strncmp(why, why_prefix, strlen(why_prefix)) != 0)
+    fail_msg("refused with \"%s\", expected \"%s...\"", why, why_prefix);
+}
+
 static void build_refuses_inconsistent_configurations(void **state) {
   nres_policy_t p;
   (void) state;
 
-#define REFUSED(mutation)                                                    \
+#define REFUSED(why, mutation)                                               \
   do {                                                                       \
     assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);          \
     mutation;                                                                \
-    assert_int_equal(nres_policy_build(&p), NRES_EINVAL);                    \
+    refused_naming(&p, why);                                                 \
   } while (0)
 
-  REFUSED(p.attempts = 0);
-  REFUSED(p.attempts = 70000);
-  REFUSED(p.backoff.factor = 0.5);
-  REFUSED(p.backoff.kind = 42);
-  REFUSED(p.attempt_timeout = p.deadline + 1);
-  REFUSED(p.ceiling_factor = -1);
-  REFUSED(p.ceiling_factor = NAN);
-  REFUSED(p.ceiling_quantile = 1.5);
-  REFUSED(p.estimator = NULL);                         /* ceiling needs it */
-  REFUSED(p.hedge.max = NRES_MAX_INFLIGHT + 1);
-  REFUSED((p.hedge.max = 2, p.ceiling_factor = 0, p.estimator = NULL));
-  REFUSED(p.hedge.suppress_ratio = 2);
-  REFUSED((p.own.breaker.config.slow_ratio = 0.5, p.slow_factor = 0));
-  REFUSED(p.slow_factor = -1; p.own.breaker.config.slow_ratio = 0.5);
+  REFUSED("attempts: ", p.attempts = 0);
+  REFUSED("attempts: ", p.attempts = 70000);
+  REFUSED("backoff.factor: ", p.backoff.factor = 0.5);
+  REFUSED("backoff.factor: ", p.backoff.factor = NAN);
+  REFUSED("backoff.kind: ", p.backoff.kind = 42);
+  REFUSED("backoff.jitter: unknown", p.backoff.jitter = 9);
+  REFUSED("backoff.max: below backoff.base", p.backoff.max = 1 * NRES_MSEC);
+  REFUSED("backoff.jitter: must be NONE",
+          p.backoff.kind = NRES_BACKOFF_DECORRELATED);
+  REFUSED("attempt_timeout: exceeds deadline",
+          p.attempt_timeout = p.deadline + 1);
+  REFUSED("deadline: not a number", p.deadline = nres_time_from_sec(NAN));
+  REFUSED("attempt_timeout: not a number",
+          p.attempt_timeout = nres_time_from_sec(-1));
+  REFUSED("ceiling_factor: ", p.ceiling_factor = -1);
+  REFUSED("ceiling_factor: ", p.ceiling_factor = NAN);
+  REFUSED("ceiling_quantile: ", p.ceiling_quantile = 1.5);
+  REFUSED("estimator: needed by ceiling_factor", p.estimator = NULL);
+  REFUSED("hedge.max: ", p.hedge.max = NRES_MAX_INFLIGHT + 1);
+  REFUSED("estimator: needed by hedging",
+          (p.hedge.max = 2, p.ceiling_factor = 0, p.estimator = NULL));
+  REFUSED("hedge.quantile: ", (p.hedge.max = 2, p.hedge.quantile = 0));
+  REFUSED("hedge.suppress_ratio: ", p.hedge.suppress_ratio = 2);
+  REFUSED("hedge.window: ", (p.hedge.max = 2, p.hedge.window.width = 0));
+  REFUSED("slow_factor: ",
+          (p.own.breaker.config.slow_ratio = 0.5, p.slow_factor = 0));
+  REFUSED("slow_factor: ",
+          (p.slow_factor = -1, p.own.breaker.config.slow_ratio = 0.5));
+  REFUSED("estimator: needed by breaker.slow_ratio",
+          (p.own.breaker.config.slow_ratio = 0.5, p.ceiling_factor = 0,
+           p.estimator = NULL));
+  REFUSED("breaker.probes: ", p.own.breaker.config.probes = 0);
 #undef REFUSED
   assert_int_equal(nres_policy_build(NULL), NRES_EINVAL);
-  /* The same fields, set right, are accepted. */
+  assert_non_null(nres_policy_error(NULL));
+  /* The same fields, set right, are accepted, and nothing is refused. */
   assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
   p.hedge.max = 2;
   p.own.breaker.config.slow_ratio = 0.5;
+  assert_null(nres_policy_error(&p));
   assert_int_equal(nres_policy_build(&p), 0);
+  /* An attempt timeout equal to the deadline is no conflict. */
+  p.attempt_timeout = p.deadline;
+  assert_null(nres_policy_error(&p));
+  assert_int_equal(nres_policy_build(&p), 0);
+}
+
+/* README's "A policy in C": the DEFAULT preset with a 2 s deadline is
+ * refused for its 10 s attempt timeout, and the error says so; with the
+ * timeout lowered too it builds and runs. */
+static nres_verdict_t answer_ok(void *arg, const nres_attempt_t *attempt) {
+  (void) arg;
+  assert_true(attempt->deadline != NRES_TIME_NEVER);
+  return nres_verdict(NRES_OK);
+}
+
+static void readme_policy_needs_its_attempt_timeout_lowered(void **state) {
+  nres_policy_t policy;
+  nres_call_t call;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&policy, NRES_PRESET_DEFAULT), 0);
+  policy.attempts = 4;
+  policy.deadline = 2 * NRES_SEC;
+  assert_int_equal(nres_policy_build(&policy), NRES_EINVAL);
+  assert_string_equal(nres_policy_error(&policy),
+                      "attempt_timeout: exceeds deadline");
+  policy.attempt_timeout = 500 * NRES_MSEC;
+  assert_int_equal(nres_policy_build(&policy), 0);
+  assert_int_equal(nres_run(&policy, answer_ok, NULL, &call), 0);
+  assert_int_equal(call.attempts, 1);
 }
 
 static void counters_sum_up_and_reset(void **state) {
@@ -107,6 +170,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(presets_carry_the_documented_defaults),
     cmocka_unit_test(build_refuses_inconsistent_configurations),
+    cmocka_unit_test(readme_policy_needs_its_attempt_timeout_lowered),
     cmocka_unit_test(counters_sum_up_and_reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

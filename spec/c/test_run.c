@@ -91,6 +91,34 @@ static void attempt_learns_its_deadline_and_time_left(void **state) {
   assert_true(job.seen.deadline == call.start + 300 * NRES_MSEC);
 }
 
+/* Outlives its deadline, then says OK. */
+static nres_verdict_t overrun(void *arg, const nres_attempt_t *attempt) {
+  (void) arg;
+  while (nres_clock_now() <= attempt->deadline)
+    nres_step_sleep((double) NRES_MSEC);
+  return nres_verdict(NRES_OK);
+}
+
+/* nres.h: a blocking driver cannot interrupt an attempt whose time is up;
+ * the verdict it returns counts as given, even after the deadline. */
+static void late_verdict_of_a_blocking_attempt_counts(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  const nres_attempt_rec_t *rec;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+  p.attempt_timeout = 2 * NRES_MSEC;
+  assert_int_equal(nres_policy_build(&p), 0);
+  assert_int_equal(nres_run(&p, overrun, NULL, &call), 0);
+  assert_int_equal(call.attempts, 1);
+  rec = nres_call_log(&call, 0);
+  assert_non_null(rec);
+  assert_int_equal(rec->kind, NRES_OK);
+  assert_int_equal(rec->flags, 0);
+  assert_true(rec->end > call.slot[rec->slot].deadline);
+}
+
 static void backoff_really_sleeps(void **state) {
   nres_policy_t p;
   nres_call_t call;
@@ -187,6 +215,7 @@ int main(void) {
     cmocka_unit_test(failures_return_the_stop_reason_code),
     cmocka_unit_test(misuse_never_calls_the_function),
     cmocka_unit_test(attempt_learns_its_deadline_and_time_left),
+    cmocka_unit_test(late_verdict_of_a_blocking_attempt_counts),
     cmocka_unit_test(backoff_really_sleeps),
     cmocka_unit_test(passthrough_leaves_a_fully_described_call),
     cmocka_unit_test(million_calls_allocate_nothing),

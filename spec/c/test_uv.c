@@ -158,7 +158,11 @@ static void attempt_timeout_abandons_and_late_completion_is_ignored(void **state
   assert_int_equal(f->abandoned, 2);
   assert_int_equal(f->late_rejected, 2);
   assert_int_equal(f->req.late, 2);
+  /* nres.h: a driver that can stop an attempt whose time is up abandons
+   * it and reports it TRANSIENT with NRES_VF_TIMEOUT. */
   assert_int_equal(nres_call_log(&f->req.call, 0)->flags, NRES_VF_TIMEOUT);
+  assert_int_equal(nres_call_log(&f->req.call, 0)->kind, NRES_TRANSIENT);
+  assert_int_equal(nres_call_log(&f->req.call, 1)->kind, NRES_TRANSIENT);
   nres_policy_counters(&f->policy, &c);
   assert_int_equal(c.late, 2);
   assert_int_equal(c.verdicts[NRES_TRANSIENT], 2);

@@ -36,23 +36,33 @@ void nres_backoff_init(nres_backoff_t *backoff) {
   backoff->throttled_base = 1 * NRES_SEC;
 }
 
-int nres_backoff_check(const nres_backoff_t *backoff) {
+const char *nres_backoff_error(const nres_backoff_t *backoff) {
   if (backoff == NULL)
-    return NRES_EINVAL;
+    return "backoff: NULL";
   if (backoff->kind > NRES_BACKOFF_DECORRELATED)
-    return NRES_EINVAL;
+    return "backoff.kind: unknown";
   if (backoff->jitter > NRES_JITTER_DECORRELATED)
-    return NRES_EINVAL;
+    return "backoff.jitter: unknown";
   /* Checked for every kind, so switching the kind later cannot expose a
    * factor nobody validated. */
   if (!(backoff->factor >= 1.0) || !isfinite(backoff->factor))
-    return NRES_EINVAL;
+    return "backoff.factor: must be finite and >= 1";
+  if (backoff->base == NRES_TIME_INVALID)
+    return "backoff.base: not a number or negative";
+  if (backoff->max == NRES_TIME_INVALID)
+    return "backoff.max: not a number or negative";
+  if (backoff->throttled_base == NRES_TIME_INVALID)
+    return "backoff.throttled_base: not a number or negative";
   if (backoff->kind != NRES_BACKOFF_NONE && backoff->max < backoff->base)
-    return NRES_EINVAL;
+    return "backoff.max: below backoff.base";
   if (backoff->kind == NRES_BACKOFF_DECORRELATED &&
       backoff->jitter != NRES_JITTER_NONE)
-    return NRES_EINVAL;
-  return 0;
+    return "backoff.jitter: must be NONE with the decorrelated kind";
+  return NULL;
+}
+
+int nres_backoff_check(const nres_backoff_t *backoff) {
+  return nres_backoff_error(backoff) == NULL ? 0 : NRES_EINVAL;
 }
 
 void nres_backoff_state_reset(nres_backoff_state_t *state) {

@@ -150,22 +150,42 @@ void nres_breaker_config_init(nres_breaker_config_t *config) {
   config->break_jitter = 0.1;
 }
 
+const char *nres_breaker_config_error(const nres_breaker_config_t *config) {
+  if (config == NULL)
+    return "breaker: NULL config";
+  if (!(config->failure_ratio >= 0 && config->failure_ratio <= 1))
+    return "breaker.failure_ratio: must be in [0, 1]";
+  if (!(config->slow_ratio >= 0 && config->slow_ratio <= 1))
+    return "breaker.slow_ratio: must be in [0, 1]";
+  /* Both counts live in 8 bits of the state word. */
+  if (config->probes < 1 || config->probes > 255)
+    return "breaker.probes: must be 1..255";
+  if (config->success_threshold < 1 || config->success_threshold > 255)
+    return "breaker.success_threshold: must be 1..255";
+  if (config->break_for == NRES_TIME_INVALID)
+    return "breaker.break_for: not a number or negative";
+  if (config->break_max == NRES_TIME_INVALID)
+    return "breaker.break_max: not a number or negative";
+  if (config->break_for == 0)
+    return "breaker.break_for: must be > 0";
+  if (config->break_max < config->break_for)
+    return "breaker.break_max: below breaker.break_for";
+  if (!(config->break_jitter >= 0 && config->break_jitter < 1))
+    return "breaker.break_jitter: must be in [0, 1)";
+  if (config->window == NRES_TIME_INVALID)
+    return "breaker.window: not a number or negative";
+  if (config->window == 0)
+    return "breaker.window: must be > 0";
+  if (config->buckets < 1 || config->buckets > NRES_WINDOW_MAX_BUCKETS)
+    return "breaker.buckets: must be 1..16";
+  if (config->window / config->buckets == 0)
+    return "breaker.window: shorter than 1 ns per bucket";
+  return NULL;
+}
+
 int nres_breaker_init(nres_breaker_t *breaker,
                       const nres_breaker_config_t *config) {
-  if (breaker == NULL || config == NULL)
-    return NRES_EINVAL;
-  if (!(config->failure_ratio >= 0 && config->failure_ratio <= 1) ||
-      !(config->slow_ratio >= 0 && config->slow_ratio <= 1))
-    return NRES_EINVAL;
-  /* Both counts live in 8 bits of the state word. */
-  if (config->probes < 1 || config->probes > 255 ||
-      config->success_threshold < 1 || config->success_threshold > 255)
-    return NRES_EINVAL;
-  if (config->break_for == 0 || config->break_max < config->break_for)
-    return NRES_EINVAL;
-  if (!(config->break_jitter >= 0 && config->break_jitter < 1))
-    return NRES_EINVAL;
-  if (config->window == 0)
+  if (breaker == NULL || nres_breaker_config_error(config) != NULL)
     return NRES_EINVAL;
   if (nres_window_init(&breaker->window, config->window, config->buckets))
     return NRES_EINVAL;
@@ -379,4 +399,19 @@ const char *nres_breaker_state_name(int state) {
     case NRES_BREAKER_ISOLATED: return "isolated";
   }
   return "unknown";
+}
+
+void nres_breaker_stats(const nres_breaker_t *breaker,
+                        nres_breaker_stats_t *out) {
+  nres_breaker_t *b = (nres_breaker_t *) breaker;   /* loads only */
+  uint64_t w = nres__load(&b->word);
+
+  out->state = STATE(w);
+  out->probes = PROBES(w);
+  out->successes = SUCCESSES(w);
+  out->consecutive = nres__load(&b->consecutive);
+  out->level = nres__load(&b->level);
+  out->reserved_ = 0;
+  out->trips = nres__load(&b->trips);
+  out->rejected = nres__load(&b->rejected);
 }

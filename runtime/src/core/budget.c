@@ -161,3 +161,12 @@ double nres_budget_level(nres_budget_t *budget, nres_time_t now) {
     t = budget->capacity;
   return (double) t / MICRO;
 }
+
+void nres_budget_stats(const nres_budget_t *budget, nres_budget_stats_t *out) {
+  nres_budget_t *b = (nres_budget_t *) budget;   /* loads only */
+
+  out->tokens = nres__load(&b->tokens);
+  out->refilled_at = nres__load(&b->refilled_at);
+  out->spent = nres__load(&b->spent);
+  out->refused = nres__load(&b->refused);
+}

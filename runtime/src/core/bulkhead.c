@@ -34,23 +34,43 @@ void nres_bulkhead_config_init(nres_bulkhead_config_t *config) {
   config->decrease = 0.9;
 }
 
+const char *nres_bulkhead_config_error(const nres_bulkhead_config_t *config) {
+  if (config == NULL)
+    return "bulkhead: NULL config";
+  if (config->limit < 1)
+    return "bulkhead.limit: must be >= 1";
+  if (config->queue_timeout == NRES_TIME_INVALID)
+    return "bulkhead.queue_timeout: not a number or negative";
+  if (config->poll == NRES_TIME_INVALID)
+    return "bulkhead.poll: not a number or negative";
+  if (config->latency_target == NRES_TIME_INVALID)
+    return "bulkhead.latency_target: not a number or negative";
+  if (config->queue > 0) {
+    if (config->queue_timeout == 0)
+      return "bulkhead.queue_timeout: must be > 0 with a queue";
+    /* A waiter that never looks again would wait forever. */
+    if (config->poll == 0 || config->poll == NRES_TIME_NEVER)
+      return "bulkhead.poll: must be > 0 and not never with a queue";
+  }
+  if (config->adaptive > 1)
+    return "bulkhead.adaptive: must be 0 or 1";
+  if (config->adaptive) {
+    if (config->min_limit < 1 || config->min_limit > config->limit)
+      return "bulkhead.min_limit: must be 1..limit";
+    if (config->limit > config->max_limit)
+      return "bulkhead.max_limit: below bulkhead.limit";
+    if (config->latency_target == 0)
+      return "bulkhead.latency_target: must be > 0 when adaptive";
+    if (!(config->decrease > 0 && config->decrease < 1))   /* NaN too */
+      return "bulkhead.decrease: must be in (0, 1)";
+  }
+  return NULL;
+}
+
 int nres_bulkhead_init(nres_bulkhead_t *bulkhead,
                        const nres_bulkhead_config_t *config) {
-  if (bulkhead == NULL || config == NULL || config->limit < 1)
+  if (bulkhead == NULL || nres_bulkhead_config_error(config) != NULL)
     return NRES_EINVAL;
-  if (config->queue > 0 && (config->queue_timeout == 0 || config->poll == 0))
-    return NRES_EINVAL;
-  if (config->adaptive > 1)
-    return NRES_EINVAL;
-  if (config->adaptive) {
-    if (config->min_limit < 1 || config->min_limit > config->limit ||
-        config->limit > config->max_limit)
-      return NRES_EINVAL;
-    if (config->latency_target == 0)
-      return NRES_EINVAL;
-    if (!(config->decrease > 0 && config->decrease < 1))   /* NaN too */
-      return NRES_EINVAL;
-  }
 
   bulkhead->config = *config;
   nres__store(&bulkhead->inflight, 0);
@@ -160,4 +180,16 @@ void nres_bulkhead_release(nres_bulkhead_t *bulkhead, nres_time_t latency,
 
 uint32_t nres_bulkhead_limit(const nres_bulkhead_t *bulkhead) {
   return (uint32_t) (nres__load(&bulkhead->limit_fp) >> FP_SHIFT);
+}
+
+void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
+                         nres_bulkhead_stats_t *out) {
+  nres_bulkhead_t *b = (nres_bulkhead_t *) bulkhead;   /* loads only */
+
+  out->inflight = nres__load(&b->inflight);
+  out->waiting = nres__load(&b->waiting);
+  out->limit_fp = nres__load(&b->limit_fp);
+  out->limit = (uint32_t) (out->limit_fp >> FP_SHIFT);
+  out->reserved_ = 0;
+  out->refused = nres__load(&b->refused);
 }

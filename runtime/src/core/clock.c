@@ -142,6 +142,20 @@ nres_time_t nres_clock_now(void) {
   return monotonic();
 }
 
+/* Every duration a caller configures in seconds comes through here, so
+ * the edge cases are decided once: NaN and negatives are marked invalid
+ * (refused where they are used) rather than read as 0, which means "none"
+ * for a deadline; a positive amount never rounds down to 0; and anything
+ * from 2^64 ns up saturates instead of wrapping. */
 nres_time_t nres_time_from_sec(double seconds) {
-  return nres__time_from_double(seconds * 1e9);
+  double ns;
+
+  if (seconds == 0)
+    return 0;
+  if (!(seconds > 0))
+    return NRES_TIME_INVALID;   /* NaN, negative, -inf */
+  ns = seconds * 1e9;
+  if (ns < 1)
+    return 1;
+  return nres__time_from_double(ns);
 }

@@ -46,7 +46,9 @@ int nres_stop_error(int stop) {
     case NRES_STOP_CANCELED: return NRES_ECANCELED;
     case NRES_STOP_DRAINING: return NRES_EDRAINING;
   }
-  return NRES_ESTATE;   /* NONE: the call has not ended */
+  /* NONE: the call has not ended, or nres_call_begin refused it as misuse
+   * (an unbuilt policy), which nres_run reports as NRES_EINVAL too. */
+  return NRES_EINVAL;
 }
 
 const char *nres_verdict_name(int kind) {

@@ -56,7 +56,7 @@ uint64_t nres_hist_upper(uint32_t index) {
 }
 
 int nres_estimator_init(nres_estimator_t *estimator, nres_time_t period) {
-  if (estimator == NULL || period == 0)
+  if (estimator == NULL || period == 0 || period == NRES_TIME_INVALID)
     return NRES_EINVAL;
   estimator->period = period;
   for (int w = 0; w < NRES_ESTIMATOR_WINDOWS; w++) {

@@ -53,34 +53,84 @@ int nres_policy_init(nres_policy_t *policy, int preset) {
   return 0;
 }
 
+/* The rules nres.h states for nres_policy_build, in its order; the first
+ * broken one is the answer. Durations are only compared with each other
+ * here: huge ones saturate where they are used, so only the value that
+ * stands for NaN or a negative number needs refusing. */
+const char *nres_policy_error(const nres_policy_t *policy) {
+  const nres_hedge_t *hedge;
+  const char *why;
+
+  if (policy == NULL)
+    return "policy: NULL";
+  hedge = &policy->hedge;
+  if (policy->attempts < 1 || policy->attempts > UINT16_MAX)
+    return "attempts: must be 1..65535";
+  if (policy->deadline == NRES_TIME_INVALID)
+    return "deadline: not a number or negative";
+  if (policy->attempt_timeout == NRES_TIME_INVALID)
+    return "attempt_timeout: not a number or negative";
+  if (policy->deadline && policy->attempt_timeout > policy->deadline)
+    return "attempt_timeout: exceeds deadline";
+  if ((why = nres_backoff_error(&policy->backoff)) != NULL)
+    return why;
+  if (!isfinite(policy->ceiling_factor) || policy->ceiling_factor < 0)
+    return "ceiling_factor: must be finite and >= 0";
+  if (policy->ceiling_floor == NRES_TIME_INVALID)
+    return "ceiling_floor: not a number or negative";
+  if (policy->ceiling_factor > 0 && !ratio_ok(policy->ceiling_quantile, 0))
+    return "ceiling_quantile: must be in (0, 1] with ceiling_factor";
+  if (policy->ceiling_factor > 0 && policy->estimator == NULL)
+    return "estimator: needed by ceiling_factor";
+  if (policy->slow_threshold == NRES_TIME_INVALID)
+    return "slow_threshold: not a number or negative";
+  if (policy->limit_wait == NRES_TIME_INVALID)
+    return "limit_wait: not a number or negative";
+  if (hedge->max > NRES_MAX_INFLIGHT)
+    return "hedge.max: above NRES_MAX_INFLIGHT (4)";
+  if (!ratio_ok(hedge->suppress_ratio, 1))
+    return "hedge.suppress_ratio: must be in [0, 1]";
+  if (hedge->delay == NRES_TIME_INVALID)
+    return "hedge.delay: not a number or negative";
+  if (hedge->max > 1 && hedge->delay == 0 && !ratio_ok(hedge->quantile, 0))
+    return "hedge.quantile: must be in (0, 1] with hedge.delay 0";
+  if (hedge->max > 1 && hedge->delay == 0 && policy->estimator == NULL)
+    return "estimator: needed by hedging with hedge.delay 0";
+  if (hedge->max > 1 &&
+      (hedge->window.width == 0 || hedge->window.count < 1 ||
+       hedge->window.count > NRES_WINDOW_MAX_BUCKETS))
+    return "hedge.window: not initialised";
+  if (policy->breaker != NULL) {
+    if ((why = nres_breaker_config_error(&policy->breaker->config)) != NULL)
+      return why;
+    if (policy->breaker->config.slow_ratio > 0 &&
+        policy->slow_threshold == 0) {
+      if (!(policy->slow_factor > 0) || !isfinite(policy->slow_factor))
+        return "slow_factor: must be finite and > 0 with breaker.slow_ratio";
+      if (policy->estimator == NULL)
+        return "estimator: needed by breaker.slow_ratio with slow_threshold 0";
+    }
+  }
+  if (policy->bulkhead != NULL &&
+      (why = nres_bulkhead_config_error(&policy->bulkhead->config)) != NULL)
+    return why;
+  if (policy->estimator != NULL &&
+      (policy->estimator->period == 0 ||
+       policy->estimator->period == NRES_TIME_INVALID))
+    return "estimator.period: must be > 0";
+  return NULL;
+}
+
 int nres_policy_build(nres_policy_t *policy) {
   uint32_t flags = 0;
   const nres_hedge_t *hedge;
 
-  if (policy == NULL)
+  if (nres_policy_error(policy) != NULL) {
+    if (policy != NULL)
+      policy->private_magic = 0;   /* calls on it end at once */
     return NRES_EINVAL;
+  }
   hedge = &policy->hedge;
-  if (policy->attempts < 1 || policy->attempts > UINT16_MAX)
-    return NRES_EINVAL;
-  if (nres_backoff_check(&policy->backoff) != 0)
-    return NRES_EINVAL;
-  if (policy->deadline && policy->attempt_timeout > policy->deadline)
-    return NRES_EINVAL;
-  if (!isfinite(policy->ceiling_factor) || policy->ceiling_factor < 0)
-    return NRES_EINVAL;
-  if (policy->ceiling_factor > 0 &&
-      (policy->estimator == NULL || !ratio_ok(policy->ceiling_quantile, 0)))
-    return NRES_EINVAL;
-  if (hedge->max > NRES_MAX_INFLIGHT || !ratio_ok(hedge->suppress_ratio, 1))
-    return NRES_EINVAL;
-  if (hedge->max > 1 && hedge->delay == 0 &&
-      (policy->estimator == NULL || !ratio_ok(hedge->quantile, 0)))
-    return NRES_EINVAL;
-  if (policy->breaker != NULL && policy->breaker->config.slow_ratio > 0 &&
-      policy->slow_threshold == 0 &&
-      (policy->estimator == NULL || !(policy->slow_factor > 0) ||
-       !isfinite(policy->slow_factor)))
-    return NRES_EINVAL;
 
   if (policy->telemetry)
     flags |= NRES__F_TELEMETRY;

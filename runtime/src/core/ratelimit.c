@@ -65,3 +65,11 @@ int nres_ratelimit_acquire(nres_ratelimit_t *limit, nres_time_t now,
     *retry_after = wait;
   return NRES_ELIMITED;
 }
+
+void nres_ratelimit_stats(const nres_ratelimit_t *limit,
+                          nres_ratelimit_stats_t *out) {
+  nres_ratelimit_t *l = (nres_ratelimit_t *) limit;   /* loads only */
+
+  out->tat = nres__load(&l->tat);
+  out->refused = nres__load(&l->refused);
+}

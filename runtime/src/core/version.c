@@ -33,6 +33,10 @@ size_t nres_sizeof(int kind) {
     case NRES_SIZEOF_COUNTERS: return sizeof(nres_counters_t);
     case NRES_SIZEOF_STEP: return sizeof(nres_step_t);
     case NRES_SIZEOF_WINDOW: return sizeof(nres_window_t);
+    case NRES_SIZEOF_BUDGET_STATS: return sizeof(nres_budget_stats_t);
+    case NRES_SIZEOF_BREAKER_STATS: return sizeof(nres_breaker_stats_t);
+    case NRES_SIZEOF_RATELIMIT_STATS: return sizeof(nres_ratelimit_stats_t);
+    case NRES_SIZEOF_BULKHEAD_STATS: return sizeof(nres_bulkhead_stats_t);
   }
   return 0;
 }

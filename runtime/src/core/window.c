@@ -36,8 +36,8 @@
 
 int nres_window_init(nres_window_t *window, nres_time_t span,
                      uint32_t buckets) {
-  if (window == NULL || span == 0 || buckets < 1 ||
-      buckets > NRES_WINDOW_MAX_BUCKETS)
+  if (window == NULL || span == 0 || span == NRES_TIME_INVALID ||
+      buckets < 1 || buckets > NRES_WINDOW_MAX_BUCKETS)
     return NRES_EINVAL;
   if (span / buckets == 0)
     return NRES_EINVAL;   /* a bucket must cover at least a nanosecond */

@@ -11,9 +11,13 @@
 -- rates), budget (open loop, two rates; the dependency fails every 4th or
 -- every 2nd attempt by one shared counter), http (closed loop, 8 workers,
 -- the dependency server `nresrun serve` in its own process; the C HTTP
--- client on the cell's event loop). Workers are coroutines on one
--- thread: with a dependency that answers at once, more workers interleave
--- but add no parallelism (this runtime's Lua side is single-threaded).
+-- client on the cell's event loop), threads (1, 2, 4, 8 OS threads in the
+-- cell's process, each with its own Lua state and worker, all through one
+-- policy's C state: what sharing it costs), gc (10 workers, healthy and
+-- failing every 4th: the share of the window paused in garbage collection,
+-- nres against cockatiel). Elsewhere workers are coroutines on one thread:
+-- with a dependency that answers at once, more workers interleave but add
+-- no parallelism.
 local nres = require "nres"
 local nresrun = require "nresrun"
 
@@ -93,6 +97,22 @@ return nresrun.scenario{
                -- cockatiel has no budget: its retry alone.
                js_raw = js "empty", js_retry = js "retry" },
       baseline = "unbudgeted",
+    },
+    {
+      name = "threads",
+      dependency = healthy,
+      load = { threads = { 1, 2, 4, 8 }, workers = 1 },
+      arms = { raw = nresrun.raw, trivial = "trivial", default = "default" },
+      baseline = "raw",
+    },
+    {
+      name = "gc",
+      dependency = { healthy, nresrun.dep.flaky{ fail_every = 4 } },
+      load = { workers = 10 },
+      arms = { raw = nresrun.raw, passthrough = "none", trivial = "trivial", default = "default",
+               js_raw = js "empty", js_passthrough = js "passthrough", js_retry = js "retry",
+               js_default = js "default" },
+      baseline = "raw",
     },
     {
       name = "http",

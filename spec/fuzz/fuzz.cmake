@@ -66,7 +66,9 @@ nres_add_fuzz(fuzz_policy)
 if(TARGET nres_depserver)   # the http component
   nres_add_fuzz(fuzz_retry_after)
   nres_add_fuzz(fuzz_http_response)
+  nres_add_fuzz(fuzz_http_wire)
   nres_add_fuzz(fuzz_depserver nres_depserver)
+  nres_add_fuzz(fuzz_depserver_wire nres_depserver)
 endif()
 # fuzz_shm runs the script interpreter test_shm shares (spec/c/shm_ops.h).
 if(";${NRES_COMPONENTS};" MATCHES ";shm;" AND

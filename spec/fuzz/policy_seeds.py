@@ -132,6 +132,15 @@ seeds = {
     "bulkhead_queue":
         policy(attempts=2, shared=bytes([0x20]) + bulkhead(2, 4, sec(5)))
         + calls(1) + call(how=2 << 1) + RESUME + b"\xe0" + report(ms(1), OK),
+    # A bulkhead whose poll (2^64 - 3 ns) passes its rule (poll < NEVER)
+    # but saturates: the queued call is told to wait until NRES_TIME_NEVER
+    # with nothing in flight, so it would never look again. Fails until
+    # the executor refuses (or bounds) a wait that cannot end.
+    "bulkhead_poll_saturates":
+        policy(attempts=2, shared=bytes([0x20]) + bytes([0]) + count(1)
+               + count(1) + NEVER + bytes([0x82]) + count(0) + count(1)
+               + count(10) + ZERO + dbl(0.5))
+        + calls(1) + call(how=1 << 1) + RESUME + report(ms(1), OK),
     # The caller cancels while its retry waits in backoff.
     "cancel_in_backoff":
         policy(attempts=5, backoff=(1, 0, 1.0, ms(100), ms(100), ZERO))

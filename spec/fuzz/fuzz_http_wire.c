@@ -37,7 +37,7 @@
 #include "fuzz_input.h"
 #include "http_reference.h"
 
-#define WAIT_NS (10 * 1000 * 1000 * 1000ull)   /* attempt timeout: 2 s */
+#define WAIT_NS (5 * 1000 * 1000 * 1000ull)    /* attempt timeout: 2 s */
 #define HEAD_MAX 512                     /* client's head limit */
 #define BODY_MAX REF_BODY_MAX            /* client's body buffer */
 

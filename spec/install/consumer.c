@@ -53,8 +53,9 @@ int main(int argc, char **argv) {
   CHECK(nres_policy_init(&policy, NRES_PRESET_TRIVIAL) == 0);
   policy.attempts = 3;
   policy.deadline = 5 * NRES_SEC;
-  if (nres_policy_build(&policy) != 0) {
-    fprintf(stderr, "consumer: policy refused: %s\n", nres_policy_error(&policy));
+  int rc = nres_policy_build(&policy);
+  if (rc != 0) {
+    fprintf(stderr, "consumer: policy refused: %s\n", nres_strerror(rc));
     return 1;
   }
 

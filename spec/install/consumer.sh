@@ -12,6 +12,7 @@ version=$2
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nres-consumer.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+cflags="-std=c11 -Wall -Wextra -Werror"   # a consumer as strict as a careful user
 fail() { echo "consumer.sh: $*" >&2; exit 1; }
 
 # Everything, and a prefix with only the -dev component (no libnres.so*):
@@ -39,20 +40,20 @@ for cc in gcc clang; do
   # Shared: the libnres.so of the prefix (rpath, as an installed one would
   # be found by ld.so in a system directory).
   # shellcheck disable=SC2046
-  "$cc" -o "$tmp/shared-$cc" "$here/consumer.c" $(pc "$libdir" --cflags --libs) \
+  "$cc" -o "$tmp/shared-$cc" "$here/consumer.c" $cflags $(pc "$libdir" --cflags --libs) \
     -Wl,-rpath,"$(cd "$libdir" && pwd)"
   readelf -d "$tmp/shared-$cc" | grep 'NEEDED.*libnres\.so' >/dev/null || fail "$cc shared: libnres.so not needed"
   "$tmp/shared-$cc" "$version" || fail "$cc shared: consumer failed"
 
   # Static libnres (system libraries stay shared).
   # shellcheck disable=SC2046
-  "$cc" -o "$tmp/static-$cc" "$here/consumer.c" $(pc "$slibdir" --static --cflags --libs)
+  "$cc" -o "$tmp/static-$cc" "$here/consumer.c" $cflags $(pc "$slibdir" --static --cflags --libs)
   if readelf -d "$tmp/static-$cc" | grep 'NEEDED.*libnres' >/dev/null; then fail "$cc static: still needs libnres"; fi
   "$tmp/static-$cc" "$version" || fail "$cc static: consumer failed"
 
   # Every object of the archive: nres.pc must name all they need.
   # shellcheck disable=SC2046
-  "$cc" -o "$tmp/whole-$cc" "$here/consumer.c" $(pc "$slibdir" --static --cflags) \
+  "$cc" -o "$tmp/whole-$cc" "$here/consumer.c" $cflags $(pc "$slibdir" --static --cflags) \
     -Wl,--whole-archive "$slibdir/libnres.a" -Wl,--no-whole-archive \
     $(pc "$slibdir" --static --libs)
   "$tmp/whole-$cc" "$version" || fail "$cc whole archive: consumer failed"

@@ -13,6 +13,7 @@ so=$3
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nres-deb.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+cflags="-std=c11 -Wall -Wextra -Werror"   # a consumer as strict as a careful user
 fail() { echo "deb.sh: $*" >&2; exit 1; }
 
 (cd "$tmp" && cpack --config "$build/CPackConfig.cmake" -G DEB -B "$tmp/out") >"$tmp/cpack.log" 2>&1 \
@@ -43,7 +44,7 @@ pcdir=$(dirname "$(find "$tmp/root" -name nres.pc)")
 libdir=$(cd "$pcdir/.." && pwd)
 [ -f "$libdir/libnres.so.$so" ] && [ -f "$libdir/libnres.a" ] || fail "libraries missing under $libdir"
 # shellcheck disable=SC2046
-gcc -o "$tmp/consumer" "$here/consumer.c" $(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs nres) \
+gcc -o "$tmp/consumer" "$here/consumer.c" $cflags $(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs nres) \
   -Wl,-rpath,"$libdir"
 "$tmp/consumer" "$version" || fail "consumer against the packages failed"
 ldd "$tmp/consumer" | grep "libnres.so.$so => $libdir/" >/dev/null || fail "consumer did not load the packaged libnres"

@@ -15,10 +15,17 @@ fail() { echo "rock.sh: $*" >&2; exit 1; }
 command -v luarocks >/dev/null || fail "luarocks not installed (apt-get install luarocks)"
 
 # The checkout's files as they are (tracked, and untracked but not ignored:
-# no build trees), without the peer driver's npm packages.
+# no build trees; outside git, all but build*/), without the peer driver's
+# npm packages.
 mkdir -p "$tmp/src" "$tmp/home"
-(cd "$src" && git ls-files -z -co --exclude-standard |
-  while IFS= read -r -d '' f; do
+sources() {
+  if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$src" ls-files -z -co --exclude-standard
+  else
+    (cd "$src" && find . -path './build*' -prune -o -type f -print0)
+  fi
+}
+sources | (cd "$src" && while IFS= read -r -d '' f; do
     [ -e "$f" ] && [[ $f != */node_modules/* ]] && printf '%s\0' "$f"
   done | tar --null -T - -cf -) | tar -xf - -C "$tmp/src"
 [ -f "$tmp/src/nres-$version-1.rockspec" ] || fail "nres-$version-1.rockspec not copied"

@@ -145,8 +145,8 @@ describe("nres.ngx scopes", function()
   it("refuse policies the gateway cannot share or run", function()
     expect.error(function() gw.scope("s1", { policy = { base = "gateway", budget = "shared" } }) end,
       'nres.ngx.scope: policy.budget: expected a table or false (a scope keeps one budget per key), got "shared"')
-    expect.error(function() gw.scope("s2", { policy = { base = "gateway", hedge = { at = 0.1 } } }) end,
-      "nres.ngx.scope: policy.hedge: expected false (the gateway runs one attempt at a time), got a hedge table")
+    -- A hedge table is taken (idempotent cosocket requests are hedged).
+    expect.eq(gw.scope("s2", { policy = { base = "gateway", hedge = { at = 0.1 } } }).hedged, true)
     expect.error(function() gw.scope("s3", { policy = { base = "gateway", deadline = false, attempt_timeout = false } }) end,
       "nres.ngx.scope: policy.deadline: expected a deadline in seconds (keys are leased for a call's length), got false")
     expect.error(function() gw.scope("s4", { slotz = 3 }) end,

@@ -63,10 +63,7 @@ function _M.scope(name, opts)
     error(bad("scope", "policy.budget", "a table or false (a scope keeps one budget"
           .. " per key)", t.budget), 2)
   end
-  if type(t.hedge) == "table" then
-    error("nres.ngx.scope: policy.hedge: expected false (the gateway runs one attempt"
-          .. " at a time), got a hedge table", 2)
-  end
+  -- A hedge table: idempotent cosocket requests are hedged (nres.ngx.cosocket).
   if not t.deadline then
     error(bad("scope", "policy.deadline", "a deadline in seconds (keys are leased"
           .. " for a call's length)", t.deadline), 2)
@@ -93,6 +90,7 @@ function _M.scope(name, opts)
     ratelimit = type(l) == "table" and l.rate ~= nil,
     timeout_ms = (t.attempt_timeout or t.deadline) * 1000,
     cps = {}, gens = {}, overflow = 0,
+    hedged = type(t.hedge) == "table", hedges_won = 0,
   }
   scopes[name] = s
   return s

@@ -105,8 +105,9 @@ end
 
 -- One request over a cosocket, bounded by `at` (ns on the runtime clock).
 -- status, body, content_type, retry_after; or nil, err.
-local function cosocket_attempt(u, at, method, path, body, deadline_ms)
+local function cosocket_attempt(u, at, method, path, body, deadline_ms, holder)
   local sock = tcp()
+  if holder ~= nil then holder.sock = sock end   -- a hedge loser's is closed
   local left = floor((at - step_now()) / 1e6)
   if left < 1 then return nil, "timeout" end
   sock:settimeouts(left, left, left)
@@ -213,6 +214,133 @@ end
 -- before anything yields).
 local resbox = {}
 
+-- ---------------------------------------------------------- hedging
+
+-- A hedged call: attempts side by side as light threads (ngx.thread), the
+-- C machine deciding when a hedge is due (the live latency quantile), what
+-- it costs (a retry-budget token, the scope's shared budget), when hedging
+-- stops (failure ratio over hedge.suppress, a throttled answer) and who
+-- loses: the first good answer wins, and each loser's light thread is
+-- killed and its socket closed. Only idempotent requests are hedged:
+-- GET, HEAD and OPTIONS, or any method with an Idempotency-Key header or
+-- X-Idempotent: 1; the others, and every subrequest upstream ({ location }:
+-- a light thread with a pending subrequest cannot be killed), run one
+-- attempt at a time as before. Allocates per call (records, threads): only
+-- hedged calls do.
+local IDEMPOTENT = { GET = true, HEAD = true, OPTIONS = true }
+local thread = ngx and ngx.thread
+local unpack = unpack
+
+local function idempotent(method)
+  if IDEMPOTENT[method] then return true end
+  local v = ngx.var.http_x_idempotent
+  return ngx.var.http_idempotency_key ~= nil or v == "1" or v == "true"
+end
+
+local function attempt_thread(rec)
+  local fine, status, data, ctype, ra = pcall(rec.attempt, rec.u, rec.at, rec.method, rec.path,
+                                              rec.body, rec.ms, rec)
+  if fine then
+    rec.status, rec.data, rec.ctype, rec.ra = status, data, ctype, ra
+  else
+    rec.status, rec.data = nil, tostring(status)
+  end
+  rec.done = true
+  return rec
+end
+
+local function sleeper(at)
+  local left = at - step_now()
+  if left > 0 then ngx_sleep(ceil(left / 1e6) / 1e3) end
+  return false
+end
+
+local function drop(rec)
+  if not rec.done then thread.kill(rec.thread) end
+  local sock = rec.sock
+  if sock ~= nil and not rec.done then pcall(sock.close, sock) end
+end
+
+-- The loop of a hedged call that step_begin started (st: its own step, as
+-- it yields while others run). Returns the stop and the winning (or last)
+-- attempt's record.
+local function hedged_loop(s, u, call, st, attempt, method, path, body)
+  local classify, default_ms = s.classify, s.timeout_ms
+  local recs, list, last = {}, {}, nil
+  local kind = st.kind
+  while kind ~= DONE do
+    local at
+    if kind == ATTEMPT then
+      local t = step_now()
+      local aat = st.at
+      if aat < 0 then aat = t + default_ms * 1e6 end
+      local ms = floor((aat - t) / 1e6)
+      local rec = { slot = st.slot, hedge = st.hedge == 1, u = u, at = aat, method = method,
+                    path = path, body = body, ms = ms > 0 and ms or 0, attempt = attempt,
+                    done = false }
+      recs[rec.slot] = rec
+      rec.thread = thread.spawn(attempt_thread, rec)
+      at = st.resume_at
+    else
+      at = st.at
+    end
+    local rec, n = nil, 0
+    for slot = 0, 3 do
+      local r = recs[slot]
+      if r ~= nil then
+        if r.done then rec = r break end
+        n = n + 1
+        list[n] = r.thread
+      end
+    end
+    if rec == nil and n == 0 then
+      local delay = at - step_now()
+      if delay > 0 then ngx_sleep(ceil(delay / 1e6) / 1e3) end
+    elseif rec == nil then
+      local sl
+      if at >= 0 then
+        sl = thread.spawn(sleeper, at)
+        n = n + 1
+        list[n] = sl
+      end
+      local ok, got = thread.wait(unpack(list, 1, n))
+      for i = n, 1, -1 do list[i] = nil end
+      if sl ~= nil and got ~= false then thread.kill(sl) end
+      if ok and type(got) == "table" then rec = got end
+    end
+    if rec ~= nil then
+      recs[rec.slot] = nil
+      local vk, fl, ra_ns
+      if rec.status then
+        resbox.status, resbox.retry_after = rec.status, rec.ra
+        vk, fl, ra_ns = classify(true, resbox, nil)
+      else
+        vk, fl, ra_ns = classify(true, nil, rec.data)
+      end
+      kind = step_report(call, rec.slot, step_now(), vk, fl, ra_ns, st)
+      last = rec
+      local mask = st.cancel
+      if mask ~= 0 then
+        for slot = 0, 3 do
+          local r = recs[slot]
+          if r ~= nil and bit.band(mask, bit.lshift(1, slot)) ~= 0 then
+            recs[slot] = nil
+            drop(r)
+          end
+        end
+      end
+    else
+      kind = step_resume(call, step_now(), st)
+    end
+  end
+  for slot = 0, 3 do
+    if recs[slot] ~= nil then drop(recs[slot]) end
+  end
+  local stop = st.stop
+  if stop == STOP_OK and last.hedge then s.hedges_won = (s.hedges_won or 0) + 1 end
+  return stop, last
+end
+
 -- -------------------------------------------------------------- the call
 
 -- Run one upstream request under scope `sname` against upstream `uname`:
@@ -243,6 +371,17 @@ function _M.request(sname, uname, key, method, path, body)
   local attempt = u.location and capture_attempt or cosocket_attempt
   local classify, default_ms = s.classify, s.timeout_ms
   local call = take_call()
+  if s.hedged and thread and not u.location and idempotent(method) then
+    local st = ffi_new("nres_step_t")
+    step_begin(call, cp, now, inbound, st)
+    local stop, last = hedged_loop(s, u, call, st, attempt, method, path, body)
+    if idx >= 0 then sh_record(ptr, idx, stop, call.attempts, call.retries) end
+    give_call(call)
+    if stop == STOP_OK then return last.status, last.data, last.ctype end
+    if last == nil then return nil, reasons[stop] end
+    if last.status then return nil, reasons[stop], last.status, last.data, last.ctype, nil end
+    return nil, reasons[stop], nil, nil, nil, last.data
+  end
   local kind = step_begin(call, cp, now, inbound, step)
   local status, data, ctype, ra, err
   while kind ~= DONE do

@@ -27,6 +27,7 @@ local function by_refused(a, b) return a.rate_refused > b.rate_refused end
 local function scope_status(s, now, worker_local, top)
   local st = s.shm:stats()
   st.overflow_this_worker = s.overflow
+  if s.hedged then st.hedges_won_this_worker = s.hedges_won end
   local keys = {}
   local asked, refused = 0, 0
   for i = 0, s.shm.slots - 1 do
@@ -63,7 +64,9 @@ local function scope_status(s, now, worker_local, top)
         if cp ~= nil and s.gens[i + 1] == gen then
           local rej = {}
           for r = 0, 4 do rej[REJECTS[r]] = tonumber(cp.n_rejects[r]) end
-          k.this_worker = { rejects = rej, retries = tonumber(cp.n_retries) }
+          k.this_worker = { rejects = rej, retries = tonumber(cp.n_retries),
+                            hedges = tonumber(cp.n_hedges),
+                            hedges_canceled = tonumber(cp.n_abandoned) }
         end
       end
       if not top or k.rate_refused > 0 then keys[#keys + 1] = k end

@@ -27,4 +27,8 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   add_test(NAME nginx
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/run.sh $<TARGET_FILE:nres>)
   set_tests_properties(nginx PROPERTIES TIMEOUT 150 LABELS nginx)
+  # Hedging in the cosocket mode, against nres-depserver (300 calls a scope).
+  add_test(NAME nginx_hedge
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/hedge.sh $<TARGET_FILE:nres> 300)
+  set_tests_properties(nginx_hedge PROPERTIES TIMEOUT 150 LABELS nginx)
 endif()

@@ -524,7 +524,10 @@ NRES_EXTERN void nres_ratelimit_stats(const nres_ratelimit_t *limit,
  * >= 1; with a queue, queue_timeout > 0 and 0 < poll < NRES_TIME_NEVER (a
  * waiter must look again); adaptive 0 or 1, and when 1: min_limit <= limit
  * <= max_limit, min_limit >= 1, latency_target > 0, decrease in (0, 1).
- * No duration may be NRES_TIME_INVALID. */
+ * No duration may be NRES_TIME_INVALID. A queued call whose next look,
+ * now + poll, would saturate to NRES_TIME_NEVER (a poll near 2^64 ns with
+ * no deadline and no queue timeout) stops at once with NRES_STOP_LIMITED
+ * rather than wait for ever. */
 struct nres_bulkhead_config_s {
   uint32_t limit;               /* fixed limit, or the adaptive start */
   uint32_t queue;               /* callers that may wait; 0 = none */

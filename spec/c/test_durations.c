@@ -457,6 +457,50 @@ static void bulkhead_durations_saturate_or_are_refused(void **state) {
   }
 }
 
+/* A queued call looks again at now + poll; one whose next look would be
+ * past the end of time stops at once instead of waiting for ever (the
+ * fuzz seed bulkhead_poll_saturates: a poll of 2^64 - 3 ns). */
+static void queued_call_never_waits_for_ever(void **state) {
+  static const nres_time_t polls[] = {
+    1 * MS, (nres_time_t) 1 << 63, NRES_TIME_NEVER - 3, NRES_TIME_NEVER - 2,
+  };
+  nres_policy_t p;
+  nres_bulkhead_t bh;
+  nres_bulkhead_stats_t st;
+  nres_call_t holder, queued;
+  nres_action_t a, b;
+  (void) state;
+
+  for (size_t i = 0; i < sizeof(polls) / sizeof(polls[0]); i++) {
+    nres_time_t wake = nres_time_add(T0, polls[i]);
+    assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+    nres_bulkhead_config_init(&bh.config);
+    bh.config.limit = 1;
+    bh.config.queue = 1;
+    bh.config.queue_timeout = NRES_TIME_NEVER;
+    bh.config.poll = polls[i];
+    assert_int_equal(nres_bulkhead_init(&bh, &bh.config), 0);
+    p.bulkhead = &bh;
+    assert_int_equal(nres_policy_build(&p), 0);
+    a = nres_call_begin(&holder, &p, T0);
+    assert_int_equal(a.kind, NRES_ATTEMPT);
+    b = nres_call_begin(&queued, &p, T0);
+    if (wake == NRES_TIME_NEVER) {
+      assert_int_equal(b.kind, NRES_DONE);
+      assert_int_equal(b.stop, NRES_STOP_LIMITED);
+    } else {
+      assert_int_equal(b.kind, NRES_WAIT);
+      assert_true(b.at == wake);
+      nres_call_cancel(&queued, T0);
+    }
+    nres_bulkhead_stats(&bh, &st);
+    assert_int_equal(st.waiting, 0);   /* it left the queue either way */
+    nres_call_report(&holder, a.slot, T0, nres_verdict(NRES_OK));
+    nres_bulkhead_stats(&bh, &st);
+    assert_int_equal(st.inflight, 0);
+  }
+}
+
 /* A policy checks the shared state it points at, naming the field. */
 static void build_names_fields_of_the_shared_state(void **state) {
   nres_policy_t p;
@@ -632,6 +676,7 @@ int main(void) {
     cmocka_unit_test(backoff_delays_stay_within_max_whatever_the_durations),
     cmocka_unit_test(breaker_durations_saturate_or_are_refused),
     cmocka_unit_test(bulkhead_durations_saturate_or_are_refused),
+    cmocka_unit_test(queued_call_never_waits_for_ever),
     cmocka_unit_test(build_names_fields_of_the_shared_state),
     cmocka_unit_test(window_and_estimator_spans_saturate_or_are_refused),
     cmocka_unit_test(rate_limiter_interval_saturates),

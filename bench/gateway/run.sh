@@ -66,7 +66,7 @@ tsv="$work/results.tsv"
 
 mkdir -p "$work/up" && chmod 777 "$work/up"
 nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$up_port" SPEC="$repo/spec/nginx"
+  PREFIX="$work/up" PORT="$up_port" SPEC="$repo/spec/nginx" EXTRA_LISTEN=""
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_wait_http "$up/admin"
 

@@ -64,6 +64,8 @@ local region = require "nres.ngx.region"
 local cosocket = require "nres.ngx.cosocket"
 local limiter = require "nres.ngx.limiter"
 local status = require "nres.ngx.status"
+local balancer = require "nres.ngx.balancer"
+local files = require "nres.ngx.files"
 
 local _M = { _VERSION = "0.1.0" }
 
@@ -73,5 +75,14 @@ _M.policy_for = region.policy_for
 _M.request, _M.proxy = cosocket.request, cosocket.proxy
 _M.limit, _M.limit_client = limiter.limit, limiter.limit_client
 _M.snapshot, _M.prometheus, _M.status = status.snapshot, status.prometheus, status.status
+_M.access, _M.balance, _M.log = balancer.access, balancer.balance, balancer.log
+_M.region = files.configure
+
+-- init_worker_by_lua: seed this worker's random peer choices and, in
+-- worker 0, remove region files no declaration uses (nres.ngx.files).
+function _M.init_worker()
+  balancer.seed()
+  files.init_worker()
+end
 
 return _M

@@ -12,6 +12,19 @@
 -- the object is collected (in nginx: when the master's Lua VM closes on a
 -- reload; workers inherited their own mapping and keep it until they exit).
 --
+-- File-backed. With `file = path` the table lives in that file, mapped
+-- MAP_SHARED (put it on a tmpfs such as /dev/shm: no disk writes): any
+-- process that opens the same path shares it, including a reloaded nginx
+-- master and its new workers. An existing file is attached only if
+-- nres_shm_attach accepts it (magic, layout version, sizes) and its
+-- configuration is byte for byte this one's; then t.reused is true and
+-- every slot's state (open breakers, budget levels, counters) carries on.
+-- Anything else is not touched in place (old processes may still use it):
+-- the file is unlinked and a new one made (in a temporary file, renamed
+-- over the path once laid out, so an attacher never sees it half made);
+-- t.replaced then says why. `extra = bytes` reserves zeroed memory after
+-- the table (t.extra, 64-byte aligned) for the caller's own state.
+--
 -- Times. Every time and duration (now, hold) is nanoseconds on one clock,
 -- converted by one function, ns(): a number >= 0; from 2^64 up (+inf
 -- included) it saturates to the end of time, NRES_TIME_NEVER (a hold that
@@ -33,6 +46,24 @@ if tonumber(C.nres_shm_slot_size()) ~= ffi_sizeof("nres_shm_slot_t") then
     .. " the library and the Lua module are out of step",
     tonumber(C.nres_shm_slot_size()), cdef.path, ffi_sizeof("nres_shm_slot_t")), 0)
 end
+
+-- The file-backed table's calls (libnres and libc); redeclaring an
+-- identical prototype is allowed, so nres.cdef may carry them too.
+ffi.cdef [[
+int nres_shm_init(void *mem, size_t size, const nres_shm_config_t *config);
+int nres_shm_attach(void *mem, size_t size, nres_shm_t **out);
+const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
+int open(const char *path, int flags, int mode);
+int close(int fd);
+int ftruncate(int fd, int64_t len);
+int64_t lseek(int fd, int64_t off, int whence);
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off);
+int munmap(void *addr, size_t len);
+int rename(const char *from, const char *to);
+int unlink(const char *path);
+int getpid(void);
+char *strerror(int errnum);
+]]
 
 local _M = { _VERSION = "0.1.0", KEY_MAX = 64, MAX_SLOTS = 2 ^ 20 }
 local mt = { __index = _M }
@@ -121,16 +152,131 @@ function _M.new(opts)
     error("nres.shm: the runtime refused the configuration (a budget, breaker or"
           .. " limiter value out of range)", 2)
   end
-  local out = ffi_new("nres_shm_t *[1]")
-  local rc = C.nres_shm_new(cfg, out)
-  if rc ~= 0 then return nil, ffi_string(C.nres_strerror(rc)) end
-  return setmetatable({
-    shm = ffi_gc(out[0], C.nres_shm_free),   -- unmapped when collected
+  local t = {
     slots = tonumber(cfg.slots + (8 - cfg.slots % 8) % 8),
     flags = cfg.flags,
     limited = l and true or false,
     bytes = tonumber(C.nres_shm_size(cfg)),
-  }, mt)
+  }
+  if opts.file ~= nil then
+    if type(opts.file) ~= "string" or opts.file == "" then
+      error(bad("file", "a path", opts.file), 2)
+    end
+    local extra = opts.extra or 0
+    if type(extra) ~= "number" or extra < 0 or extra % 1 ~= 0 then
+      error(bad("extra", "bytes (an integer >= 0)", extra), 2)
+    end
+    cfg.slots = t.slots   -- as nres_shm_init stores it, for the comparison
+    local ok, err = _M.map_file(t, cfg, opts.file, extra)
+    if not ok then return nil, err end
+    return setmetatable(t, mt)
+  end
+  local out = ffi_new("nres_shm_t *[1]")
+  local rc = C.nres_shm_new(cfg, out)
+  if rc ~= 0 then return nil, ffi_string(C.nres_strerror(rc)) end
+  t.shm = ffi_gc(out[0], C.nres_shm_free)   -- unmapped when collected
+  return setmetatable(t, mt)
+end
+
+-- ------------------------------------------------------- file-backed
+
+local O_RDWR, O_CREAT, O_EXCL, O_CLOEXEC = 2, 0x40, 0x80, 0x80000
+local PROT_RW, MAP_SHARED, SEEK_END = 3, 1, 2
+local MAP_FAILED = ffi.cast("void *", -1)
+
+local function errno_str(what, path)
+  return format("%s %s: %s", what, path, ffi_string(C.strerror(ffi.errno())))
+end
+
+-- Map `len` bytes of the open file fd: the pointer, or nil, err.
+local function map(fd, len, path)
+  local mem = C.mmap(nil, len, PROT_RW, MAP_SHARED, fd, 0)
+  if mem == MAP_FAILED then return nil, errno_str("mmap", path) end
+  return mem
+end
+
+-- The mapping as the table's handle, unmapped when collected (the file
+-- stays: other processes may use it).
+local function own(t, mem, len)
+  t.shm = ffi_gc(ffi.cast("nres_shm_t *", mem), function(p) C.munmap(p, len) end)
+  t.mem, t.mapped = mem, len
+end
+
+-- Attach t to the file at path if it holds this very table: true; false
+-- and why not (the file is then left alone); nil, err if it cannot be read.
+local function try_attach(t, cfg, path, total)
+  local fd = C.open(path, O_RDWR + O_CLOEXEC, 0)
+  if fd < 0 then
+    if ffi.errno() == 2 then return false, nil end   -- ENOENT: none yet
+    return nil, errno_str("open", path)
+  end
+  local len = C.lseek(fd, 0, SEEK_END)
+  if len ~= total then
+    C.close(fd)
+    return false, format("a size of %d bytes (this layout: %d)", tonumber(len), total)
+  end
+  local mem, err = map(fd, total, path)
+  C.close(fd)
+  if not mem then return nil, err end
+  local out = ffi_new("nres_shm_t *[1]")
+  if C.nres_shm_attach(mem, total, out) ~= 0 then
+    C.munmap(mem, total)
+    return false, "another layout version or a damaged header"
+  end
+  local have = C.nres_shm_config(out[0])
+  local size = ffi_sizeof("nres_shm_config_t")
+  if ffi_string(have, size) ~= ffi_string(cfg, size) then
+    C.munmap(mem, total)
+    return false, "another configuration (slots, budget, breaker or limiter)"
+  end
+  own(t, mem, total)
+  return true
+end
+
+local function round64(n) return n + (64 - n % 64) % 64 end
+
+-- Used by new(): attach to path or make it anew (see File-backed above).
+function _M.map_file(t, cfg, path, extra)
+  local size = t.bytes
+  local total = round64(size) + round64(extra)
+  t.file, t.extra_at, t.extra_bytes = path, round64(size), extra
+  local ok, why = try_attach(t, cfg, path, total)
+  if ok == nil then return nil, why end
+  if ok then
+    t.reused = true
+    t.extra = ffi.cast("uint8_t *", t.mem) + t.extra_at
+    return true
+  end
+  if why then
+    t.replaced = why
+    C.unlink(path)   -- processes that mapped it keep their mapping
+  end
+  local tmp = format("%s.%d.tmp", path, C.getpid())
+  C.unlink(tmp)
+  local fd = C.open(tmp, O_RDWR + O_CREAT + O_EXCL + O_CLOEXEC, 384)   -- 0600
+  if fd < 0 then return nil, errno_str("open", tmp) end
+  if C.ftruncate(fd, total) ~= 0 then
+    local err = errno_str("ftruncate", tmp)
+    C.close(fd); C.unlink(tmp)
+    return nil, err
+  end
+  local mem, err = map(fd, total, tmp)
+  C.close(fd)
+  if not mem then C.unlink(tmp); return nil, err end
+  local rc = C.nres_shm_init(mem, size, cfg)
+  if rc ~= 0 then
+    C.munmap(mem, total); C.unlink(tmp)
+    return nil, "nres_shm_init: " .. ffi_string(C.nres_strerror(rc))
+  end
+  if C.rename(tmp, path) ~= 0 then
+    err = errno_str("rename", tmp)
+    C.munmap(mem, total); C.unlink(tmp)
+    return nil, err
+  end
+  own(t, mem, total)
+  t.reused = false
+  t.extra = ffi.cast("uint8_t *", t.mem) + t.extra_at
+  return true
 end
 
 -- The slot index of key (inserted if new) and its generation, or nil and

@@ -46,11 +46,15 @@ nres_render() {
 
 # nres_nginx_start PREFIX CONF: test the config, start nginx, wait for its
 # pid file. The master's pid is remembered for nres_nginx_stop_all.
+# NRES_REGION_DIR_FIXED: the region directory (default PREFIX/regions).
 # NRES_NGINX_GLOBALS: more main-context directives (nginx -g), e.g.
 # "env NRES_LIB;" for a config that does not say it.
 nres_nginx_start() {
   local prefix=$1 conf=$2 user=() globals=${NRES_NGINX_GLOBALS:-}
-  mkdir -p "$prefix/tmp"
+  mkdir -p "$prefix/tmp" "$prefix/regions"
+  # nres's region files (nres.ngx.files) go under the prefix, removed with
+  # it, not into /dev/shm; the master reads this at start and on reloads.
+  export NRES_REGION_DIR=${NRES_REGION_DIR_FIXED:-$prefix/regions}
   # Started as root, nginx runs its workers as nobody, who cannot read a
   # checkout under a private directory (mktemp -d is 0700): keep them root.
   [ "$(id -u)" = 0 ] && globals="user root root; $globals"

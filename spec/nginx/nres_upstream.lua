@@ -8,6 +8,9 @@
 --   down             every request 503
 --   blip&for=S[&in=D] healthy for D s, then 503 for S s, then healthy
 --                    again; the stats say when it recovered (epoch s)
+--   &delay=MS (with any mode) healthy answers wait MS ms first
+-- Each port the server listens on is its own upstream with its own mode and
+-- counters (the peers of a pool): /admin on that port sets and reads them.
 -- GET /admin (no mode) returns the counters as JSON; &reset=1 (also with a
 -- mode) zeroes them. Every request to any other path counts as an upstream
 -- request; those carrying a numeric X-Deadline-Ms header are counted too.
@@ -17,30 +20,35 @@ local _M = {}
 
 local dict = ngx.shared.up
 local seen_epoch, lo, hi   -- this worker's deadline extremes (see serve)
+-- Every listening port is its own upstream (a peer of a pool): its state
+-- in the dict is under "<port>:". Set at the top of admin and serve.
+local P = ""
 
 local function stats()
   return {
-    mode = dict:get("mode") or "healthy",
-    n = dict:get("n"),
-    requests = dict:get("requests") or 0,
-    failed = dict:get("failed") or 0,
-    with_deadline = dict:get("with_deadline") or 0,
-    deadline_min = dict:get("deadline_min"),
-    deadline_max = dict:get("deadline_max"),
-    blip_from = dict:get("blip_from"),
-    blip_until = dict:get("blip_until"),
+    mode = dict:get(P .. "mode") or "healthy",
+    delay = dict:get(P .. "delay"),
+    n = dict:get(P .. "n"),
+    requests = dict:get(P .. "requests") or 0,
+    failed = dict:get(P .. "failed") or 0,
+    with_deadline = dict:get(P .. "with_deadline") or 0,
+    deadline_min = dict:get(P .. "deadline_min"),
+    deadline_max = dict:get(P .. "deadline_max"),
+    blip_from = dict:get(P .. "blip_from"),
+    blip_until = dict:get(P .. "blip_until"),
     now = ngx.now(),
   }
 end
 
 local function reset()
-  for _, k in ipairs { "requests", "failed", "seq", "with_deadline" } do dict:set(k, 0) end
-  dict:delete("deadline_min")
-  dict:delete("deadline_max")
-  dict:incr("epoch", 1, 0)
+  for _, k in ipairs { "requests", "failed", "seq", "with_deadline" } do dict:set(P .. k, 0) end
+  dict:delete(P .. "deadline_min")
+  dict:delete(P .. "deadline_max")
+  dict:incr(P .. "epoch", 1, 0)
 end
 
 function _M.admin()
+  P = ngx.var.server_port .. ":"
   local args = ngx.req.get_uri_args()
   if args.reset then reset() end
   local mode = args.mode
@@ -50,61 +58,65 @@ function _M.admin()
       ngx.say("unknown mode ", mode)
       return
     end
-    dict:set("seq", 0)
-    dict:set("n", tonumber(args.n) or 2)
+    dict:set(P .. "seq", 0)
+    dict:set(P .. "n", tonumber(args.n) or 2)
+    dict:set(P .. "delay", tonumber(args.delay) or 0)
     if mode == "blip" then
       ngx.update_time()
       local from = ngx.now() + (tonumber(args["in"]) or 0)
-      dict:set("blip_from", from)
-      dict:set("blip_until", from + (tonumber(args["for"]) or 3))
+      dict:set(P .. "blip_from", from)
+      dict:set(P .. "blip_until", from + (tonumber(args["for"]) or 3))
     end
-    dict:set("mode", mode)
+    dict:set(P .. "mode", mode)
   end
   ngx.header["Content-Type"] = "application/json"
   ngx.say(require("cjson").encode(stats()))
 end
 
 function _M.serve()
-  dict:incr("requests", 1, 0)
+  P = ngx.var.server_port .. ":"
+  dict:incr(P .. "requests", 1, 0)
   local d = tonumber(ngx.var.http_x_deadline_ms)
   if d then
-    dict:incr("with_deadline", 1, 0)
+    dict:incr(P .. "with_deadline", 1, 0)
     -- min/max of the propagated budgets: this worker's extremes since the
     -- last reset, written to the dict only when they move (racy across
     -- workers: stats only; cheap, so a gateway that sends the header is
     -- not slowed down in benchmarks by the upstream's bookkeeping)
-    local epoch = dict:get("epoch")
+    local epoch = dict:get(P .. "epoch")
     if epoch ~= seen_epoch then seen_epoch, lo, hi = epoch, nil, nil end
     if not lo or d < lo then
       lo = d
-      local g = dict:get("deadline_min")
-      if not g or d < g then dict:set("deadline_min", d) end
+      local g = dict:get(P .. "deadline_min")
+      if not g or d < g then dict:set(P .. "deadline_min", d) end
     end
     if not hi or d > hi then
       hi = d
-      local g = dict:get("deadline_max")
-      if not g or d > g then dict:set("deadline_max", d) end
+      local g = dict:get(P .. "deadline_max")
+      if not g or d > g then dict:set(P .. "deadline_max", d) end
     end
   end
-  local mode = dict:get("mode") or "healthy"
+  local mode = dict:get(P .. "mode") or "healthy"
   local fail = false
   if mode == "down" then
     fail = true
   elseif mode == "every" then
-    local seq = dict:incr("seq", 1, 0)
-    fail = seq % (dict:get("n") or 2) == 0
+    local seq = dict:incr(P .. "seq", 1, 0)
+    fail = seq % (dict:get(P .. "n") or 2) == 0
   elseif mode == "blip" then
     ngx.update_time()
     local now = ngx.now()
-    fail = now >= dict:get("blip_from") and now < dict:get("blip_until")
+    fail = now >= dict:get(P .. "blip_from") and now < dict:get(P .. "blip_until")
   end
   if fail then
-    dict:incr("failed", 1, 0)
+    dict:incr(P .. "failed", 1, 0)
     ngx.status = 503
     ngx.header["Content-Type"] = "text/plain"
     ngx.print("unavailable\n")
     return
   end
+  local delay = dict:get(P .. "delay")
+  if delay and delay > 0 then ngx.sleep(delay / 1000) end
   ngx.header["Content-Type"] = "text/plain"
   local uri = ngx.var.uri
   if uri:find("/big$") then     -- 200,000 bytes in four flushed chunks

@@ -3,6 +3,7 @@
 -- upstreams - kept in this module's registries for the request phases.
 local policy_mod = require "nres.policy"
 local shm_mod = require "nres.shm"
+local files = require "nres.ngx.files"
 
 local type, error, tostring, pairs, format = type, error, tostring, pairs, string.format
 local byte = string.byte
@@ -26,11 +27,15 @@ local function check_name(fn, name)
   end
 end
 
--- nres.shm.new, its misuse errors raised at the level of our caller's caller.
-local function new_table(fn, opts)
+-- nres.shm.new, its misuse errors raised at the level of our caller's caller;
+-- in the region file of table `tname` of kind fn, if there is a region
+-- directory (nres.ngx.files).
+local function new_table(fn, opts, tname)
+  if tname then opts.file = files.path(fn, tname) end
   local ok, tbl, err = pcall(shm_mod.new, opts)
   if not ok then error((tostring(tbl):gsub("^[^\n]-:%d+: ", "")), 3) end
   if not tbl then error("nres.ngx." .. fn .. ": " .. err, 3) end
+  if tname then files.opened(fn, tname, tbl) end
   return tbl
 end
 
@@ -82,7 +87,7 @@ function _M.scope(name, opts)
     budget = type(t.budget) == "table" and t.budget or false,
     breaker = type(t.breaker) == "table" and p.cp.own.breaker.config or false,
     limiter = type(l) == "table" and l.rate and { rate = l.rate, burst = l.burst or 1 } or false,
-  })
+  }, name)
   local s = {
     name = name, policy = p, template = p.cp, shm = tbl, ptr = tbl.shm,
     hold = hold * 1e9, classify = p.classify,
@@ -108,7 +113,7 @@ function _M.limiter(name, opts)
     error(bad("limiter", "burst", "an integer >= 1", burst), 2)
   end
   local tbl = new_table("limiter", { slots = opts.slots or 4096,
-                                    limiter = { rate = opts.rate, burst = burst } })
+                                    limiter = { rate = opts.rate, burst = burst } }, name)
   local s = { name = name, shm = tbl, ptr = tbl.shm, rate = opts.rate, burst = burst,
               hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0 }
   limiters[name] = s
@@ -116,10 +121,18 @@ function _M.limiter(name, opts)
 end
 
 -- gw.upstream(name, { host, port } or { location = "/internal/proxy" },
---             keepalive = 60 (s), pool = 64 (connections per worker)).
+--             keepalive = 60 (s), pool = 64 (connections per worker)),
+-- or { peers = { "host:port", ... }, scope = ..., ... } for balancer mode
+-- (nres.ngx.balancer).
 function _M.upstream(name, opts)
   check_name("upstream", name)
   if type(opts) ~= "table" then error(bad("upstream", "opts", "a table", opts), 2) end
+  if opts.peers ~= nil then
+    local ok, u = pcall(require("nres.ngx.balancer").declare, name, opts)
+    if not ok then error((tostring(u):gsub("^[^\n]-:%d+: ", "")), 2) end
+    upstreams[name] = u
+    return u
+  end
   local u = { name = name }
   if opts.location ~= nil then
     if type(opts.location) ~= "string" or byte(opts.location, 1) ~= 47 then

@@ -81,6 +81,18 @@ local function scope_status(s, now, worker_local, top)
   return st
 end
 
+-- JSON: lists (keys, peers) as arrays even when empty; the maps
+-- (scopes, limiters, upstreams, stops) stay objects.
+local function arrays(out)
+  local ok, cjson = pcall(require, "cjson.safe")
+  if not ok or not cjson.empty_array_mt then return out end
+  for _, group in pairs { out.scopes, out.limiters } do
+    for _, st in pairs(group) do setmetatable(st.keys, cjson.empty_array_mt) end
+  end
+  for _, u in pairs(out.upstreams) do setmetatable(u.peers, cjson.empty_array_mt) end
+  return out
+end
+
 -- The whole status as a Lua table.
 function _M.snapshot()
   local now = step_now()
@@ -92,6 +104,7 @@ function _M.snapshot()
     st.rate, st.burst = s.rate, s.burst
     out.limiters[name] = st
   end
+  out.upstreams = require("nres.ngx.balancer").status(now)
   return out
 end
 
@@ -176,10 +189,35 @@ local function emit_tables(out, group, kind)
   end
 end
 
+-- Balancer upstreams' peers (nres.ngx.balancer).
+local function emit_peers(out, ups)
+  local names = {}
+  for name in pairs(ups) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local u = ups[name]
+    emit(out, "nres_upstream_panic", "gauge", "1 while too few peers are healthy and all get"
+         .. " traffic", format('upstream="%s"', label(name)), u.panicking and 1 or 0)
+    for _, p in ipairs(u.peers) do
+      local pl = format('upstream="%s",peer="%s"', label(name), label(p.peer))
+      emit(out, "nres_peer_state", "gauge", "0 closed, 1 ejected (open), 2 half-open", pl,
+           breaker_code(p.state))
+      emit(out, "nres_peer_ejections_total", "counter", "times the peer was ejected", pl,
+           p.ejections)
+      emit(out, "nres_peer_tries_total", "counter", "tries sent to the peer", pl, p.tries)
+      emit(out, "nres_peer_failures_total", "counter", "tries that failed (5xx, connect"
+           .. " error, timeout)", pl, p.failures)
+      emit(out, "nres_peer_latency_p75_seconds", "gauge", "recent p75 try latency", pl,
+           format("%.6f", p.latency_p75_ms / 1e3))
+    end
+  end
+end
+
 function _M.prometheus(snap)
   local out = { n = 0, seen = {} }
   emit_tables(out, snap.scopes, "scope")
   emit_tables(out, snap.limiters, "limiter")
+  emit_peers(out, snap.upstreams or {})
   return concat(out, "\n", 1, out.n) .. "\n"
 end
 
@@ -196,7 +234,7 @@ function _M.status()
   end
   local cjson = require "cjson.safe"
   ngx.header["Content-Type"] = "application/json"
-  ngx.print(cjson.encode(snap), "\n")
+  ngx.print(cjson.encode(arrays(snap)), "\n")
 end
 
 return _M

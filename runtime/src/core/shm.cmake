@@ -1,7 +1,7 @@
 # shm.cmake - keyed policy state in shared memory (runtime/src/core/shm.c),
 # its cmocka test (built with the protocol's kill hooks), the gateway's Lua
 # spec (nres.shm and nres.ngx outside nginx) and its integration test in a
-# real nginx (spec/nginx/run.sh). The last two load libnres into LuaJIT, so
+# real nginx (spec/nginx/run.sh, balancer mode: spec/nginx/balancer.sh). The last ones load libnres into LuaJIT, so
 # they are registered only in builds without sanitizers (LuaJIT and nginx
 # would need their runtimes preloaded).
 target_sources(nres_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm.c)
@@ -27,6 +27,10 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   add_test(NAME nginx
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/run.sh $<TARGET_FILE:nres>)
   set_tests_properties(nginx PROPERTIES TIMEOUT 150 LABELS nginx)
+  # balancer mode (spec/nginx/balancer.sh): peers, ejection, reloads
+  add_test(NAME nginx_balancer
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/balancer.sh $<TARGET_FILE:nres>)
+  set_tests_properties(nginx_balancer PROPERTIES TIMEOUT 150 LABELS nginx)
   # Hedging in the cosocket mode, against nres-depserver (300 calls a scope).
   add_test(NAME nginx_hedge
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/hedge.sh $<TARGET_FILE:nres> 300)

@@ -1,0 +1,462 @@
+-- nres.ngx.balancer: balancer mode - nginx's own proxy moves the bytes
+-- (proxy_pass to an upstream block with balancer_by_lua), nres decides.
+--
+--   init_by_lua:      gw.scope("upstreams", { policy = "gateway" })
+--                     gw.upstream("backend", { scope = "upstreams",
+--                       peers = { "127.0.0.1:9001", "127.0.0.1:9002" } })
+--   access_by_lua:    gw.access("backend")     -- admission
+--   balancer_by_lua:  gw.balance("backend")    -- peer, timeouts, one more try?
+--   log_by_lua:       gw.log()                 -- the last try's outcome
+--
+-- Admission (access): an inbound X-Deadline-Ms (a number of ms >= 0; other
+-- values are ignored; 0 answers 504) shortens the policy's deadline; the
+-- upstream's breaker (one per upstream key, in the scope's shared table)
+-- refuses with 503 when open; X-Deadline-Ms is set on the request to the
+-- time left (nginx sends the request headers once, so every try carries
+-- the first try's value).
+--
+-- Each try (balance): the previous try's outcome, if any, comes from
+-- ngx.balancer.get_last_failure() and is recorded into that peer's breaker
+-- and latency estimator; then a peer is picked (never the one that just
+-- failed while another is admitted), its timeouts set to the time left
+-- (at most the policy's attempt_timeout), and one more try is granted
+-- (set_more_tries(1)) only if the policy's attempts allow it, time is left
+-- and a token of the upstream's retry budget can be taken. The token is
+-- reserved for the retry the try might need and given back (log) if it was
+-- not needed, so the budget is never overdrawn; with more requests in
+-- flight than tokens some tries get no retry. The balancer cannot wait:
+-- a retry goes to a peer at once (use the cosocket mode, nres.ngx.cosocket,
+-- for backoff waits, custom requests or hedging).
+--
+-- Peers. Each peer has a breaker (outlier ejection: by default 5 failures
+-- in a row or 25 % of at least 10 tries over 5 s eject it for 2 s, doubling
+-- up to 30 s while its half-open probes fail) and a latency estimator
+-- (nres_estimator_t, the p75 of the last 1-2 s of tries, a failed try
+-- counted as the attempt timeout) in the upstream's shared table, so every
+-- worker sees the same ejections and latencies; in-flight tries are
+-- counted per worker. Choice: power of two choices (default; two random
+-- admitted peers, the lower latency x (in-flight + 1) wins, as Finagle's
+-- and Linkerd's balancers) or round-robin. An ejected peer gets only the
+-- half-open probes its breaker admits. Panic: when fewer than `panic`
+-- (default 0.5) of the peers are closed, ejection is ignored and every
+-- peer is eligible (Envoy's panic threshold): the gateway never makes a
+-- total outage of its own.
+--
+-- A failure is an nginx-made 502/504 (connect error, timeout) or an
+-- upstream 5xx; which statuses are retried at all is nginx's
+-- proxy_next_upstream (nres grants or refuses the extra tries).
+local ffi = require "ffi"
+local cdef = require "nres.cdef"
+local config = require "nres.ngx.config"
+
+local C = cdef.C
+local ffi_new, ffi_cast, ffi_sizeof = ffi.new, ffi.cast, ffi.sizeof
+local type, error, tonumber, tostring, pairs, ipairs, format =
+  type, error, tonumber, tostring, pairs, ipairs, string.format
+local floor, random, min, max = math.floor, math.random, math.min, math.max
+
+ffi.cdef [[
+int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now, uint32_t *permit);
+int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now, uint32_t permit,
+                        int outcome, int slow, nres_rng_t *rng);
+void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
+void nres_budget_deposit(nres_budget_t *budget);
+int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
+void nres_budget_refund(nres_budget_t *budget);
+void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now, nres_time_t latency);
+]]
+
+local step_now = C.nres_step_now
+local sh_acquire, sh_record, sh_slot = C.nres_shm_acquire, C.nres_shm_record, C.nres_shm_slot
+local br_acquire, br_record, br_release = C.nres_breaker_acquire, C.nres_breaker_record,
+  C.nres_breaker_release
+local br_state = C.nres_breaker_state
+local bu_spend, bu_refund, bu_deposit = C.nres_budget_spend, C.nres_budget_refund,
+  C.nres_budget_deposit
+local est_record, est_quantile = C.nres_estimator_record, C.nres_estimator_quantile
+local bad, scopes, new_table = config.bad, config.scopes, config.new_table
+
+local _M = {}
+
+local STOP_OK, STOP_ATTEMPTS, STOP_DEADLINE, STOP_CIRCUIT = 1, 3, 4, 6
+local EST_SIZE = ffi_sizeof("nres_estimator_t")
+local EST_PERIOD = 1e9          -- ns per estimator window (two are read)
+local REFRESH = 50e6            -- ns between a worker's looks at peer states
+local NEVER = 2 ^ 64            -- a lease that never ends (nres.shm)
+
+local permit_box = ffi_new("uint32_t[1]")
+local gen_box = ffi_new("uint32_t[1]")
+local samples_box = ffi_new("uint64_t[1]")
+local rng = ffi_new("nres_rng_t")
+
+local EJECT = { consecutive = 5, ratio = 0.25, min_calls = 10, window = 5, buckets = 5,
+                break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3 }
+
+-- The peers' breaker configuration from an eject table (seconds, ratios).
+local function eject_config(e)
+  local cfg = ffi_new("nres_breaker_config_t")
+  C.nres_breaker_config_init(cfg)
+  for k in pairs(e) do
+    if EJECT[k] == nil then
+      error(bad("upstream", "eject." .. tostring(k), "one of consecutive, ratio, min_calls,"
+            .. " window, buckets, break_for, break_max, jitter, probes, successes", "a field"), 0)
+    end
+  end
+  local function num(k)
+    local v = e[k]
+    if v == nil then v = EJECT[k] end
+    if type(v) ~= "number" or v ~= v or v < 0 then
+      error(bad("upstream", "eject." .. k, "a number >= 0", v), 0)
+    end
+    return v
+  end
+  cfg.consecutive = num("consecutive")
+  cfg.failure_ratio = num("ratio")
+  cfg.min_calls = num("min_calls")
+  cfg.window = num("window") * 1e9
+  cfg.buckets = num("buckets")
+  cfg.break_for = num("break_for") * 1e9
+  cfg.break_max = num("break_max") * 1e9
+  cfg.break_jitter = num("jitter")
+  cfg.probes = num("probes")
+  cfg.success_threshold = num("successes")
+  local why = C.nres_breaker_config_error(cfg)
+  if why ~= nil then error("nres.ngx.upstream: eject: " .. ffi.string(why), 0) end
+  return cfg
+end
+
+-- gw.upstream(name, { peers = { "host:port", ... }, scope = "upstreams",
+--   choice = "p2c" | "round-robin", panic = 0.5, eject = { ... },
+--   key = name (the upstream's key in the scope) }), from nres.ngx.config.
+function _M.declare(name, opts)
+  for k in pairs(opts) do
+    if k ~= "peers" and k ~= "scope" and k ~= "choice" and k ~= "panic" and k ~= "eject"
+       and k ~= "key" then
+      error("nres.ngx.upstream: " .. tostring(k) .. ": expected one of peers, scope, choice,"
+            .. " panic, eject, key, got an unknown field", 0)
+    end
+  end
+  local list = opts.peers
+  if type(list) ~= "table" or #list < 1 or #list > 256 then
+    error(bad("upstream", "peers", "a list of 1..256 \"host:port\"", list), 0)
+  end
+  local sname = opts.scope
+  local s = scopes[sname]
+  if s == nil then
+    error(bad("upstream", "scope", "a scope declared with gw.scope before it", sname), 0)
+  end
+  local choice = opts.choice or "p2c"
+  if choice ~= "p2c" and choice ~= "round-robin" then
+    error(bad("upstream", "choice", "\"p2c\" or \"round-robin\"", choice), 0)
+  end
+  local panic = opts.panic or 0.5
+  if type(panic) ~= "number" or not (panic >= 0 and panic <= 1) then
+    error(bad("upstream", "panic", "a share of healthy peers 0..1", panic), 0)
+  end
+  local key = opts.key or name
+  if type(key) ~= "string" or #key < 1 or #key > 64 then
+    error(bad("upstream", "key", "a string of 1..64 bytes", key), 0)
+  end
+  local n = #list
+  local u = {
+    name = name, key = key, scope = s, n = n, choice = choice, panic = panic,
+    hosts = {}, ports = {}, peer = {}, idx = {}, br = {}, est = {},
+    inflight = {}, cost = {}, state = {}, rr = 0, checked = -1e18, panicking = false,
+    balancer = true,
+  }
+  local seen = {}
+  for i, p in ipairs(list) do
+    local host, port
+    if type(p) == "string" then host, port = p:match("^([^:]+):(%d+)$") end
+    port = tonumber(port)
+    if not host or port < 1 or port > 65535 then
+      error(bad("upstream", "peers[" .. i .. "]", "\"host:port\"", p), 0)
+    end
+    if seen[p] then error(bad("upstream", "peers[" .. i .. "]", "a peer listed once", p), 0) end
+    seen[p] = true
+    u.hosts[i], u.ports[i], u.peer[i] = host, port, p
+    u.inflight[i], u.cost[i], u.state[i] = 0, 0, 0
+  end
+  -- The peers' table: two slots per peer (room to add a few without a new
+  -- layout), each key leased for ever; estimators after it, one per slot.
+  local slots = max(8, 2 * n)
+  slots = slots + (8 - slots % 8) % 8
+  local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
+                                    budget = false, limiter = false,
+                                    extra = slots * EST_SIZE }, name)
+  u.shm, u.ptr = tbl, tbl.shm
+  local ests = ffi_cast("nres_estimator_t *", tbl.extra or ffi_new("uint8_t[?]", slots * EST_SIZE))
+  u.ests_anchor = tbl.extra and tbl or ests
+  if not tbl.reused then
+    for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
+  end
+  local now = step_now()
+  for i = 1, n do
+    local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
+    if idx < 0 then error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0) end
+    u.idx[i] = idx
+    u.br[i] = sh_slot(u.ptr, idx).breaker
+    u.est[i] = ests + idx
+  end
+  local t = s.policy.spec
+  u.attempts = t.attempts or 1
+  u.deadline = t.deadline * 1e9
+  u.attempt_timeout = (t.attempt_timeout or t.deadline) * 1e9
+  return u
+end
+
+-- ---------------------------------------------------------- peer choice
+
+-- This worker's view of the peers, at most REFRESH old: closed or not,
+-- latency estimate (ns), and whether the pool is in panic.
+local function refresh(u, now)
+  u.checked = now
+  local healthy = 0
+  for i = 1, u.n do
+    local st = br_state(u.br[i], now)
+    u.state[i] = st
+    if st == 0 then healthy = healthy + 1 end
+    local q = est_quantile(u.est[i], now, 0.75, samples_box)
+    u.cost[i] = samples_box[0] > 0 and tonumber(q) or 0
+  end
+  u.panicking = healthy < u.panic * u.n
+end
+
+local function score(u, i) return (u.cost[i] + 1e5) * (u.inflight[i] + 1) end
+
+-- Admit peer i: its breaker's permit, or nil if ejected. In panic every
+-- peer is admitted without asking (permit false: nothing to record).
+local function admit(u, i, now)
+  if u.panicking then return false end
+  if br_acquire(u.br[i], now, permit_box) ~= 0 then return nil end
+  return permit_box[0]
+end
+
+-- A peer other than `avoid` (when there is another): index, permit.
+local function pick(u, now, avoid)
+  if now - u.checked > REFRESH then refresh(u, now) end
+  local n = u.n
+  if n == 1 then return 1, admit(u, 1, now) or false end
+  if u.choice == "p2c" then
+    local a = random(n)
+    if a == avoid then a = a % n + 1 end
+    local b = random(n - 1)
+    if b >= a then b = b + 1 end
+    if b == avoid then
+      b = b % n + 1
+      if b == a then b = b % n + 1 end
+      if b == avoid then b = a end
+    end
+    if score(u, b) < score(u, a) then a, b = b, a end
+    local p = admit(u, a, now)
+    if p ~= nil then return a, p end
+    if b ~= a then
+      p = admit(u, b, now)
+      if p ~= nil then return b, p end
+    end
+  end
+  -- Round-robin (or both choices ejected): the next admitted peer.
+  local start = u.rr
+  for k = 1, n do
+    local i = (start + k - 1) % n + 1
+    if i ~= avoid then
+      local p = admit(u, i, now)
+      if p ~= nil then u.rr = i; return i, p end
+    end
+  end
+  -- Nobody admitted but `avoid` (or nobody at all): `avoid` if it is, else
+  -- the cheapest peer, unasked (no self-inflicted total outage).
+  if avoid then
+    local p = admit(u, avoid, now)
+    if p ~= nil then return avoid, p end
+  end
+  local best = 1
+  for i = 2, n do if score(u, i) < score(u, best) then best = i end end
+  if best == avoid and n > 1 then best = best % n + 1 end
+  return best, false
+end
+_M.pick = pick   -- for tests
+
+-- The end of the current try of request state r: recorded into its peer.
+local function finish(u, r, now, failed, timed_out)
+  local i = r.peer
+  u.inflight[i] = u.inflight[i] - 1
+  local lat = now - r.t0
+  if r.ppermit then
+    br_record(u.br[i], now, r.ppermit, failed and 1 or 0, 0, rng)
+  end
+  est_record(u.est[i], now, failed and max(lat, u.attempt_timeout) or lat)
+  sh_record(u.ptr, u.idx[i], failed and (timed_out and STOP_DEADLINE or STOP_ATTEMPTS) or STOP_OK,
+            1, r.tries > 1 and 1 or 0)
+  r.peer = nil
+end
+
+-- ------------------------------------------------------------ the phases
+
+local ngx = ngx
+local ngx_balancer
+
+local function exit_with(status, reason)
+  ngx.header["X-Nres-Reason"] = reason
+  ngx.status = status
+  ngx.print(reason, "\n")
+  return ngx.exit(status)
+end
+
+-- access_by_lua: admission. Returns true if the request goes on.
+function _M.access(uname)
+  local u = config.upstreams[uname]
+  if u == nil or not u.balancer then
+    error(bad("access", "upstream", "an upstream declared with peers", uname), 2)
+  end
+  local s = u.scope
+  local now = step_now()
+  local deadline = now + u.deadline
+  local hdr = ngx.var.http_x_deadline_ms
+  if hdr then
+    local ms = tonumber(hdr)
+    if ms and ms >= 0 and ms <= 9007199254740991 then
+      if ms < 1 then return exit_with(504, "deadline exceeded") end
+      if now + ms * 1e6 < deadline then deadline = now + ms * 1e6 end
+    end
+  end
+  local idx = sh_acquire(s.ptr, u.key, #u.key, now, s.hold, gen_box)
+  local r = { deadline = deadline, idx = idx, tries = 0, retries = 0, t0 = 0, u = u }
+  if idx >= 0 then
+    local slot = sh_slot(s.ptr, idx)
+    r.slot = slot
+    if s.breaker then
+      if br_acquire(slot.breaker, now, permit_box) ~= 0 then
+        sh_record(s.ptr, idx, STOP_CIRCUIT, 0, 0)
+        return exit_with(503, "circuit open")
+      end
+      r.upermit = permit_box[0]
+    end
+  else
+    s.overflow = s.overflow + 1
+  end
+  ngx.ctx.nres = r
+  ngx.req.set_header("X-Deadline-Ms", floor((deadline - now) / 1e6))
+  return true
+end
+
+-- balancer_by_lua: one try.
+function _M.balance(uname)
+  local u = config.upstreams[uname]
+  if u == nil or not u.balancer then
+    error(bad("balance", "upstream", "an upstream declared with peers", uname), 2)
+  end
+  ngx_balancer = ngx_balancer or require "ngx.balancer"
+  local ctx = ngx.ctx
+  local r = ctx.nres
+  local now = step_now()
+  if r == nil then   -- no access handler ran: no admission, no retries
+    r = { deadline = now + u.deadline, idx = -1, tries = 0, retries = 0, t0 = 0, u = u }
+    ctx.nres = r
+  end
+  local avoid
+  if r.peer then
+    local state, code = ngx_balancer.get_last_failure()
+    avoid = r.peer
+    finish(u, r, now, state == "failed", code == 504)
+    if r.reserved then r.reserved = false; r.retries = r.retries + 1 end
+  end
+  local i, permit = pick(u, now, avoid)
+  local ok, err = ngx_balancer.set_current_peer(u.hosts[i], u.ports[i])
+  if not ok then
+    if permit then br_release(u.br[i], permit) end
+    ngx.log(ngx.ERR, "nres: set_current_peer ", u.peer[i], ": ", err)
+    return ngx.exit(ngx.ERROR)
+  end
+  r.peer, r.ppermit, r.t0 = i, permit, now
+  r.tries = r.tries + 1
+  u.inflight[i] = u.inflight[i] + 1
+  local left = r.deadline - now
+  local t = min(u.attempt_timeout, left)
+  if t < 1e6 then t = 1e6 end
+  t = t / 1e9
+  ngx_balancer.set_timeouts(t, t, t)
+  -- One more try, if the policy, the time and the budget allow.
+  -- A half-open probe of the upstream's breaker (permit > 0) gets no retry:
+  -- one request tells whether it recovered.
+  if r.tries < u.attempts and left > 2e6 and r.slot and (r.upermit == nil or r.upermit == 0) then
+    local ok_budget = true
+    if u.scope.budget then ok_budget = bu_spend(r.slot.budget, now) == 0 end
+    if ok_budget then
+      r.reserved = u.scope.budget
+      ngx_balancer.set_more_tries(1)
+    else
+      r.budget_refused = true
+    end
+  end
+end
+
+-- log_by_lua: the last try's outcome, the call's outcome.
+function _M.log()
+  local r = ngx.ctx.nres
+  if r == nil then return end
+  local now = step_now()
+  local status = ngx.status
+  local failed = status >= 500 or status == 0
+  local u = r.u
+  if r.peer then finish(u, r, now, failed, status == 504) end
+  local slot = r.slot
+  if slot == nil then return end
+  if r.reserved then bu_refund(slot.budget); r.reserved = false end
+  local s = u.scope
+  if r.upermit then
+    br_record(slot.breaker, now, r.upermit, failed and 1 or 0, 0, rng)
+  end
+  if not failed and s.budget then bu_deposit(slot.budget) end
+  local stop = STOP_OK
+  if failed then
+    if status == 504 then stop = STOP_DEADLINE
+    elseif r.budget_refused then stop = 5   -- budget exhausted
+    else stop = STOP_ATTEMPTS end
+  end
+  sh_record(s.ptr, r.idx, stop, r.tries, r.retries)
+end
+
+-- ------------------------------------------------------------- status
+
+local BREAKER_STATES = { [0] = "closed", "open", "half-open", "isolated" }
+
+-- The peers of every balancer upstream, for nres.ngx.status.
+function _M.status(now)
+  local out = {}
+  for name, u in pairs(config.upstreams) do
+    if u.balancer then
+      local peers = {}
+      for i = 1, u.n do
+        local slot = sh_slot(u.ptr, u.idx[i])
+        local q = est_quantile(u.est[i], now, 0.75, samples_box)
+        local tries = tonumber(slot.calls)
+        local okc = tonumber(slot.stops[STOP_OK])
+        peers[i] = {
+          peer = u.peer[i],
+          state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
+          ejections = tonumber(slot.breaker.trips),
+          refused = tonumber(slot.breaker.rejected),
+          tries = tries, failures = tries - okc,
+          timeouts = tonumber(slot.stops[STOP_DEADLINE]),
+          latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,
+          latency_samples = tonumber(samples_box[0]),
+          inflight_this_worker = u.inflight[i],
+        }
+      end
+      refresh(u, now)
+      out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
+                    panicking = u.panicking, peers = peers }
+    end
+  end
+  return out
+end
+
+-- Seed this worker's random choices and break jitter (init_worker).
+function _M.seed()
+  local pid = ngx and ngx.worker.pid() or 1
+  math.randomseed(pid * 7919 + floor(step_now() % 1e9))
+  rng.state = pid * 2654435761 + 1
+end
+
+return _M

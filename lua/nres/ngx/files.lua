@@ -1,0 +1,138 @@
+-- nres.ngx.files: where the gateway's shared tables live, so protection
+-- survives a reload.
+--
+-- Under nginx every table (a scope, a limiter, an upstream's peers) is a
+-- file, <dir>/<name>.<kind>.<table>.shm, mapped MAP_SHARED by the master in
+-- init_by_lua and inherited by the workers (nres.shm, `file`). dir defaults
+-- to $NRES_REGION_DIR (read by the master at start) or /dev/shm (tmpfs: the
+-- pages are never written to disk); name to "nres-" and a hash of nginx's
+-- prefix. A HUP reload runs init_by_lua again in the master: the same path
+-- with the same layout (slots, policy, peers) is attached, and open
+-- breakers, budget levels, limiter buckets, latency estimates and counters
+-- carry on in the new workers; a file of another layout or version is
+-- replaced by a new one (the old workers keep theirs until they exit) with
+-- one log line saying why. A binary upgrade (USR2) runs the same
+-- init_by_lua with the same prefix, so old and new workers share the same
+-- tables during the overlap. gw.init_worker() (init_worker_by_lua) removes,
+-- from worker 0, the files under <dir>/<name>.* that no declaration of this
+-- configuration uses (a scope renamed or dropped); files of a stopped nginx
+-- stay for its next start. Outside nginx (plain LuaJIT) tables are
+-- anonymous mappings unless gw.region{ dir = ... } is called.
+local ffi = require "ffi"
+local bit = require "bit"
+
+local type, error, format, tostring = type, error, string.format, tostring
+
+ffi.cdef [[
+typedef struct nres_ngx_dir_s nres_ngx_dir_t;
+nres_ngx_dir_t *opendir(const char *name);
+int closedir(nres_ngx_dir_t *dir);
+struct nres_ngx_dirent { uint64_t ino; int64_t off; unsigned short reclen;
+                         unsigned char type; char name[256]; };
+struct nres_ngx_dirent *readdir(nres_ngx_dir_t *dir);
+int unlink(const char *path);
+]]
+local C = ffi.C
+
+local _M = {}
+
+-- FNV-1a, 32 bits, as 8 hex digits: a short stable name for a prefix.
+local function fnv(s)
+  local h = 0x811c9dc5
+  for i = 1, #s do
+    h = bit.bxor(h, s:byte(i))
+    h = bit.tobit(h * 0x01000193 % 2 ^ 32)
+  end
+  return bit.tohex(h)
+end
+_M.fnv = fnv
+
+local ngx = ngx
+local in_nginx = ngx ~= nil and ngx.config ~= nil and ngx.config.prefix ~= nil
+
+local dir = os.getenv("NRES_REGION_DIR")
+if dir == "" then dir = nil end
+if not dir and in_nginx then dir = "/dev/shm" end
+local name = in_nginx and ("nres-" .. fnv(ngx.config.prefix())) or ("nres-" .. fnv(tostring(os.time())))
+local used = {}            -- path -> true: declared by this configuration
+_M.used = used
+
+-- gw.region{ dir = "/dev/shm", name = "nres-<hash of the prefix>" }: call
+-- before the declarations. dir = false: anonymous mappings (state lost on
+-- reload, as before).
+function _M.configure(opts)
+  if type(opts) ~= "table" then error("nres.ngx.region: expected a table, got " .. type(opts), 2) end
+  if opts.dir ~= nil then
+    if opts.dir ~= false and (type(opts.dir) ~= "string" or opts.dir == "") then
+      error("nres.ngx.region: dir: expected a directory or false, got " .. tostring(opts.dir), 2)
+    end
+    dir = opts.dir or nil
+  end
+  if opts.name ~= nil then
+    if type(opts.name) ~= "string" or not opts.name:match("^[%w_%-]+$") then
+      error("nres.ngx.region: name: expected letters, digits, _ or -, got " .. tostring(opts.name), 2)
+    end
+    name = opts.name
+  end
+end
+
+-- The file for table `tname` of `kind`, or nil (anonymous).
+function _M.path(kind, tname)
+  if not dir then return nil end
+  local safe = tname:gsub("[^%w_%-]", function(c) return format("%%%02x", c:byte()) end)
+  return format("%s/%s.%s.%s.shm", dir, name, kind, safe)
+end
+
+function _M.where() return dir, name end
+
+local function log(level, msg)
+  if in_nginx then ngx.log(level, msg) else io.stderr:write(msg, "\n") end
+end
+
+-- Record what shm.new did with a file: a reuse is a notice, a replacement
+-- a warning with the reason; both one line.
+function _M.opened(kind, tname, tbl)
+  if not tbl.file then return end
+  used[tbl.file] = true
+  if tbl.reused then
+    log(ngx and ngx.NOTICE, format("nres: %s \"%s\": kept the state in %s", kind, tname, tbl.file))
+  elseif tbl.replaced then
+    log(ngx and ngx.WARN, format("nres: %s \"%s\": %s has %s; made a new region there"
+        .. " (its state starts fresh; processes still using the old one keep it)",
+        kind, tname, tbl.file, tbl.replaced))
+  end
+end
+
+-- Remove the files under <dir>/<name>.* that this configuration does not
+-- use: the list of names removed.
+function _M.sweep()
+  if not dir then return {} end
+  local d = C.opendir(dir)
+  if d == nil then return {} end
+  local gone, lead = {}, name .. "."
+  while true do
+    local e = C.readdir(d)
+    if e == nil then break end
+    local n = ffi.string(e.name)
+    if n:sub(1, #lead) == lead and (n:match("%.shm$") or n:match("%.shm%.%d+%.tmp$")) then
+      local p = dir .. "/" .. n
+      if not used[p] then
+        C.unlink(p)
+        gone[#gone + 1] = n
+      end
+    end
+  end
+  C.closedir(d)
+  return gone
+end
+
+-- gw.init_worker(): worker 0 sweeps (see the top of the file).
+function _M.init_worker()
+  if not in_nginx or ngx.worker.id() ~= 0 then return end
+  local gone = _M.sweep()
+  if #gone > 0 then
+    ngx.log(ngx.NOTICE, "nres: removed regions no declaration uses: ", table.concat(gone, " "))
+  end
+end
+
+return _M

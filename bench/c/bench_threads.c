@@ -12,6 +12,8 @@
  *   default-private  each thread its own default policy: the same work
  *                    with nothing shared, so default minus this is the
  *                    price of sharing;
+ *   trivial-quiet, default-quiet  the shared policies with telemetry off
+ *                    (no counters): what the counters' line costs;
  *   breaker, estimator, counters  the shared writes of default's success
  *                    path one at a time (nres_breaker_record on a shared
  *                    breaker, nres_estimator_record on a shared estimator,
@@ -44,7 +46,8 @@
 #define MAX_REPS 32
 #define MAX_COUNTS 8
 
-enum { RAW, SHARED_ADD, TRIVIAL, DEFAULT, PRIVATE, BREAKER, ESTIMATOR, COUNTERS, NARMS };
+enum { RAW, SHARED_ADD, TRIVIAL, DEFAULT, PRIVATE, TRIVIAL_QUIET, DEFAULT_QUIET, BREAKER,
+       ESTIMATOR, COUNTERS, NARMS };
 
 static const struct {
   const char *name;
@@ -55,6 +58,8 @@ static const struct {
   { "trivial", "one shared trivial policy (3 attempts)" },
   { "default", "one shared default policy" },
   { "default-private", "a default policy per thread (nothing shared)" },
+  { "trivial-quiet", "one shared trivial policy, telemetry off" },
+  { "default-quiet", "one shared default policy, telemetry off" },
   { "breaker", "nres_breaker_record(success) on one shared breaker" },
   { "estimator", "nres_estimator_record on one shared estimator" },
   { "counters", "2 relaxed adds on adjacent shared words (telemetry)" },
@@ -74,7 +79,7 @@ typedef struct {
 } worker_t;
 
 static worker_t workers[MAX_THREADS];
-static nres_policy_t shared_trivial, shared_default;
+static nres_policy_t shared_trivial, shared_default, quiet_trivial, quiet_default;
 static nres_policy_t *private_default[MAX_THREADS];
 static nres_breaker_t shared_breaker;
 static nres_estimator_t shared_estimator;
@@ -164,6 +169,8 @@ static nres_policy_t *policy_of(int arm, int t) {
     case TRIVIAL: return &shared_trivial;
     case DEFAULT: return &shared_default;
     case PRIVATE: return private_default[t];
+    case TRIVIAL_QUIET: return &quiet_trivial;
+    case DEFAULT_QUIET: return &quiet_default;
   }
   return NULL;
 }
@@ -321,8 +328,9 @@ static void usage(void) {
   exit(2);
 }
 
-static void build(nres_policy_t *p, int preset) {
+static void build(nres_policy_t *p, int preset, int telemetry) {
   nres_policy_init(p, preset);
+  p->telemetry = (uint32_t) telemetry;
   if (nres_policy_build(p) != 0) {
     fprintf(stderr, "bench_threads: policy build failed\n");
     exit(1);
@@ -369,12 +377,14 @@ int main(int argc, char **argv) {
   if (reps < 1 || reps > MAX_REPS || seconds <= 0 || ncounts < 1)
     usage();
 
-  build(&shared_trivial, NRES_PRESET_TRIVIAL);
-  build(&shared_default, NRES_PRESET_DEFAULT);
+  build(&shared_trivial, NRES_PRESET_TRIVIAL, 1);
+  build(&shared_default, NRES_PRESET_DEFAULT, 1);
+  build(&quiet_trivial, NRES_PRESET_TRIVIAL, 0);
+  build(&quiet_default, NRES_PRESET_DEFAULT, 0);
   for (int t = 0; t < MAX_THREADS; t++) {
     if (posix_memalign((void **) &private_default[t], 64, sizeof(nres_policy_t)) != 0)
       return 1;
-    build(private_default[t], NRES_PRESET_DEFAULT);
+    build(private_default[t], NRES_PRESET_DEFAULT, 1);
   }
   nres_breaker_config_init(&bc);
   if (nres_breaker_init(&shared_breaker, &bc) != 0 ||

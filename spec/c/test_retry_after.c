@@ -120,6 +120,22 @@ static void test_garbage(void **state) {
 }
 
 /* The classifier on every status family, with and without Retry-After. */
+/* Found by spec/fuzz/fuzz_retry_after (corpus now_int64_min_overflows and
+ * rfc850_huge_now_overflows): "now" is the caller's, so an absurd clock
+ * must not overflow the date arithmetic (UBSan aborted on both before). */
+static void test_extreme_now(void **state) {
+  nres_time_t v = 7;
+  (void) state;
+  assert_int_equal(parse("Sun, 06 Nov 1994 08:49:37 GMT", INT64_MIN, &v), 0);
+  assert_int_equal(v, NRES_HTTP_RETRY_AFTER_MAX);       /* far ahead: saturated */
+  assert_int_equal(parse("Sunday, 06-Nov-94 08:49:37 GMT", INT64_C(0x00f099b189858700), &v), 0);
+  assert_int_equal(v, 0);                                /* long past */
+  assert_int_equal(parse("Sunday, 06-Nov-94 08:49:37 GMT", INT64_MIN, &v), 0);
+  assert_int_equal(v, NRES_HTTP_RETRY_AFTER_MAX);
+  assert_int_equal(parse("Sun, 06 Nov 1994 08:49:37 GMT", INT64_MAX, &v), 0);
+  assert_int_equal(v, 0);
+}
+
 static void test_classify_families(void **state) {
   static const struct { int status; int kind; int kind_ra; } t[] = {
     { 100, NRES_OK, NRES_OK },
@@ -166,6 +182,7 @@ int main(void) {
     cmocka_unit_test(test_seconds),
     cmocka_unit_test(test_dates),
     cmocka_unit_test(test_garbage),
+    cmocka_unit_test(test_extreme_now),
     cmocka_unit_test(test_classify_families),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

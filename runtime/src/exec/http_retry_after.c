@@ -114,7 +114,10 @@ static int rfc850(cursor_t c, int64_t now_unix, int64_t *out) {
       !take(&c, " ") || !hms(&c, &h, &mi, &s) || !take(&c, " GMT") ||
       c.p != c.end)
     return 0;
-  now_year = 1970 + (int) (days / 365);   /* close enough to pick a century */
+  {                                       /* close enough to pick a century; */
+    int64_t year = 1970 + days / 365;     /* clamped: now_unix is the caller's */
+    now_year = year < 0 ? 0 : year > 9999 ? 9999 : (int) year;
+  }
   y += (now_year / 100) * 100;
   if (y > now_year + 50)
     y -= 100;
@@ -175,10 +178,12 @@ int nres_http_retry_after(const char *value, size_t len, int64_t now_unix,
     return NRES_EINVAL;
   if (when <= now_unix) {
     *out = 0;
-  } else if ((uint64_t) (when - now_unix) >= max_sec) {
-    *out = NRES_HTTP_RETRY_AFTER_MAX;
   } else {
-    *out = (nres_time_t) (when - now_unix) * NRES_SEC;
+    /* when > now_unix, so the difference fits in uint64_t even when
+     * now_unix is near INT64_MIN; computed unsigned, it cannot overflow. */
+    uint64_t ahead = (uint64_t) when - (uint64_t) now_unix;
+    *out = ahead >= max_sec ? NRES_HTTP_RETRY_AFTER_MAX
+                            : (nres_time_t) ahead * NRES_SEC;
   }
   return 0;
 }

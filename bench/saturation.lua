@@ -56,19 +56,20 @@ local server = nresrun.dep.fn(function(_, sleep)
 end)
 server.name = "server 8 x 10 ms"
 
--- A limit at the capacity with a queue as deep, waited in for at most two
--- service times; telemetry on, so the report shows where refusals came from.
+-- A limit at the capacity with a queue as deep, waited in for at most one
+-- service time (so admitted work waits at most that long on top of its
+-- own service); telemetry on, so the report shows where refusals came from.
 local function limit(slots)
   return nres.policy{ base = "none", telemetry = true,
                       limiter = { concurrency = slots, queue = slots,
-                                  queue_timeout = 0.02, poll = 0.001 } }
+                                  queue_timeout = 0.01, poll = 0.001 } }
 end
 -- The same, its limit moved by the latency of what it admits (AIMD on a
 -- 15 ms target: 1.5 service times).
 local function adaptive(slots)
   return nres.policy{ base = "none", telemetry = true,
                       limiter = { concurrency = slots, queue = slots,
-                                  queue_timeout = 0.02, poll = 0.001,
+                                  queue_timeout = 0.01, poll = 0.001,
                                   adaptive = { target = 0.015, min = 1, max = 4 * slots } } }
 end
 

@@ -8,7 +8,7 @@
 --   gw.upstream("backend", { host = "127.0.0.1", port = 9001 })
 --   -- or { location = "/_backend" }: a subrequest to an internal proxy location
 --
--- then in the request phases:
+-- then in the request phases (cosocket mode; balancer mode below):
 --
 --   access_by_lua_block  { require("nres.ngx").limit_client("clients", ngx.var.remote_addr) }
 --   content_by_lua_block { require("nres.ngx").proxy("upstreams", "backend") }
@@ -45,20 +45,25 @@
 -- the policy (state not shared; counted as `overflow_this_worker`), and a
 -- limiter admits (it never fails closed). The size is fixed at start.
 --
--- Reloads. The table is an anonymous MAP_SHARED mapping made in init_by_lua:
--- on a HUP the master runs init_by_lua again and makes a new table, so new
--- workers start with closed breakers, full budgets and zero counters, while
--- old workers finish their requests on the old table (the master unmaps its
--- copy when the old Lua VM closes; the memory goes with the last old
--- worker). A binary upgrade (USR2) starts a new master that does the same:
--- old and new workers do not share state during the overlap. Unlike a
--- lua_shared_dict, state does not survive a reload - a deliberate trade:
--- a table laid out by another binary is never mapped.
+-- Reloads. Under nginx every table is a file mapped MAP_SHARED
+-- (nres.ngx.files: <dir>/<name>.<kind>.<table>.shm, dir $NRES_REGION_DIR
+-- or /dev/shm): a HUP reload runs init_by_lua again and reattaches the
+-- same file if its header and configuration match, so open breakers,
+-- budget levels, limiter buckets and counters carry on in the new workers;
+-- another layout gets a new file and one log line. A binary upgrade (USR2)
+-- shares the files. gw.init_worker() removes files no declaration uses.
+--
+-- Balancer mode (nres.ngx.balancer): nginx's proxy does the proxying to
+-- an upstream block whose balancer_by_lua calls gw.balance(name); gw.access
+-- (access_by_lua) admits, gw.log (log_by_lua) records. Peers, per-peer
+-- ejection and latency-aware choice are there.
 --
 -- The modules, by job: nres.ngx.config (declarations), nres.ngx.region
 -- (a worker's policy per shared key), nres.ngx.cosocket (the cosocket
 -- proxy path: request, proxy), nres.ngx.limiter (limit, limit_client),
--- nres.ngx.status (snapshot, prometheus, status). This module is their face.
+-- nres.ngx.status (snapshot, prometheus, status), nres.ngx.balancer
+-- (access, balance, log), nres.ngx.files (region files). This module is
+-- their face.
 local config = require "nres.ngx.config"
 local region = require "nres.ngx.region"
 local cosocket = require "nres.ngx.cosocket"

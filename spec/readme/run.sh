@@ -17,7 +17,8 @@
 # A block without a marker fails the test: nothing a user copies goes
 # untested by accident. For the nginx block only these are substituted:
 # /path/to/nres (the checkout), 127.0.0.1:8000 (the gateway's listen),
-# port = 8080 (the upstream: a depserver started here).
+# 127.0.0.1:8080 or port = 8080 (the upstream, e.g. a balancer peer: a
+# depserver started here).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -140,10 +141,12 @@ run_nginx() {   # FILE LINE
   up_port=$(nres_free_port); gw_port=$(nres_free_port)
   while [ "$gw_port" = "$up_port" ]; do gw_port=$(nres_free_port); done
   grep -q '127.0.0.1:8000' "$1" || { fail "README.md:$2 (nginx): no 'listen 127.0.0.1:8000'"; return; }
-  grep -q 'port = 8080' "$1" || { fail "README.md:$2 (nginx): no upstream 'port = 8080'"; return; }
+  grep -q 'port = 8080\|127\.0\.0\.1:8080' "$1" ||
+    { fail "README.md:$2 (nginx): no upstream '127.0.0.1:8080' or 'port = 8080'"; return; }
   mkdir -p "$conf"
   sed -e "s|/path/to/nres|$repo|g" -e "s|127\.0\.0\.1:8000|127.0.0.1:$gw_port|g" \
-      -e "s|port = 8080|port = $up_port|g" "$1" >"$conf/nginx.conf"
+      -e "s|port = 8080|port = $up_port|g" -e "s|127\.0\.0\.1:8080|127.0.0.1:$up_port|g" \
+      "$1" >"$conf/nginx.conf"
   "$build/nres-depserver" --no-stdin --port "$up_port" </dev/null >"$conf/depserver.log" 2>&1 &
   depserver_pid=$!
   nres_wait_http "http://127.0.0.1:$up_port/echo" || { fail "README.md:$2: depserver did not start"; return; }

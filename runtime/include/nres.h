@@ -351,6 +351,12 @@ typedef struct nres_budget_stats_s {
 NRES_EXTERN void nres_budget_stats(const nres_budget_t *budget,
                                    nres_budget_stats_t *out);
 
+/* Change the floor (min_per_sec, the range of nres_budget_init) of a
+ * budget in use, from any thread: the fleet sync agent (nres/sync.h) gives
+ * each host its part of a fleet-wide floor. Credit already earned stays. */
+NRES_EXTERN int nres_budget_set_floor(nres_budget_t *budget,
+                                      double min_per_sec);
+
 /* ----------------------------------------------------------------- window */
 
 /* Outcome counts over a sliding time window made of rotating buckets; each
@@ -482,6 +488,23 @@ typedef struct nres_breaker_stats_s {
 NRES_EXTERN void nres_breaker_stats(const nres_breaker_t *breaker,
                                     nres_breaker_stats_t *out);
 
+/* For the fleet sync agent (nres/sync.h), which shares breaks between
+ * hosts. nres_breaker_peek: the state as stored (as nres_breaker_stats)
+ * and, when OPEN, *until = when the break ends (ns on now's clock, to the
+ * ms; 0 otherwise). nres_breaker_open_until: open it until `until` for a
+ * break decided elsewhere, from CLOSED, HALF_OPEN (probes in flight become
+ * stale: their outcomes are ignored) or an OPEN that ends earlier; neither
+ * a trip nor a break level is counted; ISOLATED is left alone. 1 if it
+ * changed the state, 0 if not. nres_breaker_close_if: close it if it is
+ * still OPEN until exactly `until` (the break open_until imposed, not one
+ * of its own since): 1 if closed. */
+NRES_EXTERN int nres_breaker_peek(const nres_breaker_t *breaker,
+                                  nres_time_t now, nres_time_t *until);
+NRES_EXTERN int nres_breaker_open_until(nres_breaker_t *breaker,
+                                        nres_time_t now, nres_time_t until);
+NRES_EXTERN int nres_breaker_close_if(nres_breaker_t *breaker,
+                                      nres_time_t until);
+
 /* ------------------------------------------------------------- rate limit */
 
 /* GCRA rate limiter: `rate` admissions per second with a burst of `burst`
@@ -512,6 +535,15 @@ typedef struct nres_ratelimit_stats_s {
 
 NRES_EXTERN void nres_ratelimit_stats(const nres_ratelimit_t *limit,
                                       nres_ratelimit_stats_t *out);
+
+/* Change the rate and burst of a limiter in use, from any thread (the
+ * fleet sync agent, nres/sync.h, moves a host's share of a fleet rate):
+ * the ranges of nres_ratelimit_init; tat is kept, so admissions already
+ * made count against the new rate. */
+NRES_EXTERN int nres_ratelimit_set_rate(nres_ratelimit_t *limit, double rate,
+                                        uint32_t burst);
+/* The rate now, admissions per second (1e9 / interval). */
+NRES_EXTERN double nres_ratelimit_rate(const nres_ratelimit_t *limit);
 
 /* --------------------------------------------------------------- bulkhead */
 

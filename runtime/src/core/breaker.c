@@ -415,3 +415,73 @@ void nres_breaker_stats(const nres_breaker_t *breaker,
   out->trips = nres__load(&b->trips);
   out->rejected = nres__load(&b->rejected);
 }
+
+/* For the fleet sync agent (nres/sync.h): read, impose and lift a break
+ * decided elsewhere. Every change is one CAS on the word, like the rest. */
+
+int nres_breaker_peek(const nres_breaker_t *breaker, nres_time_t now,
+                      nres_time_t *until) {
+  nres_breaker_t *b = (nres_breaker_t *) breaker;   /* loads only */
+  uint64_t w, now_ms, d;
+
+  if (breaker == NULL || until == NULL)
+    return NRES_EINVAL;
+  w = nres__load(&b->word);
+  *until = 0;
+  if (STATE(w) == NRES_BREAKER_OPEN) {
+    /* open-until is kept modulo 2^38 ms: read it as the nearest time to
+     * now on the ring, later or (a break already over) earlier. */
+    now_ms = now / NRES_MSEC;
+    d = (UNTIL(w) - now_ms) & UNTIL_MASK;
+    if (d < UNTIL_HALF)
+      *until = nres__mul_sat(now_ms + d, NRES_MSEC);
+    else
+      *until = nres__mul_sat(now_ms - ((now_ms - UNTIL(w)) & UNTIL_MASK),
+                             NRES_MSEC);
+  }
+  return (int) STATE(w);
+}
+
+int nres_breaker_open_until(nres_breaker_t *breaker, nres_time_t now,
+                            nres_time_t until) {
+  uint64_t w, n, until_ms;
+
+  if (breaker == NULL)
+    return NRES_EINVAL;
+  if (until <= now)
+    return 0;
+  if (until - now > BREAK_LIMIT)
+    until = now + BREAK_LIMIT;
+  until_ms = until / NRES_MSEC + (until % NRES_MSEC != 0);
+  w = nres__load(&breaker->word);
+  for (;;) {
+    if (STATE(w) == NRES_BREAKER_ISOLATED)
+      return 0;
+    /* An OPEN that already lasts as long stays as it is. */
+    if (STATE(w) == NRES_BREAKER_OPEN &&
+        ((UNTIL(w) - until_ms) & UNTIL_MASK) < UNTIL_HALF)
+      return 0;
+    /* Same generation: a probe permit of a half-open period cut short
+     * here is stale from now on, and its outcome ignored. */
+    n = pack(NRES_BREAKER_OPEN, GEN(w), until_ms);
+    if (nres__cas(&breaker->word, &w, n))
+      return 1;
+  }
+}
+
+int nres_breaker_close_if(nres_breaker_t *breaker, nres_time_t until) {
+  uint64_t w, until_ms;
+
+  if (breaker == NULL)
+    return NRES_EINVAL;
+  until_ms = until / NRES_MSEC + (until % NRES_MSEC != 0);
+  w = nres__load(&breaker->word);
+  while (STATE(w) == NRES_BREAKER_OPEN &&
+         UNTIL(w) == (until_ms & UNTIL_MASK)) {
+    if (nres__cas(&breaker->word, &w, pack(NRES_BREAKER_CLOSED, GEN(w), 0))) {
+      close_from_scratch(breaker);
+      return 1;
+    }
+  }
+  return 0;
+}

@@ -32,7 +32,11 @@
  * floor(t * refill_per_sec / 1 s). (t < 2^64, refill <= 1e18 < 2^60.) */
 static unsigned __int128 floor_total(const nres_budget_t *budget,
                                      nres_time_t t) {
-  return (unsigned __int128) t * budget->refill_per_sec / NRES_SEC;
+  /* Relaxed atomic load: nres_budget_set_floor may change the floor of a
+   * budget in use (the fleet sync agent). Across a change the pieces no
+   * longer telescope exactly, for that one credit. */
+  return (unsigned __int128) t *
+         __atomic_load_n(&budget->refill_per_sec, __ATOMIC_RELAXED) / NRES_SEC;
 }
 
 /* Credit earned between `from` and `now` (from < now), clamped to capacity:
@@ -109,7 +113,7 @@ int nres_budget_spend(nres_budget_t *budget, nres_time_t now) {
    * the time it moved over, so concurrent spenders never credit the same
    * nanoseconds twice; a loser retries against the newer refilled_at. A
    * caller whose clock reads earlier than refilled_at gets nothing. */
-  if (budget->refill_per_sec != 0) {
+  if (__atomic_load_n(&budget->refill_per_sec, __ATOMIC_RELAXED) != 0) {
     r = nres__load(&budget->refilled_at);
     /* The first spend starts the floor's clock (0 means not started; a
      * clock reading 0 starts it at 1 ns). The bucket started full, so the
@@ -152,7 +156,7 @@ double nres_budget_level(nres_budget_t *budget, nres_time_t now) {
   if (budget == NULL)
     return 0;
   t = nres__load(&budget->tokens);
-  if (budget->refill_per_sec != 0) {
+  if (__atomic_load_n(&budget->refill_per_sec, __ATOMIC_RELAXED) != 0) {
     r = nres__load(&budget->refilled_at);
     if (r != 0 && now > r)
       t += floor_credit(budget, r, now);
@@ -169,4 +173,12 @@ void nres_budget_stats(const nres_budget_t *budget, nres_budget_stats_t *out) {
   out->refilled_at = nres__load(&b->refilled_at);
   out->spent = nres__load(&b->spent);
   out->refused = nres__load(&b->refused);
+}
+
+int nres_budget_set_floor(nres_budget_t *budget, double min_per_sec) {
+  if (budget == NULL || !(min_per_sec >= 0 && min_per_sec <= BUDGET_MAX_TOKENS))
+    return NRES_EINVAL;
+  __atomic_store_n(&budget->refill_per_sec,
+                   (uint64_t) llround(min_per_sec * MICRO), __ATOMIC_RELAXED);
+  return 0;
 }

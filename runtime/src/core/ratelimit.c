@@ -38,7 +38,14 @@ int nres_ratelimit_acquire(nres_ratelimit_t *limit, nres_time_t now,
   uint64_t from;
   uint64_t new_tat;
   nres_time_t wait;
+  nres_time_t interval;
+  nres_time_t tolerance;
 
+  /* Relaxed atomic loads: nres_ratelimit_set_rate may change the rate of
+   * a limiter in use (the fleet sync agent moves a host's quota). A pair
+   * read across a change mixes old and new for one admission, no more. */
+  interval = __atomic_load_n(&limit->interval, __ATOMIC_RELAXED);
+  tolerance = __atomic_load_n(&limit->tolerance, __ATOMIC_RELAXED);
   tat = nres__load(&limit->tat);
   for (;;) {
     from = tat > now ? tat : now;
@@ -46,13 +53,13 @@ int nres_ratelimit_acquire(nres_ratelimit_t *limit, nres_time_t now,
      * leave tat stuck at NRES_TIME_NEVER and, with a saturated tolerance,
      * admit everything after. Such a rate (one admission per centuries)
      * refuses instead. */
-    if (from > NRES_TIME_NEVER - limit->interval) {
+    if (from > NRES_TIME_NEVER - interval) {
       wait = NRES_TIME_NEVER;
       break;
     }
-    new_tat = from + limit->interval;
-    if (new_tat - now > limit->tolerance) {
-      wait = new_tat - now - limit->tolerance;
+    new_tat = from + interval;
+    if (new_tat - now > tolerance) {
+      wait = new_tat - now - tolerance;
       break;
     }
     if (nres__cas(&limit->tat, &tat, new_tat))
@@ -72,4 +79,30 @@ void nres_ratelimit_stats(const nres_ratelimit_t *limit,
 
   out->tat = nres__load(&l->tat);
   out->refused = nres__load(&l->refused);
+}
+
+int nres_ratelimit_set_rate(nres_ratelimit_t *limit, double rate,
+                            uint32_t burst) {
+  nres_time_t interval;
+
+  if (limit == NULL || !(rate > 0) || !isfinite(rate) || burst < 1)
+    return NRES_EINVAL;
+  interval = nres__time_from_double(1e9 / rate + 0.5);
+  if (interval == 0)
+    interval = 1;
+  /* tat is kept: admissions already made still count against the new
+   * rate. */
+  __atomic_store_n(&limit->interval, interval, __ATOMIC_RELAXED);
+  __atomic_store_n(&limit->tolerance, nres__mul_sat(interval, burst),
+                   __ATOMIC_RELAXED);
+  return 0;
+}
+
+double nres_ratelimit_rate(const nres_ratelimit_t *limit) {
+  nres_time_t interval;
+
+  if (limit == NULL)
+    return 0;
+  interval = __atomic_load_n(&limit->interval, __ATOMIC_RELAXED);
+  return interval == 0 ? 0 : 1e9 / (double) interval;
 }

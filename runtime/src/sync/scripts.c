@@ -1,0 +1,112 @@
+/* scripts.c - the server-side half of fleet sync: three Lua scripts that
+ * Redis runs atomically, one per kind of state (nres/sync.h has the
+ * semantics). They are loaded once per connection (SCRIPT LOAD) and called
+ * by SHA (EVALSHA), each on one key: a hash holding the fleet figure and,
+ * per host, its last demand (d:<node>) and when it last wrote (t:<node>).
+ * Time is Redis's own (TIME), so hosts never compare their clocks; the
+ * scripts write after TIME, which Redis 5+ replicates as effects. A host
+ * silent for longer than `stale` is dropped from the shares; the key
+ * expires `ttl` after the last write.
+ */
+#include "sync_int.h"
+
+/* Shared prologue: parse the host table, drop stale hosts, sum demand.
+ * Leaves n (live hosts), sum (their demand) and now_us. */
+#define PROLOGUE                                                             \
+  "local t = redis.call('TIME')\n"                                          \
+  "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                 \
+  "local function hosts(key, node, demand, stale)\n"                        \
+  "  redis.call('HSET', key, 'd:' .. node, demand, 't:' .. node, now)\n"    \
+  "  local all = redis.call('HGETALL', key)\n"                              \
+  "  local d, seen = {}, {}\n"                                              \
+  "  for i = 1, #all, 2 do\n"                                               \
+  "    local f = all[i]\n"                                                  \
+  "    local p = string.sub(f, 1, 2)\n"                                     \
+  "    if p == 'd:' then d[string.sub(f, 3)] = tonumber(all[i + 1])\n"      \
+  "    elseif p == 't:' then seen[string.sub(f, 3)] = tonumber(all[i + 1])\n" \
+  "    end\n"                                                               \
+  "  end\n"                                                                 \
+  "  local n, sum = 0, 0\n"                                                 \
+  "  for id, at in pairs(seen) do\n"                                        \
+  "    if now - at > stale then\n"                                          \
+  "      redis.call('HDEL', key, 'd:' .. id, 't:' .. id)\n"                 \
+  "    else\n"                                                              \
+  "      n = n + 1\n"                                                       \
+  "      sum = sum + (d[id] or 0)\n"                                        \
+  "    end\n"                                                               \
+  "  end\n"                                                                 \
+  "  return n, sum\n"                                                       \
+  "end\n"
+
+/* KEYS[1] budget hash. ARGV: node, delta (micro-tokens: deposits, floor
+ * credit and refunds less spends since the host's last sync), demand
+ * (retries asked per s), capacity (micro-tokens), stale (us), ttl (ms).
+ * The fleet's floor is the sum of the hosts' (each gets its weight's part
+ * of it), so it arrives in the deltas. A new key starts full; the level
+ * may fall to -capacity (a debt). Returns { share, level, hosts, weight }
+ * (micro-tokens; weight, a string, is this host's part of the shares). */
+const char nres__sync_budget_lua[] =
+  PROLOGUE
+  "local key, node = KEYS[1], ARGV[1]\n"
+  "local delta, demand = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+  "local cap = tonumber(ARGV[4])\n"
+  "local level = tonumber(redis.call('HGET', key, 'level') or cap)\n"
+  "level = math.max(-cap, math.min(cap, level + delta))\n"
+  "redis.call('HSET', key, 'level', string.format('%.0f', level))\n"
+  "local n, sum = hosts(key, node, demand, tonumber(ARGV[5]))\n"
+  "local w = (demand + 1) / (sum + n)\n"
+  "local share = 0\n"
+  "if level > 0 then share = math.floor(level * w) end\n"
+  "redis.call('PEXPIRE', key, ARGV[6])\n"
+  "return { share, level, n, string.format('%.6f', w) }\n";
+
+/* KEYS[1] rate hash. ARGV: node, demand (per s), fleet rate (per s), stale
+ * (us), ttl (ms). Returns { quota, sum, hosts, now_us }, quota and sum as
+ * strings (Redis would truncate numbers to integers). */
+const char nres__sync_rate_lua[] =
+  PROLOGUE
+  "local key, node = KEYS[1], ARGV[1]\n"
+  "local demand, rate = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+  "local n, sum = hosts(key, node, demand, tonumber(ARGV[4]))\n"
+  "local quota\n"
+  "if sum > rate then\n"
+  "  quota = rate * demand / sum\n"
+  "else\n"
+  "  quota = demand + (rate - sum) / n\n"
+  "end\n"
+  "redis.call('PEXPIRE', key, ARGV[5])\n"
+  "return { string.format('%.6f', quota), string.format('%.6f', sum), n, now }\n";
+
+/* KEYS[1] breaker hash: state ('open' | 'closed'), until (ms, Redis
+ * clock), prober, beat (ms). ARGV: node, local state ('closed', 'open',
+ * 'half', 'isolated'), own (1: the local break is the host's own, not one
+ * given by the fleet), ms left of the local break (own OPEN), stale (ms),
+ * keep (ms: how long a closed record stays to be seen).
+ * Returns { state, until_ms, me_prober, prober_live, now_ms }. */
+const char nres__sync_breaker_lua[] =
+  "local t = redis.call('TIME')\n"
+  "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+  "local key, node, loc = KEYS[1], ARGV[1], ARGV[2]\n"
+  "local own, left = ARGV[3] == '1', tonumber(ARGV[4])\n"
+  "local stale, keep = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+  "local r = redis.call('HMGET', key, 'state', 'until', 'prober', 'beat')\n"
+  "local state, untl, prober, beat = r[1], tonumber(r[2] or 0), r[3], tonumber(r[4] or 0)\n"
+  "local live = prober and (now - beat) <= stale\n"
+  "local broken = loc == 'open' or loc == 'half'\n"
+  "if own and broken then\n"
+  "  if state ~= 'open' or not live or prober == node then\n"
+  "    if loc == 'open' then untl = now + left end\n"
+  "    if state ~= 'open' then untl = math.max(untl, now + left) end\n"
+  "    state, prober, beat, live = 'open', node, now, true\n"
+  "    redis.call('HSET', key, 'state', 'open', 'until', untl, 'prober', node, 'beat', now)\n"
+  "  end\n"
+  "elseif loc == 'closed' and prober == node and state == 'open' then\n"
+  "  state = 'closed'\n"
+  "  redis.call('HSET', key, 'state', 'closed', 'beat', now)\n"
+  "end\n"
+  "if state == 'open' then\n"
+  "  redis.call('PEXPIRE', key, math.max(untl - now, 0) + keep)\n"
+  "elseif state == 'closed' and prober == node then\n"
+  "  redis.call('PEXPIRE', key, keep)\n"
+  "end\n"
+  "return { state or '', untl, prober == node and 1 or 0, live and 1 or 0, now }\n";

@@ -1,0 +1,800 @@
+/* sync.c - the fleet sync agent: local budgets, rate limiters and breakers
+ * reconciled with one record per scope in Redis (nres/sync.h has the
+ * semantics and the failure handling).
+ *
+ * A round reads every entry's local state (atomics, the request path is
+ * never blocked), sends one EVALSHA per entry in a single pipelined write,
+ * reads the answers and writes them back into the local state with atomics
+ * (a CAS on the budget's tokens, nres_ratelimit_set_rate, the breaker's
+ * open_until / close_if). The Redis client is hiredis, blocking, with a
+ * socket timeout: the agent has its own thread (or the caller's, with
+ * nres_sync_tick), so a loop adapter would only add a second copy of the
+ * timeouts. A round that fails drops the connection and puts every entry
+ * on local-only protection in the same round; reconnection waits by an
+ * nres backoff.
+ *
+ * It is separate from the core because it is the one part of nres that
+ * talks to a server: the core stays free of I/O and of hiredis.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "internal.h"
+#include "sync_int.h"
+
+#define MICRO 1000000
+#define STALE_INTERVALS 3      /* a host silent this long leaves the shares */
+#define GRACE_INTERVALS 2      /* a given break outlasts the fleet's by this */
+
+enum { SCRIPT_BUDGET, SCRIPT_RATE, SCRIPT_BREAKER, SCRIPTS };
+
+typedef struct {
+  int used;
+  int kind;
+  void *state;
+  char key[NRES_SYNC_SCOPE_MAX + 80];
+  int fresh;                    /* next good round starts a new baseline */
+  nres_time_t last_tick;        /* the previous round, good or not */
+  double demand;                /* smoothed, per second */
+  /* budget */
+  int64_t set;                  /* tokens right after our last write,
+                                   less activity we had not seen */
+  int64_t read;                 /* tokens read for this round */
+  double floor;                 /* the fleet's floor per s (the local
+                                   budget's when it was added) */
+  uint64_t spent, refused;
+  /* rate limit */
+  double fleet_rate;
+  uint32_t burst;
+  double rate;                  /* the rate we set last */
+  nres_time_t tat;
+  uint64_t limited;
+  /* breaker */
+  nres_time_t imposed;          /* the break we gave it (ns, to the ms) */
+  int bstate;                   /* state read for this round */
+  nres_sync_stats_t st;
+} entry_t;
+
+struct nres_sync_s {
+  nres_sync_config_t cfg;
+  char host[256];
+  char prefix[64];
+  char node[65];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  int running;
+  int stopping;
+  redisContext *rc;
+  char sha[SCRIPTS][41];
+  entry_t *e;
+  int n;                        /* entries allocated (used or not) */
+  nres_backoff_t backoff;
+  nres_backoff_state_t bstate;
+  nres_rng_t rng;
+  uint32_t attempt;
+  nres_sync_info_t info;
+};
+
+static const char *const script_text[SCRIPTS] = {
+  nres__sync_budget_lua, nres__sync_rate_lua, nres__sync_breaker_lua
+};
+
+static struct timeval tv_of(nres_time_t d) {
+  struct timeval tv;
+
+  tv.tv_sec = (time_t) (d / NRES_SEC);
+  tv.tv_usec = (suseconds_t) (d % NRES_SEC / 1000);
+  if (tv.tv_sec == 0 && tv.tv_usec == 0)
+    tv.tv_usec = 1000;
+  return tv;
+}
+
+void nres_sync_config_init(nres_sync_config_t *config) {
+  if (config == NULL)
+    return;
+  memset(config, 0, sizeof(*config));
+  config->host = "127.0.0.1";
+  config->port = 6379;
+  config->prefix = "nres";
+  config->interval = 100 * NRES_MSEC;
+}
+
+int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
+  nres_sync_t *s;
+  pthread_condattr_t ca;
+  char hn[64];
+
+  if (out == NULL)
+    return NRES_EINVAL;
+  *out = NULL;
+  if (config == NULL || config->host == NULL || config->prefix == NULL ||
+      strlen(config->host) >= 256 || strlen(config->prefix) >= 64 ||
+      config->port <= 0 || config->port > 65535 ||
+      config->interval < NRES_MSEC || config->interval == NRES_TIME_INVALID ||
+      config->interval > 3600 * NRES_SEC ||
+      config->timeout == NRES_TIME_INVALID ||
+      config->reconnect_max == NRES_TIME_INVALID ||
+      config->ttl == NRES_TIME_INVALID ||
+      !(config->local_share >= 0 && config->local_share <= 1) ||
+      (config->node != NULL &&
+       (strlen(config->node) == 0 || strlen(config->node) > 64)))
+    return NRES_EINVAL;
+  s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return NRES_ENOMEM;
+  s->cfg = *config;
+  strcpy(s->host, config->host);
+  strcpy(s->prefix, config->prefix);
+  s->cfg.host = s->host;
+  s->cfg.prefix = s->prefix;
+  if (s->cfg.timeout == 0)
+    s->cfg.timeout = s->cfg.interval / 2;
+  if (s->cfg.reconnect_max == 0)
+    s->cfg.reconnect_max = 10 * s->cfg.interval;
+  if (s->cfg.reconnect_max < s->cfg.interval)
+    s->cfg.reconnect_max = s->cfg.interval;
+  if (s->cfg.ttl == 0)
+    s->cfg.ttl = 20 * s->cfg.interval > 10 * NRES_SEC ? 20 * s->cfg.interval
+                                                       : 10 * NRES_SEC;
+  nres_rng_seed(&s->rng, config->seed != 0 ? config->seed
+                                           : nres_clock_now() ^ (uint64_t) getpid());
+  if (config->node != NULL) {
+    strcpy(s->node, config->node);
+  } else {
+    if (gethostname(hn, sizeof(hn)) != 0)
+      strcpy(hn, "host");
+    hn[sizeof(hn) - 1] = '\0';
+    snprintf(s->node, sizeof(s->node), "%.40s:%ld:%08x", hn, (long) getpid(),
+             (unsigned) nres_rng_next(&s->rng));
+  }
+  s->cfg.node = s->node;
+  /* Reconnection: exponential from one interval, full jitter. */
+  nres_backoff_init(&s->backoff);
+  s->backoff.base = s->cfg.interval;
+  s->backoff.max = s->cfg.reconnect_max;
+  nres_backoff_state_reset(&s->bstate);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  *out = s;
+  return 0;
+}
+
+const char *nres_sync_node(nres_sync_t *sync) {
+  return sync == NULL ? NULL : sync->node;
+}
+
+static void drop(nres_sync_t *s) {
+  if (s->rc != NULL)
+    redisFree(s->rc);
+  s->rc = NULL;
+}
+
+void nres_sync_free(nres_sync_t *sync) {
+  if (sync == NULL)
+    return;
+  nres_sync_stop(sync);
+  drop(sync);
+  pthread_mutex_destroy(&sync->mu);
+  pthread_cond_destroy(&sync->cv);
+  free(sync->e);
+  free(sync);
+}
+
+static int add(nres_sync_t *s, const char *scope, int kind, void *state,
+               double figure) {
+  static const char suffix[] = { 0, 'b', 'r', 'k' };
+  entry_t *e;
+  size_t len;
+  int i, id;
+
+  if (s == NULL || scope == NULL || state == NULL || isnan(figure) ||
+      (kind == NRES_SYNC_RATELIMIT && !(figure >= 0 && isfinite(figure))) ||
+      (kind == NRES_SYNC_BUDGET && !(figure <= 1e12)))
+    return NRES_EINVAL;
+  len = strlen(scope);
+  if (len == 0 || len >= NRES_SYNC_SCOPE_MAX)
+    return NRES_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  id = -1;
+  for (i = 0; i < s->n; i++) {
+    if (s->e[i].used && s->e[i].kind == kind &&
+        strcmp(s->e[i].st.scope, scope) == 0) {
+      pthread_mutex_unlock(&s->mu);
+      return NRES_EINVAL;   /* one entry of a kind per scope */
+    }
+    if (!s->e[i].used && id < 0)
+      id = i;
+  }
+  if (id < 0) {
+    if (s->n >= NRES_SYNC_MAX_ENTRIES) {
+      pthread_mutex_unlock(&s->mu);
+      return NRES_EFULL;
+    }
+    e = realloc(s->e, (size_t) (s->n + 1) * sizeof(*e));
+    if (e == NULL) {
+      pthread_mutex_unlock(&s->mu);
+      return NRES_ENOMEM;
+    }
+    s->e = e;
+    id = s->n++;
+  }
+  e = &s->e[id];
+  memset(e, 0, sizeof(*e));
+  e->used = 1;
+  e->kind = kind;
+  e->state = state;
+  e->fresh = 1;
+  memcpy(e->st.scope, scope, len + 1);
+  e->st.kind = (uint32_t) kind;
+  snprintf(e->key, sizeof(e->key), "%s:{%s}:%c", s->prefix, scope,
+           suffix[kind]);
+  if (kind == NRES_SYNC_BUDGET) {
+    nres_budget_t *b = state;
+    nres_budget_stats_t bs;
+
+    e->floor = figure >= 0 ? figure
+                           : (double) __atomic_load_n(&b->refill_per_sec,
+                                                      __ATOMIC_RELAXED) / MICRO;
+    nres_budget_stats(b, &bs);
+    e->spent = bs.spent;
+    e->refused = bs.refused;
+  }
+  if (kind == NRES_SYNC_RATELIMIT) {
+    nres_ratelimit_t *l = state;
+    nres_ratelimit_stats_t rs;
+
+    e->fleet_rate = figure > 0 ? figure : nres_ratelimit_rate(l);
+    e->rate = e->fleet_rate;
+    {
+      nres_time_t iv = __atomic_load_n(&l->interval, __ATOMIC_RELAXED);
+      nres_time_t tol = __atomic_load_n(&l->tolerance, __ATOMIC_RELAXED);
+      e->burst = iv == 0 ? 1 : (uint32_t) (tol / iv);
+    }
+    if (e->burst < 1)
+      e->burst = 1;
+    nres_ratelimit_stats(l, &rs);
+    e->tat = rs.tat;
+    e->limited = rs.refused;
+  }
+  s->info.entries++;
+  pthread_mutex_unlock(&s->mu);
+  return id;
+}
+
+int nres_sync_add_budget(nres_sync_t *sync, const char *scope,
+                         nres_budget_t *budget, double fleet_floor) {
+  return add(sync, scope, NRES_SYNC_BUDGET, budget, fleet_floor);
+}
+
+int nres_sync_add_ratelimit(nres_sync_t *sync, const char *scope,
+                            nres_ratelimit_t *limit, double fleet_rate) {
+  return add(sync, scope, NRES_SYNC_RATELIMIT, limit, fleet_rate);
+}
+
+int nres_sync_add_breaker(nres_sync_t *sync, const char *scope,
+                          nres_breaker_t *breaker) {
+  return add(sync, scope, NRES_SYNC_BREAKER, breaker, 0);
+}
+
+int nres_sync_remove(nres_sync_t *sync, int id) {
+  if (sync == NULL)
+    return NRES_EINVAL;
+  pthread_mutex_lock(&sync->mu);
+  if (id < 0 || id >= sync->n || !sync->e[id].used) {
+    pthread_mutex_unlock(&sync->mu);
+    return NRES_EINVAL;
+  }
+  sync->e[id].used = 0;
+  sync->info.entries--;
+  pthread_mutex_unlock(&sync->mu);
+  return 0;
+}
+
+/* ------------------------------------------------------------- budgets */
+
+/* Add `amount` micro-tokens, capped at capacity; the value written. */
+static int64_t budget_add(nres_budget_t *b, int64_t amount, int64_t *before) {
+  int64_t t, n;
+
+  t = atomic_load_explicit(&b->tokens, memory_order_relaxed);
+  do {
+    n = t + amount;
+    if (n > b->capacity)
+      n = b->capacity;
+  } while (!nres__cas(&b->tokens, &t, n));
+  *before = t;
+  return n;
+}
+
+static double share_of(const nres_sync_t *s, const entry_t *e) {
+  if (s->cfg.local_share > 0)
+    return s->cfg.local_share;
+  return e->st.hosts > 1 ? 1.0 / e->st.hosts : 1.0;
+}
+
+static double seconds(nres_time_t d) {
+  return (double) d / 1e9;
+}
+
+/* Demand per second over the time since the last round, smoothed. */
+static void note_demand(entry_t *e, nres_time_t now, double events) {
+  double dt, d;
+
+  dt = e->last_tick != 0 && now > e->last_tick ? seconds(now - e->last_tick)
+                                                : 0;
+  if (dt <= 0)
+    return;
+  d = events / dt;
+  e->demand = e->st.rounds == 0 && e->demand == 0 ? d : 0.5 * e->demand + 0.5 * d;
+}
+
+/* Without Redis: local_share of the floor, at most local_share of the
+ * capacity. */
+static void budget_local(nres_sync_t *s, entry_t *e, nres_time_t now) {
+  nres_budget_t *b = e->state;
+  nres_budget_stats_t bs;
+  double share = share_of(s, e);
+  int64_t cap, before;
+
+  nres_budget_stats(b, &bs);
+  note_demand(e, now, (double) (bs.spent - e->spent + bs.refused - e->refused));
+  e->spent = bs.spent;
+  e->refused = bs.refused;
+  nres_budget_set_floor(b, share * e->floor);
+  cap = (int64_t) (share * (double) b->capacity);
+  if (bs.tokens > cap)
+    budget_add(b, cap - bs.tokens, &before);
+  e->st.local = (double) (bs.tokens > cap ? cap : bs.tokens) / MICRO;
+}
+
+static int budget_args(nres_sync_t *s, entry_t *e, nres_time_t now,
+                       char buf[][32]) {
+  nres_budget_t *b = e->state;
+  nres_budget_stats_t bs;
+  int64_t delta;
+
+  nres_budget_stats(b, &bs);
+  /* Everything the tokens did since our last write: deposits, floor
+   * credit and refunds less spends. */
+  delta = e->fresh ? 0 : bs.tokens - e->set;
+  note_demand(e, now, (double) (bs.spent - e->spent + bs.refused - e->refused));
+  e->spent = bs.spent;
+  e->refused = bs.refused;
+  e->read = bs.tokens;
+  snprintf(buf[0], 32, "%lld", (long long) delta);
+  snprintf(buf[1], 32, "%.3f", e->demand);
+  snprintf(buf[2], 32, "%lld", (long long) b->capacity);
+  snprintf(buf[3], 32, "%llu",
+           (unsigned long long) (STALE_INTERVALS * s->cfg.interval / 1000));
+  snprintf(buf[4], 32, "%llu", (unsigned long long) (s->cfg.ttl / NRES_MSEC));
+  return 5;
+}
+
+static int budget_apply(entry_t *e, redisReply *r) {
+  nres_budget_t *b = e->state;
+  int64_t share, written, before;
+  double w;
+
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+      r->element[3]->type != REDIS_REPLY_STRING)
+    return NRES_ESTATE;
+  share = r->element[0]->integer;
+  if (share > b->capacity)
+    share = b->capacity;
+  /* Tokens become the share plus whatever happened since we read them:
+   * that activity is not reported yet, so the baseline leaves it out. */
+  written = budget_add(b, share - e->read, &before);
+  e->set = written - (before - e->read);
+  e->fresh = 0;
+  w = strtod(r->element[3]->str, NULL);
+  if (!(w >= 0 && w <= 1))
+    w = 1;
+  nres_budget_set_floor(b, w * e->floor);
+  e->st.local = (double) share / MICRO;
+  e->st.fleet = (double) r->element[1]->integer / MICRO;
+  e->st.hosts = (uint32_t) r->element[2]->integer;
+  return 0;
+}
+
+/* --------------------------------------------------------- rate limits */
+
+static void rate_demand(nres_sync_t *s, entry_t *e, nres_time_t now) {
+  nres_ratelimit_t *l = e->state;
+  nres_ratelimit_stats_t rs;
+  nres_time_t base, interval;
+  double admitted;
+
+  (void) s;
+  nres_ratelimit_stats(l, &rs);
+  interval = (nres_time_t) (1e9 / e->rate);
+  /* Admissions since the last round, from how far tat moved: exact while
+   * the limiter is busy (tat ahead of now), at most a quota's worth when
+   * it idles, which the next rounds correct (a host below its quota gets
+   * a smaller one until it refuses, and then its demand is exact). */
+  base = e->tat > e->last_tick ? e->tat : e->last_tick;
+  admitted = rs.tat > base && interval > 0 ? (double) (rs.tat - base) / interval
+                                           : 0;
+  note_demand(e, now, admitted + (double) (rs.refused - e->limited));
+  e->tat = rs.tat;
+  e->limited = rs.refused;
+}
+
+static void rate_set(entry_t *e, double rate) {
+  if (rate < e->fleet_rate * 1e-3)
+    rate = e->fleet_rate * 1e-3;
+  if (rate != e->rate &&
+      nres_ratelimit_set_rate(e->state, rate, e->burst) == 0)
+    e->rate = rate;
+  e->st.local = e->rate;
+}
+
+static void rate_local(nres_sync_t *s, entry_t *e, nres_time_t now) {
+  rate_demand(s, e, now);
+  rate_set(e, share_of(s, e) * e->fleet_rate);
+}
+
+static int rate_args(nres_sync_t *s, entry_t *e, nres_time_t now,
+                     char buf[][32]) {
+  rate_demand(s, e, now);
+  snprintf(buf[0], 32, "%.3f", e->demand);
+  snprintf(buf[1], 32, "%.6f", e->fleet_rate);
+  snprintf(buf[2], 32, "%llu",
+           (unsigned long long) (STALE_INTERVALS * s->cfg.interval / 1000));
+  snprintf(buf[3], 32, "%llu", (unsigned long long) (s->cfg.ttl / NRES_MSEC));
+  return 4;
+}
+
+static int rate_apply(entry_t *e, redisReply *r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+      r->element[0]->type != REDIS_REPLY_STRING)
+    return NRES_ESTATE;
+  rate_set(e, strtod(r->element[0]->str, NULL));
+  e->st.fleet = strtod(r->element[1]->str, NULL);
+  e->st.hosts = (uint32_t) r->element[2]->integer;
+  return 0;
+}
+
+/* ------------------------------------------------------------ breakers */
+
+static nres_time_t to_ms(nres_time_t t) {
+  return (t / NRES_MSEC + (t % NRES_MSEC != 0)) * NRES_MSEC;
+}
+
+static int breaker_args(nres_sync_t *s, entry_t *e, nres_time_t now,
+                        char buf[][32]) {
+  static const char *const names[] = { "closed", "open", "half", "isolated" };
+  nres_time_t until;
+  int st, own;
+
+  st = nres_breaker_peek(e->state, now, &until);
+  if (e->imposed != 0 && !(st == NRES_BREAKER_OPEN && until == e->imposed))
+    e->imposed = 0;   /* not the break we gave it any more */
+  own = (st == NRES_BREAKER_OPEN && e->imposed == 0) ||
+        st == NRES_BREAKER_HALF_OPEN;
+  e->bstate = st;
+  snprintf(buf[0], 32, "%s", names[st & 3]);
+  snprintf(buf[1], 32, "%d", own);
+  snprintf(buf[2], 32, "%llu",
+           (unsigned long long) (st == NRES_BREAKER_OPEN && until > now
+                                     ? (until - now) / NRES_MSEC : 0));
+  snprintf(buf[3], 32, "%llu",
+           (unsigned long long) (STALE_INTERVALS * s->cfg.interval / NRES_MSEC));
+  snprintf(buf[4], 32, "%llu", (unsigned long long) (s->cfg.ttl / NRES_MSEC));
+  return 5;
+}
+
+static int breaker_apply(nres_sync_t *s, entry_t *e, redisReply *r,
+                         nres_time_t now) {
+  nres_time_t target, left;
+  long long until, fnow;
+  const char *state;
+
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 ||
+      r->element[0]->type != REDIS_REPLY_STRING)
+    return NRES_ESTATE;
+  state = r->element[0]->str;
+  until = r->element[1]->integer;
+  fnow = r->element[4]->integer;
+  e->st.prober = (uint32_t) r->element[2]->integer;
+  e->st.fleet = strcmp(state, "open") == 0 ? 1 : strcmp(state, "closed") == 0 ? 2 : 0;
+  e->st.local = 0;
+  if (e->st.fleet == 1 && r->element[3]->integer == 1 && !e->st.prober) {
+    /* Another host's break: hold ours open past its end while its prober
+     * is alive, so that only the prober probes. */
+    left = until > fnow ? (nres_time_t) (until - fnow) * NRES_MSEC : 0;
+    target = to_ms(now + left + GRACE_INTERVALS * s->cfg.interval);
+    if (nres_breaker_open_until(e->state, now, target) == 1)
+      e->imposed = target;
+    e->st.local = (double) (target - now) / 1e6;
+  } else if (e->st.fleet == 2 && e->imposed != 0) {
+    nres_breaker_close_if(e->state, e->imposed);
+    e->imposed = 0;
+  }
+  return 0;
+}
+
+/* --------------------------------------------------------------- rounds */
+
+static void local_only(nres_sync_t *s, nres_time_t now) {
+  int i;
+  entry_t *e;
+
+  for (i = 0; i < s->n; i++) {
+    e = &s->e[i];
+    if (!e->used)
+      continue;
+    e->st.synced = 0;
+    e->fresh = 1;
+    if (e->kind == NRES_SYNC_BUDGET)
+      budget_local(s, e, now);
+    else if (e->kind == NRES_SYNC_RATELIMIT)
+      rate_local(s, e, now);
+    /* a breaker: breaks given run out by themselves */
+    e->last_tick = now;
+  }
+}
+
+static int fail(nres_sync_t *s, nres_time_t now, int rc) {
+  drop(s);
+  s->info.failures++;
+  s->info.connected = 0;
+  s->attempt++;
+  s->info.next_connect =
+      nres_time_add(now, nres_backoff_next(&s->backoff, &s->bstate,
+                                           s->attempt, NULL, &s->rng));
+  local_only(s, now);
+  return rc;
+}
+
+static int load_scripts(nres_sync_t *s) {
+  const char *argv[3];
+  redisReply *r;
+  int i, rc = 0;
+
+  for (i = 0; i < SCRIPTS; i++) {
+    argv[0] = "SCRIPT";
+    argv[1] = "LOAD";
+    argv[2] = script_text[i];
+    if (redisAppendCommandArgv(s->rc, 3, argv, NULL) != REDIS_OK)
+      return NRES_EAGAIN;
+  }
+  for (i = 0; i < SCRIPTS; i++) {
+    if (redisGetReply(s->rc, (void **) &r) != REDIS_OK)
+      return NRES_EAGAIN;
+    if (r->type == REDIS_REPLY_STRING && r->len == 40)
+      memcpy(s->sha[i], r->str, 41);
+    else
+      rc = NRES_ESTATE;
+    freeReplyObject(r);
+  }
+  return rc;
+}
+
+static int connect_now(nres_sync_t *s) {
+  struct timeval tv = tv_of(s->cfg.timeout);
+
+  s->rc = redisConnectWithTimeout(s->host, s->cfg.port, tv);
+  if (s->rc == NULL || s->rc->err)
+    return NRES_EAGAIN;
+  if (redisSetTimeout(s->rc, tv) != REDIS_OK)
+    return NRES_EAGAIN;
+  if (load_scripts(s) != 0)
+    return NRES_EAGAIN;
+  s->info.connects++;
+  return 0;
+}
+
+static int round_locked(nres_sync_t *s, nres_time_t now) {
+  char buf[8][32];
+  const char *argv[12];
+  redisReply *r;
+  entry_t *e;
+  int i, j, n, rc, kind, bad = 0;
+
+  if (s->rc == NULL) {
+    if (now < s->info.next_connect) {
+      local_only(s, now);
+      return NRES_EAGAIN;
+    }
+    rc = connect_now(s);
+    if (rc != 0)
+      return fail(s, now, rc);
+  }
+
+  for (i = 0; i < s->n; i++) {
+    e = &s->e[i];
+    if (!e->used)
+      continue;
+    kind = e->kind;
+    if (kind == NRES_SYNC_BUDGET)
+      n = budget_args(s, e, now, buf);
+    else if (kind == NRES_SYNC_RATELIMIT)
+      n = rate_args(s, e, now, buf);
+    else
+      n = breaker_args(s, e, now, buf);
+    e->last_tick = now;
+    argv[0] = "EVALSHA";
+    argv[1] = s->sha[kind - 1];
+    argv[2] = "1";
+    argv[3] = e->key;
+    argv[4] = s->node;
+    for (j = 0; j < n; j++)
+      argv[5 + j] = buf[j];
+    if (redisAppendCommandArgv(s->rc, 5 + n, argv, NULL) != REDIS_OK)
+      return fail(s, now, NRES_EAGAIN);
+  }
+
+  for (i = 0; i < s->n; i++) {
+    e = &s->e[i];
+    if (!e->used)
+      continue;
+    if (redisGetReply(s->rc, (void **) &r) != REDIS_OK)
+      return fail(s, now, NRES_EAGAIN);   /* reset, or no answer in time */
+    if (r->type == REDIS_REPLY_ERROR) {
+      rc = NRES_ESTATE;   /* NOSCRIPT after a flush: reconnect reloads */
+    } else if (e->kind == NRES_SYNC_BUDGET) {
+      rc = budget_apply(e, r);
+    } else if (e->kind == NRES_SYNC_RATELIMIT) {
+      rc = rate_apply(e, r);
+    } else {
+      rc = breaker_apply(s, e, r, now);
+    }
+    freeReplyObject(r);
+    if (rc != 0) {
+      bad = 1;
+      e->st.synced = 0;
+      e->fresh = 1;
+      continue;
+    }
+    e->st.synced = 1;
+    e->st.last_sync = now;
+    e->st.rounds++;
+    e->st.demand = e->demand;
+  }
+  if (bad) {
+    /* Answers we do not understand: start again from a fresh connection
+     * (scripts loaded anew) without waiting. */
+    drop(s);
+    s->info.failures++;
+    s->info.connected = 0;
+    s->info.next_connect = now;
+    return NRES_ESTATE;
+  }
+  s->attempt = 0;
+  s->info.rounds++;
+  s->info.connected = 1;
+  s->info.last_sync = now;
+  return 0;
+}
+
+/* A write to a peer that went away raises SIGPIPE, which would end the
+ * process: blocked for the round, and a pending one taken away. */
+static int round_guarded(nres_sync_t *s, nres_time_t now) {
+  sigset_t pipe, old, pending;
+  struct timespec zero = { 0, 0 };
+  int had, rc;
+
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  sigpending(&pending);
+  had = sigismember(&pending, SIGPIPE);
+  rc = round_locked(s, now);
+  if (!had) {
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE))
+      sigtimedwait(&pipe, NULL, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
+int nres_sync_tick(nres_sync_t *sync, nres_time_t now) {
+  int rc;
+
+  if (sync == NULL)
+    return NRES_EINVAL;
+  pthread_mutex_lock(&sync->mu);
+  if (sync->running) {
+    pthread_mutex_unlock(&sync->mu);
+    return NRES_EINVAL;
+  }
+  rc = round_guarded(sync, now);
+  pthread_mutex_unlock(&sync->mu);
+  return rc;
+}
+
+static void *run(void *arg) {
+  nres_sync_t *s = arg;
+  struct timespec at;
+  nres_time_t next;
+
+  pthread_mutex_lock(&s->mu);
+  next = nres_clock_now();
+  while (!s->stopping) {
+    round_guarded(s, nres_clock_now());
+    next = nres_time_add(next, s->cfg.interval);
+    if (next < nres_clock_now())
+      next = nres_clock_now();   /* a slow round: no catching up */
+    at.tv_sec = (time_t) (next / NRES_SEC);
+    at.tv_nsec = (long) (next % NRES_SEC);
+    while (!s->stopping && nres_clock_now() < next)
+      if (pthread_cond_timedwait(&s->cv, &s->mu, &at) == ETIMEDOUT)
+        break;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int nres_sync_start(nres_sync_t *sync) {
+  int rc;
+
+  if (sync == NULL)
+    return NRES_EINVAL;
+  pthread_mutex_lock(&sync->mu);
+  if (sync->running) {
+    pthread_mutex_unlock(&sync->mu);
+    return NRES_EINVAL;
+  }
+  sync->stopping = 0;
+  rc = pthread_create(&sync->thread, NULL, run, sync);
+  if (rc == 0)
+    sync->running = 1;
+  pthread_mutex_unlock(&sync->mu);
+  return rc == 0 ? 0 : NRES_ENOMEM;
+}
+
+int nres_sync_stop(nres_sync_t *sync) {
+  if (sync == NULL)
+    return NRES_EINVAL;
+  pthread_mutex_lock(&sync->mu);
+  if (!sync->running) {
+    pthread_mutex_unlock(&sync->mu);
+    return 0;
+  }
+  sync->stopping = 1;
+  pthread_cond_broadcast(&sync->cv);
+  pthread_mutex_unlock(&sync->mu);
+  pthread_join(sync->thread, NULL);
+  pthread_mutex_lock(&sync->mu);
+  sync->running = 0;
+  pthread_mutex_unlock(&sync->mu);
+  return 0;
+}
+
+void nres_sync_info(nres_sync_t *sync, nres_sync_info_t *out) {
+  if (out == NULL)
+    return;
+  memset(out, 0, sizeof(*out));
+  if (sync == NULL)
+    return;
+  pthread_mutex_lock(&sync->mu);
+  *out = sync->info;
+  pthread_mutex_unlock(&sync->mu);
+}
+
+int nres_sync_stats(nres_sync_t *sync, int id, nres_sync_stats_t *out) {
+  if (sync == NULL || out == NULL)
+    return NRES_EINVAL;
+  pthread_mutex_lock(&sync->mu);
+  if (id < 0 || id >= sync->n || !sync->e[id].used) {
+    pthread_mutex_unlock(&sync->mu);
+    return NRES_EINVAL;
+  }
+  *out = sync->e[id].st;
+  pthread_mutex_unlock(&sync->mu);
+  return 0;
+}

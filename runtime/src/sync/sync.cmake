@@ -1,0 +1,44 @@
+# sync.cmake - fleet sync through Redis (runtime/include/nres/sync.h): the
+# agent (libnres_sync, static and shared, on top of libnres and hiredis),
+# nres-syncd (the agent as a process, for a gateway's mapped shm region),
+# and their tests (label redis: a real redis-server started by the test,
+# skipped when it is not installed). Without hiredis the component is left
+# out with a message.
+pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
+if(NOT HIREDIS_FOUND)
+  message(WARNING "sync: hiredis not found (Debian libhiredis-dev): fleet sync left out")
+  return()
+endif()
+
+set(NRES_SYNC_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/sync.c
+  ${CMAKE_CURRENT_LIST_DIR}/scripts.c
+)
+foreach(lib nres_sync nres_sync_static)
+  if(lib STREQUAL "nres_sync")
+    add_library(${lib} SHARED ${NRES_SYNC_SOURCES})
+    target_link_libraries(${lib} PUBLIC nres PkgConfig::HIREDIS Threads::Threads)
+    set_target_properties(${lib} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+  else()
+    add_library(${lib} STATIC ${NRES_SYNC_SOURCES})
+    target_link_libraries(${lib} PUBLIC nres_static PkgConfig::HIREDIS Threads::Threads)
+    set_target_properties(${lib} PROPERTIES OUTPUT_NAME nres_sync
+                          ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+  endif()
+  target_include_directories(${lib} PRIVATE ${CMAKE_SOURCE_DIR}/runtime/src)
+  target_compile_options(${lib} PRIVATE ${NRES_WARNINGS})
+  target_compile_definitions(${lib} PRIVATE NRES_BUILDING _GNU_SOURCE)
+endforeach()
+
+add_executable(nres-syncd ${CMAKE_CURRENT_LIST_DIR}/syncd.c)
+target_include_directories(nres-syncd PRIVATE ${CMAKE_SOURCE_DIR}/runtime/src)
+target_compile_options(nres-syncd PRIVATE ${NRES_WARNINGS})
+target_compile_definitions(nres-syncd PRIVATE _GNU_SOURCE)
+target_link_libraries(nres-syncd PRIVATE nres_sync_static)
+set_target_properties(nres-syncd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+
+nres_add_c_test(sync 300 redis nres_sync_static)
+if(TARGET test_sync)
+  set_tests_properties(sync PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON
+    ENVIRONMENT "NRES_SYNCD=$<TARGET_FILE:nres-syncd>")
+endif()

@@ -1,0 +1,786 @@
+/* test_sync.c - fleet sync through a real Redis (nres/sync.h).
+ *
+ * Each test starts its own redis-server on 127.0.0.1 (a free port, its own
+ * directory, no persistence) and stops it at the end; without redis-server
+ * the whole program exits 77 (ctest: skipped) saying so. Hosts are agents
+ * with local state: three forked processes for the budget, three agents
+ * (each with its own thread) in this process elsewhere. Intervals are short
+ * (50 ms) and every timing check is a generous bound in intervals.
+ *
+ * - budget: three hosts against a dependency failing every 2nd request
+ *   spend about one fleet budget, where three unsynced hosts spend three;
+ * - rate: a fleet rate across three hosts with a 60/30/10 load admits the
+ *   fleet rate within 10 % over a 3 s window, split by demand;
+ * - breaker: one host sees the outage and trips; the other two open within
+ *   2 intervals, send nothing during the outage (one probe per break for
+ *   the fleet), and close within 2 intervals after the prober closes;
+ * - failures: redis-server killed, restarted empty, stopped (SIGSTOP) and
+ *   continued: local fallback within an interval and a timeout, the
+ *   request path never slower, convergence within 2 intervals (+ the
+ *   reconnection wait) after it comes back;
+ * - nres-syncd on a region file made here with the shm API.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nres.h"
+#include "nres/shm.h"
+#include "nres/sync.h"
+
+#define IVL (50 * NRES_MSEC)
+
+static char redis_bin[512];
+static char redis_dir[256];
+static int redis_port;
+static pid_t redis_pid;
+
+/* ------------------------------------------------------------ helpers */
+
+static nres_time_t now_ns(void) {
+  return nres_clock_now();
+}
+
+static void sleep_ns(nres_time_t d) {
+  struct timespec ts = { (time_t) (d / NRES_SEC), (long) (d % NRES_SEC) };
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+static void sleep_until(nres_time_t t) {
+  nres_time_t n = now_ns();
+  if (t > n)
+    sleep_ns(t - n);
+}
+
+static int free_port(void) {
+  struct sockaddr_in a;
+  socklen_t len = sizeof(a);
+  int fd, port;
+
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr *) &a, sizeof(a)) != 0 ||
+      getsockname(fd, (struct sockaddr *) &a, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+/* A PING answered with +PONG on a fresh connection. */
+static int redis_ready(void) {
+  struct sockaddr_in a;
+  struct timeval tv = { 0, 200000 };
+  char buf[16];
+  int fd, ok = 0;
+
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t) redis_port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0 &&
+      write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof(buf)) >= 5 &&
+      memcmp(buf, "+PONG", 5) == 0)
+    ok = 1;
+  close(fd);
+  return ok;
+}
+
+static void redis_start(void) {
+  char port[16];
+  int i, fd;
+
+  snprintf(port, sizeof(port), "%d", redis_port);
+  redis_pid = fork();
+  if (redis_pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* a crashed test leaves no server */
+    fd = open("/dev/null", O_WRONLY);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(redis_bin, redis_bin, "--port", port, "--bind", "127.0.0.1",
+          "--dir", redis_dir, "--save", "", "--appendonly", "no",
+          "--daemonize", "no", (char *) NULL);
+    _exit(127);
+  }
+  for (i = 0; i < 500 && !redis_ready(); i++)
+    sleep_ns(10 * NRES_MSEC);
+  assert_true(redis_ready());
+}
+
+static void redis_kill(void) {
+  if (redis_pid > 0) {
+    kill(redis_pid, SIGCONT);
+    kill(redis_pid, SIGKILL);
+    waitpid(redis_pid, NULL, 0);
+  }
+  redis_pid = 0;
+}
+
+static int setup(void **state) {
+  (void) state;
+  redis_port = free_port();
+  if (redis_port < 0)
+    return -1;
+  redis_start();
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void) state;
+  redis_kill();
+  return 0;
+}
+
+static nres_sync_t *agent(const char *node, const char *prefix) {
+  nres_sync_config_t c;
+  nres_sync_t *s;
+
+  nres_sync_config_init(&c);
+  c.port = redis_port;
+  c.node = node;
+  c.prefix = prefix;
+  c.interval = IVL;
+  c.reconnect_max = IVL;
+  c.timeout = 20 * NRES_MSEC;
+  c.seed = 7;
+  assert_int_equal(nres_sync_new(&c, &s), 0);
+  return s;
+}
+
+/* -------------------------------------------------------------- budget */
+
+/* Shared between the parent and the forked hosts. */
+typedef struct {
+  atomic_uint_fast64_t dep;       /* requests the dependency saw */
+  nres_time_t start, end;
+  struct {
+    uint64_t calls, ok, spent, attempts;
+    int synced_rounds;
+  } host[3];
+} fleet_t;
+
+static nres_verdict_t every_second_fails(void *arg,
+                                         const nres_attempt_t *attempt) {
+  fleet_t *f = arg;
+  (void) attempt;
+  if (atomic_fetch_add(&f->dep, 1) % 2 == 1)
+    return nres_verdict(NRES_TRANSIENT);
+  return nres_verdict(NRES_OK);
+}
+
+#define B_RATIO 0.01
+#define B_FLOOR 20.0
+#define B_CAP 20.0
+
+static void budget_host(fleet_t *f, int i, int synced, const char *prefix) {
+  nres_budget_t budget;
+  nres_policy_t policy;
+  nres_call_t call;
+  nres_budget_stats_t bs;
+  nres_sync_stats_t st;
+  nres_sync_t *s = NULL;
+  char node[16];
+  nres_time_t t;
+  int id = -1;
+
+  assert_int_equal(nres_budget_init(&budget, B_RATIO, B_FLOOR, B_CAP), 0);
+  nres_policy_init(&policy, NRES_PRESET_TRIVIAL);
+  policy.budget = &budget;
+  assert_int_equal(nres_policy_build(&policy), 0);
+  if (synced) {
+    snprintf(node, sizeof(node), "h%d", i);
+    s = agent(node, prefix);
+    id = nres_sync_add_budget(s, "retries", &budget, -1);
+    assert_true(id >= 0);
+    assert_int_equal(nres_sync_start(s), 0);
+  }
+  sleep_until(f->start);
+  /* About 900 calls a second, each a first attempt that fails half of
+   * the time: far more retries asked for than any budget allows. */
+  for (t = f->start; now_ns() < f->end; t += NRES_MSEC) {
+    sleep_until(t);
+    if (nres_run(&policy, every_second_fails, f, &call) == 0)
+      f->host[i].ok++;
+    f->host[i].calls++;
+    f->host[i].attempts += call.attempts;
+  }
+  nres_budget_stats(&budget, &bs);
+  f->host[i].spent = bs.spent;
+  if (s != NULL) {
+    nres_sync_stop(s);
+    nres_sync_stats(s, id, &st);
+    f->host[i].synced_rounds = (int) st.rounds;
+    nres_sync_free(s);
+  }
+}
+
+static void run_budget_fleet(fleet_t *f, int synced, const char *prefix) {
+  pid_t pid[3];
+  int i, status;
+
+  memset(f, 0, sizeof(*f));
+  f->start = now_ns() + 400 * NRES_MSEC;
+  f->end = f->start + 2 * NRES_SEC;
+  for (i = 0; i < 3; i++) {
+    pid[i] = fork();
+    if (pid[i] == 0) {
+      budget_host(f, i, synced, prefix);
+      _exit(0);
+    }
+  }
+  for (i = 0; i < 3; i++) {
+    assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
+static void test_budget_fleet(void **state) {
+  fleet_t *f;
+  uint64_t ok, spent, alone;
+  double seconds, bound;
+  int i;
+
+  (void) state;
+  f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(f != MAP_FAILED);
+
+  run_budget_fleet(f, 0, "nres-b0");
+  alone = 0;
+  for (i = 0; i < 3; i++)
+    alone += f->host[i].spent;
+
+  run_budget_fleet(f, 1, "nres-b1");
+  ok = spent = 0;
+  for (i = 0; i < 3; i++) {
+    ok += f->host[i].ok;
+    spent += f->host[i].spent;
+    assert_true(f->host[i].synced_rounds >= 30);   /* 2.4 s at 50 ms */
+  }
+  seconds = (double) (f->end - f->start) / 1e9;
+  /* One fleet bucket: deposits (a ratio of every OK, first attempts and
+   * retries alike), one floor, one capacity, and one interval's shares
+   * (at most a capacity) not yet reported when the run ends. */
+  bound = B_RATIO * (double) ok * 2 + B_FLOOR * (seconds + 0.4) + 2 * B_CAP;
+  printf("# budget: fleet retries %llu (bound %.0f, %llu OK); three unsynced "
+         "hosts %llu\n", (unsigned long long) spent, bound,
+         (unsigned long long) ok, (unsigned long long) alone);
+  assert_true((double) spent <= bound);
+  /* Three unsynced hosts have three floors and three capacities. */
+  assert_true((double) alone >= 1.6 * (double) spent);
+  assert_true(spent >= B_FLOOR * seconds * 0.7);   /* it did retry */
+  munmap(f, sizeof(*f));
+}
+
+/* ---------------------------------------------------------- rate limit */
+
+typedef struct {
+  nres_ratelimit_t limit;
+  double offered;               /* per second */
+  atomic_uint_fast64_t admitted, window;
+  nres_time_t from, to, end;
+  nres_time_t worst;            /* longest acquire */
+} rate_host_t;
+
+static void *rate_load(void *arg) {
+  rate_host_t *h = arg;
+  nres_time_t t, gap, a, b;
+
+  gap = (nres_time_t) (1e9 / h->offered);
+  for (t = now_ns(); t < h->end; t += gap) {
+    sleep_until(t);
+    a = now_ns();
+    if (nres_ratelimit_acquire(&h->limit, a, NULL) == 0) {
+      atomic_fetch_add(&h->admitted, 1);
+      if (a >= h->from && a < h->to)
+        atomic_fetch_add(&h->window, 1);
+    }
+    b = now_ns();
+    if (b - a > h->worst)
+      h->worst = b - a;
+  }
+  return NULL;
+}
+
+#define R_RATE 300.0
+
+static void test_rate_fleet(void **state) {
+  static const double split[3] = { 0.6, 0.3, 0.1 };
+  static rate_host_t h[3];   /* static: see test_redis_failures */
+  pthread_t th[3];
+  nres_sync_t *s[3];
+  nres_sync_stats_t st;
+  char node[8];
+  uint64_t total = 0;
+  double want, quotas = 0;
+  nres_time_t start;
+  int i;
+
+  (void) state;
+  start = now_ns();
+  for (i = 0; i < 3; i++) {
+    memset(&h[i], 0, sizeof(h[i]));
+    assert_int_equal(nres_ratelimit_init(&h[i].limit, R_RATE, 5), 0);
+    h[i].offered = 1.5 * R_RATE * split[i];
+    h[i].from = start + NRES_SEC;          /* 1 s to converge */
+    h[i].to = h[i].from + 3 * NRES_SEC;    /* the window */
+    h[i].end = h[i].to;
+    snprintf(node, sizeof(node), "r%d", i);
+    s[i] = agent(node, "nres-r");
+    assert_true(nres_sync_add_ratelimit(s[i], "api", &h[i].limit, 0) >= 0);
+    assert_int_equal(nres_sync_start(s[i]), 0);
+  }
+  for (i = 0; i < 3; i++)
+    pthread_create(&th[i], NULL, rate_load, &h[i]);
+  for (i = 0; i < 3; i++)
+    pthread_join(th[i], NULL);
+  for (i = 0; i < 3; i++) {
+    nres_sync_stop(s[i]);
+    assert_int_equal(nres_sync_stats(s[i], 0, &st), 0);
+    assert_int_equal(st.synced, 1);
+    assert_int_equal(st.hosts, 3);
+    quotas += st.local;
+    total += h[i].window;
+    printf("# rate: host %d offered %.0f/s admitted %llu in 3 s (quota %.1f/s)\n",
+           i, h[i].offered, (unsigned long long) h[i].window, st.local);
+    nres_sync_free(s[i]);
+    assert_true(h[i].worst < 5 * NRES_MSEC);
+  }
+  want = R_RATE * 3;
+  {
+    double alone = 0;   /* each host alone: min(offered, rate) */
+    for (i = 0; i < 3; i++)
+      alone += 3 * (h[i].offered < R_RATE ? h[i].offered : R_RATE);
+    printf("# rate: fleet admitted %llu in 3 s, want %.0f (+-10 %%); "
+           "unsynced hosts would admit %.0f\n", (unsigned long long) total,
+           want, alone);
+  }
+  assert_true(fabs((double) total - want) <= 0.10 * want);
+  assert_true(fabs(quotas - R_RATE) <= 0.05 * R_RATE);
+  /* Quotas follow demand: the busiest host admits the most. */
+  assert_true(h[0].window > h[1].window && h[1].window > h[2].window);
+  assert_true((double) h[0].window >= 0.45 * (double) total);
+}
+
+/* ------------------------------------------------------------- breaker */
+
+typedef struct {
+  nres_breaker_t breaker;
+  nres_time_t gap;              /* between calls */
+  nres_time_t end;
+  atomic_int *down;
+  nres_time_t opened, closed;   /* first OPEN seen, first CLOSED after */
+  uint64_t sent_down;           /* requests sent while it was down */
+  uint64_t sent_down_open;      /* ... after this host had opened */
+} br_host_t;
+
+static void *br_load(void *arg) {
+  br_host_t *h = arg;
+  nres_time_t next = now_ns(), t;
+  nres_rng_t rng;
+  uint32_t permit;
+  int st, down;
+
+  nres_rng_seed(&rng, 1);
+  while ((t = now_ns()) < h->end) {
+    st = nres_breaker_state(&h->breaker, t);
+    if (st != NRES_BREAKER_CLOSED && h->opened == 0)
+      h->opened = t;
+    if (st == NRES_BREAKER_CLOSED && h->opened != 0 && h->closed == 0 &&
+        !atomic_load(h->down))
+      h->closed = t;
+    if (t >= next) {
+      next += h->gap;
+      if (nres_breaker_acquire(&h->breaker, t, &permit) == 0) {
+        down = atomic_load(h->down);
+        if (down) {
+          h->sent_down++;
+          if (h->opened != 0)
+            h->sent_down_open++;
+        }
+        nres_breaker_record(&h->breaker, now_ns(), permit,
+                            down ? NRES_BREAKER_FAILURE : NRES_BREAKER_SUCCESS,
+                            0, &rng);
+      }
+    }
+    sleep_ns(NRES_MSEC / 2);
+  }
+  return NULL;
+}
+
+static void test_breaker_fleet(void **state) {
+  nres_breaker_config_t c;
+  static br_host_t h[3];
+  pthread_t th[3];
+  nres_sync_t *s[3];
+  static atomic_int down;
+  char node[8];
+  nres_time_t start;
+  int i;
+
+  (void) state;
+  atomic_store(&down, 0);
+  nres_breaker_config_init(&c);
+  c.consecutive = 3;
+  c.failure_ratio = 0;
+  c.break_for = 1 * NRES_SEC;
+  c.break_max = 4 * NRES_SEC;
+  c.break_jitter = 0;
+  c.success_threshold = 1;
+  start = now_ns();
+  for (i = 0; i < 3; i++) {
+    memset(&h[i], 0, sizeof(h[i]));
+    assert_int_equal(nres_breaker_init(&h[i].breaker, &c), 0);
+    /* Host 0 is busy and sees the outage first; 1 and 2 call rarely. */
+    h[i].gap = i == 0 ? 5 * NRES_MSEC : 150 * NRES_MSEC;
+    h[i].end = start + 4500 * NRES_MSEC;
+    h[i].down = &down;
+    snprintf(node, sizeof(node), "k%d", i);
+    s[i] = agent(node, "nres-k");
+    assert_true(nres_sync_add_breaker(s[i], "dep", &h[i].breaker) >= 0);
+    assert_int_equal(nres_sync_start(s[i]), 0);
+  }
+  for (i = 0; i < 3; i++)
+    pthread_create(&th[i], NULL, br_load, &h[i]);
+  sleep_until(start + 500 * NRES_MSEC);
+  atomic_store(&down, 1);
+  /* Breaks of 1 s then 2 s: host 0 probes at about 1.5 s (fails) and
+   * 3.5 s (succeeds: the dependency is back at 3 s). */
+  sleep_until(start + 3000 * NRES_MSEC);
+  atomic_store(&down, 0);
+  for (i = 0; i < 3; i++)
+    pthread_join(th[i], NULL);
+  for (i = 0; i < 3; i++) {
+    nres_sync_stop(s[i]);
+    printf("# breaker: host %d opened at +%.0f ms, closed at +%.0f ms, "
+           "sent %llu while down (%llu after opening)\n", i,
+           (double) (h[i].opened - start) / 1e6,
+           (double) (h[i].closed - start) / 1e6,
+           (unsigned long long) h[i].sent_down,
+           (unsigned long long) h[i].sent_down_open);
+    nres_sync_free(s[i]);
+  }
+  assert_true(h[0].opened != 0 && h[0].opened < start + 600 * NRES_MSEC);
+  for (i = 1; i < 3; i++) {
+    /* Open within 2 intervals of the host that saw it (+ 10 ms of
+     * polling and scheduling). */
+    assert_true(h[i].opened != 0);
+    assert_true(h[i].opened <= h[0].opened + 2 * IVL + 10 * NRES_MSEC);
+    /* No probes of their own: at most the one call they might have made
+     * before hearing of the break. */
+    assert_true(h[i].sent_down <= 1);
+    assert_int_equal(h[i].sent_down_open, 0);
+    /* Closed within 2 intervals of the prober. */
+    assert_true(h[0].closed != 0 && h[i].closed != 0);
+    assert_true(h[i].closed <= h[0].closed + 2 * IVL + 10 * NRES_MSEC);
+  }
+  /* The prober: its trip (3 failures) and one probe for the first break;
+   * the second break's probe came after the dependency was back. */
+  assert_true(h[0].sent_down_open <= 1);
+  assert_true(h[0].sent_down <= 4);
+}
+
+/* ------------------------------------------------------------ failures */
+
+typedef struct {
+  nres_ratelimit_t limit;
+  nres_budget_t budget;
+  double offered;
+  nres_time_t end;
+  atomic_uint_fast64_t admitted;
+  nres_time_t worst;
+} fo_host_t;
+
+static void *fo_load(void *arg) {
+  fo_host_t *h = arg;
+  nres_time_t t, gap, a, b;
+
+  gap = (nres_time_t) (1e9 / h->offered);
+  for (t = now_ns(); t < h->end; t += gap) {
+    sleep_until(t);
+    a = now_ns();
+    if (nres_ratelimit_acquire(&h->limit, a, NULL) == 0)
+      atomic_fetch_add(&h->admitted, 1);
+    if (nres_budget_spend(&h->budget, a) == 0)
+      nres_budget_deposit(&h->budget);
+    b = now_ns();
+    if (b - a > h->worst)
+      h->worst = b - a;
+  }
+  return NULL;
+}
+
+/* Poll until every agent's entries read `synced` (and, once synced, the
+ * quotas add up to the fleet rate): the time it took, or NEVER. */
+static nres_time_t wait_all(nres_sync_t **s, int synced, nres_time_t limit) {
+  nres_sync_stats_t st;
+  nres_time_t t0 = now_ns();
+  double quotas;
+  int i, all;
+
+  while (now_ns() - t0 < limit) {
+    all = 1;
+    quotas = 0;
+    for (i = 0; i < 3; i++) {
+      nres_sync_stats(s[i], 0, &st);
+      quotas += st.local;
+      if ((int) st.synced != synced || (synced && st.hosts != 3))
+        all = 0;
+    }
+    if (all && synced && fabs(quotas - R_RATE) > 0.05 * R_RATE)
+      all = 0;
+    if (all && !synced && fabs(quotas - R_RATE) > 0.01 * R_RATE)
+      all = 0;   /* local shares: a third of the fleet rate each */
+    if (all)
+      return now_ns() - t0;
+    sleep_ns(2 * NRES_MSEC);
+  }
+  return NRES_TIME_NEVER;
+}
+
+static void test_redis_failures(void **state) {
+  static const double split[3] = { 0.6, 0.3, 0.1 };
+  /* static: a failed check leaves the threads running on them */
+  static fo_host_t h[3];
+  static pthread_t th[3];
+  static nres_sync_t *s[3];
+  char node[8];
+  uint64_t before[3];
+  nres_time_t t, start, bound;
+  int i;
+
+  (void) state;
+  start = now_ns();
+  for (i = 0; i < 3; i++) {
+    memset(&h[i], 0, sizeof(h[i]));
+    assert_int_equal(nres_ratelimit_init(&h[i].limit, R_RATE, 5), 0);
+    assert_int_equal(nres_budget_init(&h[i].budget, 0.1, 5, 20), 0);
+    h[i].offered = 1.5 * R_RATE * split[i];
+    h[i].end = start + 8 * NRES_SEC;
+    snprintf(node, sizeof(node), "f%d", i);
+    s[i] = agent(node, "nres-f");
+    assert_int_equal(nres_sync_add_ratelimit(s[i], "api", &h[i].limit, 0), 0);
+    assert_int_equal(nres_sync_add_budget(s[i], "api", &h[i].budget, -1), 1);
+    assert_int_equal(nres_sync_start(s[i]), 0);
+  }
+  for (i = 0; i < 3; i++)
+    pthread_create(&th[i], NULL, fo_load, &h[i]);
+  /* Falling back: the first failed round (within an interval) plus its
+   * timeout; converging: the reconnection wait (at most an interval
+   * here), then a round or two for the quotas to settle. */
+  bound = IVL + 2 * 20 * NRES_MSEC + 20 * NRES_MSEC;
+  assert_true(wait_all(s, 1, 2 * NRES_SEC) != NRES_TIME_NEVER);
+
+  /* Killed. */
+  redis_kill();
+  t = wait_all(s, 0, 2 * NRES_SEC);
+  printf("# failures: killed: local after %.0f ms\n", (double) t / 1e6);
+  assert_true(t <= bound);
+  for (i = 0; i < 3; i++)
+    before[i] = atomic_load(&h[i].admitted);
+  sleep_ns(300 * NRES_MSEC);
+  for (i = 0; i < 3; i++)   /* still serving, with local protection */
+    assert_true(atomic_load(&h[i].admitted) > before[i]);
+
+  /* Back, with no data. */
+  redis_start();
+  t = wait_all(s, 1, 2 * NRES_SEC);
+  printf("# failures: restarted empty: fleet again after %.0f ms\n",
+         (double) t / 1e6);
+  assert_true(t <= 2 * IVL + IVL + 20 * NRES_MSEC);
+
+  /* Hanging: stopped, connections accepted by the kernel, no answers. */
+  sleep_ns(300 * NRES_MSEC);
+  kill(redis_pid, SIGSTOP);
+  t = wait_all(s, 0, 2 * NRES_SEC);
+  printf("# failures: stopped: local after %.0f ms\n", (double) t / 1e6);
+  assert_true(t <= bound);
+  for (i = 0; i < 3; i++)
+    before[i] = atomic_load(&h[i].admitted);
+  sleep_ns(500 * NRES_MSEC);
+  for (i = 0; i < 3; i++)
+    assert_true(atomic_load(&h[i].admitted) > before[i]);
+  kill(redis_pid, SIGCONT);
+  t = wait_all(s, 1, 2 * NRES_SEC);
+  printf("# failures: continued: fleet again after %.0f ms\n",
+         (double) t / 1e6);
+  assert_true(t <= 2 * IVL + IVL + 20 * NRES_MSEC);
+
+  for (i = 0; i < 3; i++)
+    pthread_join(th[i], NULL);
+  for (i = 0; i < 3; i++) {
+    nres_sync_info_t info;
+
+    nres_sync_info(s[i], &info);
+    assert_true(info.failures >= 2 && info.connects >= 3);
+    nres_sync_free(s[i]);
+    /* The request path never waited on Redis. */
+    printf("# failures: host %d longest request-path step %.3f ms\n", i,
+           (double) h[i].worst / 1e6);
+    assert_true(h[i].worst < 5 * NRES_MSEC);
+  }
+}
+
+/* ----------------------------------------------------------- nres-syncd */
+
+static void test_syncd_region(void **state) {
+  nres_shm_config_t c;
+  nres_shm_t *shm;
+  nres_shm_slot_t *slot;
+  char path[256], port[16], status[300], buf[4096];
+  const char *syncd = getenv("NRES_SYNCD");
+  size_t size;
+  void *mem;
+  pid_t pid;
+  FILE *f;
+  int fd, idx, i, n, found = 0;
+
+  (void) state;
+  if (syncd == NULL) {
+    printf("# nres-syncd: NRES_SYNCD not set, not tested\n");
+    return;
+  }
+  nres_shm_config_init(&c);
+  c.slots = 64;
+  c.flags = NRES_SHM_BUDGET | NRES_SHM_RATELIMIT | NRES_SHM_BREAKER;
+  c.rate = 200;
+  c.burst = 5;
+  size = nres_shm_size(&c);
+  snprintf(path, sizeof(path), "%s/region", redis_dir);
+  snprintf(status, sizeof(status), "%s/status.json", redis_dir);
+  fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t) size), 0);
+  mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  assert_true(mem != MAP_FAILED);
+  assert_int_equal(nres_shm_init(mem, size, &c), 0);
+  assert_int_equal(nres_shm_attach(mem, size, &shm), 0);
+  idx = nres_shm_acquire(shm, "api.example:80", 14, now_ns(), 60 * NRES_SEC,
+                         NULL);
+  assert_true(idx >= 0);
+  slot = nres_shm_slot(shm, (uint32_t) idx);
+
+  snprintf(port, sizeof(port), "127.0.0.1:%d", redis_port);
+  pid = fork();
+  if (pid == 0) {
+    execl(syncd, syncd, "--region", path, "--redis", port, "--scope", "gw",
+          "--interval", "50", "--breaker", "--node", "gw1", "--status",
+          status, (char *) NULL);
+    _exit(127);
+  }
+  /* Two more hosts of the fleet, agents here, with the same limiter:
+   * the region's limiter soon holds a share of 200/s, not all of it. */
+  {
+    nres_ratelimit_t other[2];
+    nres_sync_t *s[2];
+
+    for (i = 0; i < 2; i++) {
+      nres_ratelimit_init(&other[i], 200, 5);
+      snprintf(buf, sizeof(buf), "o%d", i);
+      s[i] = agent(buf, "nres");
+      assert_true(nres_sync_add_ratelimit(s[i], "gw:api.example:80",
+                                          &other[i], 0) >= 0);
+      assert_int_equal(nres_sync_start(s[i]), 0);
+    }
+    for (i = 0; i < 100 && !found; i++) {
+      sleep_ns(20 * NRES_MSEC);
+      found = nres_ratelimit_rate(&slot->ratelimit) < 150;
+    }
+    for (i = 0; i < 2; i++)
+      nres_sync_free(s[i]);
+  }
+  printf("# nres-syncd: the region's limiter now %.1f/s\n",
+         nres_ratelimit_rate(&slot->ratelimit));
+  assert_true(found);
+  sleep_ns(1100 * NRES_MSEC);   /* a status file is written each second */
+  kill(pid, SIGTERM);
+  assert_int_equal(waitpid(pid, &i, 0), pid);
+  assert_true(WIFEXITED(i) && WEXITSTATUS(i) == 0);
+  f = fopen(status, "r");
+  assert_non_null(f);
+  n = (int) fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n > 0 ? n : 0] = '\0';
+  printf("# nres-syncd status: %.200s\n", buf);
+  assert_non_null(strstr(buf, "\"scope\":\"gw:api.example:80\",\"kind\":\"ratelimit\",\"synced\":1"));
+  assert_non_null(strstr(buf, "\"kind\":\"breaker\""));
+  munmap(mem, size);
+}
+
+/* ---------------------------------------------------------------- main */
+
+static int find_redis(void) {
+  const char *env = getenv("REDIS_SERVER");
+  char *path, *dir, *save;
+
+  if (env != NULL && access(env, X_OK) == 0) {
+    snprintf(redis_bin, sizeof(redis_bin), "%s", env);
+    return 1;
+  }
+  path = strdup(getenv("PATH") != NULL ? getenv("PATH")
+                                        : "/usr/bin:/usr/sbin:/bin");
+  for (dir = strtok_r(path, ":", &save); dir != NULL;
+       dir = strtok_r(NULL, ":", &save)) {
+    snprintf(redis_bin, sizeof(redis_bin), "%s/redis-server", dir);
+    if (access(redis_bin, X_OK) == 0) {
+      free(path);
+      return 1;
+    }
+  }
+  free(path);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_budget_fleet, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_rate_fleet, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_breaker_fleet, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_redis_failures, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_syncd_region, setup, teardown),
+  };
+  char cmd[300];
+  int rc;
+
+  if (!find_redis()) {
+    printf("redis-server is not installed (Debian: redis-server): the "
+           "fleet sync tests are skipped\n");
+    return 77;
+  }
+  snprintf(redis_dir, sizeof(redis_dir), "/tmp/nres-sync-XXXXXX");
+  if (mkdtemp(redis_dir) == NULL)
+    return 1;
+  signal(SIGPIPE, SIG_IGN);
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", redis_dir);
+  if (system(cmd) != 0)
+    rc = rc ? rc : 1;
+  return rc;
+}

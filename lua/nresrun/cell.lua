@@ -95,6 +95,16 @@ local function quantile(hist, total, q)
   return hist_mod.quantile(hist, total, q) or 0
 end
 
+-- The latency fields of a cell's metrics: all `ops`, and admitted work.
+local function latencies(out, hist, admitted, ops, m)
+  out.p50_us, out.p90_us = quantile(hist, ops, 0.5) / 1e3, quantile(hist, ops, 0.9) / 1e3
+  out.p99_us, out.max_us = quantile(hist, ops, 0.99) / 1e3, m.max_ns / 1e3
+  out.admitted = m.admitted
+  out.p50_admitted_us = quantile(admitted, m.admitted, 0.5) / 1e3
+  out.p99_admitted_us = quantile(admitted, m.admitted, 0.99) / 1e3
+  return out
+end
+
 -- The collector, run by the cell at LuaJIT's default pacing (pause 200 %)
 -- and timed; only the time inside [measure_at, stop_at) counts.
 local function gc_governor(now, measure_at, stop_at)
@@ -332,11 +342,6 @@ local function run_cell(cell, seed, srv)
     arrivals = m.arrivals, successes = m.successes, failures = m.failures,
     rejections = m.rejections, shed = m.shed, missed = m.missed,
     failed_by = tally.failed_by, rejected_by = tally.rejected_by,
-    p50_us = quantile(hist, ops, 0.5) / 1e3, p90_us = quantile(hist, ops, 0.9) / 1e3,
-    p99_us = quantile(hist, ops, 0.99) / 1e3, max_us = m.max_ns / 1e3,
-    admitted = m.admitted,
-    p50_admitted_us = quantile(admitted, m.admitted, 0.5) / 1e3,
-    p99_admitted_us = quantile(admitted, m.admitted, 0.99) / 1e3,
     dependency_requests_per_op = ops > 0 and (requests_now - base.requests) / ops or 0,
     completion_ratio = m.arrivals > 0 and m.successes / m.arrivals or 0,
     pacer_lag_max_us = m.lag_max / 1e3,
@@ -346,6 +351,7 @@ local function run_cell(cell, seed, srv)
     gc_pause_share = gc.ns / (window * 1e9), gc_collections = gc.cycles,
     gc_pause_max_us = gc.max_ns / 1e3,
   }
+  latencies(out, hist, admitted, ops, m)
   if host.available then
     out.heap_bytes_per_op = ops > 0 and (host.heap_bytes() - base.heap) / ops or 0
     out.gc_bytes_per_op = ops > 0 and (host.lua_bytes() - base.lua) / ops or 0
@@ -490,11 +496,6 @@ local function run_threads(cell, seed)
     arrivals = m.arrivals, successes = m.successes, failures = m.failures,
     rejections = m.rejections, shed = 0, missed = 0,
     failed_by = failed_by, rejected_by = rejected_by,
-    p50_us = quantile(hist, ops, 0.5) / 1e3, p90_us = quantile(hist, ops, 0.9) / 1e3,
-    p99_us = quantile(hist, ops, 0.99) / 1e3, max_us = m.max_ns / 1e3,
-    admitted = m.admitted,
-    p50_admitted_us = quantile(admitted, m.admitted, 0.5) / 1e3,
-    p99_admitted_us = quantile(admitted, m.admitted, 0.99) / 1e3,
     -- Whole run (warm-up included): exact, not cut at the window's edges.
     operations_total = all, dependency_requests_total = requests,
     dependency_requests_per_op = all > 0 and requests / all or 0,
@@ -508,6 +509,7 @@ local function run_threads(cell, seed)
     gc_pause_share = gc_ns / (n * window * 1e9), gc_collections = gc_cycles,
     gc_pause_max_us = gc_max_ns / 1e3,
   }
+  latencies(out, hist, admitted, ops, m)
   out.identity_ok = (m.arrivals == m.successes + m.failures + m.rejections)
   local exact = true
   if p and p.cp.telemetry == 1 then

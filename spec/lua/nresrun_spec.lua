@@ -326,6 +326,22 @@ describe("a threads cell", function()
     expect.truthy(b.dependency_requests_per_op < 1.2, "budget: " .. b.dependency_requests_per_op)
     expect.truthy(b.rejected_by_source and b.rejected_by_source.budget > 0, "budget rejections")
   end)
+  it("a thread whose worker raises fails the cell, naming the thread and the error", function()
+    local bad = write("threads_bad.lua", HEAD .. [[
+  name = "threads_bad",
+  dependency = nresrun.dep.fn(function(n) if n == 3 then error("boom in a thread") end return true end),
+  load = { threads = 2 }, arms = { raw = nresrun.raw },
+  repetitions = 1, warmup = 0, window = 0.1, grace = 5,
+}
+]])
+    local code2, out2 = run(bad .. " --out " .. dir .. "/threads_bad")
+    expect.eq(code2, 1)
+    local jp = out2:match("reports: %S+ (%S+%.json)")
+    local d = cjson.decode(io.open(jp):read("*a"))
+    local r = d.results[1]
+    expect.eq(r.ok, false)
+    expect.truthy(r.stderr:find("nresrun: thread %d: .*boom in a thread"), r.stderr)
+  end)
   it("measures the collector: collections where the heap grows, none where it does not", function()
     local g = by["garbage/raw/custom/threads=2"]
     expect.truthy(g.gc_bytes_per_op > 16, "garbage B/op " .. g.gc_bytes_per_op)

@@ -46,13 +46,9 @@
 #include "nres.h"
 #include "nres/shm.h"
 #include "nres/sync.h"
+#include "../sync/redis_server.h"
 
 #define IVL (50 * NRES_MSEC)
-
-static char redis_bin[512];
-static char redis_dir[256];
-static int redis_port;
-static pid_t redis_pid;
 
 /* ------------------------------------------------------------ helpers */
 
@@ -72,80 +68,20 @@ static void sleep_until(nres_time_t t) {
     sleep_ns(t - n);
 }
 
-static int free_port(void) {
-  struct sockaddr_in a;
-  socklen_t len = sizeof(a);
-  int fd, port;
-
-  fd = socket(AF_INET, SOCK_STREAM, 0);
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, (struct sockaddr *) &a, sizeof(a)) != 0 ||
-      getsockname(fd, (struct sockaddr *) &a, &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
-/* A PING answered with +PONG on a fresh connection. */
-static int redis_ready(void) {
-  struct sockaddr_in a;
-  struct timeval tv = { 0, 200000 };
-  char buf[16];
-  int fd, ok = 0;
-
-  fd = socket(AF_INET, SOCK_STREAM, 0);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t) redis_port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0 &&
-      write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof(buf)) >= 5 &&
-      memcmp(buf, "+PONG", 5) == 0)
-    ok = 1;
-  close(fd);
-  return ok;
-}
+static redis_server_t redis;
 
 static void redis_start(void) {
-  char port[16];
-  int i, fd;
-
-  snprintf(port, sizeof(port), "%d", redis_port);
-  redis_pid = fork();
-  if (redis_pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* a crashed test leaves no server */
-    fd = open("/dev/null", O_WRONLY);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(redis_bin, redis_bin, "--port", port, "--bind", "127.0.0.1",
-          "--dir", redis_dir, "--save", "", "--appendonly", "no",
-          "--daemonize", "no", (char *) NULL);
-    _exit(127);
-  }
-  for (i = 0; i < 500 && !redis_ready(); i++)
-    sleep_ns(10 * NRES_MSEC);
-  assert_true(redis_ready());
+  assert_int_equal(redis_server_start(&redis), 0);
 }
 
 static void redis_kill(void) {
-  if (redis_pid > 0) {
-    kill(redis_pid, SIGCONT);
-    kill(redis_pid, SIGKILL);
-    waitpid(redis_pid, NULL, 0);
-  }
-  redis_pid = 0;
+  redis_server_kill(&redis);
 }
 
 static int setup(void **state) {
   (void) state;
-  redis_port = free_port();
-  if (redis_port < 0)
+  redis.port = redis_server_free_port();
+  if (redis.port < 0)
     return -1;
   redis_start();
   return 0;
@@ -162,7 +98,7 @@ static nres_sync_t *agent(const char *node, const char *prefix) {
   nres_sync_t *s;
 
   nres_sync_config_init(&c);
-  c.port = redis_port;
+  c.port = redis.port;
   c.node = node;
   c.prefix = prefix;
   c.interval = IVL;
@@ -617,7 +553,7 @@ static void test_redis_failures(void **state) {
 
   /* Hanging: stopped, connections accepted by the kernel, no answers. */
   sleep_ns(300 * NRES_MSEC);
-  kill(redis_pid, SIGSTOP);
+  kill(redis.pid, SIGSTOP);
   t = wait_all(s, 0, 2 * NRES_SEC);
   printf("# failures: stopped: local after %.0f ms\n", (double) t / 1e6);
   assert_true(t <= bound);
@@ -626,7 +562,7 @@ static void test_redis_failures(void **state) {
   sleep_ns(500 * NRES_MSEC);
   for (i = 0; i < 3; i++)
     assert_true(atomic_load(&h[i].admitted) > before[i]);
-  kill(redis_pid, SIGCONT);
+  kill(redis.pid, SIGCONT);
   t = wait_all(s, 1, 2 * NRES_SEC);
   printf("# failures: continued: fleet again after %.0f ms\n",
          (double) t / 1e6);
@@ -649,45 +585,76 @@ static void test_redis_failures(void **state) {
 
 /* ----------------------------------------------------------- nres-syncd */
 
-static void test_syncd_region(void **state) {
+/* A region file as the gateway makes one: laid out in a temporary file,
+ * renamed into place (replacing the one before). One key in use. */
+static nres_shm_slot_t *make_region(const char *path, uint32_t slots,
+                                    double rate, void **mem, size_t *size) {
   nres_shm_config_t c;
   nres_shm_t *shm;
-  nres_shm_slot_t *slot;
-  char path[256], port[16], status[300], buf[4096];
-  const char *syncd = getenv("NRES_SYNCD");
-  size_t size;
-  void *mem;
-  pid_t pid;
-  FILE *f;
-  int fd, idx, i, n, found = 0;
+  char tmp[300];
+  int fd, idx;
 
-  (void) state;
-  if (syncd == NULL) {
-    printf("# nres-syncd: NRES_SYNCD not set, not tested\n");
-    return;
-  }
   nres_shm_config_init(&c);
-  c.slots = 64;
+  c.slots = slots;
   c.flags = NRES_SHM_BUDGET | NRES_SHM_RATELIMIT | NRES_SHM_BREAKER;
-  c.rate = 200;
+  c.rate = rate;
   c.burst = 5;
-  size = nres_shm_size(&c);
-  snprintf(path, sizeof(path), "%s/region", redis_dir);
-  snprintf(status, sizeof(status), "%s/status.json", redis_dir);
-  fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  *size = nres_shm_size(&c);
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
   assert_true(fd >= 0);
-  assert_int_equal(ftruncate(fd, (off_t) size), 0);
-  mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  assert_int_equal(ftruncate(fd, (off_t) *size), 0);
+  *mem = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  assert_true(mem != MAP_FAILED);
-  assert_int_equal(nres_shm_init(mem, size, &c), 0);
-  assert_int_equal(nres_shm_attach(mem, size, &shm), 0);
+  assert_true(*mem != MAP_FAILED);
+  assert_int_equal(nres_shm_init(*mem, *size, &c), 0);
+  assert_int_equal(nres_shm_attach(*mem, *size, &shm), 0);
   idx = nres_shm_acquire(shm, "api.example:80", 14, now_ns(), 60 * NRES_SEC,
                          NULL);
   assert_true(idx >= 0);
-  slot = nres_shm_slot(shm, (uint32_t) idx);
+  assert_int_equal(rename(tmp, path), 0);
+  return nres_shm_slot(shm, (uint32_t) idx);
+}
 
-  snprintf(port, sizeof(port), "127.0.0.1:%d", redis_port);
+/* Wait until the limiter's rate drops under `below`: 1, or 0 after 2 s. */
+static int rate_drops(nres_ratelimit_t *l, double below) {
+  int i;
+
+  for (i = 0; i < 100; i++) {
+    if (nres_ratelimit_rate(l) < below)
+      return 1;
+    sleep_ns(20 * NRES_MSEC);
+  }
+  return 0;
+}
+
+static void test_syncd_region(void **state) {
+  nres_shm_slot_t *slot;
+  nres_ratelimit_t other[2];
+  nres_sync_t *s[2];
+  char path[300], port[32], status[300], syncd[512], buf[4096];
+  size_t size, size2;
+  void *mem, *mem2;
+  ssize_t len;
+  pid_t pid;
+  FILE *f;
+  int i, n;
+
+  (void) state;
+  /* nres-syncd is built beside this test (ctest also says where). */
+  if (getenv("NRES_SYNCD") != NULL) {
+    snprintf(syncd, sizeof(syncd), "%s", getenv("NRES_SYNCD"));
+  } else {
+    len = readlink("/proc/self/exe", syncd, sizeof(syncd) - 16);
+    assert_true(len > 0);
+    syncd[len] = '\0';
+    strcpy(strrchr(syncd, '/') + 1, "nres-syncd");
+  }
+  snprintf(path, sizeof(path), "%s/gw.shm", redis.dir);
+  snprintf(status, sizeof(status), "%s/status.json", redis.dir);
+  slot = make_region(path, 64, 200, &mem, &size);
+
+  snprintf(port, sizeof(port), "127.0.0.1:%d", redis.port);
   pid = fork();
   if (pid == 0) {
     execl(syncd, syncd, "--region", path, "--redis", port, "--scope", "gw",
@@ -695,30 +662,29 @@ static void test_syncd_region(void **state) {
           status, (char *) NULL);
     _exit(127);
   }
-  /* Two more hosts of the fleet, agents here, with the same limiter:
-   * the region's limiter soon holds a share of 200/s, not all of it. */
-  {
-    nres_ratelimit_t other[2];
-    nres_sync_t *s[2];
-
-    for (i = 0; i < 2; i++) {
-      nres_ratelimit_init(&other[i], 200, 5);
-      snprintf(buf, sizeof(buf), "o%d", i);
-      s[i] = agent(buf, "nres");
-      assert_true(nres_sync_add_ratelimit(s[i], "gw:api.example:80",
-                                          &other[i], 0) >= 0);
-      assert_int_equal(nres_sync_start(s[i]), 0);
-    }
-    for (i = 0; i < 100 && !found; i++) {
-      sleep_ns(20 * NRES_MSEC);
-      found = nres_ratelimit_rate(&slot->ratelimit) < 150;
-    }
-    for (i = 0; i < 2; i++)
-      nres_sync_free(s[i]);
+  /* Two more hosts of the fleet, agents here, with the same key: the
+   * region's limiter soon holds a third of 200/s (no demand anywhere). */
+  for (i = 0; i < 2; i++) {
+    nres_ratelimit_init(&other[i], 200, 5);
+    snprintf(buf, sizeof(buf), "o%d", i);
+    s[i] = agent(buf, "nres");
+    assert_true(nres_sync_add_ratelimit(s[i], "gw:api.example:80",
+                                        &other[i], 0) >= 0);
+    assert_int_equal(nres_sync_start(s[i]), 0);
   }
+  assert_true(rate_drops(&slot->ratelimit, 150));
   printf("# nres-syncd: the region's limiter now %.1f/s\n",
          nres_ratelimit_rate(&slot->ratelimit));
-  assert_true(found);
+
+  /* The gateway replaces the file (another layout, another rate): the
+   * agent maps the new one within a second or so and syncs its key. */
+  slot = make_region(path, 128, 90, &mem2, &size2);
+  assert_true(rate_drops(&slot->ratelimit, 60));
+  printf("# nres-syncd: the new region's limiter now %.1f/s\n",
+         nres_ratelimit_rate(&slot->ratelimit));
+  for (i = 0; i < 2; i++)
+    nres_sync_free(s[i]);
+
   sleep_ns(1100 * NRES_MSEC);   /* a status file is written each second */
   kill(pid, SIGTERM);
   assert_int_equal(waitpid(pid, &i, 0), pid);
@@ -728,35 +694,14 @@ static void test_syncd_region(void **state) {
   n = (int) fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
   buf[n > 0 ? n : 0] = '\0';
-  printf("# nres-syncd status: %.200s\n", buf);
+  printf("# nres-syncd status: %.300s\n", buf);
   assert_non_null(strstr(buf, "\"scope\":\"gw:api.example:80\",\"kind\":\"ratelimit\",\"synced\":1"));
   assert_non_null(strstr(buf, "\"kind\":\"breaker\""));
   munmap(mem, size);
+  munmap(mem2, size2);
 }
 
 /* ---------------------------------------------------------------- main */
-
-static int find_redis(void) {
-  const char *env = getenv("REDIS_SERVER");
-  char *path, *dir, *save;
-
-  if (env != NULL && access(env, X_OK) == 0) {
-    snprintf(redis_bin, sizeof(redis_bin), "%s", env);
-    return 1;
-  }
-  path = strdup(getenv("PATH") != NULL ? getenv("PATH")
-                                        : "/usr/bin:/usr/sbin:/bin");
-  for (dir = strtok_r(path, ":", &save); dir != NULL;
-       dir = strtok_r(NULL, ":", &save)) {
-    snprintf(redis_bin, sizeof(redis_bin), "%s/redis-server", dir);
-    if (access(redis_bin, X_OK) == 0) {
-      free(path);
-      return 1;
-    }
-  }
-  free(path);
-  return 0;
-}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -769,17 +714,17 @@ int main(void) {
   char cmd[300];
   int rc;
 
-  if (!find_redis()) {
+  if (!redis_server_find(&redis)) {
     printf("redis-server is not installed (Debian: redis-server): the "
            "fleet sync tests are skipped\n");
     return 77;
   }
-  snprintf(redis_dir, sizeof(redis_dir), "/tmp/nres-sync-XXXXXX");
-  if (mkdtemp(redis_dir) == NULL)
+  snprintf(redis.dir, sizeof(redis.dir), "/tmp/nres-sync-XXXXXX");
+  if (mkdtemp(redis.dir) == NULL)
     return 1;
   signal(SIGPIPE, SIG_IGN);
   rc = cmocka_run_group_tests(tests, NULL, NULL);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", redis_dir);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", redis.dir);
   if (system(cmd) != 0)
     rc = rc ? rc : 1;
   return rc;

@@ -105,6 +105,62 @@ static void write_status(nres_sync_t *sync, slot_map_t *map, uint32_t slots,
     rename(tmp, path);
 }
 
+/* Map the region file and check it: 0, or 1 with a message. */
+static int map_region(const char *path, void **mem, size_t *size,
+                      nres_shm_t **shm, struct stat *sb) {
+  int fd, rc;
+
+  fd = open(path, O_RDWR);
+  if (fd < 0 || fstat(fd, sb) != 0) {
+    fprintf(stderr, "nres-syncd: %s: %s\n", path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return 1;
+  }
+  *size = (size_t) sb->st_size;
+  *mem = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (*mem == MAP_FAILED) {
+    fprintf(stderr, "nres-syncd: mmap %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  rc = nres_shm_attach(*mem, *size, shm);
+  if (rc != 0) {
+    fprintf(stderr, "nres-syncd: %s is not an nres shm region of this build "
+            "(%s)\n", path, nres_strerror(rc));
+    munmap(*mem, *size);
+    return 1;
+  }
+  return 0;
+}
+
+static slot_map_t *new_map(uint32_t slots) {
+  slot_map_t *map = calloc(slots, sizeof(*map));
+  uint32_t i;
+
+  if (map == NULL) {
+    fprintf(stderr, "nres-syncd: out of memory\n");
+    exit(1);
+  }
+  for (i = 0; i < slots; i++)
+    map[i].id[0] = map[i].id[1] = map[i].id[2] = -1;
+  return map;
+}
+
+/* Let go of every key of the map. */
+static void forget(nres_sync_t *sync, slot_map_t *map, uint32_t slots) {
+  uint32_t i;
+  int k;
+
+  for (i = 0; i < slots; i++) {
+    for (k = 0; k < 3; k++)
+      if (map[i].id[k] >= 0)
+        nres_sync_remove(sync, map[i].id[k]);
+    map[i].live = 0;
+    map[i].id[0] = map[i].id[1] = map[i].id[2] = -1;
+  }
+}
+
 int main(int argc, char **argv) {
   const char *region = NULL, *redis = "127.0.0.1:6379", *scope = "shm";
   const char *status = NULL;
@@ -115,11 +171,13 @@ int main(int argc, char **argv) {
   nres_shm_slot_t *slot;
   nres_shm_t *shm;
   slot_map_t *map;
-  struct stat sb;
+  struct stat sb, now_sb;
+  size_t size;
+  nres_time_t next_look = 0;
   struct sigaction sa;
   nres_time_t next_status = 0;
   uint32_t i, gen, slots;
-  int fd, rc, k, len, breaker = 0, once = 0, warned = 0;
+  int rc, k, len, breaker = 0, once = 0, warned = 0;
   void *mem;
   char *colon;
 
@@ -152,24 +210,8 @@ int main(int argc, char **argv) {
   }
   cfg.host = host;
 
-  fd = open(region, O_RDWR);
-  if (fd < 0 || fstat(fd, &sb) != 0) {
-    fprintf(stderr, "nres-syncd: %s: %s\n", region, strerror(errno));
+  if (map_region(region, &mem, &size, &shm, &sb) != 0)
     return 1;
-  }
-  mem = mmap(NULL, (size_t) sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-             fd, 0);
-  close(fd);
-  if (mem == MAP_FAILED) {
-    fprintf(stderr, "nres-syncd: mmap %s: %s\n", region, strerror(errno));
-    return 1;
-  }
-  rc = nres_shm_attach(mem, (size_t) sb.st_size, &shm);
-  if (rc != 0) {
-    fprintf(stderr, "nres-syncd: %s is not an nres shm region of this build "
-            "(%s)\n", region, nres_strerror(rc));
-    return 1;
-  }
   tc = nres_shm_config(shm);
   slots = tc->slots;
   rc = nres_sync_new(&cfg, &sync);
@@ -177,11 +219,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "nres-syncd: bad settings (%s)\n", nres_strerror(rc));
     return 2;
   }
-  map = calloc(slots, sizeof(*map));
-  if (map == NULL)
-    return 1;
-  for (i = 0; i < slots; i++)
-    map[i].id[0] = map[i].id[1] = map[i].id[2] = -1;
+  map = new_map(slots);
 
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
@@ -193,6 +231,32 @@ int main(int argc, char **argv) {
     nres_time_t now = nres_clock_now();
     struct timespec ts;
 
+    /* A gateway that changes a table's layout replaces its file: map the
+     * new one (checked once a second). */
+    if (now >= next_look) {
+      next_look = now + NRES_SEC;
+      if (stat(region, &now_sb) == 0 &&
+          (now_sb.st_ino != sb.st_ino || now_sb.st_dev != sb.st_dev)) {
+        void *m2;
+        size_t s2;
+        nres_shm_t *shm2;
+
+        if (map_region(region, &m2, &s2, &shm2, &now_sb) == 0) {
+          forget(sync, map, slots);
+          munmap(mem, size);
+          mem = m2;
+          size = s2;
+          shm = shm2;
+          sb = now_sb;
+          tc = nres_shm_config(shm);
+          slots = tc->slots;
+          free(map);
+          map = new_map(slots);
+          fprintf(stderr, "nres-syncd: %s replaced: mapped the new file\n",
+                  region);
+        }
+      }
+    }
     /* Keys in use now; a slot with a new key (another generation) is let
      * go of and taken again. */
     for (i = 0; i < slots; i++) {
@@ -244,5 +308,6 @@ int main(int argc, char **argv) {
     write_status(sync, map, slots, status);
   nres_sync_free(sync);
   free(map);
+  munmap(mem, size);
   return 0;
 }

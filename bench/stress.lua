@@ -102,7 +102,11 @@ return nresrun.scenario{
       name = "threads",
       dependency = healthy,
       load = { threads = { 1, 2, 4, 8 }, workers = 1 },
-      arms = { raw = nresrun.raw, trivial = "trivial", default = "default" },
+      -- *_quiet: telemetry off, no counters: what the counters' cache line
+      -- costs when threads share the policy (bench/README.md).
+      arms = { raw = nresrun.raw, trivial = "trivial", default = "default",
+               trivial_quiet = nres.policy{ base = "trivial", telemetry = false },
+               default_quiet = nres.policy{ base = "default", telemetry = false } },
       baseline = "raw",
     },
     {

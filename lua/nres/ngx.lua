@@ -80,6 +80,7 @@ _M.policy_for = region.policy_for
 _M.request, _M.proxy = cosocket.request, cosocket.proxy
 _M.limit, _M.limit_client = limiter.limit, limiter.limit_client
 _M.snapshot, _M.prometheus, _M.status = status.snapshot, status.prometheus, status.status
+_M.json = status.json
 _M.access, _M.balance, _M.log = balancer.access, balancer.balance, balancer.log
 _M.region = files.configure
 

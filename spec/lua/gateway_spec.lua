@@ -3,7 +3,12 @@
 -- argument checking, one slot and one worker-local policy per key pointed
 -- at the key's shared budget and breaker, a breaker tripped by a forked
 -- process seen open by its parent, fresh state when a key moves into an
--- evicted slot, and the per-client limiter.
+-- evicted slot, and the per-client limiter; region files (reattached with
+-- their state when the layout is the same, replaced otherwise, shared by
+-- unrelated processes, swept when undeclared) and balancer mode's peer
+-- choice (never the peer that just failed, power of two choices over the
+-- latency estimate, ejection, panic, one half-open probe), status JSON and
+-- Prometheus for peers.
 local ffi = require "ffi"
 local nres = require "nres"
 local shm = require "nres.shm"
@@ -214,7 +219,10 @@ describe("nres.ngx scopes", function()
     expect.eq(idx, idx0, "k0's slot, the least recently leased")
     expect.truthy(cp == first, "the worker's policy object is reused...")
     expect.eq(tonumber(cp.n_verdicts[1]), 0, "...with its counters reset")
-    expect.eq(C.nres_budget_level(cp.budget, T0 + 10e9), 50, "and a full budget")
+    -- full: the preset's capacity (10 s of its floor unless it says)
+    local b = gw.scopes.small.policy.spec.budget
+    expect.eq(C.nres_budget_level(cp.budget, T0 + 10e9), b.capacity or 10 * b.min_per_sec,
+              "and a full budget")
   end)
 
   it("limit each client on its own", function()
@@ -228,4 +236,218 @@ describe("nres.ngx scopes", function()
     expect.error(function() gw.limiter("bad", { rate = 0 }) end,
       "nres.ngx.limiter: rate: expected admissions per second (> 0), got 0")
   end)
+end)
+
+-- --------------------------------------------- region files, balancer mode
+-- (issue 12; nginx itself: spec/nginx/balancer.sh)
+ffi.cdef [[
+char *mkdtemp(char *template);
+int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now, uint32_t permit,
+                        int outcome, int slow, nres_rng_t *rng);
+void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now, nres_time_t latency);
+]]
+
+local function tmpdir()
+  local buf = ffi.new("char[64]", "/tmp/nres-gwspec.XXXXXX")
+  return ffi.string(assert(ffi.C.mkdtemp(buf) ~= nil and buf))
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+describe("nres.shm files", function()
+  it("reattach a file of the same layout and keep its state; replace any other", function()
+    local dir = tmpdir()
+    local path = dir .. "/t.shm"
+    local a = assert(shm.new{ slots = 16, budget = { ratio = 0.1 }, file = path, extra = 100 })
+    expect.eq(a.reused, false, "a new file")
+    local i = a:acquire("k", T0, 1e12)
+    a:record(i, 1, 2, 1)
+    expect.eq(C.nres_budget_spend(a:slot(i).budget, T0), 0)   -- a level to carry over
+    local level = C.nres_budget_level(a:slot(i).budget, T0)
+    a.extra[7] = 42
+    local b = assert(shm.new{ slots = 16, budget = { ratio = 0.1 }, file = path, extra = 100 })
+    expect.eq(b.reused, true, "the same layout: attached")
+    expect.eq(b:key(i), "k")
+    expect.eq(tonumber(b:slot(i).attempts), 2, "counters kept")
+    expect.eq(C.nres_budget_level(b:slot(i).budget, T0), level, "budget level kept")
+    expect.eq(b.extra[7], 42, "the caller's extra bytes kept")
+    b:record(i, 1, 1, 0)
+    expect.eq(tonumber(a:slot(i).attempts), 3, "one memory: a sees b's record")
+    -- another configuration: a new file at the path, the old mapping intact
+    local c = assert(shm.new{ slots = 16, budget = { ratio = 0.2 }, file = path, extra = 100 })
+    expect.eq(c.reused, false)
+    expect.eq(c.replaced, "another configuration (slots, budget, breaker or limiter)")
+    expect.eq(c:key(i), nil, "fresh")
+    expect.eq(a:key(i), "k", "processes on the old file keep it")
+    local d = assert(shm.new{ slots = 24, budget = { ratio = 0.2 }, file = path, extra = 100 })
+    expect.truthy(d.replaced:find("^a size of %d+ bytes %(this layout: %d+%)$"), d.replaced)
+    -- a damaged header of the right size
+    local f = io.open(path, "r+b"); f:write("garbage!"); f:close()
+    local e = assert(shm.new{ slots = 24, budget = { ratio = 0.2 }, file = path, extra = 100 })
+    expect.eq(e.replaced, "another layout version or a damaged header")
+    expect.eq(e.reused, false)
+    local _, err = shm.new{ slots = 8, file = dir .. "/no/such/dir/t.shm" }
+    expect.truthy(err and err:find("^open "), "an unwritable path is an error: " .. tostring(err))
+    expect.error(function() shm.new{ slots = 8, file = "" } end, 'nres.shm: file: expected a path, got ""')
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("share state across processes that open the same path, not only forks", function()
+    local dir = tmpdir()
+    local path = dir .. "/x.shm"
+    local pid = ffi.C.fork()
+    if pid == 0 then
+      local t = shm.new{ slots = 8, file = path }
+      local i = t and t:acquire("up", T0, 1e12)
+      if i then t:record(i, 1, 5, 4) end
+      ffi.C._exit(i and 0 or 3)
+    end
+    local status = ffi.new("int[1]")
+    expect.eq(ffi.C.waitpid(pid, status, 0), pid)
+    expect.eq(status[0], 0, "the child made and wrote the file")
+    local t = assert(shm.new{ slots = 8, file = path })
+    expect.eq(t.reused, true)
+    local i = t:acquire("up", T0, 1e12)
+    expect.eq(tonumber(t:slot(i).attempts), 5, "the child's record, read from the file")
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("nres.ngx region files and balancer mode", function()
+  local files = require "nres.ngx.files"
+  local balancer = require "nres.ngx.balancer"
+  local dir = tmpdir()
+  gw.region{ dir = dir, name = "spec" }
+
+  it("put every table in a named file and sweep the ones not declared", function()
+    gw.scope("filed", { policy = "gateway", slots = 8 })
+    expect.eq(gw.scopes.filed.shm.file, dir .. "/spec.scope.filed.shm")
+    expect.truthy(exists(dir .. "/spec.scope.filed.shm"))
+    gw.limiter("who/ever", { rate = 5, slots = 8 })
+    expect.eq(gw.limiters["who/ever"].shm.file, dir .. "/spec.limiter.who%2fever.shm")
+    local stray = dir .. "/spec.scope.gone.shm"
+    io.open(stray, "w"):close()
+    local other = dir .. "/other.scope.x.shm"
+    io.open(other, "w"):close()
+    local gone = files.sweep()
+    expect.eq(#gone, 1)
+    expect.eq(gone[1], "spec.scope.gone.shm")
+    expect.truthy(not exists(stray), "an undeclared region removed")
+    expect.truthy(exists(other), "another nginx's region left alone")
+    expect.truthy(exists(dir .. "/spec.scope.filed.shm"), "a declared one kept")
+    expect.error(function() gw.region{ name = "a b" } end,
+      'nres.ngx.region: name: expected letters, digits, _ or -, got a b')
+  end)
+
+  it("refuse bad peer declarations by field", function()
+    gw.scope("ups", { policy = "gateway", slots = 8 })
+    expect.error(function() gw.upstream("b1", { scope = "ups", peers = {} }) end,
+      'nres.ngx.upstream: peers: expected a list of 1..256 "host:port", got "0 peers"')
+    expect.error(function() gw.upstream("b2", { scope = "ups", peers = { "h" } }) end,
+      'nres.ngx.upstream: peers[1]: expected "host:port", got "h"')
+    expect.error(function() gw.upstream("b3", { scope = "ups", peers = { "h:1", "h:1" } }) end,
+      'nres.ngx.upstream: peers[2]: expected a peer listed once, got "h:1"')
+    expect.error(function() gw.upstream("b4", { scope = "nope", peers = { "h:1" } }) end,
+      'nres.ngx.upstream: scope: expected a scope declared with gw.scope before it, got "nope"')
+    expect.error(function() gw.upstream("b5", { scope = "ups", peers = { "h:1" }, choice = "lc" }) end,
+      'nres.ngx.upstream: choice: expected "p2c" or "round-robin", got "lc"')
+    expect.error(function() gw.upstream("b6", { scope = "ups", peers = { "h:1" }, eject = { ration = 1 } }) end,
+      "nres.ngx.upstream: eject.ration: expected one of consecutive, ratio, min_calls, window,"
+      .. " buckets, break_for, break_max, jitter, probes, successes, got an unknown field")
+    expect.error(function() gw.upstream("b7", { scope = "ups", peers = { "h:1" }, eject = { ratio = 2 } }) end,
+      "nres.ngx.upstream: eject: breaker.failure_ratio: must be in [0, 1]")
+    expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "h:1" }, panic = 1.5 }) end,
+      "nres.ngx.upstream: panic: expected a share of healthy peers 0..1, got 1.5")
+  end)
+
+  it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()
+    local u = gw.upstream("pool", { scope = "ups", peers = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80" } })
+    expect.eq(u.shm.file, dir .. "/spec.peers.pool.shm")
+    local now = T0
+    local seen = { 0, 0, 0 }
+    for _ = 1, 300 do
+      local i = balancer.pick(u, now, 2)
+      seen[i] = seen[i] + 1
+    end
+    expect.eq(seen[2], 0, "the peer that just failed is avoided")
+    expect.truthy(seen[1] > 50 and seen[3] > 50, "the others share the load")
+    -- latency: peer 3 ten times slower than peer 1, peer 2 like peer 1
+    for _ = 1, 50 do
+      C.nres_estimator_record(u.est[1], now, 1e6)
+      C.nres_estimator_record(u.est[2], now, 1e6)
+      C.nres_estimator_record(u.est[3], now, 10e6)
+    end
+    now = now + 1e8   -- past this worker's refresh interval
+    seen = { 0, 0, 0 }
+    for _ = 1, 300 do
+      local i = balancer.pick(u, now)
+      seen[i] = seen[i] + 1
+    end
+    expect.eq(seen[3], 0, "power of two choices: the slow peer never wins a pair")
+    expect.truthy(seen[1] > 50 and seen[2] > 50, "the fast ones share")
+    -- eject peer 1: its breaker opens after 5 failures in a row
+    local rng = ffi.new("nres_rng_t", { 1 })
+    for _ = 1, 5 do C.nres_breaker_record(u.br[1], now, 0, 1, 0, rng) end
+    expect.eq(C.nres_breaker_state(u.br[1], now), 1, "ejected")
+    now = now + 1e8
+    seen = { 0, 0, 0 }
+    for _ = 1, 300 do
+      local i, permit = balancer.pick(u, now)
+      seen[i] = seen[i] + 1
+      expect.eq(permit, 0, "admitted by a closed breaker")
+    end
+    expect.eq(seen[1], 0, "an ejected peer gets nothing while its break lasts")
+    -- eject peer 2 too: 1 of 3 healthy is under the 0.5 panic share
+    for _ = 1, 5 do C.nres_breaker_record(u.br[2], now, 0, 1, 0, rng) end
+    now = now + 1e8
+    seen = { 0, 0, 0 }
+    local unasked = 0
+    for _ = 1, 300 do
+      local i, permit = balancer.pick(u, now)
+      seen[i] = seen[i] + 1
+      if permit == false then unasked = unasked + 1 end
+    end
+    expect.truthy(seen[1] > 0 and seen[2] > 0, "panic: ejected peers get traffic again")
+    expect.eq(unasked, 300, "in panic no breaker is asked")
+    -- the break ends: a half-open peer gets its probe, then nothing more
+    now = now + 3e9
+    local rr = gw.upstream("rr", { scope = "ups", peers = { "10.0.1.1:80", "10.0.1.2:80" },
+                                   choice = "round-robin", panic = 0 })
+    for _ = 1, 5 do C.nres_breaker_record(rr.br[1], now, 0, 1, 0, rng) end
+    now = now + 3e9    -- past the 2 s break: half-open
+    local probes = 0
+    for _ = 1, 20 do
+      local i, permit = balancer.pick(rr, now)
+      if i == 1 then
+        probes = probes + 1
+        expect.truthy(permit ~= 0, "a probe permit")
+      end
+    end
+    expect.eq(probes, 1, "one half-open probe at a time")
+  end)
+
+  it("show the peers in the status snapshot, lists as JSON arrays", function()
+    local snap = gw.snapshot()
+    local pool = snap.upstreams.pool
+    expect.eq(#pool.peers, 3)
+    expect.eq(pool.peers[1].peer, "10.0.0.1:80")
+    expect.eq(pool.peers[1].ejections, 1)
+    expect.eq(pool.peers[3].failures, 0)
+    local cjson = require "cjson"
+    gw.limiter("nobody", { rate = 1, slots = 8 })   -- no key: an empty list
+    local j = cjson.decode(gw.json(gw.snapshot()))
+    expect.truthy(gw.json(gw.snapshot()):find('"nobody":{[^}]*"keys":%[%]'), "keys: []")
+    expect.eq(type(j.upstreams.pool.peers), "table")
+    local text = gw.prometheus(gw.snapshot())
+    expect.truthy(text:find('\nnres_peer_ejections_total{upstream="pool",peer="10.0.0.1:80"} 1\n', 1, true),
+                  "Prometheus: " .. text:sub(1, 200))
+    expect.truthy(text:find("# TYPE nres_peer_latency_p75_seconds gauge", 1, true))
+  end)
+
+  gw.region{ dir = false }
+  os.execute("rm -rf " .. dir)
 end)

@@ -98,8 +98,9 @@ local function eject_config(e)
   C.nres_breaker_config_init(cfg)
   for k in pairs(e) do
     if EJECT[k] == nil then
-      error(bad("upstream", "eject." .. tostring(k), "one of consecutive, ratio, min_calls,"
-            .. " window, buckets, break_for, break_max, jitter, probes, successes", "a field"), 0)
+      error("nres.ngx.upstream: eject." .. tostring(k) .. ": expected one of consecutive,"
+            .. " ratio, min_calls, window, buckets, break_for, break_max, jitter, probes,"
+            .. " successes, got an unknown field", 0)
     end
   end
   local function num(k)
@@ -138,7 +139,8 @@ function _M.declare(name, opts)
   end
   local list = opts.peers
   if type(list) ~= "table" or #list < 1 or #list > 256 then
-    error(bad("upstream", "peers", "a list of 1..256 \"host:port\"", list), 0)
+    error(bad("upstream", "peers", "a list of 1..256 \"host:port\"",
+              type(list) == "table" and (#list .. " peers") or list), 0)
   end
   local sname = opts.scope
   local s = scopes[sname]

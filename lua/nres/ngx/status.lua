@@ -82,15 +82,28 @@ local function scope_status(s, now, worker_local, top)
 end
 
 -- JSON: lists (keys, peers) as arrays even when empty; the maps
--- (scopes, limiters, upstreams, stops) stay objects.
-local function arrays(out)
-  local ok, cjson = pcall(require, "cjson.safe")
-  if not ok or not cjson.empty_array_mt then return out end
-  for _, group in pairs { out.scopes, out.limiters } do
-    for _, st in pairs(group) do setmetatable(st.keys, cjson.empty_array_mt) end
+-- (scopes, limiters, upstreams, stops) stay objects. Debian's lua-cjson
+-- 2.1.0 has no empty_array_mt and writes {} for any empty table, so an
+-- empty list is encoded as a marker string and the marker replaced by [].
+local EMPTY = "nres-empty-list-" .. tostring({}):sub(8)
+local EMPTY_JSON = ('"' .. EMPTY .. '"'):gsub("%p", "%%%0")   -- as a pattern
+
+function _M.json(snap)
+  local emptied = {}
+  local function mark(t, field)
+    if next(t[field]) == nil then
+      emptied[#emptied + 1] = t
+      emptied[#emptied + 1] = field
+      t[field] = EMPTY
+    end
   end
-  for _, u in pairs(out.upstreams) do setmetatable(u.peers, cjson.empty_array_mt) end
-  return out
+  for _, group in pairs { snap.scopes, snap.limiters } do
+    for _, st in pairs(group) do mark(st, "keys") end
+  end
+  for _, u in pairs(snap.upstreams or {}) do mark(u, "peers") end
+  local text = require("cjson.safe").encode(snap)
+  for i = 1, #emptied, 2 do emptied[i][emptied[i + 1]] = {} end
+  return (text:gsub(EMPTY_JSON, "[]"))
 end
 
 -- The whole status as a Lua table.
@@ -232,9 +245,8 @@ function _M.status()
     ngx.print(_M.prometheus(snap))
     return
   end
-  local cjson = require "cjson.safe"
   ngx.header["Content-Type"] = "application/json"
-  ngx.print(cjson.encode(arrays(snap)), "\n")
+  ngx.print(_M.json(snap), "\n")
 end
 
 return _M

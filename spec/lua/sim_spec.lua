@@ -456,16 +456,21 @@ local bad_tour = {
   { base{ seeds = { 1 } }, "simulation.seeds: only with scenarios = { ... } (one run takes seed = n)" },
 }
 
-describe("tournament", function()
-  local tmod = require "nresrun.sim.tournament"
-  for i, case in ipairs(bad_tour) do
-    it(string.format("bad tournament %d: %s", i, case[2]:sub(1, 60)), function()
+-- One test per { simulation table, message } case.
+local function refused(label, cases)
+  for i, case in ipairs(cases) do
+    it(string.format("bad %s %d: %s", label, i, case[2]:sub(1, 60)), function()
       expect.error(function()
         local s = nresrun.simulation(case[1])   -- not a tail call: keeps the position
         return s
       end, case[2], "sim_spec.lua")
     end)
   end
+end
+
+describe("tournament", function()
+  local tmod = require "nresrun.sim.tournament"
+  refused("tournament", bad_tour)
   it("a capacity phase halves the servers: a second request at once queues", function()
     local s = sched.new{ virtual = true }
     local t0 = s.now()
@@ -551,14 +556,7 @@ describe("tournament", function()
 end)
 
 describe("validation", function()
-  for i, case in ipairs(bad) do
-    it(string.format("bad simulation %d: %s", i, case[2]:sub(1, 60)), function()
-      expect.error(function()
-        local s = nresrun.simulation(case[1])   -- not a tail call: keeps the position
-        return s
-      end, case[2], "sim_spec.lua")
-    end)
-  end
+  refused("simulation", bad)
   it("a dependency made with nresrun.dep.model is accepted", function()
     local s = nresrun.simulation(base{ dependency = nresrun.dep.model{ fail_prob = 0.1, latency = { fixed = 0.01 } } })
     expect.truthy(sim.is_simulation(s))

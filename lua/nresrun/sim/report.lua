@@ -365,18 +365,26 @@ function _M.plot(doc)
   }
 end
 
+-- Make folder `dir` (and its parents).
+function _M.mkdir(dir)
+  os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+end
+
+-- Write `text` to `path`, or raise naming it.
+local function put(path, text)
+  local f, err = io.open(path, "w")
+  if not f then error("nresrun: cannot write " .. path .. ": " .. tostring(err), 0) end
+  f:write(text)
+  f:close()
+end
+_M.put = put
+
 -- Write <dir>/<stem>.md, .json and .svg; returns their paths.
 function _M.write(doc, dir, stem)
   _M.analyse(doc)
-  os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+  _M.mkdir(dir)
   local base = dir .. "/" .. stem
   local paths = { md = base .. ".md", json = base .. ".json", svg = base .. ".svg" }
-  local function put(path, text)
-    local f, err = io.open(path, "w")
-    if not f then error("nresrun: cannot write " .. path .. ": " .. tostring(err), 0) end
-    f:write(text)
-    f:close()
-  end
   put(paths.svg, _M.plot(doc))
   put(paths.json, _M.json(doc) .. "\n")
   put(paths.md, _M.markdown(doc, { svg = stem .. ".svg" }))

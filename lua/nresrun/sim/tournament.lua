@@ -426,15 +426,11 @@ function _M.main(sim, path, opts)
   doc.name = sim.spec.name or path:match("([^/]+)%.lua$") or "tournament"
   doc.started = os.date("!%Y-%m-%d %H:%M:%S UTC", started)
   doc.versions = { nres = require("nres").version, luajit = jit and jit.version or "?" }
+  local report = require "nresrun.sim.report"
   local dir = opts.out or "artifacts/sim"
-  os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+  report.mkdir(dir)
   local stem = doc.name .. "-" .. os.date("!%Y%m%dT%H%M%SZ", started)
-  local function put(p, text)
-    local f, err = io.open(p, "w")
-    if not f then error("nresrun: cannot write " .. p .. ": " .. tostring(err), 0) end
-    f:write(text)
-    f:close()
-  end
+  local put = report.put
   for _, sc in ipairs(doc.scenarios) do
     put(format("%s/%s-%s.svg", dir, stem, sc.name), _M.plot(doc, sc))
   end

@@ -23,7 +23,8 @@
 -- the file is unlinked and a new one made (in a temporary file, renamed
 -- over the path once laid out, so an attacher never sees it half made);
 -- t.replaced then says why. `extra = bytes` reserves zeroed memory after
--- the table (t.extra, 64-byte aligned) for the caller's own state.
+-- the table (t.extra, 64-byte aligned) for the caller's own state (without
+-- a file: a MAP_SHARED anonymous mapping of its own).
 --
 -- Times. Every time and duration (now, hold) is nanoseconds on one clock,
 -- converted by one function, ns(): a number >= 0; from 2^64 up (+inf
@@ -175,6 +176,13 @@ function _M.new(opts)
   local rc = C.nres_shm_new(cfg, out)
   if rc ~= 0 then return nil, ffi_string(C.nres_strerror(rc)) end
   t.shm = ffi_gc(out[0], C.nres_shm_free)   -- unmapped when collected
+  local extra = opts.extra or 0
+  if extra > 0 then   -- shared with children forked after this, as the table
+    local mem = C.mmap(nil, extra, 3, 0x21, -1, 0)   -- MAP_SHARED | MAP_ANONYMOUS
+    if mem == ffi.cast("void *", -1) then return nil, "mmap: out of memory" end
+    t.extra = ffi_gc(ffi.cast("uint8_t *", mem), function(p) C.munmap(p, extra) end)
+    t.extra_bytes = extra
+  end
   return setmetatable(t, mt)
 end
 

@@ -187,8 +187,7 @@ function _M.declare(name, opts)
                                     budget = false, limiter = false,
                                     extra = slots * EST_SIZE }, name)
   u.shm, u.ptr = tbl, tbl.shm
-  local ests = ffi_cast("nres_estimator_t *", tbl.extra or ffi_new("uint8_t[?]", slots * EST_SIZE))
-  u.ests_anchor = tbl.extra and tbl or ests
+  local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
   if not tbl.reused then
     for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
   end

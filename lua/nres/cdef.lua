@@ -9,7 +9,7 @@
 -- path tried.
 local ffi = require "ffi"
 
-local ABI_VERSION = 1
+local ABI_VERSION = 2
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -54,10 +54,12 @@ typedef struct nres_bulkhead_config_s {
   uint32_t limit, queue; nres_time_t queue_timeout, poll;
   uint32_t adaptive, min_limit, max_limit, reserved_;
   nres_time_t latency_target; double decrease;
+  double tolerance, smoothing; uint32_t long_window, headroom; double reserve;
 } nres_bulkhead_config_t;
 
 typedef struct nres_bulkhead_s {
   nres_bulkhead_config_t config; uint32_t inflight, waiting; uint64_t limit_fp, refused;
+  uint64_t recent, baseline, samples; uint32_t probe_left, reserved2_; uint64_t refused_class[3];
 } nres_bulkhead_t;
 
 typedef struct nres_estimator_s {
@@ -72,6 +74,7 @@ typedef struct nres_hedge_s {
 typedef struct nres_counters_s {
   uint64_t calls, attempts, retries, hedges, abandoned, fallbacks, late;
   uint64_t verdicts[5]; uint64_t stops[10]; uint64_t rejects[5];
+  uint64_t hedges_won, class_rejects[3];
 } nres_counters_t;
 
 typedef struct nres_policy_s {
@@ -90,6 +93,7 @@ typedef struct nres_policy_s {
            quantile_hedge;
   uint64_t n_verdicts[5], n_stops[10], n_rejects[5];
   uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
+  uint64_t n_hedges_won, n_class_rejects[3];
 } nres_policy_t;
 
 typedef struct nres_attempt_rec_s {
@@ -99,7 +103,7 @@ typedef struct nres_attempt_rec_s {
 typedef struct nres_call_s {
   nres_policy_t *policy; nres_time_t start, deadline, resume_at;
   uint8_t phase, stop, inflight, fallback; uint16_t attempts, retries, hedges;
-  uint8_t queued, seeded, charged, throttled; uint16_t reserved_; nres_time_t queue_end;
+  uint8_t queued, seeded, charged, throttled, criticality, reserved_; nres_time_t queue_end;
   nres_verdict_t last; nres_backoff_state_t backoff; nres_rng_t rng;
   struct { nres_time_t start, deadline; uint32_t permit; uint16_t number;
            uint8_t hedge, held; } slot[4];
@@ -121,6 +125,7 @@ typedef struct nres_breaker_stats_s {
 typedef struct nres_ratelimit_stats_s { nres_time_t tat; uint64_t refused; } nres_ratelimit_stats_t;
 typedef struct nres_bulkhead_stats_s {
   uint32_t inflight, waiting, limit, reserved_; uint64_t limit_fp, refused;
+  double recent, baseline; uint64_t refused_class[3];
 } nres_bulkhead_stats_t;
 
 const char *nres_strerror(int err);
@@ -170,6 +175,9 @@ const nres_attempt_rec_t *nres_call_log(const nres_call_t *call, unsigned i);
 
 int nres_step_begin(nres_call_t *call, nres_policy_t *policy, double now, double inbound,
                     nres_step_t *out);
+int nres_step_begin_class(nres_call_t *call, nres_policy_t *policy, double now,
+                          double inbound, int cls, nres_step_t *out);
+const char *nres_class_name(int cls);
 int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,
                      double retry_after, nres_step_t *out);
 int nres_step_resume(nres_call_t *call, double now, nres_step_t *out);

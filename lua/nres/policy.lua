@@ -259,13 +259,22 @@ local function build(t)
       if l.queue_timeout then cfg.queue_timeout = ns(l.queue_timeout) end
       if l.poll then cfg.poll = ns(l.poll) end
       local a = l.adaptive
-      if type(a) == "table" then
+      if type(a) == "table" and a.kind == "gradient" then
+        cfg.adaptive = 2
+        cfg.min_limit = a.min or 1
+        cfg.max_limit = a.max or 1000
+        if a.tolerance then cfg.tolerance = a.tolerance end
+        if a.smoothing then cfg.smoothing = a.smoothing end
+        if a.long_window then cfg.long_window = a.long_window end
+        if a.headroom then cfg.headroom = a.headroom end
+      elseif type(a) == "table" then
         cfg.adaptive = 1
         cfg.min_limit = a.min or 1
         cfg.max_limit = a.max or 1000
         cfg.latency_target = ns(a.target)
         cfg.decrease = a.decrease or 0.9
       end
+      cfg.reserve = l.reserve or 0
       local bh = ffi_new("nres_bulkhead_t")
       local rc = C.nres_bulkhead_init(bh, cfg)
       if rc ~= 0 then return nil, "limiter: " .. ffi_string(C.nres_strerror(rc)) end
@@ -324,8 +333,8 @@ function _M.new(spec, level)
     passthrough = bit.band(cp.private_flags, 1) ~= 0 and not t.admit and not t.on_event,
     -- Attempts side by side: p:run needs a driver that can (nres.run).
     hedged = cp.hedge.max > 1,
-    -- Lua-side counters, shared by the copies (with_driver, with).
-    tally = { hedges_won = 0 },
+    -- The criticality of its calls (nres_class_t): default; p:with changes it.
+    class = 1,
   }, mt)
 end
 
@@ -338,6 +347,52 @@ function _M.with_driver(self, d)
   local copy = setmetatable({}, mt)
   for k, v in pairs(self) do copy[k] = v end
   copy.driver = d
+  copy.variants = nil
+  return copy
+end
+
+-- Criticality classes, as nres_class_t.
+local CLASSES = { critical = 0, default = 1, sheddable = 2 }
+_M.classes = CLASSES
+
+-- The same policy for calls of another criticality:
+-- p:with{ criticality = "critical" | "default" | "sheddable" }. Under
+-- overload the limiters and the budget refuse sheddable calls first and
+-- keep headroom for critical ones (limiter.reserve; a sheddable call
+-- retries or hedges only while the budget is at least half full). The
+-- copy shares everything else (state, counters, driver) and is made once
+-- per class and policy object: calling p:with per request costs only the
+-- argument table, and p:run on the copy stays garbage-free.
+function _M.with(self, opts)
+  if type(opts) ~= "table" then
+    error("bad argument #1 to 'with' (a table { criticality = ... } expected, got "
+          .. schema.describe(opts) .. ")", 2)
+  end
+  for k in pairs(opts) do
+    if k ~= "criticality" then
+      error("bad argument #1 to 'with' (" .. tostring(k) .. ": unknown field; valid: criticality)", 2)
+    end
+  end
+  local name = opts.criticality
+  local cls = CLASSES[name]
+  if cls == nil then
+    error('bad argument #1 to \'with\' (criticality: expected one of "critical", "default",'
+          .. ' "sheddable", got ' .. schema.describe(name) .. ")", 2)
+  end
+  if cls == self.class then return self end
+  local variants = self.variants
+  if variants == nil then
+    variants = {}
+    self.variants = variants
+  end
+  local copy = variants[cls]
+  if copy == nil then
+    copy = setmetatable({}, mt)
+    for k, v in pairs(self) do copy[k] = v end
+    copy.class = cls
+    copy.variants = nil
+    variants[cls] = copy
+  end
   return copy
 end
 
@@ -355,12 +410,13 @@ function _M.on_state(self, cp)
   end
   local copy = setmetatable({}, mt)
   for k, v in pairs(self) do copy[k] = v end
-  copy.cp, copy.refs = cp, {}
+  copy.cp, copy.refs, copy.variants = cp, {}, nil
   copy.passthrough = bit.band(cp.private_flags, 1) ~= 0 and not self.admit and not self.on_event
   return copy
 end
 
 local counters = ffi_new("nres_counters_t")
+local bstats = ffi_new("nres_bulkhead_stats_t")
 local stop_names = run.reasons
 local verdict_names = classify.names
 local reject_names = { [0] = "breaker", "budget", "rate", "concurrency", "draining" }
@@ -375,9 +431,13 @@ function _M.stats(self)
     late = tonumber(counters.late), verdicts = {}, stops = {}, rejects = {},
   }
   -- Hedges sent (hedges), won (the call's answer came from a hedge) and
-  -- canceled (losers abandoned unclassified: the same as abandoned).
-  s.hedges_won = self.tally and self.tally.hedges_won or 0
+  -- canceled (losers abandoned unclassified: the same as abandoned);
+  -- calls refused (any source) by criticality.
+  s.hedges_won = tonumber(counters.hedges_won)
   s.hedges_canceled = s.abandoned
+  s.refused_by_class = { critical = tonumber(counters.class_rejects[0]),
+                         default = tonumber(counters.class_rejects[1]),
+                         sheddable = tonumber(counters.class_rejects[2]) }
   for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
   for i = 1, 9 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
   for i = 0, 4 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
@@ -388,12 +448,25 @@ function _M.stats(self)
   if cp.breaker ~= nil then
     s.breaker = ffi_string(C.nres_breaker_state_name(C.nres_breaker_state(cp.breaker, now)))
   end
+  if cp.bulkhead ~= nil then
+    C.nres_bulkhead_stats(cp.bulkhead, bstats)
+    s.limiter = {
+      limit = tonumber(bstats.limit_fp) / 65536, inflight = bstats.inflight,
+      waiting = bstats.waiting, refused = tonumber(bstats.refused),
+      refused_by_class = { critical = tonumber(bstats.refused_class[0]),
+                           default = tonumber(bstats.refused_class[1]),
+                           sheddable = tonumber(bstats.refused_class[2]) },
+    }
+    if cp.bulkhead.config.adaptive == 2 then
+      s.limiter.recent_ms = bstats.recent / 1e6
+      s.limiter.baseline_ms = bstats.baseline / 1e6
+    end
+  end
   return s
 end
 
 function _M.reset_stats(self)
   C.nres_policy_counters_reset(self.cp)
-  if self.tally then self.tally.hedges_won = 0 end
 end
 function _M.drain(self, on) C.nres_policy_drain(self.cp, on == false and 0 or 1) end
 

@@ -44,7 +44,7 @@ local pcall, select, type, error, unpack, setmetatable = pcall, select, type, er
 local format, sub = string.format, string.sub
 local band, lshift = require("bit").band, require("bit").lshift
 local ffi_new, ffi_string, ffi_gc = ffi.new, ffi.string, ffi.gc
-local step_begin, step_report = C.nres_step_begin, C.nres_step_report
+local step_begin, step_report = C.nres_step_begin_class, C.nres_step_report
 local step_resume, step_cancel, step_now = C.nres_step_resume, C.nres_step_cancel, C.nres_step_now
 local verdict_names = classify.names
 
@@ -59,6 +59,8 @@ local step = ffi_new("nres_step_t")
 local gc_step = ffi_new("nres_step_t")
 
 -- Stop reasons by code, as the stable strings of the C runtime.
+local CLASS_NAMES = { [0] = "critical", "default", "sheddable" }
+
 local reasons = {}
 for i = 0, 9 do reasons[i] = ffi_string(C.nres_stop_name(i)) end
 _M.reasons = reasons
@@ -163,6 +165,7 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   end
   local info = {
     reason = reason,
+    criticality = CLASS_NAMES[self.class or 1],
     attempts = call.attempts,
     retries = call.retries,
     hedges = call.hedges,
@@ -252,7 +255,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
   local st = ffi_new("nres_step_t")      -- this call waits while others run
   local call, owner = take_call()
   owner[1], owner[2] = self, driver
-  local kind = step_begin(call, cp, now(), -1, st)
+  local kind = step_begin(call, cp, now(), -1, self.class or 1, st)
   local recs, list = {}, {}
   local last                             -- the last attempt reported
   local refused, cb, cb_err
@@ -369,10 +372,6 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
   kill_all(kill, recs, nil)
   local stop, fallback_wanted = st.stop, st.fallback == 1
   if stop == STOP_OK then
-    if last.hedge then
-      local tally = self.tally
-      tally.hedges_won = tally.hedges_won + 1
-    end
     if on_event ~= nil then
       local fine, err = pcall(on_event, "done", "ok", call.attempts)
       if not fine then
@@ -403,7 +402,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
     local fine, vk = pcall(verdict_of, ok, r1, r2)
     if fine and vk == 0 then return results(n, r1, r2, r3, rest) end
     local call, owner = take_call()
-    step_begin(call, cp, 0, -1, step)
+    step_begin(call, cp, 0, -1, self.class or 1, step)
     if fine then
       step_report(call, 0, 0, vk, 0, -1, step)
       return finish(self, call, owner, step.stop, step.fallback == 1, ok, r1, r2, nil)
@@ -423,7 +422,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
 
   local call, owner = take_call()
   owner[1], owner[2] = self, driver
-  local kind = step_begin(call, cp, now(), -1, step)
+  local kind = step_begin(call, cp, now(), -1, self.class or 1, step)
   local ok, n, r1, r2, r3, rest, refused = true, 0, nil, nil, nil, nil, nil
   local cb, cb_err                       -- a callback that failed, and how
 

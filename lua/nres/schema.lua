@@ -206,11 +206,17 @@ _M.policy = {
     queue_timeout = positive_duration,
     poll = positive_duration,
     adaptive = section {
+      kind = enum { "aimd", "gradient" },
       min = integer(1, 4294967295),
       max = integer(1, 4294967295),
       target = positive_duration,
       decrease = open_fraction,
+      tolerance = number(1, false, 1e6, true, "a finite number >= 1"),
+      smoothing = ratio,
+      long_window = integer(1, 4294967295),
+      headroom = integer(0, 1000000),
     },
+    reserve = fraction,
   },
   hedge = section {
     at = quantile_name,
@@ -425,7 +431,7 @@ local function check_relations(problems, t)
         problems[#problems + 1] = format("limiter.%s: has no effect without limiter.rate", k)
       end
     end
-    for _, k in ipairs { "queue", "queue_timeout", "poll", "adaptive" } do
+    for _, k in ipairs { "queue", "queue_timeout", "poll", "adaptive", "reserve" } do
       if l[k] ~= nil and l[k] ~= false and l.concurrency == nil then
         problems[#problems + 1] = format("limiter.%s: has no effect without limiter.concurrency", k)
       end
@@ -435,8 +441,16 @@ local function check_relations(problems, t)
     end
     local a = l.adaptive
     if type(a) == "table" then
-      if a.target == nil then
+      local gradient = a.kind == "gradient"
+      if a.target == nil and not gradient then
         problems[#problems + 1] = "limiter.adaptive.target: expected a duration in seconds (finite number > 0), got nil"
+      end
+      for _, k in ipairs(gradient and { "target", "decrease" }
+                         or { "tolerance", "smoothing", "long_window", "headroom" }) do
+        if a[k] ~= nil then
+          problems[#problems + 1] = format('limiter.adaptive.%s: has no effect with kind = "%s"',
+            k, gradient and "gradient" or "aimd")
+        end
       end
       local lo, hi, start = a.min or 1, a.max, l.concurrency
       if ok(lo) and ok(hi) and hi < lo then

@@ -188,6 +188,21 @@ typedef enum {
   NRES_VERDICT_COUNT = 5
 } nres_verdict_kind_t;
 
+/* Criticality of a call (Google SRE's classes, three of them): under
+ * overload the limiters and the retry budget refuse sheddable calls first
+ * and keep headroom for critical ones (nres_bulkhead_config_t.reserve; a
+ * sheddable call retries or hedges only while the budget is at least half
+ * full). Set per call with nres_call_begin_class; the others begin as
+ * NRES_CLASS_DEFAULT. */
+typedef enum {
+  NRES_CLASS_CRITICAL = 0,
+  NRES_CLASS_DEFAULT = 1,
+  NRES_CLASS_SHEDDABLE = 2,
+  NRES_CLASS_COUNT
+} nres_class_t;
+
+NRES_EXTERN const char *nres_class_name(int cls);   /* "critical", ... */
+
 /* Verdict flags. */
 enum {
   NRES_VF_SELF = 1,        /* self-imposed (a local limiter refused) */
@@ -570,6 +585,47 @@ struct nres_bulkhead_config_s {
   uint32_t reserved_;
   nres_time_t latency_target;   /* AIMD: slower completions shrink it */
   double decrease;              /* AIMD multiplicative factor. 0.9 */
+  /* Gradient (adaptive = NRES_ADAPTIVE_GRADIENT, after Netflix's
+   * Gradient2, with Envoy-style probes of the no-load latency). Per
+   * completed attempt with a latency sample (OK or TRANSIENT; THROTTLED
+   * counts as a sample of twice the baseline), with `low` = max(min_limit,
+   * 2 * headroom), the least concurrency it applies:
+   *   recent   += (sample - recent) / 10           (a short average)
+   *   baseline += (sample - baseline) / 10 for a sample that ended with at
+   *               most `low` attempts in flight (a no-load sample), and
+   *               (sample - baseline) / long_window for a falling one;
+   *               other samples (queueing this limit allows) never raise
+   *               it, so an overload is not learnt as the new normal;
+   *               baseline *= 0.95 when it is above 2 * recent;
+   *   gradient  = clamp(tolerance * baseline / recent, 0.5, 1)
+   *   limit     = (1 - smoothing) * limit + smoothing * (limit * gradient
+   *               + headroom), within [min_limit, max_limit];
+   * stepped once per max(10, limit) samples (about one round trip), and
+   * not changed while inflight < limit / 2 (nothing to learn). Every
+   * 10 * long_window samples a probe holds the limit at `low` for limit +
+   * 2 * low samples (the first `limit` drain the work started under load
+   * and teach nothing), so a dependency that became slower by
+   * itself is learnt within one probe (and the limit recovers). `low`
+   * should be below the dependency's own concurrency. Ranges: tolerance
+   * >= 1, smoothing in (0, 1], long_window >= 1; min_limit, max_limit and
+   * limit as for AIMD; latency_target and decrease unused. */
+  double tolerance;             /* latency over the baseline taken as no
+                                   queueing. 1.5 */
+  double smoothing;             /* 0.2 */
+  uint32_t long_window;         /* samples the baseline averages. 600 */
+  uint32_t headroom;            /* queue allowance added each step. 4 */
+  /* Criticality (nres_class_t): the limit is the default class's; a
+   * critical call may take a slot while inflight < limit * (1 + reserve), a
+   * sheddable one only while inflight < limit * (1 - reserve); the queue
+   * the same way. reserve in [0, 1); 0 (the default): every class alike. */
+  double reserve;
+};
+
+/* nres_bulkhead_config_t.adaptive */
+enum {
+  NRES_ADAPTIVE_OFF = 0,
+  NRES_ADAPTIVE_AIMD = 1,
+  NRES_ADAPTIVE_GRADIENT = 2
 };
 
 struct nres_bulkhead_s {
@@ -578,6 +634,12 @@ struct nres_bulkhead_s {
   NRES_ATOMIC(uint32_t) waiting;
   NRES_ATOMIC(uint64_t) limit_fp;       /* limit << 16 (fixed point) */
   NRES_ATOMIC(uint64_t) refused;
+  NRES_ATOMIC(uint64_t) recent;         /* gradient: ns, a double's bits */
+  NRES_ATOMIC(uint64_t) baseline;       /* gradient: ns, a double's bits */
+  NRES_ATOMIC(uint64_t) samples;        /* gradient: samples taken */
+  NRES_ATOMIC(uint32_t) probe_left;     /* gradient: probe samples to go */
+  uint32_t reserved2_;
+  NRES_ATOMIC(uint64_t) refused_class[3];   /* refused, by nres_class_t */
 };
 
 NRES_EXTERN void nres_bulkhead_config_init(nres_bulkhead_config_t *config);
@@ -588,10 +650,16 @@ NRES_EXTERN const char *nres_bulkhead_config_error(
 NRES_EXTERN int nres_bulkhead_init(nres_bulkhead_t *bulkhead,
                                    const nres_bulkhead_config_t *config);
 /* Take a slot: 0, or NRES_EFULL. A caller already queued passes queued=1:
- * new arrivals do not overtake waiting callers. */
+ * new arrivals do not overtake waiting callers. As the default class. */
 NRES_EXTERN int nres_bulkhead_acquire(nres_bulkhead_t *bulkhead, int queued);
 /* Join the wait queue: 0, or NRES_EFULL when the queue is full. */
 NRES_EXTERN int nres_bulkhead_enqueue(nres_bulkhead_t *bulkhead);
+/* The same for a call of class `cls` (nres_class_t; out of range: the
+ * default class), with the headroom rule of config.reserve. */
+NRES_EXTERN int nres_bulkhead_acquire_class(nres_bulkhead_t *bulkhead,
+                                            int queued, int cls);
+NRES_EXTERN int nres_bulkhead_enqueue_class(nres_bulkhead_t *bulkhead,
+                                            int cls);
 NRES_EXTERN void nres_bulkhead_dequeue(nres_bulkhead_t *bulkhead);
 /* Give a slot back, with the attempt's latency and verdict kind for the
  * adaptive limit (kind < 0: no sample, e.g. canceled). */
@@ -606,6 +674,9 @@ typedef struct nres_bulkhead_stats_s {
   uint32_t reserved_;
   uint64_t limit_fp;            /* the adaptive limit, << 16 */
   uint64_t refused;             /* acquisitions and queue places refused */
+  double recent;                /* gradient: recent latency, ns (0: none) */
+  double baseline;              /* gradient: no-load baseline, ns */
+  uint64_t refused_class[3];    /* refused, by nres_class_t */
 } nres_bulkhead_stats_t;
 
 NRES_EXTERN void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
@@ -731,6 +802,9 @@ struct nres_counters_s {
   uint64_t verdicts[NRES_VERDICT_COUNT];
   uint64_t stops[NRES_STOP_COUNT];
   uint64_t rejects[NRES_REJECT_COUNT];
+  uint64_t hedges_won;          /* calls answered by a hedged attempt */
+  uint64_t class_rejects[NRES_CLASS_COUNT];   /* calls refused (any
+                                   source), by class */
 };
 
 /* ----------------------------------------------------------------- policy */
@@ -835,6 +909,8 @@ struct nres_policy_s {
   NRES_ATOMIC(uint64_t) n_abandoned;
   NRES_ATOMIC(uint64_t) n_fallbacks;
   NRES_ATOMIC(uint64_t) n_late;
+  NRES_ATOMIC(uint64_t) n_hedges_won;
+  NRES_ATOMIC(uint64_t) n_class_rejects[NRES_CLASS_COUNT];
 };
 
 /* Fill in a preset's configuration and reset the telemetry. */
@@ -939,7 +1015,8 @@ struct nres_call_s {
                                    about to start */
   uint8_t throttled;            /* 1: the dependency asked us to slow
                                    down: no more hedges */
-  uint16_t reserved_;
+  uint8_t criticality;          /* nres_class_t, set by begin */
+  uint8_t reserved_;
   nres_time_t queue_end;        /* when a queued wait gives up */
   nres_verdict_t last;          /* the last verdict reported */
   nres_backoff_state_t backoff;
@@ -968,6 +1045,15 @@ NRES_EXTERN nres_action_t nres_call_begin_within(nres_call_t *call,
                                                  nres_policy_t *policy,
                                                  nres_time_t now,
                                                  nres_time_t inbound);
+/* The same for a call of criticality `cls` (nres_class_t; out of range:
+ * NRES_CLASS_DEFAULT). A refused call stops with NRES_STOP_LIMITED (or
+ * BUDGET, CIRCUIT...) as any other; counters.class_rejects says which
+ * classes were refused. */
+NRES_EXTERN nres_action_t nres_call_begin_class(nres_call_t *call,
+                                                nres_policy_t *policy,
+                                                nres_time_t now,
+                                                nres_time_t inbound,
+                                                int cls);
 /* The attempt in `slot` ended with `verdict`. A report for a slot with no
  * attempt in flight (late, or abandoned), or with a verdict kind out of
  * range (misuse), changes nothing, is counted as late, and returns the
@@ -1024,6 +1110,9 @@ typedef struct nres_step_s {
 
 NRES_EXTERN int nres_step_begin(nres_call_t *call, nres_policy_t *policy,
                                 double now, double inbound, nres_step_t *out);
+NRES_EXTERN int nres_step_begin_class(nres_call_t *call, nres_policy_t *policy,
+                                      double now, double inbound, int cls,
+                                      nres_step_t *out);
 /* retry_after < 0: none. */
 NRES_EXTERN int nres_step_report(nres_call_t *call, unsigned slot, double now,
                                  int kind, int flags, double retry_after,

@@ -7,8 +7,10 @@
  * adaptive limit grows by about one per `limit` fast successes, shrinks on
  * slow completions and on TRANSIENT or THROTTLED, ignores other kinds and
  * stays within [min_limit, max_limit], that an unmatched release does not
- * wrap the counters, and that eight threads sharing one bulkhead never hold
- * more slots than the limit.
+ * wrap the counters, that criticality classes get ordered headroom around
+ * the limit and the queue (refusals counted per class), and that eight
+ * threads sharing one bulkhead never hold more slots than the limit. The
+ * gradient limit has its own file, test_gradient.c.
  */
 #include <math.h>
 
@@ -84,7 +86,7 @@ static void invalid_configs_are_einval(void **state) {
   assert_int_equal(nres_bulkhead_init(&b, &c), 0);
 
   fixed_config(&c, 4, 0);
-  c.adaptive = 2;
+  c.adaptive = 3;   /* 0 off, 1 AIMD, 2 gradient */
   assert_int_equal(nres_bulkhead_init(&b, &c), NRES_EINVAL);
 
   /* A fixed bulkhead ignores the adaptive fields. */
@@ -305,6 +307,73 @@ static void no_allocation(void **state) {
   assert_int_equal(atomic_load(&test_alloc_calls), 0);
 }
 
+/* Criticality: sheddable calls stop at limit * (1 - reserve), critical ones
+ * may go on to limit * (1 + reserve); the queue the same; refusals are
+ * counted per class; reserve 0 treats every class alike. */
+static void classes_get_ordered_headroom(void **state) {
+  nres_bulkhead_config_t c;
+  nres_bulkhead_t b;
+  int n;
+  (void) state;
+
+  fixed_config(&c, 10, 0);
+  c.reserve = 0.2;
+  assert_int_equal(nres_bulkhead_init(&b, &c), 0);
+  for (n = 0; nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_SHEDDABLE) == 0; n++) {
+  }
+  assert_int_equal(n, 8);
+  for (; nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_DEFAULT) == 0; n++) {
+  }
+  assert_int_equal(n, 10);
+  assert_int_equal(nres_bulkhead_acquire(&b, 0), NRES_EFULL);   /* default */
+  for (; nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_CRITICAL) == 0; n++) {
+  }
+  assert_int_equal(n, 12);
+  assert_int_equal(stats(&b).refused_class[NRES_CLASS_SHEDDABLE], 1);
+  assert_int_equal(stats(&b).refused_class[NRES_CLASS_DEFAULT], 2);
+  assert_int_equal(stats(&b).refused_class[NRES_CLASS_CRITICAL], 1);
+  assert_int_equal(stats(&b).refused, 4);
+  /* Out of range: the default class. */
+  nres_bulkhead_release(&b, 0, -1);
+  nres_bulkhead_release(&b, 0, -1);
+  nres_bulkhead_release(&b, 0, -1);   /* 9 held */
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, 7), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, -1), NRES_EFULL);
+
+  /* The queue: 10 places, sheddable 8, critical 12. */
+  fixed_config(&c, 1, 10);
+  c.reserve = 0.2;
+  assert_int_equal(nres_bulkhead_init(&b, &c), 0);
+  for (n = 0; nres_bulkhead_enqueue_class(&b, NRES_CLASS_SHEDDABLE) == 0; n++) {
+  }
+  assert_int_equal(n, 8);
+  for (; nres_bulkhead_enqueue(&b) == 0; n++) {
+  }
+  assert_int_equal(n, 10);
+  for (; nres_bulkhead_enqueue_class(&b, NRES_CLASS_CRITICAL) == 0; n++) {
+  }
+  assert_int_equal(n, 12);
+
+  /* reserve 0: one limit for all. */
+  fixed_config(&c, 4, 0);
+  assert_int_equal(nres_bulkhead_init(&b, &c), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_SHEDDABLE), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_SHEDDABLE), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_SHEDDABLE), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_SHEDDABLE), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_CRITICAL), NRES_EFULL);
+
+  /* A limit of 1 with a reserve: sheddable still gets the one slot when
+   * nothing else runs. */
+  fixed_config(&c, 1, 0);
+  c.reserve = 0.5;
+  assert_int_equal(nres_bulkhead_init(&b, &c), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_SHEDDABLE), 0);
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_SHEDDABLE), NRES_EFULL);
+  /* 1.5 slots for critical: whole slots only. */
+  assert_int_equal(nres_bulkhead_acquire_class(&b, 0, NRES_CLASS_CRITICAL), NRES_EFULL);
+}
+
 /* Eight threads, one bulkhead, a counter of callers holding a slot. */
 #define HOLD_THREADS 8
 #define HOLD_ITERS 20000
@@ -404,6 +473,7 @@ int main(void) {
     cmocka_unit_test(
         unmatched_release_does_not_wrap_inflight_and_lock_out_everyone),
     cmocka_unit_test(no_allocation),
+    cmocka_unit_test(classes_get_ordered_headroom),
     cmocka_unit_test(threads_never_hold_more_slots_than_the_limit),
     cmocka_unit_test(threads_keep_the_adaptive_limit_within_bounds),
   };

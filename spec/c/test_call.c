@@ -414,6 +414,113 @@ static void hedge_starts_after_delay_and_first_ok_wins(void **state) {
   assert_int_equal(nres_call_log(&call, 1)->flags, 0xff);   /* abandoned */
 }
 
+/* A hedge that wins is counted; the loser, abandoned, still tells the
+ * estimator it ran at least this long (a censored sample), so the hedge
+ * quantile is not learnt from the fast attempts alone. */
+static void hedge_win_is_counted_and_the_loser_is_a_censored_sample(
+    void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a, h;
+  uint64_t samples = 0;
+  (void) state;
+
+  trivial(&p);
+  p.hedge.max = 2;
+  p.hedge.delay = 50 * MS;
+  assert_int_equal(nres_estimator_init(&p.own.estimator, 10 * SEC), 0);
+  p.estimator = &p.own.estimator;
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  h = nres_call_resume(&call, 50 * MS);
+  assert_int_equal(h.hedge, 1);
+  h = nres_call_report(&call, h.slot, 60 * MS, ok());
+  assert_int_equal(h.stop, NRES_STOP_OK);
+  assert_int_equal(h.cancel, 1u << a.slot);
+  assert_int_equal(counters(&p).hedges_won, 1);
+  assert_true(nres_estimator_quantile(&p.own.estimator, 60 * MS, 1.0, &samples)
+              >= 60 * MS);
+  assert_int_equal(samples, 2);   /* the 10 ms winner, the 60 ms loser */
+
+  /* The first attempt winning is not a hedge win. */
+  a = nres_call_begin(&call, &p, SEC);
+  h = nres_call_resume(&call, SEC + 50 * MS);
+  assert_int_equal(h.hedge, 1);
+  a = nres_call_report(&call, a.slot, SEC + 55 * MS, ok());
+  assert_int_equal(a.stop, NRES_STOP_OK);
+  assert_int_equal(counters(&p).hedges_won, 1);
+}
+
+/* Criticality: the bulkhead keeps headroom for higher classes, a sheddable
+ * call retries only while the budget is at least half full, and refusals
+ * are counted per class; the stop reason is the usual one. */
+static void criticality_orders_the_bulkhead_and_the_budget(void **state) {
+  nres_policy_t p;
+  nres_bulkhead_t bh;
+  nres_bulkhead_config_t bc;
+  nres_call_t calls[13];
+  nres_action_t a;
+  nres_counters_t c;
+  int i;
+  (void) state;
+
+  trivial(&p);
+  nres_bulkhead_config_init(&bc);
+  bc.limit = 10;
+  bc.reserve = 0.2;
+  assert_int_equal(nres_bulkhead_init(&bh, &bc), 0);
+  p.bulkhead = &bh;
+  build(&p);
+  for (i = 0; i < 8; i++) {
+    a = nres_call_begin_class(&calls[i], &p, 0, NRES_TIME_NEVER,
+                              NRES_CLASS_SHEDDABLE);
+    assert_int_equal(a.kind, NRES_ATTEMPT);
+  }
+  a = nres_call_begin_class(&calls[8], &p, 0, NRES_TIME_NEVER,
+                            NRES_CLASS_SHEDDABLE);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_LIMITED);
+  assert_int_equal(calls[8].criticality, NRES_CLASS_SHEDDABLE);
+  for (i = 8; i < 10; i++)
+    assert_int_equal(nres_call_begin(&calls[i], &p, 0).kind, NRES_ATTEMPT);
+  assert_int_equal(nres_call_begin(&calls[10], &p, 0).stop, NRES_STOP_LIMITED);
+  for (i = 10; i < 12; i++)
+    assert_int_equal(nres_call_begin_class(&calls[i], &p, 0, NRES_TIME_NEVER,
+                                           NRES_CLASS_CRITICAL).kind,
+                     NRES_ATTEMPT);
+  assert_int_equal(nres_call_begin_class(&calls[12], &p, 0, NRES_TIME_NEVER,
+                                         NRES_CLASS_CRITICAL).stop,
+                   NRES_STOP_LIMITED);
+  c = counters(&p);
+  assert_int_equal(c.class_rejects[NRES_CLASS_SHEDDABLE], 1);
+  assert_int_equal(c.class_rejects[NRES_CLASS_DEFAULT], 1);
+  assert_int_equal(c.class_rejects[NRES_CLASS_CRITICAL], 1);
+  assert_int_equal(c.rejects[NRES_REJECT_CONCURRENCY], 3);
+  for (i = 0; i < 12; i++)
+    if (i != 8 && i != 10)
+      nres_call_report(&calls[i], 0, MS, ok());
+
+  /* Budget: 10 tokens, 6 spent: a sheddable retry is refused, a default
+   * one is not. */
+  trivial(&p);
+  assert_int_equal(nres_budget_init(&p.own.budget, 0.1, 0, 10), 0);
+  p.budget = &p.own.budget;
+  build(&p);
+  for (i = 0; i < 6; i++)
+    assert_int_equal(nres_budget_spend(p.budget, 0), 0);
+  a = nres_call_begin_class(&calls[0], &p, 0, NRES_TIME_NEVER,
+                            NRES_CLASS_SHEDDABLE);
+  a = nres_call_report(&calls[0], a.slot, MS, transient());
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_BUDGET);
+  a = nres_call_begin(&calls[1], &p, 0);
+  a = nres_call_report(&calls[1], a.slot, MS, transient());
+  assert_int_equal(a.kind, NRES_ATTEMPT);   /* the default class retries */
+  assert_int_equal(counters(&p).class_rejects[NRES_CLASS_SHEDDABLE], 1);
+  assert_string_equal(nres_class_name(NRES_CLASS_SHEDDABLE), "sheddable");
+  assert_string_equal(nres_class_name(9), "unknown");
+}
+
 static void exhausted_budget_never_cancels_inflight_hedges(void **state) {
   nres_policy_t p;
   nres_budget_t budget;
@@ -893,6 +1000,8 @@ int main(void) {
     cmocka_unit_test(canceled_outcome_is_not_a_breaker_failure),
     cmocka_unit_test(hedge_starts_after_delay_and_first_ok_wins),
     cmocka_unit_test(exhausted_budget_never_cancels_inflight_hedges),
+    cmocka_unit_test(hedge_win_is_counted_and_the_loser_is_a_censored_sample),
+    cmocka_unit_test(criticality_orders_the_bulkhead_and_the_budget),
     cmocka_unit_test(failed_hedge_waits_for_the_others),
     cmocka_unit_test(hedging_is_suppressed_while_failure_ratio_is_high),
     cmocka_unit_test(rate_limiter_refuses_or_waits_within_limit_wait),

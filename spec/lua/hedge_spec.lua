@@ -1,9 +1,12 @@
--- hedge_spec.lua - hedged p:run on nresrun's scheduler with a virtual clock:
--- the first good answer wins and the losers never run again, hedges spend
--- the retry budget and stop when it is empty, hedging stops while the
--- failure ratio is high, a hedge answering first is counted as won, the
--- quantile delay waits for samples, and drivers that cannot run attempts
--- side by side refuse a hedged policy by name.
+-- hedge_spec.lua - overload control in p:run, on virtual clocks. Hedging on
+-- nresrun's scheduler: the first good answer wins and the losers never run
+-- again, hedges spend the retry budget and stop when it is empty, hedging
+-- stops while the failure ratio is high, a hedge answering first is counted
+-- as won, the quantile delay waits for samples, and drivers that cannot run
+-- attempts side by side refuse a hedged policy by name. Criticality
+-- (p:with): class-ordered refusals of the limiter and the budget, per-class
+-- counters, no garbage. The gradient limiter: its options, and its limit
+-- against a modelled dependency.
 local nres = require "nres"
 local sched = require "nresrun.sched"
 
@@ -216,5 +219,126 @@ describe("drivers that cannot hedge", function()
   it("a policy without hedge runs on them as before", function()
     local p = nres.policy { base = "trivial" }:with_driver(nres.driver.virtual())
     expect.eq(p:run(function() return 7 end), 7)
+  end)
+end)
+
+describe("criticality (p:with)", function()
+  local function hold(s, ms) return function() s.driver.sleep(ms * MS); return "ok" end end
+
+  it("sheddable calls are refused first; critical ones get headroom", function()
+    local p, s = on_sched { base = "trivial", attempts = 1,
+                            limiter = { concurrency = 10, reserve = 0.2 } }
+    local shed, crit = p:with { criticality = "sheddable" }, p:with { criticality = "critical" }
+    expect.eq(p:with { criticality = "sheddable" }, shed, "made once per class")
+    expect.eq(p:with { criticality = "default" }, p)
+    local outs = {}
+    local function go(q)
+      local o = {}
+      outs[#outs + 1] = o
+      call(q, s, hold(s, 100), o)
+      return o
+    end
+    for _ = 1, 9 do go(shed) end          -- 8 admitted, the 9th refused
+    for _ = 1, 3 do go(p) end             -- 2 admitted (10 in all), 1 refused
+    for _ = 1, 3 do go(crit) end          -- 2 admitted (12 in all), 1 refused
+    s:run_until(s.now() + 1000 * MS)
+    local refused = {}
+    for _, o in ipairs(outs) do
+      if o.r == nil then
+        expect.eq(o.reason, "rate limited")
+        refused[o.info.criticality] = (refused[o.info.criticality] or 0) + 1
+      end
+    end
+    expect.eq(refused.sheddable, 1); expect.eq(refused.default, 1); expect.eq(refused.critical, 1)
+    local st = p:stats()
+    expect.eq(st.refused_by_class.sheddable, 1)
+    expect.eq(st.refused_by_class.default, 1)
+    expect.eq(st.refused_by_class.critical, 1)
+    expect.eq(st.limiter.refused_by_class.sheddable, 1)
+  end)
+
+  it("a sheddable call stops retrying once the budget is half spent", function()
+    local spec = { base = "trivial", attempts = 4,
+                   budget = { capacity = 4, min_per_sec = 0, ratio = 0.1 } }
+    local p = nres.policy(spec):with_driver(nres.driver.virtual())
+    local shed = p:with { criticality = "sheddable" }
+    local n = 0
+    local fail = function() n = n + 1; return nil, "down" end
+    local _, reason = p:run(fail)               -- 3 retries: 1 token left
+    expect.eq(reason, "attempts exhausted"); expect.eq(n, 4)
+    n = 0
+    local _, r2, info = shed:run(fail)
+    expect.eq(r2, "budget exhausted"); expect.eq(n, 1); expect.eq(info.criticality, "sheddable")
+    n = 0
+    local _, r3 = p:run(fail)                   -- the default class takes the last
+    expect.eq(n, 2); expect.eq(r3, "budget exhausted")
+  end)
+
+  it("misuse names the field", function()
+    local p = nres.policy { base = "trivial" }
+    expect.error(function() p:with { criticality = "vip" } end,
+      'bad argument #1 to \'with\' (criticality: expected one of "critical", "default", "sheddable", got "vip")')
+    expect.error(function() p:with { class = "critical" } end,
+      "bad argument #1 to 'with' (class: unknown field; valid: criticality)")
+  end)
+
+  it("p:run on a class copy makes no garbage", function()
+    local p = nres.policy({ base = "trivial" }):with_driver(nres.driver.virtual())
+    local q = p:with { criticality = "critical" }
+    local function f(i) return i end
+    for i = 1, 2000 do q:run(f, i) end
+    collectgarbage("collect")
+    collectgarbage("stop")
+    local kb0 = collectgarbage("count")
+    for i = 1, 100000 do q:run(f, i) end
+    local kb1 = collectgarbage("count")
+    collectgarbage("restart")
+    -- One table per call would be several MB; allow the JIT's own traces.
+    expect.truthy(kb1 - kb0 < 64, "garbage: " .. (kb1 - kb0) .. " KB over 100k calls")
+  end)
+end)
+
+describe("limiter.adaptive.kind = gradient", function()
+  it("builds, validates, and reports its limit", function()
+    local p = nres.policy { base = "trivial",
+      limiter = { concurrency = 8, adaptive = { kind = "gradient", min = 2, max = 100,
+                                                tolerance = 2, headroom = 3 } } }
+    expect.eq(p.cp.bulkhead.config.adaptive, 2)
+    expect.eq(p.cp.bulkhead.config.tolerance, 2)
+    expect.eq(p.cp.bulkhead.config.headroom, 3)
+    expect.eq(p:stats().limiter.limit, 8)
+    local fine, err = pcall(nres.policy, { limiter = { concurrency = 8,
+      adaptive = { kind = "gradient", target = 0.1 } } })
+    expect.eq(fine, false)
+    expect.truthy(tostring(err):find('limiter.adaptive.target: has no effect with kind = "gradient"', 1, true), err)
+    fine, err = pcall(nres.policy, { limiter = { concurrency = 8,
+      adaptive = { kind = "gradient", tolerance = 0.5 } } })
+    expect.eq(fine, false)
+    expect.truthy(tostring(err):find("limiter.adaptive.tolerance", 1, true), err)
+  end)
+
+  it("shrinks the limit when latency climbs under load (scheduler, virtual clock)", function()
+    local p, s = on_sched { base = "trivial", attempts = 1,
+      limiter = { concurrency = 20, adaptive = { kind = "gradient", min = 1, max = 200 } } }
+    -- A dependency of 10 servers: latency grows with the work in flight.
+    local busy = 0
+    local function dep()
+      busy = busy + 1
+      local f = busy > 10 and busy / 10 or 1
+      s.driver.sleep(10 * MS * f)
+      busy = busy - 1
+      return true
+    end
+    local function loop()
+      while s.now() < 1e9 + 20e9 do
+        if p:run(dep) == nil then s.driver.sleep(MS) end   -- refused: back off
+      end
+    end
+    for _ = 1, 40 do s:spawn(loop) end        -- 40 closed-loop workers
+    s:run_until(1e9 + 20e9)
+    local st = p:stats()
+    -- The knee of 10 servers with tolerance 1.5 and headroom 4: about 19.
+    expect.truthy(st.limiter.limit >= 12 and st.limiter.limit <= 25, "limit " .. st.limiter.limit)
+    expect.truthy(st.limiter.baseline_ms < 12, "baseline " .. st.limiter.baseline_ms)
   end)
 end)

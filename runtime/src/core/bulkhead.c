@@ -1,6 +1,8 @@
 /* bulkhead.c - the concurrency limiter: at most `limit` attempts in flight,
- * a bounded count of callers waiting for a slot, and an optional AIMD limit
- * that follows the dependency's latency.
+ * a bounded count of callers waiting for a slot, and an optional adaptive
+ * limit that follows the dependency's latency: AIMD, or a gradient of the
+ * no-load latency over the recent one (after Netflix's Gradient2), with
+ * per-class headroom (criticality) around the limit.
  *
  * The bulkhead only counts; it never waits. A caller refused a slot may join
  * the queue (enqueue) and ask again with queued=1 until its driver's
@@ -17,6 +19,8 @@
  * call twice) and enqueue refusals. Queued callers that give up after
  * queue_timeout are not counted here: dequeue does not say why.
  */
+#include <string.h>
+
 #include "internal.h"
 
 #define FP_SHIFT 16
@@ -32,6 +36,11 @@ void nres_bulkhead_config_init(nres_bulkhead_config_t *config) {
   config->reserved_ = 0;
   config->latency_target = 0;
   config->decrease = 0.9;
+  config->tolerance = 1.5;
+  config->smoothing = 0.2;
+  config->long_window = 600;
+  config->headroom = 4;
+  config->reserve = 0;
 }
 
 const char *nres_bulkhead_config_error(const nres_bulkhead_config_t *config) {
@@ -52,9 +61,22 @@ const char *nres_bulkhead_config_error(const nres_bulkhead_config_t *config) {
     if (config->poll == 0 || config->poll == NRES_TIME_NEVER)
       return "bulkhead.poll: must be > 0 and not never with a queue";
   }
-  if (config->adaptive > 1)
-    return "bulkhead.adaptive: must be 0 or 1";
-  if (config->adaptive) {
+  if (config->adaptive > NRES_ADAPTIVE_GRADIENT)
+    return "bulkhead.adaptive: must be 0 (off), 1 (AIMD) or 2 (gradient)";
+  if (!(config->reserve >= 0 && config->reserve < 1))   /* NaN too */
+    return "bulkhead.reserve: must be in [0, 1)";
+  if (config->adaptive == NRES_ADAPTIVE_GRADIENT) {
+    if (config->min_limit < 1 || config->min_limit > config->limit)
+      return "bulkhead.min_limit: must be 1..limit";
+    if (config->limit > config->max_limit)
+      return "bulkhead.max_limit: below bulkhead.limit";
+    if (!(config->tolerance >= 1 && config->tolerance < 1e6))
+      return "bulkhead.tolerance: must be >= 1";
+    if (!(config->smoothing > 0 && config->smoothing <= 1))
+      return "bulkhead.smoothing: must be in (0, 1]";
+    if (config->long_window < 1)
+      return "bulkhead.long_window: must be >= 1";
+  } else if (config->adaptive) {
     if (config->min_limit < 1 || config->min_limit > config->limit)
       return "bulkhead.min_limit: must be 1..limit";
     if (config->limit > config->max_limit)
@@ -77,13 +99,38 @@ int nres_bulkhead_init(nres_bulkhead_t *bulkhead,
   nres__store(&bulkhead->waiting, 0);
   nres__store(&bulkhead->limit_fp, (uint64_t) config->limit << FP_SHIFT);
   nres__store(&bulkhead->refused, 0);
+  nres__store(&bulkhead->recent, 0);
+  nres__store(&bulkhead->baseline, 0);
+  nres__store(&bulkhead->samples, 0);
+  nres__store(&bulkhead->probe_left, 0);
+  for (int i = 0; i < NRES_CLASS_COUNT; i++)
+    nres__store(&bulkhead->refused_class[i], 0);
   return 0;
 }
 
-int nres_bulkhead_acquire(nres_bulkhead_t *bulkhead, int queued) {
-  uint32_t cur;
-  uint64_t limit;
+/* The least concurrency the gradient applies: where a gradient of 0.5
+ * holds the limit (2 * headroom), or min_limit. */
+static uint32_t floor_limit(const nres_bulkhead_config_t *c) {
+  return c->min_limit > 2 * c->headroom ? c->min_limit : 2 * c->headroom;
+}
 
+/* The share of the limit (or queue) a class may fill, 16.16 fixed point. */
+static uint64_t class_cap(uint64_t fp, double reserve, int cls) {
+  if (reserve == 0 || cls == NRES_CLASS_DEFAULT)
+    return fp;
+  if (cls == NRES_CLASS_CRITICAL)
+    return fp + (uint64_t) ((double) fp * reserve);
+  return fp - (uint64_t) ((double) fp * reserve);
+}
+
+int nres_bulkhead_acquire_class(nres_bulkhead_t *bulkhead, int queued,
+                                int cls) {
+  uint32_t cur;
+  uint64_t cap;
+  double reserve = bulkhead->config.reserve;
+
+  if (cls < 0 || cls >= NRES_CLASS_COUNT)
+    cls = NRES_CLASS_DEFAULT;
   if (!queued && nres__load(&bulkhead->waiting) > 0)
     goto full;
 
@@ -93,29 +140,50 @@ int nres_bulkhead_acquire(nres_bulkhead_t *bulkhead, int queued) {
      * this read and the CAS can leave inflight above the new limit for a
      * moment; running attempts are never evicted anyway. A fixed limit is
      * exact: the CAS only succeeds while inflight is below it. */
-    limit = nres__load(&bulkhead->limit_fp) >> FP_SHIFT;
-    if (cur >= limit)
+    cap = class_cap(nres__load(&bulkhead->limit_fp), reserve, cls);
+    if (__builtin_expect(bulkhead->config.adaptive == NRES_ADAPTIVE_GRADIENT, 0) &&
+        nres__load(&bulkhead->probe_left) > 0 &&
+        cap > ((uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT))
+      cap = (uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT;   /* probe */
+    if (((uint64_t) cur << FP_SHIFT) + ((uint64_t) 1 << FP_SHIFT) > cap &&
+        !(cur == 0 && cap > 0))   /* a class with any share gets one slot */
       goto full;
   } while (!nres__cas(&bulkhead->inflight, &cur, cur + 1));
   return 0;
 
 full:
-  if (!queued && bulkhead->config.queue == 0)
+  if (!queued && bulkhead->config.queue == 0) {
     nres__add(&bulkhead->refused, 1);
+    nres__add(&bulkhead->refused_class[cls], 1);
+  }
   return NRES_EFULL;
 }
 
-int nres_bulkhead_enqueue(nres_bulkhead_t *bulkhead) {
-  uint32_t cur;
+int nres_bulkhead_acquire(nres_bulkhead_t *bulkhead, int queued) {
+  return nres_bulkhead_acquire_class(bulkhead, queued, NRES_CLASS_DEFAULT);
+}
 
+int nres_bulkhead_enqueue_class(nres_bulkhead_t *bulkhead, int cls) {
+  uint32_t cur;
+  uint64_t cap;
+
+  if (cls < 0 || cls >= NRES_CLASS_COUNT)
+    cls = NRES_CLASS_DEFAULT;
+  cap = class_cap((uint64_t) bulkhead->config.queue << FP_SHIFT,
+                  bulkhead->config.reserve, cls);
   cur = nres__load(&bulkhead->waiting);
   do {
-    if (cur >= bulkhead->config.queue) {
+    if (((uint64_t) cur << FP_SHIFT) + ((uint64_t) 1 << FP_SHIFT) > cap) {
       nres__add(&bulkhead->refused, 1);
+      nres__add(&bulkhead->refused_class[cls], 1);
       return NRES_EFULL;
     }
   } while (!nres__cas(&bulkhead->waiting, &cur, cur + 1));
   return 0;
+}
+
+int nres_bulkhead_enqueue(nres_bulkhead_t *bulkhead) {
+  return nres_bulkhead_enqueue_class(bulkhead, NRES_CLASS_DEFAULT);
 }
 
 /* Decrement without wrapping: a release or dequeue without its match would
@@ -171,10 +239,119 @@ static void adapt(nres_bulkhead_t *bulkhead, nres_time_t latency, int kind) {
   } while (!nres__cas(&bulkhead->limit_fp, &cur, next));
 }
 
+/* Doubles kept in atomic 64-bit words (pointer-free, shareable). */
+static double load_double(NRES_ATOMIC(uint64_t) *word) {
+  uint64_t bits = nres__load(word);
+  double v;
+  memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
+/* word += (sample - word) * alpha, by CAS; a first sample (0) is taken as
+ * it is. Returns the new value. */
+static double average(NRES_ATOMIC(uint64_t) *word, double sample,
+                      double alpha) {
+  uint64_t cur = nres__load(word), next;
+  double v, n;
+
+  do {
+    memcpy(&v, &cur, sizeof(v));
+    n = v == 0 ? sample : v + (sample - v) * alpha;
+    memcpy(&next, &n, sizeof(next));
+  } while (!nres__cas(word, &cur, next));
+  return n;
+}
+
+/* The gradient step for one completion (see nres.h). `inflight`: attempts
+ * in flight with this one, as it ended. */
+static void gradient(nres_bulkhead_t *bulkhead, nres_time_t latency,
+                     int kind, uint32_t inflight) {
+  const nres_bulkhead_config_t *c = &bulkhead->config;
+  uint64_t min_fp = (uint64_t) c->min_limit << FP_SHIFT;
+  uint64_t max_fp = (uint64_t) c->max_limit << FP_SHIFT;
+  uint32_t low = floor_limit(c), left;
+  uint64_t cur, next, n;
+  double sample, base, recent, g, limit, target;
+
+  if (kind == NRES_OK || kind == NRES_TRANSIENT)
+    sample = (double) latency;
+  else if (kind == NRES_THROTTLED)
+    sample = 2 * load_double(&bulkhead->baseline);
+  else
+    return;   /* PERMANENT, CANCELED: says nothing of load */
+  if (!(sample > 0))
+    return;
+
+  /* Every 10 * long_window samples, a probe: the limit is held at its
+   * floor until 2 * floor samples have come in at that concurrency. */
+  n = nres__add(&bulkhead->samples, 1) + 1;
+  cur = nres__load(&bulkhead->limit_fp);
+  if (n % (10u * (uint64_t) c->long_window) == 0)   /* drain, then measure */
+    nres__store(&bulkhead->probe_left,
+                2 * low + (uint32_t) (cur >> FP_SHIFT));
+  left = nres__load(&bulkhead->probe_left);
+  while (left > 0 && !nres__cas(&bulkhead->probe_left, &left, left - 1)) {
+  }
+
+  /* A probe's samples measure the baseline only: the recent latency keeps
+   * its loaded value, or the limit would overshoot when the probe ends. */
+  if (left > 0 && load_double(&bulkhead->recent) > 0)
+    recent = load_double(&bulkhead->recent);
+  else
+    recent = average(&bulkhead->recent, sample, 0.1);
+  base = load_double(&bulkhead->baseline);
+  /* A sample at low concurrency is a no-load sample, but not while a
+   * probe drains the attempts started under load. */
+  if (base == 0 || (inflight <= low && left <= 2 * low)) {
+    base = average(&bulkhead->baseline, sample, 0.1);
+  } else if (sample < base) {
+    base = average(&bulkhead->baseline, sample, 1.0 / c->long_window);
+  }
+  if (base > 2 * recent) {   /* back from an overload: catch up at once */
+    uint64_t bits, want;
+    double shrunk = base * 0.95;
+    bits = nres__load(&bulkhead->baseline);
+    memcpy(&want, &shrunk, sizeof(want));
+    nres__cas(&bulkhead->baseline, &bits, want);   /* lost race: fine */
+    base = shrunk;
+  }
+
+  if ((uint64_t) inflight * 2 < (cur >> FP_SHIFT))
+    return;   /* app-limited: nothing to learn about the limit */
+  /* One step per window of max(10, limit) samples, about one round trip
+   * of the work in flight: a sample reflects the load when its attempt
+   * started, and stepping on every one would overshoot. */
+  if (n % ((cur >> FP_SHIFT) > 10 ? (cur >> FP_SHIFT) : 10) != 0)
+    return;
+  g = c->tolerance * base / recent;
+  if (g > 1)
+    g = 1;
+  else if (g < 0.5)
+    g = 0.5;
+  do {
+    limit = (double) cur / (1 << FP_SHIFT);
+    target = limit * g + c->headroom;
+    limit = limit * (1 - c->smoothing) + target * c->smoothing;
+    next = (uint64_t) (limit * (1 << FP_SHIFT));
+    if (next < min_fp)
+      next = min_fp;
+    if (next > max_fp)
+      next = max_fp;
+    if (next == cur)
+      return;
+  } while (!nres__cas(&bulkhead->limit_fp, &cur, next));
+}
+
 void nres_bulkhead_release(nres_bulkhead_t *bulkhead, nres_time_t latency,
                            int kind) {
+  uint32_t before = nres__load(&bulkhead->inflight);
+
   decrement(&bulkhead->inflight);
-  if (bulkhead->config.adaptive && kind >= 0 && kind < NRES_VERDICT_COUNT)
+  if (!bulkhead->config.adaptive || kind < 0 || kind >= NRES_VERDICT_COUNT)
+    return;
+  if (bulkhead->config.adaptive == NRES_ADAPTIVE_GRADIENT)
+    gradient(bulkhead, latency, kind, before);
+  else
     adapt(bulkhead, latency, kind);
 }
 
@@ -192,4 +369,8 @@ void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
   out->limit = (uint32_t) (out->limit_fp >> FP_SHIFT);
   out->reserved_ = 0;
   out->refused = nres__load(&b->refused);
+  out->recent = load_double(&b->recent);
+  out->baseline = load_double(&b->baseline);
+  for (int i = 0; i < NRES_CLASS_COUNT; i++)
+    out->refused_class[i] = nres__load(&b->refused_class[i]);
 }

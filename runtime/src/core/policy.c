@@ -187,6 +187,9 @@ void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
   out->attempts += out->abandoned;
   out->fallbacks = nres__load(&p->n_fallbacks);
   out->late = nres__load(&p->n_late);
+  out->hedges_won = nres__load(&p->n_hedges_won);
+  for (i = 0; i < NRES_CLASS_COUNT; i++)
+    out->class_rejects[i] = nres__load(&p->n_class_rejects[i]);
 }
 
 void nres_policy_counters_reset(nres_policy_t *policy) {
@@ -203,4 +206,14 @@ void nres_policy_counters_reset(nres_policy_t *policy) {
   nres__store(&policy->n_abandoned, 0);
   nres__store(&policy->n_fallbacks, 0);
   nres__store(&policy->n_late, 0);
+  nres__store(&policy->n_hedges_won, 0);
+  for (i = 0; i < NRES_CLASS_COUNT; i++)
+    nres__store(&policy->n_class_rejects[i], 0);
+}
+
+const char *nres_class_name(int cls) {
+  static const char *const names[NRES_CLASS_COUNT] = {
+    "critical", "default", "sheddable"
+  };
+  return cls >= 0 && cls < NRES_CLASS_COUNT ? names[cls] : "unknown";
 }

@@ -151,8 +151,16 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
       call->charged = 0;
     }
     for (slot = 0; call->inflight; slot++)
-      if (call->inflight & (1u << slot))
+      if (call->inflight & (1u << slot)) {
+        /* A hedge race's loser has run at least this long: a censored
+         * sample, without which the estimator would only see the
+         * attempts fast enough to win, and the hedge quantile would sink
+         * (more hedges than the quantile says). */
+        if (stop == NRES_STOP_OK && p->estimator != NULL)
+          nres_estimator_record(p->estimator, now,
+                                nres_time_sub(now, call->slot[slot].start));
         abandon(call, slot, now);
+      }
     if (call->queued) {
       nres_bulkhead_dequeue(p->bulkhead);
       call->queued = 0;
@@ -174,6 +182,7 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
 static nres_action_t reject(nres_call_t *call, nres_time_t now, int source,
                             int stop) {
   COUNT(call->policy, n_rejects[source]);
+  COUNT(call->policy, n_class_rejects[call->criticality]);
   EMIT(call, NRES_EV_REJECT, source, call->attempts, now, 0);
   return done(call, now, stop);
 }
@@ -233,6 +242,19 @@ static int hedge_suppressed(nres_call_t *call, nres_time_t now) {
   nres_window_sum(&h->window, now, &calls, &failures, &slow);
   return calls >= h->min_samples && calls > 0 &&
          (double) failures >= h->suppress_ratio * (double) calls;
+}
+
+/* A budget token for a retry or a hedge. A sheddable call leaves the
+ * lower half of the bucket to the other classes. */
+static int spend(nres_call_t *call, nres_time_t now) {
+  nres_budget_t *b = call->policy->budget;
+
+  if (__builtin_expect(call->criticality == NRES_CLASS_SHEDDABLE, 0) &&
+      nres_budget_level(b, now) * 2e6 < (double) b->capacity) {
+    nres__add(&b->refused, 1);
+    return NRES_EBUDGET;
+  }
+  return nres_budget_spend(b, now);
 }
 
 /* ------------------------------------------------------------- admission */
@@ -313,12 +335,14 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
   }
 
   if (p->bulkhead != NULL) {
-    if (nres_bulkhead_acquire(p->bulkhead, call->queued) != 0) {
+    if (nres_bulkhead_acquire_class(p->bulkhead, call->queued,
+                                    call->criticality) != 0) {
       const nres_bulkhead_config_t *bc = &p->bulkhead->config;
       if (hedge)
         return *refusal = skip(call, skipped), 0;
       if (!call->queued) {
-        if (bc->queue == 0 || nres_bulkhead_enqueue(p->bulkhead) != 0)
+        if (bc->queue == 0 ||
+            nres_bulkhead_enqueue_class(p->bulkhead, call->criticality) != 0)
           return *refusal = reject(call, now, NRES_REJECT_CONCURRENCY,
                                    NRES_STOP_LIMITED), 0;
         call->queued = 1;
@@ -365,7 +389,7 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
       !pass_gates(call, now, hedge, skipped, &permit, &a))
     return a;
 
-  if (hedge && p->budget != NULL && nres_budget_spend(p->budget, now) != 0) {
+  if (hedge && p->budget != NULL && spend(call, now) != 0) {
     if (permit)
       nres_breaker_release(p->breaker, permit);
     if (p->bulkhead != NULL)
@@ -414,12 +438,16 @@ static void reset(nres_call_t *call, nres_policy_t *policy, nres_time_t now) {
   call->seeded = 0;
   call->charged = 0;
   call->throttled = 0;
+  call->criticality = NRES_CLASS_DEFAULT;
   call->last = nres_verdict(NRES_OK);
 }
 
-nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
-                                     nres_time_t now, nres_time_t inbound) {
+nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
+                                    nres_time_t now, nres_time_t inbound,
+                                    int cls) {
   reset(call, policy, now);
+  if (cls >= 0 && cls < NRES_CLASS_COUNT)
+    call->criticality = (uint8_t) cls;
   if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC)
     return pending(call);   /* misuse: DONE with stop NONE */
 
@@ -437,6 +465,11 @@ nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
     return reject(call, now, NRES_REJECT_DRAINING, NRES_STOP_DRAINING);
   return admit_next(call, now);
+}
+
+nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound) {
+  return nres_call_begin_class(call, policy, now, inbound, NRES_CLASS_DEFAULT);
 }
 
 nres_action_t nres_call_begin(nres_call_t *call, nres_policy_t *policy,
@@ -463,7 +496,7 @@ static nres_action_t retry(nres_call_t *call, nres_time_t now,
    * now, before the wait, so an empty budget ends the call at once; it is
    * given back if the retry never starts. */
   if (p->budget != NULL && !(v->flags & NRES_VF_SELF)) {
-    if (nres_budget_spend(p->budget, now) != 0)
+    if (spend(call, now) != 0)
       return reject(call, now, NRES_REJECT_BUDGET, NRES_STOP_BUDGET);
     call->charged = 1;
   }
@@ -528,6 +561,8 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
   if ((p->private_flags & NRES__F_HEDGE) && !self)
     nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
   COUNT(p, n_verdicts[kind]);
+  if (kind == NRES_OK && call->slot[slot].hedge)
+    COUNT(p, n_hedges_won);
   EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now, latency);
 
   switch (kind) {

@@ -40,6 +40,14 @@ int nres_step_begin(nres_call_t *call, nres_policy_t *policy, double now,
               nres_call_begin_within(call, policy, from_ns(now), in));
 }
 
+int nres_step_begin_class(nres_call_t *call, nres_policy_t *policy,
+                          double now, double inbound, int cls,
+                          nres_step_t *out) {
+  nres_time_t in = inbound < 0 ? NRES_TIME_NEVER : from_ns(inbound);
+  return fill(out, call,
+              nres_call_begin_class(call, policy, from_ns(now), in, cls));
+}
+
 int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind,
                      int flags, double retry_after, nres_step_t *out) {
   nres_verdict_t v = nres_verdict(kind);

@@ -553,10 +553,10 @@ NRES_EXTERN void nres_ratelimit_stats(const nres_ratelimit_t *limit,
 
 /* Change the rate and burst of a limiter in use, from any thread (the
  * fleet sync agent, nres/sync.h, moves a host's share of a fleet rate):
- * the ranges of nres_ratelimit_init; tat is kept, so admissions already
- * made count against the new rate. */
+ * the ranges of nres_ratelimit_init. Admissions made ahead of `now` (at
+ * most the burst) still count, at the new rate: tat - now is rescaled. */
 NRES_EXTERN int nres_ratelimit_set_rate(nres_ratelimit_t *limit, double rate,
-                                        uint32_t burst);
+                                        uint32_t burst, nres_time_t now);
 /* The rate now, admissions per second (1e9 / interval). */
 NRES_EXTERN double nres_ratelimit_rate(const nres_ratelimit_t *limit);
 

@@ -109,6 +109,102 @@ static nres_sync_t *agent(const char *node, const char *prefix) {
   return s;
 }
 
+/* ------------------------------------------- core additions (no Redis) */
+
+/* Regression: a limiter set from one admission a second (its tat seconds
+ * ahead after a burst) to 1000/s kept refusing until that old tat came.
+ * set_rate now carries the admissions ahead at the new rate. */
+static void test_set_rate_rescales(void **state) {
+  nres_ratelimit_t l;
+  nres_time_t t = 1000 * NRES_SEC, wait = 0;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_ratelimit_init(&l, 1, 10), 0);
+  for (i = 0; i < 10; i++)
+    assert_int_equal(nres_ratelimit_acquire(&l, t, NULL), 0);
+  assert_int_equal(nres_ratelimit_acquire(&l, t, &wait), NRES_ELIMITED);
+  assert_true(wait >= 900 * NRES_MSEC);
+  assert_int_equal(nres_ratelimit_set_rate(&l, 1000, 10, t), 0);
+  assert_true(fabs(nres_ratelimit_rate(&l) - 1000) < 1e-6);
+  /* The 10 made count as 10 at 1000/s: 10 ms from now, then admitted. */
+  assert_int_equal(nres_ratelimit_acquire(&l, t, NULL), NRES_ELIMITED);
+  assert_int_equal(nres_ratelimit_acquire(&l, t + 2 * NRES_MSEC, NULL), 0);
+  assert_int_equal(nres_ratelimit_set_rate(&l, 0, 10, t), NRES_EINVAL);
+  assert_int_equal(nres_ratelimit_set_rate(&l, NAN, 10, t), NRES_EINVAL);
+}
+
+/* open_until imposes a break without counting a trip, never shortens one,
+ * leaves ISOLATED alone; close_if closes only the break it imposed. */
+static void test_breaker_impose(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  nres_breaker_stats_t st;
+  nres_time_t t = 5000 * NRES_SEC, until = 0;
+  nres_rng_t rng;
+  uint32_t permit;
+  int i;
+
+  (void) state;
+  nres_rng_seed(&rng, 3);
+  nres_breaker_config_init(&c);
+  c.consecutive = 2;
+  c.break_jitter = 0;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  assert_int_equal(nres_breaker_peek(&b, t, &until), NRES_BREAKER_CLOSED);
+  assert_int_equal(until, 0);
+  assert_int_equal(nres_breaker_open_until(&b, t, t + 3 * NRES_SEC + 1), 1);
+  assert_int_equal(nres_breaker_peek(&b, t, &until), NRES_BREAKER_OPEN);
+  assert_int_equal(until, t + 3 * NRES_SEC + NRES_MSEC);   /* to the ms, up */
+  nres_breaker_stats(&b, &st);
+  assert_int_equal(st.trips, 0);
+  assert_int_equal(nres_breaker_acquire(&b, t + NRES_SEC, &permit), NRES_ECIRCUIT);
+  /* Never shortened; extended. */
+  assert_int_equal(nres_breaker_open_until(&b, t, t + NRES_SEC), 0);
+  assert_int_equal(nres_breaker_open_until(&b, t, t + 4 * NRES_SEC), 1);
+  /* close_if only for the break it imposed. */
+  assert_int_equal(nres_breaker_close_if(&b, t + 3 * NRES_SEC), 0);
+  assert_int_equal(nres_breaker_close_if(&b, t + 4 * NRES_SEC), 1);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_CLOSED);
+  /* A break of its own is not the imposed one. */
+  for (i = 0; i < 2; i++) {
+    assert_int_equal(nres_breaker_acquire(&b, t, &permit), 0);
+    nres_breaker_record(&b, t, permit, NRES_BREAKER_FAILURE, 0, &rng);
+  }
+  assert_int_equal(nres_breaker_peek(&b, t, &until), NRES_BREAKER_OPEN);
+  assert_int_equal(until, t + 15 * NRES_SEC);
+  assert_int_equal(nres_breaker_close_if(&b, t + 4 * NRES_SEC), 0);
+  /* Half-open with a probe out: imposed over it, the probe goes stale. */
+  assert_int_equal(nres_breaker_acquire(&b, until, &permit), 0);
+  assert_true(permit != 0);
+  assert_int_equal(nres_breaker_open_until(&b, until, until + NRES_SEC), 1);
+  assert_int_equal(nres_breaker_record(&b, until, permit, NRES_BREAKER_SUCCESS,
+                                       0, &rng), -1);
+  assert_int_equal(nres_breaker_state(&b, until), NRES_BREAKER_OPEN);
+  /* Isolated stays isolated. */
+  nres_breaker_isolate(&b);
+  assert_int_equal(nres_breaker_open_until(&b, t, t + NRES_SEC), 0);
+  assert_int_equal(nres_breaker_state(&b, t), NRES_BREAKER_ISOLATED);
+}
+
+/* The floor can be changed in use; refused outside nres_budget_init's
+ * range. */
+static void test_budget_set_floor(void **state) {
+  nres_budget_t b;
+
+  (void) state;
+  assert_int_equal(nres_budget_init(&b, 0.1, 0, 5), 0);
+  while (nres_budget_spend(&b, NRES_SEC) == 0)
+    ;
+  assert_int_equal(nres_budget_spend(&b, 2 * NRES_SEC), NRES_EBUDGET);
+  assert_int_equal(nres_budget_set_floor(&b, 10), 0);
+  assert_int_equal(nres_budget_spend(&b, 2 * NRES_SEC + 1), NRES_EBUDGET);
+  /* 10/s from the first spend after the change: one token in 0.1 s. */
+  assert_int_equal(nres_budget_spend(&b, 2 * NRES_SEC + 101 * NRES_MSEC), 0);
+  assert_int_equal(nres_budget_set_floor(&b, -1), NRES_EINVAL);
+  assert_int_equal(nres_budget_set_floor(&b, NAN), NRES_EINVAL);
+}
+
 /* -------------------------------------------------------------- budget */
 
 /* Shared between the parent and the forked hosts. */
@@ -705,6 +801,9 @@ static void test_syncd_region(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_set_rate_rescales),
+    cmocka_unit_test(test_breaker_impose),
+    cmocka_unit_test(test_budget_set_floor),
     cmocka_unit_test_setup_teardown(test_budget_fleet, setup, teardown),
     cmocka_unit_test_setup_teardown(test_rate_fleet, setup, teardown),
     cmocka_unit_test_setup_teardown(test_breaker_fleet, setup, teardown),

@@ -82,19 +82,32 @@ void nres_ratelimit_stats(const nres_ratelimit_t *limit,
 }
 
 int nres_ratelimit_set_rate(nres_ratelimit_t *limit, double rate,
-                            uint32_t burst) {
-  nres_time_t interval;
+                            uint32_t burst, nres_time_t now) {
+  nres_time_t interval, old;
+  uint64_t tat, n;
+  unsigned __int128 debt;
 
   if (limit == NULL || !(rate > 0) || !isfinite(rate) || burst < 1)
     return NRES_EINVAL;
   interval = nres__time_from_double(1e9 / rate + 0.5);
   if (interval == 0)
     interval = 1;
-  /* tat is kept: admissions already made still count against the new
-   * rate. */
+  old = __atomic_load_n(&limit->interval, __ATOMIC_RELAXED);
   __atomic_store_n(&limit->interval, interval, __ATOMIC_RELAXED);
   __atomic_store_n(&limit->tolerance, nres__mul_sat(interval, burst),
                    __ATOMIC_RELAXED);
+  /* The admissions tat is ahead of now by keep counting, at the new rate:
+   * a limiter that was slow (one admission a second, tat seconds ahead)
+   * and is made fast must not refuse until the old tat comes. */
+  tat = nres__load(&limit->tat);
+  while (tat > now && old != 0 && old != interval) {
+    debt = (unsigned __int128) (tat - now) * interval / old;
+    if (debt > nres__mul_sat(interval, burst))
+      debt = nres__mul_sat(interval, burst);
+    n = nres_time_add(now, (nres_time_t) debt);
+    if (nres__cas(&limit->tat, &tat, n))
+      break;
+  }
   return 0;
 }
 

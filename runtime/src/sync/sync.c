@@ -329,7 +329,10 @@ static double seconds(nres_time_t d) {
   return (double) d / 1e9;
 }
 
-/* Demand per second over the time since the last round, smoothed. */
+/* Demand per second over the time since the last round, smoothed over
+ * about DEMAND_TAU whatever the interval: short intervals see few events
+ * each (noise), long ones must not lag by several intervals. */
+#define DEMAND_TAU 0.1
 static void note_demand(entry_t *e, nres_time_t now, double events) {
   double dt, d;
 
@@ -338,7 +341,10 @@ static void note_demand(entry_t *e, nres_time_t now, double events) {
   if (dt <= 0)
     return;
   d = events / dt;
-  e->demand = e->st.rounds == 0 && e->demand == 0 ? d : 0.5 * e->demand + 0.5 * d;
+  if (e->st.rounds == 0 && e->demand == 0)
+    e->demand = d;
+  else
+    e->demand += (1 - exp(-dt / DEMAND_TAU)) * (d - e->demand);
 }
 
 /* Without Redis: local_share of the floor, at most local_share of the
@@ -432,18 +438,18 @@ static void rate_demand(nres_sync_t *s, entry_t *e, nres_time_t now) {
   e->limited = rs.refused;
 }
 
-static void rate_set(entry_t *e, double rate) {
+static void rate_set(entry_t *e, double rate, nres_time_t now) {
   if (rate < e->fleet_rate * 1e-3)
     rate = e->fleet_rate * 1e-3;
   if (rate != e->rate &&
-      nres_ratelimit_set_rate(e->state, rate, e->burst) == 0)
+      nres_ratelimit_set_rate(e->state, rate, e->burst, now) == 0)
     e->rate = rate;
   e->st.local = e->rate;
 }
 
 static void rate_local(nres_sync_t *s, entry_t *e, nres_time_t now) {
   rate_demand(s, e, now);
-  rate_set(e, share_of(s, e) * e->fleet_rate);
+  rate_set(e, share_of(s, e) * e->fleet_rate, now);
 }
 
 static int rate_args(nres_sync_t *s, entry_t *e, nres_time_t now,
@@ -457,11 +463,11 @@ static int rate_args(nres_sync_t *s, entry_t *e, nres_time_t now,
   return 4;
 }
 
-static int rate_apply(entry_t *e, redisReply *r) {
+static int rate_apply(entry_t *e, redisReply *r, nres_time_t now) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
       r->element[0]->type != REDIS_REPLY_STRING)
     return NRES_ESTATE;
-  rate_set(e, strtod(r->element[0]->str, NULL));
+  rate_set(e, strtod(r->element[0]->str, NULL), now);
   e->st.fleet = strtod(r->element[1]->str, NULL);
   e->st.hosts = (uint32_t) r->element[2]->integer;
   return 0;
@@ -648,7 +654,7 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     } else if (e->kind == NRES_SYNC_BUDGET) {
       rc = budget_apply(e, r);
     } else if (e->kind == NRES_SYNC_RATELIMIT) {
-      rc = rate_apply(e, r);
+      rc = rate_apply(e, r, now);
     } else {
       rc = breaker_apply(s, e, r, now);
     }

@@ -42,3 +42,27 @@ if(TARGET test_sync)
   set_tests_properties(sync PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON
     ENVIRONMENT "NRES_SYNCD=$<TARGET_FILE:nres-syncd>")
 endif()
+
+# bench/fleet.c: accuracy and request-path cost against the sync interval,
+# unsynced hosts and a Redis round trip per request (bench/README.md).
+if(NRES_BENCH)
+  add_executable(bench_fleet ${CMAKE_SOURCE_DIR}/bench/fleet.c)
+  target_compile_options(bench_fleet PRIVATE ${NRES_WARNINGS})
+  target_compile_definitions(bench_fleet PRIVATE _GNU_SOURCE)
+  target_link_libraries(bench_fleet PRIVATE nres_sync_static)
+  set_target_properties(bench_fleet PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+endif()
+
+# nres.sync (lua/nres/sync.lua) against its own redis-server: plain
+# builds only (LuaJIT would need the sanitizers' runtimes preloaded).
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  find_program(NRES_SYNC_LUAJIT luajit)
+  if(NRES_SYNC_LUAJIT)
+    add_test(NAME lua_sync
+             COMMAND ${NRES_SYNC_LUAJIT} spec/lua/runner.lua spec/sync/sync_spec.lua
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(lua_sync PROPERTIES TIMEOUT 60 LABELS "redis;lua"
+      SKIP_RETURN_CODE 77 RUN_SERIAL ON ENVIRONMENT
+      "LUA_PATH=${CMAKE_SOURCE_DIR}/lua/?.lua\\;\\;;NRES_LIB=$<TARGET_FILE:nres>;NRES_SYNC_LIB=$<TARGET_FILE:nres_sync>")
+  endif()
+endif()

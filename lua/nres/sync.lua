@@ -1,0 +1,192 @@
+-- nres.sync: fleet sync through Redis from Lua (runtime/include/nres/sync.h).
+--
+--   local sync = require "nres.sync"
+--   local agent = assert(sync.new{ redis = "127.0.0.1:6379", interval = 0.1 })
+--   agent:add("api", p)                     -- p's budget and rate limiter
+--   agent:add("api", p, { breaker = true }) -- and its breaker (opt-in)
+--   agent:start()                           -- a thread of the agent's own
+--   agent:stats()   -- { connected, rounds, failures, connects, node,
+--                   --   entries = { { scope, kind, synced, hosts, fleet,
+--                   --                 ["local"], demand, prober, rounds } } }
+--   sync.status("/dev/shm/gw.sync.json")   -- nres-syncd's --status file
+--
+-- The agent is C (libnres_sync, beside libnres: $NRES_SYNC_LIB, or the
+-- directory libnres was loaded from, or package.cpath): it runs on its own
+-- thread and never calls Lua, so it works under plain LuaJIT and nresrun
+-- alike. In nginx, run nres-syncd next to the gateway instead (workers
+-- must not start threads); sync.status reads what it publishes.
+--
+-- The state synced is C state a policy points at (p.cp.budget, .ratelimit,
+-- .breaker) or such a pointer itself; the agent keeps a reference to what
+-- it was given, so it is not collected while synced. That state must live
+-- on the monotonic clock (nres_step_now: the plain and nginx drivers).
+local ffi = require "ffi"
+local cdef = require "nres.cdef"
+
+local type, error, tonumber, format, setmetatable = type, error, tonumber, string.format, setmetatable
+local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
+
+ffi.cdef [[
+typedef struct nres_sync_s nres_sync_t;
+typedef struct nres_sync_config_s {
+  const char *host; int port; const char *prefix; const char *node;
+  nres_time_t interval, timeout, reconnect_max, ttl;
+  double local_share; uint64_t seed;
+} nres_sync_config_t;
+typedef struct nres_sync_info_s {
+  uint32_t connected, entries; uint64_t rounds, failures, connects;
+  nres_time_t last_sync, next_connect;
+} nres_sync_info_t;
+typedef struct nres_sync_stats_s {
+  char scope[128]; uint32_t kind, synced, hosts, prober;
+  nres_time_t last_sync; double fleet, local, demand; uint64_t rounds;
+} nres_sync_stats_t;
+void nres_sync_config_init(nres_sync_config_t *config);
+int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out);
+void nres_sync_free(nres_sync_t *sync);
+int nres_sync_add_budget(nres_sync_t *sync, const char *scope, nres_budget_t *budget, double fleet_floor);
+int nres_sync_add_ratelimit(nres_sync_t *sync, const char *scope, nres_ratelimit_t *limit, double fleet_rate);
+int nres_sync_add_breaker(nres_sync_t *sync, const char *scope, nres_breaker_t *breaker);
+int nres_sync_remove(nres_sync_t *sync, int id);
+int nres_sync_tick(nres_sync_t *sync, nres_time_t now);
+int nres_sync_start(nres_sync_t *sync);
+int nres_sync_stop(nres_sync_t *sync);
+void nres_sync_info(nres_sync_t *sync, nres_sync_info_t *out);
+int nres_sync_stats(nres_sync_t *sync, int id, nres_sync_stats_t *out);
+const char *nres_sync_node(nres_sync_t *sync);
+]]
+
+local function load_library()
+  local tried, list = {}, {}
+  local env = os.getenv("NRES_SYNC_LIB")
+  if env and env ~= "" then list[#list + 1] = env end
+  local dir = cdef.path and cdef.path:match("^(.*)/[^/]*$")
+  if dir then list[#list + 1] = dir .. "/libnres_sync.so" end
+  for template in package.cpath:gmatch("[^;]+") do
+    list[#list + 1] = (template:gsub("%?", "libnres_sync"))
+  end
+  for _, path in ipairs(list) do
+    local ok, lib = pcall(ffi.load, path)
+    if ok then return lib end
+    tried[#tried + 1] = "  " .. path
+  end
+  return nil, "nres.sync: cannot load libnres_sync; tried:\n" .. table.concat(tried, "\n")
+end
+
+local S, load_err = load_library()
+
+local _M = { _VERSION = "0.1.0" }
+local mt = { __index = _M }
+
+local kinds = { "budget", "ratelimit", "breaker" }
+
+local function bad(n, fname, expected, got)
+  return format("bad argument #%d to '%s' (%s expected, got %s)", n, fname, expected, type(got))
+end
+
+-- sync.new{ redis = "host:port", interval = s, timeout = s, reconnect_max = s,
+--           ttl = s, prefix = "nres", node = name, local_share = 0..1 }
+-- Returns the agent, or nil and a reason (no library, refused settings).
+function _M.new(opts)
+  if not S then return nil, load_err end
+  opts = opts or {}
+  if type(opts) ~= "table" then error(bad(1, "new", "table", opts), 2) end
+  local cfg = ffi_new("nres_sync_config_t")
+  S.nres_sync_config_init(cfg)
+  local keep = {}   -- strings the config points at, alive with the agent
+  local host, port = (opts.redis or "127.0.0.1:6379"):match("^(.*):(%d+)$")
+  if not host then error("nres.sync: redis: expected \"host:port\", got " .. tostring(opts.redis), 2) end
+  keep[1], keep[2], keep[3] = host, opts.prefix or "nres", opts.node
+  cfg.host, cfg.port, cfg.prefix = keep[1], tonumber(port), keep[2]
+  if keep[3] then cfg.node = keep[3] end
+  for _, f in ipairs { "interval", "timeout", "reconnect_max", "ttl" } do
+    local v = opts[f]
+    if v ~= nil then
+      if type(v) ~= "number" or not (v >= 0 and v < 1e9) then
+        error(format("nres.sync: %s: expected seconds (a number >= 0), got %s", f, tostring(v)), 2)
+      end
+      cfg[f] = v * 1e9
+    end
+  end
+  cfg.local_share = opts.local_share or 0
+  local out = ffi_new("nres_sync_t *[1]")
+  local rc = S.nres_sync_new(cfg, out)
+  if rc ~= 0 then return nil, ffi_string(cdef.C.nres_strerror(rc)) end
+  return setmetatable({ agent = ffi_gc(out[0], S.nres_sync_free), keep = keep, refs = {}, ids = {} }, mt)
+end
+
+-- Sync `target` under `scope`: a policy (its budget and rate limiter, and
+-- its breaker with what.breaker) or an nres_budget_t *, nres_ratelimit_t *
+-- or nres_breaker_t *. Returns the entry ids added.
+function _M.add(self, scope, target, what)
+  if type(scope) ~= "string" or #scope == 0 or #scope > 127 then
+    error(bad(1, "add", "a scope name of 1..127 bytes", scope), 2)
+  end
+  what = what or {}
+  local b, l, br
+  if type(target) == "table" and target.cp then
+    local cp = target.cp
+    if what.budget ~= false and cp.budget ~= nil then b = cp.budget end
+    if what.ratelimit ~= false and cp.ratelimit ~= nil then l = cp.ratelimit end
+    if what.breaker and cp.breaker ~= nil then br = cp.breaker end
+  elseif ffi.istype("nres_budget_t *", target) then b = target
+  elseif ffi.istype("nres_ratelimit_t *", target) then l = target
+  elseif ffi.istype("nres_breaker_t *", target) then br = target
+  else
+    error(bad(2, "add", "a policy or an nres_budget_t/ratelimit_t/breaker_t *", target), 2)
+  end
+  local ids = {}
+  local function added(id)
+    if id < 0 then error("nres.sync: add " .. scope .. ": " .. ffi_string(cdef.C.nres_strerror(id)), 3) end
+    ids[#ids + 1] = id
+    self.ids[#self.ids + 1] = id
+  end
+  if b then added(S.nres_sync_add_budget(self.agent, scope, b, what.floor or -1)) end
+  if l then added(S.nres_sync_add_ratelimit(self.agent, scope, l, what.rate or 0)) end
+  if br then added(S.nres_sync_add_breaker(self.agent, scope, br)) end
+  self.refs[#self.refs + 1] = target   -- keep the state alive while synced
+  return ids
+end
+
+function _M.start(self) return S.nres_sync_start(self.agent) == 0 end
+function _M.stop(self) S.nres_sync_stop(self.agent) end
+-- One round now, on this thread (not with the thread running): true if it
+-- reached Redis.
+function _M.tick(self) return S.nres_sync_tick(self.agent, cdef.C.nres_step_now()) == 0 end
+
+local info = ffi_new("nres_sync_info_t")
+local st = ffi_new("nres_sync_stats_t")
+
+function _M.stats(self)
+  S.nres_sync_info(self.agent, info)
+  local s = {
+    node = ffi_string(S.nres_sync_node(self.agent)),
+    connected = info.connected == 1, rounds = tonumber(info.rounds),
+    failures = tonumber(info.failures), connects = tonumber(info.connects),
+    entries = {},
+  }
+  for _, id in ipairs(self.ids) do
+    if S.nres_sync_stats(self.agent, id, st) == 0 then
+      s.entries[#s.entries + 1] = {
+        scope = ffi_string(st.scope), kind = kinds[st.kind], synced = st.synced == 1,
+        hosts = st.hosts, fleet = st.fleet, ["local"] = st["local"],
+        demand = st.demand, prober = st.prober == 1, rounds = tonumber(st.rounds),
+      }
+    end
+  end
+  return s
+end
+
+-- nres-syncd's --status file, decoded (lua-cjson) or as its text; nil and
+-- a reason if it cannot be read.
+function _M.status(path)
+  local f, err = io.open(path, "r")
+  if not f then return nil, err end
+  local text = f:read("*a")
+  f:close()
+  local ok, cjson = pcall(require, "cjson.safe")
+  if ok then return cjson.decode(text) or text end
+  return text
+end
+
+return _M

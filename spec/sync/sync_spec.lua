@@ -1,0 +1,78 @@
+-- sync_spec.lua - nres.sync, the Lua face of fleet sync (runtime/include/
+-- nres/sync.h), against a redis-server of its own (127.0.0.1, a port from
+-- $NRES_SYNC_PORT or 26379, a temporary directory; killed at the end).
+-- Two policies in this LuaJIT stand for two hosts: rounds are run by hand
+-- (agent:tick), so nothing depends on timing. Exits 77 (skipped) without
+-- redis-server.
+local nres = require "nres"
+local sync = require "nres.sync"
+
+if os.execute("command -v redis-server >/dev/null 2>&1") ~= 0 then
+  print("redis-server is not installed (Debian: redis-server): skipped")
+  os.exit(77)
+end
+
+local port = tonumber(os.getenv("NRES_SYNC_PORT") or "26379")
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p " .. dir) == 0)
+local pidfile = dir .. "/redis.pid"
+assert(os.execute(string.format("redis-server --port %d --bind 127.0.0.1 --dir %s --save '' "
+  .. "--appendonly no --daemonize yes --pidfile %s >/dev/null", port, dir, pidfile)) == 0)
+local function stop_redis()
+  os.execute(string.format("kill $(cat %s) 2>/dev/null; sleep 0.2; rm -rf %s", pidfile, dir))
+end
+for _ = 1, 100 do   -- until it answers
+  if sync.new{ redis = "127.0.0.1:" .. port }:tick() then break end
+  os.execute("sleep 0.05")
+end
+
+describe("nres.sync", function()
+  it("refuses bad settings by name", function()
+    local ok, err = pcall(sync.new, { redis = "nowhere" })
+    expect.truthy(not ok)
+    expect.truthy(err:find("redis", 1, true), err)
+    ok, err = pcall(sync.new, { interval = -1 })
+    expect.truthy(not ok)
+    expect.truthy(err:find("interval", 1, true), err)
+  end)
+
+  it("two hosts share one fleet budget and report it", function()
+    local spec = { attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
+    local p1, p2 = nres.policy(spec), nres.policy(spec)
+    local a1 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "l1", prefix = "lua" })
+    local a2 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "l2", prefix = "lua" })
+    expect.eq(#a1:add("api", p1), 1)   -- a budget, no limiter, no breaker
+    expect.eq(#a2:add("api", p2), 1)
+    for _ = 1, 3 do
+      expect.truthy(a1:tick())
+      expect.truthy(a2:tick())
+    end
+    local s = a1:stats()
+    expect.truthy(s.connected)
+    expect.eq(s.node, "l1")
+    local e = s.entries[1]
+    expect.eq(e.scope, "api")
+    expect.eq(e.kind, "budget")
+    expect.truthy(e.synced)
+    expect.eq(e.hosts, 2)
+    expect.eq(e.fleet, 10)
+    -- Each host holds half of the fleet's 10 tokens, not 10 of its own.
+    expect.eq(p1:stats().budget, 5)
+    expect.eq(p2:stats().budget, 5)
+  end)
+
+  it("falls back to local protection without Redis", function()
+    local p = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
+    local a = assert(sync.new{ redis = "127.0.0.1:1", local_share = 0.5, interval = 0.01 })
+    a:add("api", p)
+    expect.truthy(not a:tick())
+    local s = a:stats()
+    expect.truthy(not s.connected)
+    expect.eq(s.failures, 1)
+    expect.truthy(not s.entries[1].synced)
+    expect.eq(p:stats().budget, 5)   -- local_share of the capacity
+  end)
+end)
+
+stop_redis()

@@ -728,9 +728,10 @@ static void test_syncd_region(void **state) {
   nres_shm_slot_t *slot;
   nres_ratelimit_t other[2];
   nres_sync_t *s[2];
-  char path[300], port[32], status[300], syncd[512], buf[4096];
-  size_t size, size2;
-  void *mem, *mem2;
+  char path[300], path2[300], region_arg[320], port[32], status[300];
+  char syncd[512], buf[4096];
+  size_t size, size2, size3;
+  void *mem, *mem2, *mem3;
   ssize_t len;
   pid_t pid;
   FILE *f;
@@ -749,12 +750,16 @@ static void test_syncd_region(void **state) {
   snprintf(path, sizeof(path), "%s/gw.shm", redis.dir);
   snprintf(status, sizeof(status), "%s/status.json", redis.dir);
   slot = make_region(path, 64, 200, &mem, &size);
+  /* A second table; its scope is its file's name: "clients". */
+  snprintf(path2, sizeof(path2), "%s/clients.shm", redis.dir);
+  make_region(path2, 8, 50, &mem3, &size3);
+  snprintf(region_arg, sizeof(region_arg), "%s=gw", path);
 
   snprintf(port, sizeof(port), "127.0.0.1:%d", redis.port);
   pid = fork();
   if (pid == 0) {
-    execl(syncd, syncd, "--region", path, "--redis", port, "--scope", "gw",
-          "--interval", "50", "--breaker", "--node", "gw1", "--status",
+    execl(syncd, syncd, "--region", region_arg, "--region", path2, "--redis",
+          port, "--interval", "50", "--breaker", "--node", "gw1", "--status",
           status, (char *) NULL);
     _exit(127);
   }
@@ -793,8 +798,10 @@ static void test_syncd_region(void **state) {
   printf("# nres-syncd status: %.300s\n", buf);
   assert_non_null(strstr(buf, "\"scope\":\"gw:api.example:80\",\"kind\":\"ratelimit\",\"synced\":1"));
   assert_non_null(strstr(buf, "\"kind\":\"breaker\""));
+  assert_non_null(strstr(buf, "\"scope\":\"clients:api.example:80\",\"kind\":\"ratelimit\",\"synced\":1"));
   munmap(mem, size);
   munmap(mem2, size2);
+  munmap(mem3, size3);
 }
 
 /* ---------------------------------------------------------------- main */

@@ -1,16 +1,19 @@
 /* syncd.c - nres-syncd: the fleet sync agent as a process of its own, for a
- * gateway whose policy state lives in a shared-memory region (nres/shm.h).
+ * gateway whose policy state lives in shared-memory region files
+ * (nres/shm.h; the nginx gateway's <dir>/<name>.<kind>.<table>.shm).
  *
- *   nres-syncd --region /dev/shm/nres-gw --redis 127.0.0.1:6379 \
- *              [--scope NAME] [--interval MS] [--breaker] [--node NAME]
+ *   nres-syncd --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
+ *              [--redis HOST:PORT] [--interval MS] [--breaker] [--node NAME]
  *              [--local-share X] [--prefix P] [--status FILE] [--once]
  *
- * It maps the region file (MAP_SHARED, checked by nres_shm_attach) and,
- * every interval, puts each key in use under a scope "<scope>:<key>" (the
- * table's budget, rate limiter and, with --breaker, breaker), lets go of
- * keys that left their slot, and runs one round of the agent on its own
- * thread: nginx workers never talk to Redis. With --status it writes the
- * agent's figures as JSON (written to FILE.tmp, renamed) once a second.
+ * It maps each region file (MAP_SHARED, checked by nres_shm_attach) and,
+ * every interval, puts each key in use under a scope "<SCOPE>:<key>"
+ * (SCOPE defaults to the file's name without ".shm"; the fleet's hosts
+ * must use the same): the table's budget, rate limiter and, with
+ * --breaker, breaker. It lets go of keys that left their slot, maps a
+ * file again when the gateway replaces it (another layout), and runs one
+ * round of the agent: nginx workers never talk to Redis. With --status it
+ * writes the agent's figures as JSON (FILE.tmp renamed) once a second.
  * SIGTERM or SIGINT ends it.
  */
 #include <errno.h>
@@ -28,11 +31,24 @@
 #include "nres/shm.h"
 #include "nres/sync.h"
 
+#define MAX_REGIONS 32
+
 typedef struct {
   uint32_t gen;
   int live;
   int id[3];                    /* budget, rate limit, breaker entries */
 } slot_map_t;
+
+typedef struct {
+  const char *path;
+  char scope[NRES_SYNC_SCOPE_MAX / 2];
+  void *mem;
+  size_t size;
+  nres_shm_t *shm;
+  struct stat sb;
+  uint32_t slots;
+  slot_map_t *map;
+} region_t;
 
 static volatile sig_atomic_t stop_now;
 
@@ -43,7 +59,7 @@ static void on_signal(int sig) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: nres-syncd --region FILE [--redis HOST:PORT] [--scope NAME]\n"
+          "usage: nres-syncd --region FILE[=SCOPE]... [--redis HOST:PORT]\n"
           "                  [--interval MS] [--breaker] [--node NAME]\n"
           "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n");
   exit(2);
@@ -66,7 +82,7 @@ static void scope_of(char *out, size_t cap, const char *scope, const char *k,
   out[n] = '\0';
 }
 
-static void write_status(nres_sync_t *sync, slot_map_t *map, uint32_t slots,
+static void write_status(nres_sync_t *sync, region_t *regions, int nregions,
                          const char *path) {
   static const char *const kinds[] = { "", "budget", "ratelimit", "breaker" };
   char tmp[4096];
@@ -74,7 +90,7 @@ static void write_status(nres_sync_t *sync, slot_map_t *map, uint32_t slots,
   nres_sync_stats_t st;
   FILE *f;
   uint32_t i;
-  int k, first = 1;
+  int k, r, first = 1;
 
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   f = fopen(tmp, "w");
@@ -86,7 +102,10 @@ static void write_status(nres_sync_t *sync, slot_map_t *map, uint32_t slots,
           nres_sync_node(sync), info.connected,
           (unsigned long long) info.rounds, (unsigned long long) info.failures,
           (unsigned long long) info.connects);
-  for (i = 0; i < slots; i++) {
+  for (r = 0; r < nregions; r++)
+  for (i = 0; i < regions[r].slots; i++) {
+    slot_map_t *map = regions[r].map;
+
     if (!map[i].live)
       continue;
     for (k = 0; k < 3; k++) {
@@ -161,35 +180,110 @@ static void forget(nres_sync_t *sync, slot_map_t *map, uint32_t slots) {
   }
 }
 
+/* Keys in use in region r now: new ones added, gone ones let go of. */
+static void scan(nres_sync_t *sync, region_t *r, int breaker, int *warned) {
+  const nres_shm_config_t *tc = nres_shm_config(r->shm);
+  char name[NRES_SYNC_SCOPE_MAX], key[NRES_SHM_KEY_MAX];
+  slot_map_t *map = r->map;
+  nres_shm_slot_t *slot;
+  uint32_t i, gen;
+  int k, len;
+
+  for (i = 0; i < r->slots; i++) {
+    len = nres_shm_key(r->shm, i, key, sizeof(key), &gen, NULL);
+    if (map[i].live && (len < 0 || gen != map[i].gen)) {
+      for (k = 0; k < 3; k++)
+        if (map[i].id[k] >= 0)
+          nres_sync_remove(sync, map[i].id[k]);
+      map[i].live = 0;
+      map[i].id[0] = map[i].id[1] = map[i].id[2] = -1;
+    }
+    if (len <= 0 || map[i].live)
+      continue;
+    slot = nres_shm_slot(r->shm, i);
+    scope_of(name, sizeof(name), r->scope, key, len);
+    map[i].live = 1;
+    map[i].gen = gen;
+    if (tc->flags & NRES_SHM_BUDGET)
+      map[i].id[0] = nres_sync_add_budget(sync, name, &slot->budget,
+                                           tc->budget_min_per_sec);
+    if (tc->flags & NRES_SHM_RATELIMIT)
+      map[i].id[1] = nres_sync_add_ratelimit(sync, name, &slot->ratelimit,
+                                              tc->rate);
+    if (breaker && (tc->flags & NRES_SHM_BREAKER))
+      map[i].id[2] = nres_sync_add_breaker(sync, name, &slot->breaker);
+    for (k = 0; k < 3; k++)
+      if (map[i].id[k] == NRES_EFULL && !*warned) {
+        fprintf(stderr, "nres-syncd: more than %d entries: the rest stay "
+                "local\n", NRES_SYNC_MAX_ENTRIES);
+        *warned = 1;
+      }
+  }
+}
+
+/* A gateway that changes a table's layout replaces its file: map the new
+ * one, let go of the old keys. */
+static void look_again(nres_sync_t *sync, region_t *r) {
+  struct stat sb;
+  void *mem;
+  size_t size;
+  nres_shm_t *shm;
+
+  if (stat(r->path, &sb) != 0 ||
+      (sb.st_ino == r->sb.st_ino && sb.st_dev == r->sb.st_dev))
+    return;
+  if (map_region(r->path, &mem, &size, &shm, &sb) != 0)
+    return;
+  forget(sync, r->map, r->slots);
+  munmap(r->mem, r->size);
+  free(r->map);
+  r->mem = mem;
+  r->size = size;
+  r->shm = shm;
+  r->sb = sb;
+  r->slots = nres_shm_config(shm)->slots;
+  r->map = new_map(r->slots);
+  fprintf(stderr, "nres-syncd: %s replaced: mapped the new file\n", r->path);
+}
+
 int main(int argc, char **argv) {
-  const char *region = NULL, *redis = "127.0.0.1:6379", *scope = "shm";
-  const char *status = NULL;
-  char host[256], name[NRES_SYNC_SCOPE_MAX], key[NRES_SHM_KEY_MAX];
+  const char *redis = "127.0.0.1:6379", *status = NULL;
+  region_t regions[MAX_REGIONS];
+  char host[256];
   nres_sync_config_t cfg;
   nres_sync_t *sync;
-  const nres_shm_config_t *tc;
-  nres_shm_slot_t *slot;
-  nres_shm_t *shm;
-  slot_map_t *map;
-  struct stat sb, now_sb;
-  size_t size;
-  nres_time_t next_look = 0;
   struct sigaction sa;
-  nres_time_t next_status = 0;
-  uint32_t i, gen, slots;
-  int rc, k, len, breaker = 0, once = 0, warned = 0;
-  void *mem;
-  char *colon;
+  nres_time_t next_look = 0, next_status = 0;
+  int nregions = 0, rc, k, r, breaker = 0, once = 0, warned = 0;
+  char *colon, *eq, *base;
 
+  memset(regions, 0, sizeof(regions));
   nres_sync_config_init(&cfg);
   for (k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--breaker") == 0) { breaker = 1; continue; }
     if (strcmp(argv[k], "--once") == 0) { once = 1; continue; }
     if (k + 1 >= argc)
       usage();
-    if (strcmp(argv[k], "--region") == 0) region = argv[++k];
+    if (strcmp(argv[k], "--region") == 0) {
+      region_t *g = &regions[nregions];
+
+      if (nregions == MAX_REGIONS)
+        usage();
+      g->path = argv[++k];
+      eq = strchr(argv[k], '=');
+      if (eq != NULL) {
+        *eq = '\0';
+        snprintf(g->scope, sizeof(g->scope), "%s", eq + 1);
+      } else {
+        base = strrchr(g->path, '/');
+        snprintf(g->scope, sizeof(g->scope), "%s", base ? base + 1 : g->path);
+        if (strlen(g->scope) > 4 &&
+            strcmp(g->scope + strlen(g->scope) - 4, ".shm") == 0)
+          g->scope[strlen(g->scope) - 4] = '\0';
+      }
+      nregions++;
+    }
     else if (strcmp(argv[k], "--redis") == 0) redis = argv[++k];
-    else if (strcmp(argv[k], "--scope") == 0) scope = argv[++k];
     else if (strcmp(argv[k], "--node") == 0) cfg.node = argv[++k];
     else if (strcmp(argv[k], "--prefix") == 0) cfg.prefix = argv[++k];
     else if (strcmp(argv[k], "--status") == 0) status = argv[++k];
@@ -200,7 +294,7 @@ int main(int argc, char **argv) {
     else
       usage();
   }
-  if (region == NULL)
+  if (nregions == 0)
     usage();
   snprintf(host, sizeof(host), "%s", redis);
   colon = strrchr(host, ':');
@@ -210,16 +304,18 @@ int main(int argc, char **argv) {
   }
   cfg.host = host;
 
-  if (map_region(region, &mem, &size, &shm, &sb) != 0)
-    return 1;
-  tc = nres_shm_config(shm);
-  slots = tc->slots;
+  for (r = 0; r < nregions; r++) {
+    if (map_region(regions[r].path, &regions[r].mem, &regions[r].size,
+                   &regions[r].shm, &regions[r].sb) != 0)
+      return 1;
+    regions[r].slots = nres_shm_config(regions[r].shm)->slots;
+    regions[r].map = new_map(regions[r].slots);
+  }
   rc = nres_sync_new(&cfg, &sync);
   if (rc != 0) {
     fprintf(stderr, "nres-syncd: bad settings (%s)\n", nres_strerror(rc));
     return 2;
   }
-  map = new_map(slots);
 
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
@@ -231,67 +327,16 @@ int main(int argc, char **argv) {
     nres_time_t now = nres_clock_now();
     struct timespec ts;
 
-    /* A gateway that changes a table's layout replaces its file: map the
-     * new one (checked once a second). */
-    if (now >= next_look) {
+    if (now >= next_look) {   /* files replaced: checked once a second */
       next_look = now + NRES_SEC;
-      if (stat(region, &now_sb) == 0 &&
-          (now_sb.st_ino != sb.st_ino || now_sb.st_dev != sb.st_dev)) {
-        void *m2;
-        size_t s2;
-        nres_shm_t *shm2;
-
-        if (map_region(region, &m2, &s2, &shm2, &now_sb) == 0) {
-          forget(sync, map, slots);
-          munmap(mem, size);
-          mem = m2;
-          size = s2;
-          shm = shm2;
-          sb = now_sb;
-          tc = nres_shm_config(shm);
-          slots = tc->slots;
-          free(map);
-          map = new_map(slots);
-          fprintf(stderr, "nres-syncd: %s replaced: mapped the new file\n",
-                  region);
-        }
-      }
+      for (r = 0; r < nregions; r++)
+        look_again(sync, &regions[r]);
     }
-    /* Keys in use now; a slot with a new key (another generation) is let
-     * go of and taken again. */
-    for (i = 0; i < slots; i++) {
-      len = nres_shm_key(shm, i, key, sizeof(key), &gen, NULL);
-      if (map[i].live && (len < 0 || gen != map[i].gen)) {
-        for (k = 0; k < 3; k++)
-          if (map[i].id[k] >= 0)
-            nres_sync_remove(sync, map[i].id[k]);
-        map[i].live = 0;
-        map[i].id[0] = map[i].id[1] = map[i].id[2] = -1;
-      }
-      if (len <= 0 || map[i].live)
-        continue;
-      slot = nres_shm_slot(shm, i);
-      scope_of(name, sizeof(name), scope, key, len);
-      map[i].live = 1;
-      map[i].gen = gen;
-      if (tc->flags & NRES_SHM_BUDGET)
-        map[i].id[0] = nres_sync_add_budget(sync, name, &slot->budget,
-                                             tc->budget_min_per_sec);
-      if (tc->flags & NRES_SHM_RATELIMIT)
-        map[i].id[1] = nres_sync_add_ratelimit(sync, name, &slot->ratelimit,
-                                                tc->rate);
-      if (breaker && (tc->flags & NRES_SHM_BREAKER))
-        map[i].id[2] = nres_sync_add_breaker(sync, name, &slot->breaker);
-      for (k = 0; k < 3; k++)
-        if (map[i].id[k] == NRES_EFULL && !warned) {
-          fprintf(stderr, "nres-syncd: more than %d entries: the rest stay "
-                  "local\n", NRES_SYNC_MAX_ENTRIES);
-          warned = 1;
-        }
-    }
+    for (r = 0; r < nregions; r++)
+      scan(sync, &regions[r], breaker, &warned);
     nres_sync_tick(sync, now);
     if (status != NULL && now >= next_status) {
-      write_status(sync, map, slots, status);
+      write_status(sync, regions, nregions, status);
       next_status = now + NRES_SEC;
     }
     if (once)
@@ -305,9 +350,11 @@ int main(int argc, char **argv) {
     }
   }
   if (status != NULL)
-    write_status(sync, map, slots, status);
+    write_status(sync, regions, nregions, status);
   nres_sync_free(sync);
-  free(map);
-  munmap(mem, size);
+  for (r = 0; r < nregions; r++) {
+    free(regions[r].map);
+    munmap(regions[r].mem, regions[r].size);
+  }
   return 0;
 }

@@ -602,7 +602,8 @@ struct nres_bulkhead_config_s {
    *               + headroom), within [min_limit, max_limit];
    * stepped once per max(10, limit) samples (about one round trip), and
    * not changed while inflight < limit / 2 (nothing to learn). Every
-   * 10 * long_window samples a probe holds the limit at `low` for limit +
+   * 30 * long_window samples a probe holds the limit at `low` (critical
+   * calls excepted: they keep their headroom) for limit +
    * 2 * low samples (the first `limit` drain the work started under load
    * and teach nothing), so a dependency that became slower by
    * itself is learnt within one probe (and the limit recovers). `low`

@@ -24,6 +24,7 @@
 #include "internal.h"
 
 #define FP_SHIFT 16
+#define PROBE_EVERY 30   /* gradient: a probe every 30 * long_window samples */
 
 void nres_bulkhead_config_init(nres_bulkhead_config_t *config) {
   config->limit = 64;
@@ -142,7 +143,7 @@ int nres_bulkhead_acquire_class(nres_bulkhead_t *bulkhead, int queued,
      * exact: the CAS only succeeds while inflight is below it. */
     cap = class_cap(nres__load(&bulkhead->limit_fp), reserve, cls);
     if (__builtin_expect(bulkhead->config.adaptive == NRES_ADAPTIVE_GRADIENT, 0) &&
-        nres__load(&bulkhead->probe_left) > 0 &&
+        cls != NRES_CLASS_CRITICAL && nres__load(&bulkhead->probe_left) > 0 &&
         cap > ((uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT))
       cap = (uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT;   /* probe */
     if (((uint64_t) cur << FP_SHIFT) + ((uint64_t) 1 << FP_SHIFT) > cap &&
@@ -286,7 +287,7 @@ static void gradient(nres_bulkhead_t *bulkhead, nres_time_t latency,
    * floor until 2 * floor samples have come in at that concurrency. */
   n = nres__add(&bulkhead->samples, 1) + 1;
   cur = nres__load(&bulkhead->limit_fp);
-  if (n % (10u * (uint64_t) c->long_window) == 0)   /* drain, then measure */
+  if (n % (PROBE_EVERY * (uint64_t) c->long_window) == 0)   /* drain, measure */
     nres__store(&bulkhead->probe_left,
                 2 * low + (uint32_t) (cur >> FP_SHIFT));
   left = nres__load(&bulkhead->probe_left);

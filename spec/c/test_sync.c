@@ -334,10 +334,12 @@ static void test_budget_fleet(void **state) {
 
 typedef struct {
   nres_ratelimit_t limit;
+  nres_budget_t budget;         /* used with `spend` */
+  int spend;                    /* 1: each request also spends and deposits */
   double offered;               /* per second */
   atomic_uint_fast64_t admitted, window;
   nres_time_t from, to, end;
-  nres_time_t worst;            /* longest acquire */
+  nres_time_t worst;            /* longest request-path step */
 } rate_host_t;
 
 static void *rate_load(void *arg) {
@@ -353,6 +355,8 @@ static void *rate_load(void *arg) {
       if (a >= h->from && a < h->to)
         atomic_fetch_add(&h->window, 1);
     }
+    if (h->spend && nres_budget_spend(&h->budget, a) == 0)
+      nres_budget_deposit(&h->budget);
     b = now_ns();
     if (b - a > h->worst)
       h->worst = b - a;
@@ -540,34 +544,6 @@ static void test_breaker_fleet(void **state) {
 
 /* ------------------------------------------------------------ failures */
 
-typedef struct {
-  nres_ratelimit_t limit;
-  nres_budget_t budget;
-  double offered;
-  nres_time_t end;
-  atomic_uint_fast64_t admitted;
-  nres_time_t worst;
-} fo_host_t;
-
-static void *fo_load(void *arg) {
-  fo_host_t *h = arg;
-  nres_time_t t, gap, a, b;
-
-  gap = (nres_time_t) (1e9 / h->offered);
-  for (t = now_ns(); t < h->end; t += gap) {
-    sleep_until(t);
-    a = now_ns();
-    if (nres_ratelimit_acquire(&h->limit, a, NULL) == 0)
-      atomic_fetch_add(&h->admitted, 1);
-    if (nres_budget_spend(&h->budget, a) == 0)
-      nres_budget_deposit(&h->budget);
-    b = now_ns();
-    if (b - a > h->worst)
-      h->worst = b - a;
-  }
-  return NULL;
-}
-
 /* Poll until every agent's entries read `synced` (and, once synced, the
  * quotas add up to the fleet rate): the time it took, or NEVER. */
 static nres_time_t wait_all(nres_sync_t **s, int synced, nres_time_t limit) {
@@ -599,7 +575,7 @@ static nres_time_t wait_all(nres_sync_t **s, int synced, nres_time_t limit) {
 static void test_redis_failures(void **state) {
   static const double split[3] = { 0.6, 0.3, 0.1 };
   /* static: a failed check leaves the threads running on them */
-  static fo_host_t h[3];
+  static rate_host_t h[3];
   static pthread_t th[3];
   static nres_sync_t *s[3];
   char node[8];
@@ -614,6 +590,7 @@ static void test_redis_failures(void **state) {
     assert_int_equal(nres_ratelimit_init(&h[i].limit, R_RATE, 5), 0);
     assert_int_equal(nres_budget_init(&h[i].budget, 0.1, 5, 20), 0);
     h[i].offered = 1.5 * R_RATE * split[i];
+    h[i].spend = 1;
     h[i].end = start + 8 * NRES_SEC;
     snprintf(node, sizeof(node), "f%d", i);
     s[i] = agent(node, "nres-f");
@@ -622,7 +599,7 @@ static void test_redis_failures(void **state) {
     assert_int_equal(nres_sync_start(s[i]), 0);
   }
   for (i = 0; i < 3; i++)
-    pthread_create(&th[i], NULL, fo_load, &h[i]);
+    pthread_create(&th[i], NULL, rate_load, &h[i]);
   /* Falling back: the first failed round (within an interval) plus its
    * timeout; converging: the reconnection wait (at most an interval
    * here), then a round or two for the quotas to settle. */

@@ -9,6 +9,8 @@
 #   2. a POST is not hedged (1 upstream request); a POST with an
 #      Idempotency-Key header is (2);
 #   3. a GET answered in 10 ms is not hedged;
+#   4. X-Criticality: with one of 2 slots taken, a sheddable call is refused
+#      (reserve 0.5) and a critical one admitted; counted by class;
 # then the figure (printed, and the last line is machine-readable): N GETs
 # (default 1500, 4 at a time, after 300 to warm the latency estimator) to
 # /slow?dist=lognormal&median=20&sigma=1 through scope "plain" (no hedge)
@@ -95,6 +97,21 @@ curl -sf -o /dev/null "$gw/fixed/slow?ms=10"
 after=$(slow_count)
 [ $((after - before)) = 1 ] || fail "a 10 ms GET: upstream saw $((after - before)) requests, want 1"
 pass "a 10 ms GET is not hedged"
+
+# 4. criticality: scope "crit" has 2 slots and reserve 0.5 (sheddable 1,
+# critical 3). One default call holds a slot; a sheddable one is refused;
+# a critical one is admitted; the status counts the refusal by class.
+curl -s -o /dev/null "$gw/crit/slow?ms=600" &
+held=$!
+sleep 0.2
+body=$(curl -s -H 'X-Criticality: sheddable' "$gw/crit/slow?ms=10")
+case "$body" in *"rate limited"*) ;; *) fail "sheddable call with a slot taken: got '$body', want rate limited" ;; esac
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Criticality: CRITICAL_PLUS' "$gw/crit/slow?ms=10")
+[ "$code" = 200 ] || fail "critical call: status $code"
+wait "$held"
+[ "$(worker crit refused_by_class.sheddable)" = 1 ] || fail "status: sheddable refusals $(worker crit refused_by_class.sheddable), want 1"
+[ "$(worker crit refused_by_class.critical)" = 0 ] || fail "status: critical refusals $(worker crit refused_by_class.critical), want 0"
+pass "X-Criticality: sheddable refused first, critical admitted into the headroom, counted by class"
 
 # The figure.
 url='slow?dist=lognormal&median=20&sigma=1'

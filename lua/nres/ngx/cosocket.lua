@@ -14,7 +14,7 @@ local tonumber, error = tonumber, error
 local floor, ceil, concat = math.floor, math.ceil, table.concat
 local sub, find, lower, match = string.sub, string.find, string.lower, string.match
 
-local step_begin, step_report, step_resume = C.nres_step_begin, C.nres_step_report, C.nres_step_resume
+local step_begin, step_report, step_resume = C.nres_step_begin_class, C.nres_step_report, C.nres_step_resume
 local step_now = C.nres_step_now
 local sh_record = C.nres_shm_record
 local bad, scopes, upstreams = config.bad, config.scopes, config.upstreams
@@ -105,7 +105,7 @@ end
 
 -- One request over a cosocket, bounded by `at` (ns on the runtime clock).
 -- status, body, content_type, retry_after; or nil, err.
-local function cosocket_attempt(u, at, method, path, body, deadline_ms, holder)
+local function cosocket_attempt(u, at, method, path, body, deadline_ms, holder, crit)
   local sock = tcp()
   if holder ~= nil then holder.sock = sock end   -- a hedge loser's is closed
   local left = floor((at - step_now()) / 1e6)
@@ -115,6 +115,7 @@ local function cosocket_attempt(u, at, method, path, body, deadline_ms, holder)
   if not ok then return nil, err end
   local req = method .. " " .. path .. " HTTP/1.1\r\nHost: " .. u.host_header
               .. "\r\nX-Deadline-Ms: " .. deadline_ms
+              .. (crit and ("\r\nX-Criticality: " .. crit) or "")
               .. (body and ("\r\nContent-Length: " .. #body) or "")
               .. "\r\n\r\n" .. (body or "")
   ok, err = sock:send(req)
@@ -214,6 +215,10 @@ end
 -- before anything yields).
 local resbox = {}
 
+local CLASS_OF = { critical = 0, critical_plus = 0, default = 1, sheddable = 2,
+                   sheddable_plus = 2 }
+local CLASS_NAME = { [0] = "critical", "default", "sheddable" }
+
 -- ---------------------------------------------------------- hedging
 
 -- A hedged call: attempts side by side as light threads (ngx.thread), the
@@ -239,7 +244,7 @@ end
 
 local function attempt_thread(rec)
   local fine, status, data, ctype, ra = pcall(rec.attempt, rec.u, rec.at, rec.method, rec.path,
-                                              rec.body, rec.ms, rec)
+                                              rec.body, rec.ms, rec, rec.crit)
   if fine then
     rec.status, rec.data, rec.ctype, rec.ra = status, data, ctype, ra
   else
@@ -264,7 +269,7 @@ end
 -- The loop of a hedged call that step_begin started (st: its own step, as
 -- it yields while others run). Returns the stop and the winning (or last)
 -- attempt's record.
-local function hedged_loop(s, u, call, st, attempt, method, path, body)
+local function hedged_loop(s, u, call, st, attempt, method, path, body, crit)
   local classify, default_ms = s.classify, s.timeout_ms
   local recs, list, last = {}, {}, nil
   local kind = st.kind
@@ -277,7 +282,7 @@ local function hedged_loop(s, u, call, st, attempt, method, path, body)
       local ms = floor((aat - t) / 1e6)
       local rec = { slot = st.slot, hedge = st.hedge == 1, u = u, at = aat, method = method,
                     path = path, body = body, ms = ms > 0 and ms or 0, attempt = attempt,
-                    done = false }
+                    crit = crit, done = false }
       recs[rec.slot] = rec
       rec.thread = thread.spawn(attempt_thread, rec)
       at = st.resume_at
@@ -365,6 +370,15 @@ function _M.request(sname, uname, key, method, path, body)
     if ms and ms >= 0 then inbound = now + ms * 1e6 end
   end
 
+  -- Criticality: inherited from X-Criticality (critical, default,
+  -- sheddable; Google's CRITICAL_PLUS and SHEDDABLE_PLUS fold into the
+  -- nearest), passed on upstream with the cosocket requests; unknown or
+  -- absent: default. Under overload the scope's limiter and budget refuse
+  -- sheddable calls first (limiter.reserve, nres_call_begin_class).
+  local crit = ngx.var.http_x_criticality
+  local cls = crit and CLASS_OF[lower(crit)] or 1
+  crit = crit and CLASS_NAME[cls] or nil
+
   local ptr = s.ptr
   local cp, idx = policy_for(s, key, now)
 
@@ -373,8 +387,8 @@ function _M.request(sname, uname, key, method, path, body)
   local call = take_call()
   if s.hedged and thread and not u.location and idempotent(method) then
     local st = ffi_new("nres_step_t")
-    step_begin(call, cp, now, inbound, st)
-    local stop, last = hedged_loop(s, u, call, st, attempt, method, path, body)
+    step_begin(call, cp, now, inbound, cls, st)
+    local stop, last = hedged_loop(s, u, call, st, attempt, method, path, body, crit)
     if idx >= 0 then sh_record(ptr, idx, stop, call.attempts, call.retries) end
     give_call(call)
     if stop == STOP_OK then return last.status, last.data, last.ctype end
@@ -382,7 +396,7 @@ function _M.request(sname, uname, key, method, path, body)
     if last.status then return nil, reasons[stop], last.status, last.data, last.ctype, nil end
     return nil, reasons[stop], nil, nil, nil, last.data
   end
-  local kind = step_begin(call, cp, now, inbound, step)
+  local kind = step_begin(call, cp, now, inbound, cls, step)
   local status, data, ctype, ra, err
   while kind ~= DONE do
     if kind == ATTEMPT then
@@ -390,7 +404,7 @@ function _M.request(sname, uname, key, method, path, body)
       local t = step_now()
       if at < 0 then at = t + default_ms * 1e6 end
       local ms = floor((at - t) / 1e6)
-      status, data, ctype, ra = attempt(u, at, method, path, body, ms > 0 and ms or 0)
+      status, data, ctype, ra = attempt(u, at, method, path, body, ms > 0 and ms or 0, nil, crit)
       local vk, fl, ra_ns
       if status then
         err = nil

@@ -66,7 +66,12 @@ local function scope_status(s, now, worker_local, top)
           for r = 0, 4 do rej[REJECTS[r]] = tonumber(cp.n_rejects[r]) end
           k.this_worker = { rejects = rej, retries = tonumber(cp.n_retries),
                             hedges = tonumber(cp.n_hedges),
-                            hedges_canceled = tonumber(cp.n_abandoned) }
+                            hedges_won = tonumber(cp.n_hedges_won),
+                            hedges_canceled = tonumber(cp.n_abandoned),
+                            refused_by_class = {
+                              critical = tonumber(cp.n_class_rejects[0]),
+                              default = tonumber(cp.n_class_rejects[1]),
+                              sheddable = tonumber(cp.n_class_rejects[2]) } }
         end
       end
       if not top or k.rate_refused > 0 then keys[#keys + 1] = k end

@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# bench/gateway/run.sh - gateways against a failing upstream (issue 7).
+# bench/gateway/run.sh - gateways against failing upstreams and pools
+# (issues 7 and 12).
 #
 #   bash bench/gateway/run.sh [--lib build/libnres.so] [--out FILE.md] [--quick]
 #
 # One command: starts the test upstream (nginx + Lua, spec/nginx/
-# nres_upstream.lua) and, one at a time, each gateway on 127.0.0.1 high
-# ports, drives it, stops it by pid (a trap stops everything on failure):
-#   nginx-plain       proxy_pass, no retries
+# nres_upstream.lua, listening on three ports, each its own upstream) and,
+# one at a time, each gateway on 127.0.0.1 high ports, drives it, stops it
+# by pid (a trap stops everything on failure):
+#   nginx-plain       proxy_pass, no retries (round-robin over a pool)
 #   nginx-retry       proxy_next_upstream error timeout http_503, 3 tries,
 #                     default passive checks (max_fails=1 fail_timeout=10s)
 #   nginx-retry-mf0   the same with max_fails=0
-#   haproxy           retries 2, retry-on 503 (+ conn-failure, response-timeout)
-#   nres              nginx + nres, the "gateway" preset (3 attempts, budget,
-#                     breaker, shared by the workers)
-# Scenarios: the upstream is healthy, fails every 4th, every 2nd, is down,
-# or has a 3 s blip. Per gateway and scenario: wrk (2 threads, 16
-# connections) for REPS runs of D s after a 1 s warm-up, then a fixed count
-# of N requests with curl (16 in parallel); the blip is one 15 s wrk run
-# with the blip from 1 s to 4 s. Reported: client success rate, upstream
-# requests per client request, requests/s (median, min-max), p99, and for
-# the blip the time from recovery to the first 2xx. About 6 minutes.
+#   haproxy           retries 2, retry-on 503 (+ connection failures,
+#                     response timeouts), option redispatch, active TCP
+#                     checks with observe layer7 + on-error mark-down
+#   nres-balancer     nginx's proxy + nres balancer mode (the "gateway"
+#                     preset; peers with ejection and latency-aware choice)
+#   nres-cosocket     nginx + nres cosocket mode (the "gateway" preset; one
+#                     host:port, so no pool scenarios)
+# One upstream (a single upstream; nginx-retry lists it 3 times, since
+# nginx retries only on another server): healthy, fails every 4th, every
+# 2nd, down, a 3 s blip, and a reload (HUP) during an outage. A pool of
+# three peers: all healthy (1 ms each), one peer failing every 2nd
+# request, one peer down, one peer 10x slower (10 ms). Per cell: wrk
+# (2 threads, 16 connections) for REPS runs of D s after a 1 s healthy
+# warm-up; pool cells skip the first second after the fault starts (one
+# more 1 s run, not counted). Healthy with one upstream, the throughput
+# comparison, runs every gateway at once on its own port and interleaves
+# HREPS runs of each (so outside load hits all alike). The blip: one wrk run of BLIP_D s with the
+# blip from 1 s to 4 s. The reload: wrk for 6 s against a down upstream,
+# a reload at 3.5 s; upstream requests in the 1.5 s before and after it.
+# About 8 minutes (--quick: about 3).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,12 +41,12 @@ repo=$(cd "$here/../.." && pwd)
 
 lib="$repo/build/libnres.so"
 out="$repo/bench/results/gateway-$(date +%Y-%m-%d).md"
-D=3; REPS=3; N=1000; BLIP_D=15
+D=2; REPS=3; HREPS=${NRES_BENCH_HREPS:-7}; BLIP_D=8
 while [ $# -gt 0 ]; do
   case $1 in
     --lib) lib=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --quick) D=1; REPS=1; N=200; BLIP_D=8; shift ;;
+    --quick) D=1; REPS=1; HREPS=2; BLIP_D=6; shift ;;
     *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick]" >&2; exit 2 ;;
   esac
 done
@@ -47,54 +59,77 @@ export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 
 work=$(mktemp -d /tmp/nres-bench-gw.XXXXXX)
 chmod 755 "$work"
+# nres's region files on a tmpfs, as in production (a MAP_SHARED file on a
+# disk is written back and stalls the workers); removed at the end.
+regions=$(mktemp -d /dev/shm/nres-bench-gw.XXXXXX)
+export NRES_REGION_DIR_FIXED=$regions
 haproxy_pid=""
 cleanup() {
   [ -n "$haproxy_pid" ] && nres_stop_pid "$haproxy_pid"
   nres_nginx_stop_all
-  rm -rf "$work"
+  rm -rf "$work" "$regions"
 }
 trap cleanup EXIT
 
 jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
-up_port=$(nres_free_port)
-gw_port=$(nres_free_port)
-while [ "$gw_port" = "$up_port" ]; do gw_port=$(nres_free_port); done
-up="http://127.0.0.1:$up_port"
+mapfile -t ports < <(nres_free_ports 4)
+p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
 gw="http://127.0.0.1:$gw_port"
 tsv="$work/results.tsv"
 : >"$tsv"
 
 mkdir -p "$work/up" && chmod 777 "$work/up"
 nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$up_port" SPEC="$repo/spec/nginx" EXTRA_LISTEN=""
+  PREFIX="$work/up" PORT="$p1" SPEC="$repo/spec/nginx" EXTRA_LISTEN="
+    listen 127.0.0.1:$p2 reuseport backlog=4096;
+    listen 127.0.0.1:$p3 reuseport backlog=4096;"
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
-nres_wait_http "$up/admin"
+nres_wait_http "http://127.0.0.1:$p1/admin"
 
-admin() { curl -sf "$up/admin?$1"; }
+admin() { curl -sf "http://127.0.0.1:$1/admin?$2"; }
+admin_all() { for p in "$p1" "$p2" "$p3"; do admin "$p" "$1" >/dev/null; done; }
 json() { luajit "$repo/spec/nginx/json.lua" "$1"; }
+ups() { curl -sf "http://127.0.0.1:$1/admin" | grep -o '"requests":[0-9]*' | cut -d: -f2; }
 gw_pid=""
 
+# start_gateway NAME POOL(0|1)
 start_gateway() {
-  local name=$1 p="$work/$1"
+  local name=$1 pool=$2 p="$work/$1"
   rm -rf "$p"; mkdir -p "$p/tmp"; chmod 777 "$p"
-  local peer="    server 127.0.0.1:$up_port"
+  local s1="    server 127.0.0.1:$p1" s2="    server 127.0.0.1:$p2" s3="    server 127.0.0.1:$p3"
+  local servers="$s1;
+$s1;
+$s1;" lua_peers="{ \"127.0.0.1:$p1\" }" hservers="  server up 127.0.0.1:$p1 maxconn 1000 check observe layer7 error-limit 5 on-error mark-down inter 1s fall 3 rise 2"
+  if [ "$pool" = 1 ]; then
+    servers="$s1;
+$s2;
+$s3;"
+    lua_peers="{ \"127.0.0.1:$p1\", \"127.0.0.1:$p2\", \"127.0.0.1:$p3\" }"
+    hservers=""
+    for port in "$p1" "$p2" "$p3"; do
+      hservers="$hservers
+  server up$port 127.0.0.1:$port maxconn 1000 check observe layer7 error-limit 5 on-error mark-down inter 1s fall 3 rise 2"
+    done
+  fi
   case $name in
     nginx-plain)
+      local one="$s1;"; [ "$pool" = 1 ] && one=$servers
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        PEERS="$peer;" NEXT="proxy_next_upstream off;" ;;
+        PEERS="$one" NEXT="proxy_next_upstream off;" ;;
     nginx-retry|nginx-retry-mf0)
       local mf=""; [ "$name" = nginx-retry-mf0 ] && mf=" max_fails=0"
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        PEERS="$peer$mf;
-$peer$mf;
-$peer$mf;" \
+        PEERS="${servers//;/$mf;}" \
         NEXT="proxy_next_upstream error timeout http_503; proxy_next_upstream_tries 3;" ;;
-    nres)
+    nres-balancer)
+      nres_render "$here/nres-balancer.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+        PEERS="$lua_peers" LUA="$repo/lua/?.lua;${jit_dir}?.lua" ;;
+    nres-cosocket)
       nres_render "$here/nres.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        UPSTREAM_PORT="$up_port" LUA="$repo/lua/?.lua;${jit_dir}?.lua" ;;
+        UPSTREAM_PORT="$p1" LUA="$repo/lua/?.lua;${jit_dir}?.lua" ;;
     haproxy)
       nres_render "$here/haproxy.cfg.in" "$p/haproxy.cfg" PREFIX="$p" PORT="$gw_port" \
-        UPSTREAM_PORT="$up_port"
+        SERVERS="$hservers"
       haproxy -q -f "$p/haproxy.cfg"
       for _ in $(seq 1 100); do [ -s "$p/haproxy.pid" ] && break; sleep 0.05; done
       haproxy_pid=$(head -1 "$p/haproxy.pid")
@@ -107,73 +142,154 @@ $peer$mf;" \
   nres_wait_http "$gw/warm"
 }
 
+# stop_gateway: TERM (nginx's fast shutdown; no graceful wait between
+# cells), KILL after 2 s.
 stop_gateway() {
+  kill -TERM "$gw_pid" 2>/dev/null || true
+  for _ in $(seq 1 40); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.05; done
   nres_stop_pid "$gw_pid"
   [ "$gw_pid" = "$haproxy_pid" ] && haproxy_pid=""
   gw_pid=""
 }
 
+# reload_gateway NAME: nginx -s reload (HUP), or an HAProxy soft reload
+# (a new process takes over with -sf).
+reload_gateway() {
+  if [ "$1" = haproxy ]; then
+    local p="$work/haproxy"
+    rm -f "$p/haproxy.pid"
+    haproxy -q -f "$p/haproxy.cfg" -sf "$haproxy_pid"
+    for _ in $(seq 1 100); do [ -s "$p/haproxy.pid" ] && break; sleep 0.02; done
+    haproxy_pid=$(head -1 "$p/haproxy.pid")
+    gw_pid=$haproxy_pid
+  else
+    kill -HUP "$gw_pid"
+  fi
+}
+
 set_mode() {
   case $1 in
-    healthy) admin "mode=healthy&reset=1" ;;
-    every4) admin "mode=every&n=4&reset=1" ;;
-    every2) admin "mode=every&n=2&reset=1" ;;
-    down) admin "mode=down&reset=1" ;;
-    blip) admin "mode=blip&in=1&for=3&reset=1" ;;
+    healthy) admin_all "mode=healthy&reset=1" ;;
+    every4) admin_all "mode=healthy&reset=1"; admin "$p1" "mode=every&n=4&reset=1" ;;
+    every2) admin_all "mode=healthy&reset=1"; admin "$p1" "mode=every&n=2&reset=1" ;;
+    down|reload) admin_all "mode=healthy&reset=1"; admin "$p1" "mode=down&reset=1" ;;
+    blip) admin_all "mode=healthy&reset=1"; admin "$p1" "mode=blip&in=1&for=3&reset=1" ;;
+    pool-healthy) admin_all "mode=healthy&delay=1&reset=1" ;;
+    pool-every2) admin_all "mode=healthy&reset=1"; admin "$p2" "mode=every&n=2&reset=1" ;;
+    pool-down1) admin_all "mode=healthy&reset=1"; admin "$p2" "mode=down&reset=1" ;;
+    pool-slow) admin_all "mode=healthy&delay=1&reset=1"; admin "$p2" "mode=healthy&delay=10&reset=1" ;;
   esac
 }
 
-# wrk_cell GW SCENARIO REP DURATION [RECOVERY_AT]
+# wrk_cell GW SCENARIO REP DURATION [RECOVERY_AT]: one wrk run; upstream
+# requests in all (the sum of the three ports) and at the "bad" peer (p2 in
+# a pool, p1 alone otherwise).
 wrk_cell() {
-  local line
+  local line bad_port=$p1
+  case $2 in pool-*) bad_port=$p2 ;; esac
   line=$(RECOVERY_AT=${5:-0} wrk -t2 -c16 -d"$4"s --timeout 5s -s "$here/wrk.lua" "$gw/bench" |
          grep "^RESULT")
-  local ups; ups=$(admin "" | json "j.requests")
-  printf 'wrk\t%s\t%s\t%s\t%s upstream=%s recovery=%s\n' "$1" "$2" "$3" \
-    "${line#RESULT }" "$ups" "${5:-0}" >>"$tsv"
+  local u1 u2 u3; u1=$(ups "$p1"); u2=$(ups "$p2"); u3=$(ups "$p3")
+  local bad; bad=$(ups "$bad_port")
+  printf 'wrk\t%s\t%s\t%s\t%s upstream=%s bad_peer=%s recovery=%s\n' "$1" "$2" "$3" \
+    "${line#RESULT }" "$((u1 + u2 + u3))" "$bad" "${5:-0}" >>"$tsv"
 }
 
-# fixed_cell GW SCENARIO: N requests, 16 at a time (curl, keep-alive)
-fixed_cell() {
-  admin "reset=1" >/dev/null
-  local codes ok total ups
-  codes=$(curl -s --no-progress-meter --parallel --parallel-max 16 -o /dev/null \
-            -w '%{http_code}\n' "$gw/fixed?i=[1-$N]" 2>/dev/null || true)
-  total=$(printf '%s\n' "$codes" | grep -c . || true)
-  ok=$(printf '%s\n' "$codes" | grep -c '^2' || true)
-  ups=$(admin "" | json "j.requests")
-  printf 'fixed\t%s\t%s\t1\trequests=%s ok=%s upstream=%s\n' "$1" "$2" "$total" "$ok" "$ups" >>"$tsv"
+# reload_cell GW: wrk for 6 s against a down upstream; a reload at 3.5 s;
+# the upstream's requests in the 1.5 s before and the 1.5 s after it.
+reload_cell() {
+  set_mode reload >/dev/null
+  wrk -t2 -c16 -d6s --timeout 5s -s "$here/wrk.lua" "$gw/bench" >"$work/reload.out" &
+  local wpid=$!
+  sleep 2
+  local a b c; a=$(ups "$p1")
+  sleep 1.5
+  b=$(ups "$p1")
+  reload_gateway "$1"
+  sleep 1.5
+  c=$(ups "$p1")
+  wait "$wpid" || true
+  local line; line=$(grep "^RESULT" "$work/reload.out")
+  printf 'reload\t%s\treload\t1\t%s before=%s after=%s\n' "$1" "${line#RESULT }" \
+    "$((b - a))" "$((c - b))" >>"$tsv"
 }
 
-gateways="nginx-plain nginx-retry nginx-retry-mf0 haproxy nres"
+# NRES_BENCH_GATEWAYS / _SINGLE / _POOLS / _EXTRA narrow a run (for
+# development; a report of a narrowed run says "no figure" where it lacks).
+single=${NRES_BENCH_SINGLE-healthy every4 every2 down}
+pools=${NRES_BENCH_POOLS-pool-healthy pool-every2 pool-down1 pool-slow}
+gateways=${NRES_BENCH_GATEWAYS-nginx-plain nginx-retry nginx-retry-mf0 haproxy nres-balancer nres-cosocket}
+extra=${NRES_BENCH_EXTRA-blip reload}
 started=$(date +%s)
+
+# Healthy, one upstream - the throughput comparison: every gateway at once,
+# each on its own port, the runs interleaved (run 1 of each, then run 2,
+# ...), so load on the machine from elsewhere hits all of them alike.
+case " $single " in *" healthy "*)
+  declare -A hport hpid
+  main_port=$gw_port
+  for g in $gateways; do
+    p=$(nres_free_port)
+    while [ "$p" = "$p1" ] || [ "$p" = "$p2" ] || [ "$p" = "$p3" ] || [ "$p" = "$main_port" ]; do
+      p=$(nres_free_port)
+    done
+    hport[$g]=$p; gw_port=$p; gw="http://127.0.0.1:$p"
+    echo "== $g / healthy (start)" >&2
+    start_gateway "$g" 0
+    hpid[$g]=$gw_pid
+  done
+  admin_all "mode=healthy&reset=1"
+  for g in $gateways; do wrk -t2 -c16 -d1s "http://127.0.0.1:${hport[$g]}/warmup" >/dev/null; done
+  for rep in $(seq 1 "$HREPS"); do
+    for g in $gateways; do
+      echo "== $g / healthy run $rep" >&2
+      gw_port=${hport[$g]}; gw="http://127.0.0.1:$gw_port"
+      admin_all "reset=1"
+      wrk_cell "$g" healthy "$rep" "$D"
+    done
+  done
+  for g in $gateways; do gw_pid=${hpid[$g]}; stop_gateway; done
+  gw_port=$main_port; gw="http://127.0.0.1:$gw_port"
+  single=${single/healthy/} ;;
+esac
+
 for g in $gateways; do
-  for s in healthy every4 every2 down; do
+  for s in $single $pools; do
+    pool=0
+    case $s in pool-*) pool=1; [ "$g" = nres-cosocket ] && continue ;; esac
     echo "== $g / $s" >&2
-    start_gateway "$g"
-    admin "mode=healthy&reset=1" >/dev/null
+    start_gateway "$g" "$pool"
+    admin_all "mode=healthy&reset=1"
     wrk -t2 -c16 -d1s "$gw/warmup" >/dev/null
     set_mode "$s" >/dev/null
+    # pools: the first second after the fault starts is not counted
+    [ "$pool" = 1 ] && wrk -t2 -c16 -d1s "$gw/settle" >/dev/null
     for rep in $(seq 1 "$REPS"); do
-      admin "reset=1" >/dev/null
+      admin_all "reset=1"
       wrk_cell "$g" "$s" "$rep" "$D"
     done
-    fixed_cell "$g" "$s"
     stop_gateway
   done
+  case " $extra " in *" blip "*) ;; *) continue ;; esac
   echo "== $g / blip" >&2
-  start_gateway "$g"
-  admin "mode=healthy&reset=1" >/dev/null
+  start_gateway "$g" 0
+  admin_all "mode=healthy&reset=1"
   wrk -t2 -c16 -d1s "$gw/warmup" >/dev/null
-  recovery=$(set_mode blip | json "j.blip_until")
+  set_mode blip >/dev/null
+  recovery=$(admin "$p1" "" | json "j.blip_until")
   wrk_cell "$g" blip 1 "$BLIP_D" "$recovery"
+  stop_gateway
+  case " $extra " in *" reload "*) ;; *) continue ;; esac
+  echo "== $g / reload during an outage" >&2
+  start_gateway "$g" 0
+  admin_all "mode=healthy&reset=1"
+  wrk -t2 -c16 -d1s "$gw/warmup" >/dev/null
+  reload_cell "$g"
   stop_gateway
 done
 elapsed=$(( $(date +%s) - started ))
 
 mkdir -p "$(dirname "$out")"
-{
-  luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$N" "$BLIP_D" "$elapsed"
-} >"$out"
+luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$BLIP_D" "$elapsed" "$HREPS" >"$out"
 cp "$tsv" "${out%.md}.tsv"
 echo "wrote $out (${elapsed}s)" >&2

@@ -17,6 +17,9 @@
 #      breaker still open and the budget level kept (region file
 #      reattached), and the dead upstream gets no request across the reload
 #      while clients keep coming;
+#   3b. a binary upgrade (USR2, then QUIT to the old master): the new
+#      master's workers share the tables (breaker still not closed, no
+#      burst to the dead upstream);
 #   4. a layout change on reload (more slots) makes a new region with one
 #      log line; a scope no longer declared has its file removed;
 #   5. error.log has no [error], [crit], [alert] or [emerg] line.
@@ -52,11 +55,7 @@ pass() { echo "ok: $*"; }
 
 jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
 [ -n "$jit_dir" ] || jit_dir=/usr/share/luajit-2.1.0-beta3/
-ports=()
-while [ "${#ports[@]}" -lt 4 ]; do
-  p=$(nres_free_port)
-  case " ${ports[*]:-} " in *" $p "*) ;; *) ports+=("$p") ;; esac
-done
+mapfile -t ports < <(nres_free_ports 4)
 p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
 gw="http://127.0.0.1:$gw_port"
 
@@ -195,6 +194,33 @@ trips2=$(up_field "$(status)" breaker_trips)
 grep -q 'kept the state in .*scope.upstreams.shm' "$work/gw/error.log" ||
   fail "no 'kept the state' line in error.log for the reload"
 pass "reload in an outage: new workers $(for k in "${!seen[@]}"; do printf '%s(budget %s) ' "$k" "${seen[$k]}"; done)see the breaker open (budget $level before), 200 clients refused, 0 upstream requests across the reload"
+
+# ------------------------------- 3b. binary upgrade (USR2) shares the tables
+kill -USR2 "$gw_master"
+new_master=""
+for _ in $(seq 1 100); do
+  if [ -s "$work/gw/nginx.pid.oldbin" ] && [ -s "$work/gw/nginx.pid" ]; then
+    new_master=$(cat "$work/gw/nginx.pid")
+    [ "$new_master" != "$gw_master" ] && break
+  fi
+  new_master=""; sleep 0.05
+done
+[ -n "$new_master" ] || fail "USR2: no new master"
+NRES_STARTED_PIDS="$NRES_STARTED_PIDS $new_master"
+for _ in $(seq 1 100); do [ "$(pgrep -P "$new_master" | wc -l)" -ge 2 ] && break; sleep 0.05; done
+kill -QUIT "$gw_master"   # the old master and its workers leave
+for _ in $(seq 1 100); do kill -0 "$gw_master" 2>/dev/null || break; sleep 0.05; done
+gw_master=$new_master
+u0=$(ups_all)
+s=$(status)
+pid=$(printf '%s' "$s" | json "j.pid")
+[ "$(ps -o ppid= -p "$pid" | tr -d ' ')" = "$new_master" ] || fail "status answered by $pid, not a new worker"
+st=$(up_field "$s" breaker)
+[ "$st" = open ] || [ "$st" = half-open ] || fail "after USR2 the breaker is $st: $s"
+r=$(load 100 8 /upgraded)
+u1=$(ups_all)
+[ $((u1 - u0)) -le 2 ] || fail "after USR2 the dead upstream got $((u1 - u0)) requests for 100 clients"
+pass "binary upgrade (USR2): the new master's workers see the breaker $st; $((u1 - u0)) upstream requests for 100 clients"
 
 # ---------------------------- 4. a new layout; an undeclared region removed
 admin_all "mode=healthy&reset=1"

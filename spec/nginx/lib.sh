@@ -27,6 +27,16 @@ nres_free_port() {
   return 1
 }
 
+# nres_free_ports N: N distinct free ports (nres_free_port), one a line.
+nres_free_ports() {
+  local out=() p
+  while [ "${#out[@]}" -lt "$1" ]; do
+    p=$(nres_free_port) || return 1
+    case " ${out[*]:-} " in *" $p "*) ;; *) out+=("$p") ;; esac
+  done
+  printf '%s\n' "${out[@]}"
+}
+
 # nres_render TEMPLATE OUT KEY=VALUE...: replace @KEY@ with VALUE.
 nres_render() {
   local tpl=$1 out=$2; shift 2

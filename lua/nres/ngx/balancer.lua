@@ -32,7 +32,9 @@
 -- in a row or 25 % of at least 10 tries over 5 s eject it for 2 s, doubling
 -- up to 30 s while its half-open probes fail) and a latency estimator
 -- (nres_estimator_t, the p75 of the last 1-2 s of tries, a failed try
--- counted as the attempt timeout) in the upstream's shared table, so every
+-- counted as the attempt timeout; with no try in that time, the last
+-- estimate fading by half about every 1.7 s) in the upstream's shared
+-- table, so every
 -- worker sees the same ejections and latencies; in-flight tries are
 -- counted per worker. Choice: power of two choices (default; two random
 -- admitted peers, the lower latency x (in-flight + 1) wins, as Finagle's
@@ -218,7 +220,14 @@ local function refresh(u, now)
     u.state[i] = st
     if st == 0 then healthy = healthy + 1 end
     local q = est_quantile(u.est[i], now, 0.75, samples_box)
-    u.cost[i] = samples_box[0] > 0 and tonumber(q) or 0
+    if samples_box[0] > 0 then
+      u.cost[i] = tonumber(q)
+    else
+      -- No try in the estimator's windows (1-2 s): the last estimate,
+      -- fading (halved about every 1.7 s), so an avoided slow peer is not
+      -- flooded the moment its samples age out, yet is tried again later.
+      u.cost[i] = u.cost[i] * 0.98
+    end
   end
   u.panicking = healthy < u.panic * u.n
 end

@@ -13,7 +13,8 @@
 -- replaced by a new one (the old workers keep theirs until they exit) with
 -- one log line saying why. A binary upgrade (USR2) runs the same
 -- init_by_lua with the same prefix, so old and new workers share the same
--- tables during the overlap. gw.init_worker() (init_worker_by_lua) removes,
+-- tables during the overlap (the new binary's environment holds only what
+-- `env` directives name: `env NRES_REGION_DIR;` if the dir comes from it). gw.init_worker() (init_worker_by_lua) removes,
 -- from worker 0, the files under <dir>/<name>.* that no declaration of this
 -- configuration uses (a scope renamed or dropped); files of a stopped nginx
 -- stay for its next start. Outside nginx (plain LuaJIT) tables are

@@ -209,6 +209,31 @@ local function admit_junk(yes, why)
                 describe(yes), describe(why))
 end
 
+-- Ask admit about attempt n: ADMITTED; REFUSED and the reason; or FAILED
+-- and what admit did (raised, or returned junk).
+local ADMITTED, REFUSED, FAILED = 0, 1, 2
+local function ask(admit, n, self)
+  local fine, yes, why = pcall(admit, n, self)
+  if not fine then return FAILED, yes end
+  if yes == true then return ADMITTED end
+  if yes ~= false and yes ~= nil or why ~= nil and type(why) ~= "string" then
+    return FAILED, admit_junk(yes, why)
+  end
+  return REFUSED, why or "rate limited"
+end
+
+-- Wait delay ns through the driver, on_event told first: nil, or the name
+-- of the callback that failed and its error.
+local function wait(driver, on_event, delay)
+  if on_event ~= nil then
+    local fine, err = pcall(on_event, "wait", delay / 1e9)
+    if not fine then return "on_event", err end
+  end
+  local fine, err = pcall(driver.sleep, delay)
+  if not fine then return "driver.sleep", err end
+  return nil
+end
+
 -- Hedged calls: attempts side by side. A hedged policy (hedge = { at, max })
 -- needs a driver that can run them, with three more functions:
 --   spawn(fn, arg) -> task    start fn(arg) beside the caller (it runs until
@@ -267,16 +292,12 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
                     fn = fn, a1 = a1, a2 = a2, a3 = a3, a4 = a4, done = false }
       at = st.resume_at                  -- when a hedge may be due
       if admit ~= nil then
-        local fine, yes, why = pcall(admit, st.attempt, self)
-        if not fine then
-          cb, cb_err = "admit", yes
+        local said, what = ask(admit, st.attempt, self)
+        if said == FAILED then
+          cb, cb_err = "admit", what
           break
-        elseif yes ~= true then
-          if yes ~= false and yes ~= nil or why ~= nil and type(why) ~= "string" then
-            cb, cb_err = "admit", admit_junk(yes, why)
-            break
-          end
-          refused = why or "rate limited"
+        elseif said == REFUSED then
+          refused = what
           rec.ok, rec.n, rec.r1, rec.r2 = true, 2, nil, refused
           rec.vk, rec.fl, rec.ra, rec.done = THROTTLED, VF_SELF, -1, true
         end
@@ -319,19 +340,8 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
         give_call(call, owner)
         error("nres: the executor asked to wait forever with nothing in flight", 2)
       end
-      local delay = at - now()
-      if on_event ~= nil then
-        local fine, err = pcall(on_event, "wait", delay / 1e9)
-        if not fine then
-          cb, cb_err = "on_event", err
-          break
-        end
-      end
-      local fine, err = pcall(driver.sleep, delay)
-      if not fine then
-        cb, cb_err = "driver.sleep", err
-        break
-      end
+      cb, cb_err = wait(driver, on_event, at - now())
+      if cb ~= nil then break end
     end
 
     if rec ~= nil then
@@ -432,16 +442,12 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
       local vk, fl, ra
       attempt_at, attempt_now = step.at, now
       if admit ~= nil then
-        local fine, yes, why = pcall(admit, step.attempt, self)
-        if not fine then
-          cb, cb_err = "admit", yes
+        local said, what = ask(admit, step.attempt, self)
+        if said == FAILED then
+          cb, cb_err = "admit", what
           break
-        elseif yes ~= true then
-          if yes ~= false and yes ~= nil or why ~= nil and type(why) ~= "string" then
-            cb, cb_err = "admit", admit_junk(yes, why)
-            break
-          end
-          refused = why or "rate limited"
+        elseif said == REFUSED then
+          refused = what
           ok, n, r1, r2 = true, 2, nil, refused
           vk, fl, ra = THROTTLED, VF_SELF, -1
         end
@@ -471,19 +477,8 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
         give_call(call, owner)
         error("nres: the executor asked to wait forever with nothing in flight", 2)
       end
-      local delay = at - now()
-      if on_event ~= nil then
-        local fine, err = pcall(on_event, "wait", delay / 1e9)
-        if not fine then
-          cb, cb_err = "on_event", err
-          break
-        end
-      end
-      local fine, err = pcall(driver.sleep, delay)
-      if not fine then
-        cb, cb_err = "driver.sleep", err
-        break
-      end
+      cb, cb_err = wait(driver, on_event, at - now())
+      if cb ~= nil then break end
       kind = step_resume(call, now(), step)
     end
   end

@@ -33,7 +33,11 @@
  *   refusals, per second); the script hands out quotas that add up to the
  *   fleet rate: proportional to demand when the fleet asks for more than
  *   the rate, otherwise each host's demand plus an equal part of the rest.
- *   The agent sets the local limiter to its quota (nres_ratelimit_set_rate).
+ *   The agent sets the local limiter to its quota (nres_ratelimit_set_rate,
+ *   which carries admissions already made over to the new rate). A host
+ *   below its quota is measured at up to its quota (tat moved that far);
+ *   its quota shrinks round by round until it refuses, and from then on
+ *   its demand is exact.
  * - Breaker (opt-in: nres_sync_add_breaker). A host whose breaker opens by
  *   itself publishes "open until T" (T on Redis's clock) and becomes the
  *   break's prober. Other hosts open theirs (nres_breaker_open_until) at
@@ -47,7 +51,8 @@
  *
  * Failure handling. A round that fails (refused, reset, no answer within
  * `timeout`: a stopped Redis) drops the connection and every scope falls
- * back to local-only protection at once: the rate limiter gets local_share
+ * back to local-only protection at once, so at most interval + timeout
+ * after Redis goes: the rate limiter gets local_share
  * of the fleet rate, the budget keeps at most local_share of the capacity
  * and earns local_share of its floor, given breaks run out. Reconnection
  * waits by an nres backoff (exponential, full jitter, from `interval` up to
@@ -55,7 +60,8 @@
  * (activity while apart is not replayed into the fleet). A Redis that comes
  * back empty starts every record again (a full fleet bucket, no break); a
  * missing script is loaded again. Keys carry the scope as a hash tag
- * ({scope}: Redis Cluster puts a scope's keys in one slot) and expire when
+ * ({scope}: Redis Cluster would put a scope's keys in one slot; the agent
+ * itself talks to one Redis, hiredis 0.14 has no cluster client) and expire when
  * no host has written them for `ttl` (10 s by default), so an abandoned
  * scope disappears; a host silent for three intervals no longer counts in
  * the shares.
@@ -64,7 +70,9 @@
  * nres_sync_tick runs one round on the caller's thread (a program with its
  * own loop, tests). Add, remove, stats and info may be called from any
  * thread; they wait for a round in progress (at most about `timeout`).
- * The local state must outlive its entry (remove it, or free the agent).
+ * The local state must outlive its entry (remove it, or free the agent),
+ * and live on nres_clock_now's clock (CLOCK_MONOTONIC: the C drivers,
+ * the plain and nginx Lua drivers, a gateway's shm region).
  */
 #ifndef NRES_SYNC_H
 #define NRES_SYNC_H

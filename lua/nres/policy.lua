@@ -358,11 +358,13 @@ _M.classes = CLASSES
 -- The same policy for calls of another criticality:
 -- p:with{ criticality = "critical" | "default" | "sheddable" }. Under
 -- overload the limiters and the budget refuse sheddable calls first and
--- keep headroom for critical ones (limiter.reserve; a sheddable call
--- retries or hedges only while the budget is at least half full). The
--- copy shares everything else (state, counters, driver) and is made once
--- per class and policy object: calling p:with per request costs only the
--- argument table, and p:run on the copy stays garbage-free.
+-- keep headroom for critical ones (limiter.reserve for the concurrency
+-- limit and its queue; a sheddable call takes at most half the rate
+-- limiter's burst and retries or hedges only while the budget is at least
+-- half full). The copy shares everything else (state, counters, driver)
+-- and is made once per class and policy object: calling p:with per
+-- request costs only the argument table, and p:run on the copy stays
+-- garbage-free.
 function _M.with(self, opts)
   if type(opts) ~= "table" then
     error("bad argument #1 to 'with' (a table { criticality = ... } expected, got "

@@ -190,10 +190,11 @@ typedef enum {
 
 /* Criticality of a call (Google SRE's classes, three of them): under
  * overload the limiters and the retry budget refuse sheddable calls first
- * and keep headroom for critical ones (nres_bulkhead_config_t.reserve; a
- * sheddable call retries or hedges only while the budget is at least half
- * full). Set per call with nres_call_begin_class; the others begin as
- * NRES_CLASS_DEFAULT. */
+ * and keep headroom for critical ones (nres_bulkhead_config_t.reserve, for
+ * the concurrency limit and its queue; a sheddable call takes at most half
+ * of the rate limiter's burst, and retries or hedges only while the budget
+ * is at least half full). Set per call with nres_call_begin_class; the
+ * others begin as NRES_CLASS_DEFAULT. */
 typedef enum {
   NRES_CLASS_CRITICAL = 0,
   NRES_CLASS_DEFAULT = 1,

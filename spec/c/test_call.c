@@ -452,8 +452,9 @@ static void hedge_win_is_counted_and_the_loser_is_a_censored_sample(
 }
 
 /* Criticality: the bulkhead keeps headroom for higher classes, a sheddable
- * call retries only while the budget is at least half full, and refusals
- * are counted per class; the stop reason is the usual one. */
+ * call retries only while the budget is at least half full and takes at
+ * most half the rate limiter's burst, and refusals are counted per class;
+ * the stop reason is the usual one. */
 static void criticality_orders_the_bulkhead_and_the_budget(void **state) {
   nres_policy_t p;
   nres_bulkhead_t bh;
@@ -518,6 +519,29 @@ static void criticality_orders_the_bulkhead_and_the_budget(void **state) {
   assert_int_equal(a.kind, NRES_ATTEMPT);   /* the default class retries */
   assert_int_equal(counters(&p).class_rejects[NRES_CLASS_SHEDDABLE], 1);
   assert_string_equal(nres_class_name(NRES_CLASS_SHEDDABLE), "sheddable");
+
+  /* Rate limiter: 10/s with a burst of 11 (tolerance 1 s): sheddable
+   * calls stop at half the burst, the others take the rest. */
+  trivial(&p);
+  {
+    nres_ratelimit_t rl;
+    int shed = 0, other = 0;
+    assert_int_equal(nres_ratelimit_init(&rl, 10, 11), 0);
+    p.ratelimit = &rl;
+    build(&p);
+    while (nres_call_begin_class(&calls[0], &p, SEC, NRES_TIME_NEVER,
+                                 NRES_CLASS_SHEDDABLE).kind == NRES_ATTEMPT) {
+      nres_call_report(&calls[0], 0, SEC, ok());
+      shed++;
+    }
+    while (nres_call_begin(&calls[0], &p, SEC).kind == NRES_ATTEMPT) {
+      nres_call_report(&calls[0], 0, SEC, ok());
+      other++;
+    }
+    assert_int_equal(shed, 5);    /* next admission at most 0.5 s ahead */
+    assert_int_equal(shed + other, 11);   /* the burst, all of it used */
+    assert_int_equal(calls[0].stop, NRES_STOP_LIMITED);
+  }
   assert_string_equal(nres_class_name(9), "unknown");
 }
 

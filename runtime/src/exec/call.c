@@ -257,6 +257,27 @@ static int spend(nres_call_t *call, nres_time_t now) {
   return nres_budget_spend(b, now);
 }
 
+/* The rate limiter's admission. A sheddable call leaves half of the burst
+ * to the other classes: it is refused once the next admission would use
+ * more than half of the limiter's tolerance. */
+static int rate_refuses(nres_call_t *call, nres_time_t now,
+                        nres_time_t *retry_after) {
+  nres_ratelimit_t *rl = call->policy->ratelimit;
+
+  if (__builtin_expect(call->criticality == NRES_CLASS_SHEDDABLE, 0)) {
+    nres_time_t interval = __atomic_load_n(&rl->interval, __ATOMIC_RELAXED);
+    nres_time_t half = __atomic_load_n(&rl->tolerance, __ATOMIC_RELAXED) / 2;
+    uint64_t tat = nres__load(&rl->tat);
+    nres_time_t next = nres_time_add(tat > now ? tat : now, interval);
+    if (next - now > half) {
+      *retry_after = next - now - half;
+      nres__add(&rl->refused, 1);
+      return 1;
+    }
+  }
+  return nres_ratelimit_acquire(rl, now, retry_after) != 0;
+}
+
 /* ------------------------------------------------------------- admission */
 
 /* A hedge that cannot start: keep waiting for the attempts in flight. */
@@ -324,7 +345,7 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
   /* A call queued for the bulkhead was admitted by the rate limiter
    * already: polling again must not take more admissions. */
   if (p->ratelimit != NULL && !call->queued &&
-      nres_ratelimit_acquire(p->ratelimit, now, &retry_after) != 0) {
+      rate_refuses(call, now, &retry_after)) {
     if (hedge)
       return *refusal = skip(call, skipped), 0;
     if (retry_after <= p->limit_wait &&

@@ -11,6 +11,8 @@
 #   3. a GET answered in 10 ms is not hedged;
 #   4. X-Criticality: with one of 2 slots taken, a sheddable call is refused
 #      (reserve 0.5) and a critical one admitted; counted by class;
+#   5. p:run with the nginx driver (spawn/wait_any/kill on ngx.thread)
+#      hedges a slow GET and kills the loser;
 # then the figure (printed, and the last line is machine-readable): N GETs
 # (default 1500, 4 at a time, after 300 to warm the latency estimator) to
 # /slow?dist=lognormal&median=20&sigma=1 through scope "plain" (no hedge)
@@ -112,6 +114,18 @@ wait "$held"
 [ "$(worker crit refused_by_class.sheddable)" = 1 ] || fail "status: sheddable refusals $(worker crit refused_by_class.sheddable), want 1"
 [ "$(worker crit refused_by_class.critical)" = 0 ] || fail "status: critical refusals $(worker crit refused_by_class.critical), want 0"
 pass "X-Criticality: sheddable refused first, critical admitted into the headroom, counted by class"
+
+# 5. p:run on the nginx driver hedges too (light threads; the loser killed).
+before=$(slow_count)
+out=$(curl -s "$gw/prun/slow?ms=200")
+after=$(slow_count)
+echo "$out" | json 'j.ok and j.driver == "nginx" and j.hedges == 1 and j.hedges_won == 0 and j.hedges_canceled == 1 or nil' \
+  | grep -q true || fail "p:run on the nginx driver: $out"
+[ $((after - before)) = 2 ] || fail "p:run on the nginx driver: upstream saw $((after - before)) requests, want 2"
+out=$(curl -s "$gw/prun/slow?dist=uniform&min=150&max=150")
+echo "$out" | json 'j.hedges == 2 and j.hedges_canceled == 2 or nil' | grep -q true ||
+  fail "p:run on the nginx driver, second call: $out"
+pass "p:run under nginx: a 200 ms GET hedged at 50 ms, first attempt wins, the hedge's light thread killed"
 
 # The figure.
 url='slow?dist=lognormal&median=20&sigma=1'

@@ -9,7 +9,7 @@
 -- path tried.
 local ffi = require "ffi"
 
-local ABI_VERSION = 2
+local ABI_VERSION = 3
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -94,6 +94,7 @@ typedef struct nres_policy_s {
   uint64_t n_verdicts[5], n_stops[10], n_rejects[5];
   uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
   uint64_t n_hedges_won, n_class_rejects[3];
+  struct { uint64_t verdicts, stops, reserved_[14]; } n_ok[8];
 } nres_policy_t;
 
 typedef struct nres_attempt_rec_s {

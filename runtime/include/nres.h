@@ -820,6 +820,9 @@ typedef enum {
                              budget, breaker, measured attempt ceiling */
 } nres_preset_t;
 
+/* Copies of a policy's success counters (see nres_policy_t.n_ok). */
+#define NRES_POLICY_SHARDS 8
+
 /* Most attempts one call may have in flight (hedging). */
 #define NRES_MAX_INFLIGHT 4
 
@@ -913,6 +916,18 @@ struct nres_policy_s {
   NRES_ATOMIC(uint64_t) n_late;
   NRES_ATOMIC(uint64_t) n_hedges_won;
   NRES_ATOMIC(uint64_t) n_class_rejects[NRES_CLASS_COUNT];
+  /* What every successful call writes - its OK verdict and its OK stop -
+   * counted in one of NRES_POLICY_SHARDS shards (the calling thread's,
+   * taken round-robin) instead of n_verdicts[NRES_OK] and
+   * n_stops[NRES_STOP_OK], which stay 0: threads sharing a policy would
+   * otherwise all write one cache line per call (bench/README.md, "Threads
+   * on one policy"). 128 bytes apart, so no two shards' words share a
+   * line whatever the policy's alignment. nres_policy_counters sums them. */
+  struct {
+    NRES_ATOMIC(uint64_t) verdicts;
+    NRES_ATOMIC(uint64_t) stops;
+    uint64_t reserved_[14];
+  } n_ok[NRES_POLICY_SHARDS];
 };
 
 /* Fill in a preset's configuration and reset the telemetry. */

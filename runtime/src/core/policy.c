@@ -171,14 +171,18 @@ void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
   int i;
 
   memset(out, 0, sizeof(*out));
-  for (i = 0; i < NRES_VERDICT_COUNT; i++) {
+  for (i = 0; i < NRES_VERDICT_COUNT; i++)
     out->verdicts[i] = nres__load(&p->n_verdicts[i]);
-    out->attempts += out->verdicts[i];
-  }
-  for (i = 0; i < NRES_STOP_COUNT; i++) {
+  for (i = 0; i < NRES_STOP_COUNT; i++)
     out->stops[i] = nres__load(&p->n_stops[i]);
-    out->calls += out->stops[i];
+  for (i = 0; i < NRES_POLICY_SHARDS; i++) {   /* the success counters */
+    out->verdicts[NRES_OK] += nres__load(&p->n_ok[i].verdicts);
+    out->stops[NRES_STOP_OK] += nres__load(&p->n_ok[i].stops);
   }
+  for (i = 0; i < NRES_VERDICT_COUNT; i++)
+    out->attempts += out->verdicts[i];
+  for (i = 0; i < NRES_STOP_COUNT; i++)
+    out->calls += out->stops[i];
   for (i = 0; i < NRES_REJECT_COUNT; i++)
     out->rejects[i] = nres__load(&p->n_rejects[i]);
   out->retries = nres__load(&p->n_retries);
@@ -207,6 +211,10 @@ void nres_policy_counters_reset(nres_policy_t *policy) {
   nres__store(&policy->n_fallbacks, 0);
   nres__store(&policy->n_late, 0);
   nres__store(&policy->n_hedges_won, 0);
+  for (i = 0; i < NRES_POLICY_SHARDS; i++) {
+    nres__store(&policy->n_ok[i].verdicts, 0);
+    nres__store(&policy->n_ok[i].stops, 0);
+  }
   for (i = 0; i < NRES_CLASS_COUNT; i++)
     nres__store(&policy->n_class_rejects[i], 0);
 }

@@ -62,6 +62,39 @@ static void emit(nres_call_t *call, int type, int value, unsigned attempt,
       nres__add(&(policy)->field, 1);                                        \
   } while (0)
 
+/* This thread's shard of the success counters (nres_policy_t.n_ok): taken
+ * round-robin on its first count, so two threads sharing a policy write
+ * different lines. */
+static atomic_uint next_shard;
+static _Thread_local unsigned my_shard = NRES_POLICY_SHARDS;
+
+static unsigned shard_of_thread(void) {
+  if (my_shard >= NRES_POLICY_SHARDS)
+    my_shard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) %
+               NRES_POLICY_SHARDS;
+  return my_shard;
+}
+
+/* n_verdicts[kind] / n_stops[stop], the OK ones in the thread's shard. */
+#define COUNT_VERDICT(policy, kind)                                          \
+  do {                                                                       \
+    if ((policy)->private_flags & NRES__F_TELEMETRY) {                       \
+      if ((kind) == NRES_OK)                                                 \
+        nres__add(&(policy)->n_ok[shard_of_thread()].verdicts, 1);           \
+      else                                                                   \
+        nres__add(&(policy)->n_verdicts[kind], 1);                           \
+    }                                                                        \
+  } while (0)
+#define COUNT_STOP(policy, stop)                                             \
+  do {                                                                       \
+    if ((policy)->private_flags & NRES__F_TELEMETRY) {                       \
+      if ((stop) == NRES_STOP_OK)                                            \
+        nres__add(&(policy)->n_ok[shard_of_thread()].stops, 1);              \
+      else                                                                   \
+        nres__add(&(policy)->n_stops[stop], 1);                              \
+    }                                                                        \
+  } while (0)
+
 static nres_rng_t *call_rng(nres_call_t *call) {
   if (!call->seeded) {
     uint64_t seq = nres__add(&call->policy->sequence, 1);
@@ -173,7 +206,7 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
     call->fallback = a.fallback = 1;
     COUNT(p, n_fallbacks);
   }
-  COUNT(p, n_stops[stop]);
+  COUNT_STOP(p, stop);
   EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
        nres_time_sub(now, call->start));
   return a;
@@ -581,7 +614,7 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     nres_estimator_record(p->estimator, now, latency);
   if ((p->private_flags & NRES__F_HEDGE) && !self)
     nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
-  COUNT(p, n_verdicts[kind]);
+  COUNT_VERDICT(p, kind);
   if (kind == NRES_OK && call->slot[slot].hedge)
     COUNT(p, n_hedges_won);
   EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now, latency);

@@ -524,19 +524,22 @@ static void test_breaker_fleet(void **state) {
            (unsigned long long) h[i].sent_down_open);
     nres_sync_free(s[i]);
   }
-  assert_true(h[0].opened != 0 && h[0].opened < start + 600 * NRES_MSEC);
+  /* Host 0 trips on its 3rd failure, 15 ms after the outage on an idle
+   * machine; 300 ms allows for a loaded one. */
+  assert_true(h[0].opened != 0 && h[0].opened < start + 800 * NRES_MSEC);
   for (i = 1; i < 3; i++) {
-    /* Open within 2 intervals of the host that saw it (+ 10 ms of
-     * polling and scheduling). */
+    /* Open within 2 intervals of the host that saw it (+ 30 ms of
+     * polling and scheduling on a loaded machine). */
     assert_true(h[i].opened != 0);
-    assert_true(h[i].opened <= h[0].opened + 2 * IVL + 10 * NRES_MSEC);
-    /* No probes of their own: at most the one call they might have made
-     * before hearing of the break. */
-    assert_true(h[i].sent_down <= 1);
+    assert_true(h[i].opened <= h[0].opened + 2 * IVL + 30 * NRES_MSEC);
+    /* No probes of their own: only the calls of their schedule between
+     * the outage and hearing of the break (one every 150 ms), none after. */
+    assert_true(h[i].sent_down <=
+                1 + (h[i].opened - (start + 500 * NRES_MSEC)) / h[i].gap);
     assert_int_equal(h[i].sent_down_open, 0);
     /* Closed within 2 intervals of the prober. */
     assert_true(h[0].closed != 0 && h[i].closed != 0);
-    assert_true(h[i].closed <= h[0].closed + 2 * IVL + 10 * NRES_MSEC);
+    assert_true(h[i].closed <= h[0].closed + 2 * IVL + 30 * NRES_MSEC);
   }
   /* The prober: its trip (3 failures) and one probe for the first break;
    * the second break's probe came after the dependency was back. */
@@ -546,27 +549,29 @@ static void test_breaker_fleet(void **state) {
 
 /* ------------------------------------------------------------ failures */
 
-/* Poll until every agent's entries read `synced` (and, once synced, the
- * quotas add up to the fleet rate): the time it took, or NEVER. */
-static nres_time_t wait_all(nres_sync_t **s, int synced, nres_time_t limit) {
+/* Poll until every agent's entries read `synced` (synced: with 3 hosts;
+ * with `quotas`, the rate quotas add up to the fleet rate within 5 %; not
+ * synced: each holds its local third): the time it took, or NEVER. */
+static nres_time_t wait_all(nres_sync_t **s, int synced, int quotas,
+                            nres_time_t limit) {
   nres_sync_stats_t st;
   nres_time_t t0 = now_ns();
-  double quotas;
+  double sum;
   int i, all;
 
   while (now_ns() - t0 < limit) {
     all = 1;
-    quotas = 0;
+    sum = 0;
     for (i = 0; i < 3; i++) {
       nres_sync_stats(s[i], 0, &st);
-      quotas += st.local;
+      sum += st.local;
       if ((int) st.synced != synced || (synced && st.hosts != 3))
         all = 0;
     }
-    if (all && synced && fabs(quotas - R_RATE) > 0.05 * R_RATE)
+    if (all && synced && quotas && fabs(sum - R_RATE) > 0.05 * R_RATE)
       all = 0;
-    if (all && !synced && fabs(quotas - R_RATE) > 0.01 * R_RATE)
-      all = 0;   /* local shares: a third of the fleet rate each */
+    if (all && !synced && fabs(sum - R_RATE) > 0.01 * R_RATE)
+      all = 0;
     if (all)
       return now_ns() - t0;
     sleep_ns(2 * NRES_MSEC);
@@ -582,7 +587,7 @@ static void test_redis_failures(void **state) {
   static nres_sync_t *s[3];
   char node[8];
   uint64_t before[3];
-  nres_time_t t, start, bound;
+  nres_time_t t, t2, start, local_bound, sync_bound;
   int i;
 
   (void) state;
@@ -603,16 +608,20 @@ static void test_redis_failures(void **state) {
   for (i = 0; i < 3; i++)
     pthread_create(&th[i], NULL, rate_load, &h[i]);
   /* Falling back: the first failed round (within an interval) plus its
-   * timeout; converging: the reconnection wait (at most an interval
-   * here), then a round or two for the quotas to settle. */
-  bound = IVL + 2 * 20 * NRES_MSEC + 20 * NRES_MSEC;
-  assert_true(wait_all(s, 1, 2 * NRES_SEC) != NRES_TIME_NEVER);
+   * timeout (20 ms; a stopped server may take two). Back in the fleet:
+   * the reconnection wait (at most an interval here), a round, and the
+   * other hosts' next round to count 3 hosts: 2 intervals after the
+   * wait. Quotas then settle within a few more rounds. 30 ms of
+   * scheduling slack for a loaded machine. */
+  local_bound = IVL + 2 * 20 * NRES_MSEC + 30 * NRES_MSEC;
+  sync_bound = IVL + 20 * NRES_MSEC + 2 * IVL + 30 * NRES_MSEC;
+  assert_true(wait_all(s, 1, 1, 2 * NRES_SEC) != NRES_TIME_NEVER);
 
   /* Killed. */
   redis_kill();
-  t = wait_all(s, 0, 2 * NRES_SEC);
+  t = wait_all(s, 0, 0, 2 * NRES_SEC);
   printf("# failures: killed: local after %.0f ms\n", (double) t / 1e6);
-  assert_true(t <= bound);
+  assert_true(t <= local_bound);
   for (i = 0; i < 3; i++)
     before[i] = atomic_load(&h[i].admitted);
   sleep_ns(300 * NRES_MSEC);
@@ -621,27 +630,31 @@ static void test_redis_failures(void **state) {
 
   /* Back, with no data. */
   redis_start();
-  t = wait_all(s, 1, 2 * NRES_SEC);
-  printf("# failures: restarted empty: fleet again after %.0f ms\n",
-         (double) t / 1e6);
-  assert_true(t <= 2 * IVL + IVL + 20 * NRES_MSEC);
+  t = wait_all(s, 1, 0, 2 * NRES_SEC);
+  t2 = wait_all(s, 1, 1, 2 * NRES_SEC);
+  printf("# failures: restarted empty: fleet again after %.0f ms, quotas "
+         "settled %.0f ms later\n", (double) t / 1e6, (double) t2 / 1e6);
+  assert_true(t <= sync_bound);
+  assert_true(t2 <= 6 * IVL);
 
   /* Hanging: stopped, connections accepted by the kernel, no answers. */
   sleep_ns(300 * NRES_MSEC);
   kill(redis.pid, SIGSTOP);
-  t = wait_all(s, 0, 2 * NRES_SEC);
+  t = wait_all(s, 0, 0, 2 * NRES_SEC);
   printf("# failures: stopped: local after %.0f ms\n", (double) t / 1e6);
-  assert_true(t <= bound);
+  assert_true(t <= local_bound);
   for (i = 0; i < 3; i++)
     before[i] = atomic_load(&h[i].admitted);
   sleep_ns(500 * NRES_MSEC);
   for (i = 0; i < 3; i++)
     assert_true(atomic_load(&h[i].admitted) > before[i]);
   kill(redis.pid, SIGCONT);
-  t = wait_all(s, 1, 2 * NRES_SEC);
-  printf("# failures: continued: fleet again after %.0f ms\n",
-         (double) t / 1e6);
-  assert_true(t <= 2 * IVL + IVL + 20 * NRES_MSEC);
+  t = wait_all(s, 1, 0, 2 * NRES_SEC);
+  t2 = wait_all(s, 1, 1, 2 * NRES_SEC);
+  printf("# failures: continued: fleet again after %.0f ms, quotas settled "
+         "%.0f ms later\n", (double) t / 1e6, (double) t2 / 1e6);
+  assert_true(t <= sync_bound);
+  assert_true(t2 <= 6 * IVL);
 
   for (i = 0; i < 3; i++)
     pthread_join(th[i], NULL);

@@ -62,6 +62,7 @@ function _M.run(cfg)
   local cp = p.cp
   local breaker = cp.breaker ~= nil and cp.breaker or nil
   local budget = cp.budget ~= nil and cp.budget or nil
+  local bulkhead = cp.bulkhead ~= nil and cp.bulkhead or nil   -- its limit, per second
   local budget_cap = budget and tonumber(budget.capacity) / 1e6 or nil
 
   local seed = cfg.seed
@@ -79,6 +80,7 @@ function _M.run(cfg)
     dep_busy = zeros(D), inflight = zeros(D),
     success_ratio = zeros(D), p50_ms = zeros(D), p99_ms = zeros(D),
     budget = budget and zeros(D) or nil, budget_min = budget and zeros(D) or nil,
+    limit = bulkhead and zeros(D) or nil,
     breaker = breaker and {} or nil,
   }
   local T = { arrivals = 0, ok = 0, failed = 0, rejected = 0, shed = 0, unfinished = 0,
@@ -215,6 +217,7 @@ function _M.run(cfg)
       inst.queue_max = inst.queued(t)
       S.dep_busy[sec] = inst.busy(t)
       S.inflight[sec] = inflight
+      if bulkhead then S.limit[sec] = tonumber(C.nres_bulkhead_limit(bulkhead)) end
       if budget then
         local level = budget_level(budget, t)
         S.budget[sec] = level
@@ -255,6 +258,8 @@ function _M.run(cfg)
   if cp.telemetry == 1 then
     local st = p:stats()
     T.attempts, T.retries = st.attempts, st.retries
+    T.hedges, T.hedges_won, T.hedges_canceled = st.hedges, st.hedges_won, st.hedges_canceled
+    T.refused_by_class = st.refused_by_class
   end
   T.simulated_s = (now() - t0) / 1e9
   T.real_s = (real_now() - real0) / 1e9

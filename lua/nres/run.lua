@@ -203,6 +203,19 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   return nil, reason, info
 end
 
+-- The end of a successful call: on_event "done" (a failure there spoils
+-- it: nil, "canceled", info), the record given back, fn's results exactly.
+local function succeed(self, call, owner, on_event, ok, n, r1, r2, r3, rest)
+  if on_event ~= nil then
+    local fine, err = pcall(on_event, "done", "ok", call.attempts)
+    if not fine then
+      return finish(self, call, owner, STOP_OK, false, ok, r1, r2, nil, "on_event", err, true)
+    end
+  end
+  give_call(call, owner)
+  return results(n, r1, r2, r3, rest)
+end
+
 -- admit's answer is `true`, or `false`/nil with an optional reason string.
 local function admit_junk(yes, why)
   return format("nres: admit returned %s, %s; expected true, or false and an optional reason (string)",
@@ -382,14 +395,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
   kill_all(kill, recs, nil)
   local stop, fallback_wanted = st.stop, st.fallback == 1
   if stop == STOP_OK then
-    if on_event ~= nil then
-      local fine, err = pcall(on_event, "done", "ok", call.attempts)
-      if not fine then
-        return finish(self, call, owner, stop, false, ok, r1, r2, nil, "on_event", err, true)
-      end
-    end
-    give_call(call, owner)
-    return results(last.n, last.r1, last.r2, last.r3, last.rest)
+    return succeed(self, call, owner, on_event, ok, last.n, last.r1, last.r2, last.r3, last.rest)
   end
   return finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused)
 end
@@ -493,14 +499,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
 
   local stop, fallback_wanted = step.stop, step.fallback == 1
   if stop == STOP_OK then
-    if on_event ~= nil then
-      local fine, err = pcall(on_event, "done", "ok", call.attempts)
-      if not fine then
-        return finish(self, call, owner, stop, false, ok, r1, r2, nil, "on_event", err, true)
-      end
-    end
-    give_call(call, owner)
-    return results(n, r1, r2, r3, rest)
+    return succeed(self, call, owner, on_event, ok, n, r1, r2, r3, rest)
   end
   return finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused)
 end

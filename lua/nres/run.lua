@@ -276,15 +276,33 @@ local function attempt_body(rec)
   return rec
 end
 
+-- Kill the attempts of recs[0..3] (records by slot) whose slot is in
+-- mask (nil: all) and forget them: kill(task, record), for those running.
 local function kill_all(kill, recs, mask)
   for slot = 0, 3 do
     local r = recs[slot]
     if r ~= nil and (mask == nil or band(mask, lshift(1, slot)) ~= 0) then
       recs[slot] = nil
-      if r.task ~= nil and not r.done then pcall(kill, r.task) end
+      if r.task ~= nil and not r.done then pcall(kill, r.task, r) end
     end
   end
 end
+
+-- An attempt of recs[0..3] that has ended, or nil and the tasks still
+-- running in list[1..n], and n.
+local function ended(recs, list)
+  local n = 0
+  for slot = 0, 3 do
+    local r = recs[slot]
+    if r ~= nil then
+      if r.done then return r, 0 end
+      n = n + 1
+      list[n] = r.task
+    end
+  end
+  return nil, n
+end
+_M.kill_all, _M.ended = kill_all, ended   -- for the gateway's hedged loop
 
 local function run_hedged(self, fn, a1, a2, a3, a4)
   local cp, verdict_of, driver = self.cp, self.classify, self.driver
@@ -330,15 +348,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
     end
 
     -- An attempt that has ended, else wait for one or for `at`.
-    local rec, n = nil, 0
-    for slot = 0, 3 do
-      local r = recs[slot]
-      if r ~= nil then
-        if r.done then rec = r break end
-        n = n + 1
-        list[n] = r.task
-      end
-    end
+    local rec, n = ended(recs, list)
     if rec == nil and n > 0 then
       local fine, got = pcall(wait_any, list, n, at)
       for i = n, 1, -1 do list[i] = nil end

@@ -233,8 +233,8 @@ local CLASS_NAME = { [0] = "critical", "default", "sheddable" }
 -- attempt at a time as before. Allocates per call (records, threads): only
 -- hedged calls do.
 local IDEMPOTENT = { GET = true, HEAD = true, OPTIONS = true }
-local thread = ngx and ngx.thread
-local unpack = unpack
+local tasks = require("nres.driver").nginx     -- spawn, wait_any, kill
+local ended, kill_all = run.ended, run.kill_all
 
 local function idempotent(method)
   if IDEMPOTENT[method] then return true end
@@ -254,16 +254,11 @@ local function attempt_thread(rec)
   return rec
 end
 
-local function sleeper(at)
-  local left = at - step_now()
-  if left > 0 then ngx_sleep(ceil(left / 1e6) / 1e3) end
-  return false
-end
-
-local function drop(rec)
-  if not rec.done then thread.kill(rec.thread) end
+-- A loser: its light thread killed, its socket closed.
+local function drop(task, rec)
+  tasks.kill(task)
   local sock = rec.sock
-  if sock ~= nil and not rec.done then pcall(sock.close, sock) end
+  if sock ~= nil then pcall(sock.close, sock) end
 end
 
 -- The loop of a hedged call that step_begin started (st: its own step, as
@@ -284,34 +279,18 @@ local function hedged_loop(s, u, call, st, attempt, method, path, body, crit)
                     path = path, body = body, ms = ms > 0 and ms or 0, attempt = attempt,
                     crit = crit, done = false }
       recs[rec.slot] = rec
-      rec.thread = thread.spawn(attempt_thread, rec)
+      rec.task = tasks.spawn(attempt_thread, rec)
       at = st.resume_at
     else
       at = st.at
     end
-    local rec, n = nil, 0
-    for slot = 0, 3 do
-      local r = recs[slot]
-      if r ~= nil then
-        if r.done then rec = r break end
-        n = n + 1
-        list[n] = r.thread
-      end
-    end
+    local rec, n = ended(recs, list)
     if rec == nil and n == 0 then
       local delay = at - step_now()
       if delay > 0 then ngx_sleep(ceil(delay / 1e6) / 1e3) end
     elseif rec == nil then
-      local sl
-      if at >= 0 then
-        sl = thread.spawn(sleeper, at)
-        n = n + 1
-        list[n] = sl
-      end
-      local ok, got = thread.wait(unpack(list, 1, n))
+      rec = tasks.wait_any(list, n, at)
       for i = n, 1, -1 do list[i] = nil end
-      if sl ~= nil and got ~= false then thread.kill(sl) end
-      if ok and type(got) == "table" then rec = got end
     end
     if rec ~= nil then
       recs[rec.slot] = nil
@@ -324,23 +303,12 @@ local function hedged_loop(s, u, call, st, attempt, method, path, body, crit)
       end
       kind = step_report(call, rec.slot, step_now(), vk, fl, ra_ns, st)
       last = rec
-      local mask = st.cancel
-      if mask ~= 0 then
-        for slot = 0, 3 do
-          local r = recs[slot]
-          if r ~= nil and bit.band(mask, bit.lshift(1, slot)) ~= 0 then
-            recs[slot] = nil
-            drop(r)
-          end
-        end
-      end
+      if st.cancel ~= 0 then kill_all(drop, recs, st.cancel) end
     else
       kind = step_resume(call, step_now(), st)
     end
   end
-  for slot = 0, 3 do
-    if recs[slot] ~= nil then drop(recs[slot]) end
-  end
+  kill_all(drop, recs, nil)
   local stop = st.stop
   if stop == STOP_OK and last.hedge then s.hedges_won = (s.hedges_won or 0) + 1 end
   return stop, last
@@ -385,7 +353,7 @@ function _M.request(sname, uname, key, method, path, body)
   local attempt = u.location and capture_attempt or cosocket_attempt
   local classify, default_ms = s.classify, s.timeout_ms
   local call = take_call()
-  if s.hedged and thread and not u.location and idempotent(method) then
+  if s.hedged and tasks and tasks.spawn and not u.location and idempotent(method) then
     local st = ffi_new("nres_step_t")
     step_begin(call, cp, now, inbound, cls, st)
     local stop, last = hedged_loop(s, u, call, st, attempt, method, path, body, crit)

@@ -113,6 +113,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Criticality: CRITICAL_PLUS' 
 wait "$held"
 [ "$(worker crit refused_by_class.sheddable)" = 1 ] || fail "status: sheddable refusals $(worker crit refused_by_class.sheddable), want 1"
 [ "$(worker crit refused_by_class.critical)" = 0 ] || fail "status: critical refusals $(worker crit refused_by_class.critical), want 0"
+[ "$(worker crit limit)" = 2 ] || fail "status: limit $(worker crit limit), want 2"
 pass "X-Criticality: sheddable refused first, critical admitted into the headroom, counted by class"
 
 # 5. p:run on the nginx driver hedges too (light threads; the loser killed).

@@ -72,6 +72,9 @@ local function scope_status(s, now, worker_local, top)
                               critical = tonumber(cp.n_class_rejects[0]),
                               default = tonumber(cp.n_class_rejects[1]),
                               sheddable = tonumber(cp.n_class_rejects[2]) } }
+          if cp.bulkhead ~= nil then   -- this worker's concurrency limit now
+            k.this_worker.limit = tonumber(C.nres_bulkhead_limit(cp.bulkhead))
+          end
         end
       end
       if not top or k.rate_refused > 0 then keys[#keys + 1] = k end

@@ -1091,16 +1091,17 @@ async function selfTest() {
 
   // 1b. cockatiel's noop policy, 10 workers, healthy: it allocates (~1 kB
   //     per operation), so the window holds collections, each timed from
-  //     perf_hooks; GCProfiler sees the same collections (all of them, the
-  //     warm-up's included, so at least as many).
+  //     perf_hooks; GCProfiler sees the same collections, give or take the
+  //     ones at the window's edges (it starts at the first outcome in the
+  //     window and stops after the drain).
   cell('passthrough / healthy / workers=10', {
     arm: 'passthrough', dependency: { kind: 'model' },
     workers: 10, warmup: 0.05, window: 0.3, seed: 1,
   }, x => {
     check(x.gc_collections > 0 && x.gc_pause_share > 0 && x.gc_pause_share < 1,
       `passthrough: its collections are timed (${x.gc_collections}, ${(100 * x.gc_pause_share).toFixed(2)} % of the window)`);
-    check(x.gc_count >= x.gc_collections,
-      `passthrough: perf_hooks and GCProfiler agree (${x.gc_collections} in the window <= ${x.gc_count})`);
+    check(Math.abs(x.gc_count - x.gc_collections) <= Math.max(2, 0.1 * x.gc_collections),
+      `passthrough: perf_hooks and GCProfiler agree (${x.gc_collections} and ${x.gc_count})`);
   });
 
   // 2. the JS raw arm, open loop at 2000/s for 0.4 s: exactly 800 arrivals

@@ -75,23 +75,15 @@ static unsigned shard_of_thread(void) {
   return my_shard;
 }
 
-/* n_verdicts[kind] / n_stops[stop], the OK ones in the thread's shard. */
-#define COUNT_VERDICT(policy, kind)                                          \
+/* policy->field[index] (n_verdicts[kind], n_stops[stop]); the OK one
+ * (index == ok) goes to the thread's shard instead, as n_ok[].shard_field. */
+#define COUNT_SHARDED(policy, field, index, ok, shard_field)                 \
   do {                                                                       \
     if ((policy)->private_flags & NRES__F_TELEMETRY) {                       \
-      if ((kind) == NRES_OK)                                                 \
-        nres__add(&(policy)->n_ok[shard_of_thread()].verdicts, 1);           \
+      if ((index) == (ok))                                                   \
+        nres__add(&(policy)->n_ok[shard_of_thread()].shard_field, 1);        \
       else                                                                   \
-        nres__add(&(policy)->n_verdicts[kind], 1);                           \
-    }                                                                        \
-  } while (0)
-#define COUNT_STOP(policy, stop)                                             \
-  do {                                                                       \
-    if ((policy)->private_flags & NRES__F_TELEMETRY) {                       \
-      if ((stop) == NRES_STOP_OK)                                            \
-        nres__add(&(policy)->n_ok[shard_of_thread()].stops, 1);              \
-      else                                                                   \
-        nres__add(&(policy)->n_stops[stop], 1);                              \
+        nres__add(&(policy)->field[index], 1);                               \
     }                                                                        \
   } while (0)
 
@@ -206,7 +198,7 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
     call->fallback = a.fallback = 1;
     COUNT(p, n_fallbacks);
   }
-  COUNT_STOP(p, stop);
+  COUNT_SHARDED(p, n_stops, stop, NRES_STOP_OK, stops);
   EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
        nres_time_sub(now, call->start));
   return a;
@@ -614,7 +606,7 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     nres_estimator_record(p->estimator, now, latency);
   if ((p->private_flags & NRES__F_HEDGE) && !self)
     nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
-  COUNT_VERDICT(p, kind);
+  COUNT_SHARDED(p, n_verdicts, kind, NRES_OK, verdicts);
   if (kind == NRES_OK && call->slot[slot].hedge)
     COUNT(p, n_hedges_won);
   EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now, latency);

@@ -29,6 +29,13 @@ local function run(args)
   return code, slurp(out), slurp(err)
 end
 
+-- The JSON report a run wrote (its path is on the last line of stdout),
+-- decoded; `{ results = {} }` when there is none.
+local function report_of(out)
+  local json_path = out:match("reports: %S+ (%S+%.json)")
+  return json_path and cjson.decode(io.open(json_path):read("*a")) or { results = {} }
+end
+
 local HEAD = 'local nres, nresrun = require "nres", require "nresrun"\nreturn nresrun.scenario{\n'
 
 describe("scenario errors name file:line and the field", function()
@@ -229,8 +236,7 @@ describe("a run", function()
 ]])
     local code2, out2 = run(bad .. " --out " .. dir .. "/out2")
     expect.eq(code2, 1)
-    local jp = out2:match("reports: %S+ (%S+%.json)")
-    local d = cjson.decode(io.open(jp):read("*a"))
+    local d = report_of(out2)
     local by = {}
     for _, r in ipairs(d.results) do by[r.arm] = r end
     expect.eq(by.ok.ok, true)
@@ -290,8 +296,7 @@ describe("a threads cell", function()
 }
 ]])
   local code, out, err = run(path .. " --out " .. dir .. "/threads")
-  local json_path = out:match("reports: %S+ (%S+%.json)")
-  local doc = json_path and cjson.decode(io.open(json_path):read("*a")) or { results = {} }
+  local doc = report_of(out)
   local by = {}
   for _, r in ipairs(doc.results) do by[r.key] = r end
   it("exits 0 with every cell trusted", function()
@@ -336,8 +341,7 @@ describe("a threads cell", function()
 ]])
     local code2, out2 = run(bad .. " --out " .. dir .. "/threads_bad")
     expect.eq(code2, 1)
-    local jp = out2:match("reports: %S+ (%S+%.json)")
-    local d = cjson.decode(io.open(jp):read("*a"))
+    local d = report_of(out2)
     local r = d.results[1]
     expect.eq(r.ok, false)
     expect.truthy(r.stderr:find("nresrun: thread %d: .*boom in a thread"), r.stderr)
@@ -367,8 +371,7 @@ describe("an http cell", function()
 }
 ]])
   local code, out, err = run(path .. " --out " .. dir .. "/http")
-  local json_path = out:match("reports: %S+ (%S+%.json)")
-  local doc = json_path and cjson.decode(io.open(json_path):read("*a")) or { results = {} }
+  local doc = report_of(out)
   local by = {}
   for _, r in ipairs(doc.results) do by[r.arm] = r end
   it("exits 0 with both cells trusted", function()
@@ -474,8 +477,7 @@ if pool_available() then describe("a pool cell", function()
 }
 ]])
   local code, out, err = run(path .. " --out " .. dir .. "/pool")
-  local json_path = out:match("reports: %S+ (%S+%.json)")
-  local doc = json_path and cjson.decode(io.open(json_path):read("*a")) or { results = {} }
+  local doc = report_of(out)
   local r = doc.results[1] or {}
   it("exits 0 with every job done", function()
     expect.eq(code, 0, out .. err)

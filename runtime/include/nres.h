@@ -815,9 +815,12 @@ typedef enum {
   NRES_PRESET_NONE = 0,   /* everything off: a passthrough that costs
                              nothing, no telemetry */
   NRES_PRESET_TRIVIAL,    /* 3 attempts, no delay, no time bounds */
-  NRES_PRESET_DEFAULT     /* 3 attempts, exponential backoff with full
-                             jitter, deadline 30 s, attempt timeout 10 s,
-                             budget, breaker, measured attempt ceiling */
+  NRES_PRESET_DEFAULT     /* policies/default.lua: 3 attempts, exponential
+                             backoff with full jitter, deadline 30 s,
+                             attempt timeout 10 s cut to 5 x p99 (>= 250 ms,
+                             after 100 samples), budget (0.1 per success,
+                             3/s floor), breaker (20 in a row or 90 % over
+                             10 s; a probe every 0.5 s, no doubling) */
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */

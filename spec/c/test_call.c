@@ -795,6 +795,10 @@ static void measured_ceiling_follows_latency_with_a_floor(void **state) {
   (void) state;
 
   assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.ceiling_factor = 3;                /* the mechanism, not the preset's values */
+  p.ceiling_quantile = 0.95;
+  p.ceiling_floor = 50 * MS;
+  p.min_samples = 20;
   build(&p);
   a = nres_call_begin(&call, &p, t);
   assert_true(a.at == t + 10 * SEC);   /* no samples: the timeout */

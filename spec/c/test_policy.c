@@ -39,9 +39,15 @@ static void presets_carry_the_documented_defaults(void **state) {
   assert_true(p.budget->capacity == 30 * 1000000);
   assert_true(p.budget->deposit == 100000);
   assert_ptr_equal(p.breaker, &p.own.breaker);
-  assert_int_equal(p.breaker->config.consecutive, 5);
-  assert_true(p.ceiling_factor == 3 && p.ceiling_floor == 50 * NRES_MSEC);
-  assert_int_equal(p.min_samples, 20);
+  /* The values of policies/default.lua (bench/tournament.lua chose them). */
+  assert_int_equal(p.breaker->config.consecutive, 20);
+  assert_true(p.breaker->config.failure_ratio == 0.9);
+  assert_true(p.breaker->config.window == 10 * NRES_SEC);
+  assert_true(p.breaker->config.break_for == 500 * NRES_MSEC);
+  assert_true(p.breaker->config.break_max == 500 * NRES_MSEC);
+  assert_true(p.ceiling_factor == 5 && p.ceiling_quantile == 0.99);
+  assert_true(p.ceiling_floor == 250 * NRES_MSEC);
+  assert_int_equal(p.min_samples, 100);
   assert_int_equal(nres_policy_build(&p), 0);
   assert_int_equal(nres_policy_init(&p, 99), NRES_EINVAL);
   assert_int_equal(nres_policy_init(NULL, NRES_PRESET_NONE), NRES_EINVAL);

@@ -6,6 +6,7 @@
 #   dev      headers, libnres.a, the libnres.so link, nres.pc  -> libnres-dev
 #   lua      the library's Lua face: nres.lua, nres/, presets  -> lua-nres
 #   nresrun  the harness: nresrun, nres-depserver, nresrun*.lua -> nresrun
+#   sync     libnres_sync.so.*, nres-syncd (with hiredis)        -> nres-sync
 #
 # NRES_INSTALL_LUADIR is where the Lua modules go (relative to the prefix,
 # or absolute: the rockspec points it at the rock's Lua directory).
@@ -66,6 +67,18 @@ if(TARGET nresrun AND TARGET nres-depserver)
           COMPONENT nresrun)
 endif()
 
+# The fleet agent (runtime/src/sync, needs hiredis): libnres_sync and the
+# nres-syncd process that runs beside a gateway; its static library and
+# the headers go with the dev files.
+if(TARGET nres_sync)
+  install(TARGETS nres_sync LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          COMPONENT sync NAMELINK_COMPONENT dev)
+  install(TARGETS nres_sync_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          COMPONENT dev)
+  install(TARGETS nres-syncd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+          COMPONENT sync)
+endif()
+
 # ------------------------------------------------------------------ CPack
 set(CPACK_PACKAGE_NAME nres)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
@@ -83,6 +96,9 @@ set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 set(CPACK_COMPONENTS_ALL lib dev lua)
 if(TARGET nresrun)
   list(APPEND CPACK_COMPONENTS_ALL nresrun)
+endif()
+if(TARGET nres_sync)
+  list(APPEND CPACK_COMPONENTS_ALL sync)
 endif()
 
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libnres${PROJECT_VERSION_MAJOR})
@@ -109,5 +125,11 @@ set(CPACK_DEBIAN_NRESRUN_PACKAGE_SECTION devel)
 set(CPACK_COMPONENT_NRESRUN_DEPENDS lib lua)
 set(CPACK_COMPONENT_NRESRUN_DESCRIPTION
     "nres resilience runtime - scenario harness\n nresrun runs resilience scenarios (require \"nresrun\"); nres-depserver is\n the HTTP dependency server they drive.")
+
+set(CPACK_DEBIAN_SYNC_PACKAGE_NAME nres-sync)
+set(CPACK_DEBIAN_SYNC_PACKAGE_SECTION net)
+set(CPACK_COMPONENT_SYNC_DEPENDS lib)
+set(CPACK_COMPONENT_SYNC_DESCRIPTION
+    "nres resilience runtime - fleet sync through Redis\n libnres_sync and nres-syncd: one retry budget, rate limit and breaker view\n per scope across many processes or gateways (nres/sync.h).")
 
 include(CPack)

@@ -21,6 +21,8 @@ fail() { echo "deb.sh: $*" >&2; exit 1; }
 
 field() { dpkg-deb -f "$1" "$2"; }
 declare -A arch=([libnres$so]=amd64 [libnres-dev]=amd64 [lua-nres]=all [nresrun]=amd64)
+# The fleet agent's package, when the build has it (hiredis found).
+[ -f "$build/nres-syncd" ] && arch[nres-sync]=amd64
 for pkg in "${!arch[@]}"; do
   deb=$(ls "$tmp/out/${pkg}_${version}_"*.deb 2>/dev/null || true)
   [ -n "$deb" ] || fail "no package $pkg $version: $(ls "$tmp/out")"
@@ -70,4 +72,9 @@ env -u NRES_LIB -u LUA_PATH -u LUA_CPATH LUADIR="$luadir" LIBDIR="$libdir" SO="$
 out=$(env -u NRES_LIB -u LUA_PATH "$tmp/root/usr/bin/nresrun" --version) || fail "nresrun --version failed"
 case "$out" in "nresrun $version "*) ;; *) fail "nresrun --version: $out" ;; esac
 "$tmp/root/usr/bin/nres-depserver" --help >/dev/null || fail "nres-depserver --help failed"
+if [ -n "${arch[nres-sync]:-}" ]; then
+  LD_LIBRARY_PATH=$libdir "$tmp/root/usr/bin/nres-syncd" --help >/dev/null 2>&1 \
+    || fail "nres-syncd --help failed"
+  case "$(deps nres-sync)" in *"libnres$so (= $version)"*) ;; *) fail "nres-sync does not depend on libnres$so" ;; esac
+fi
 echo "deb.sh: $(ls "$tmp/out" | grep -c '\.deb$') packages, consumer, Lua face and nresrun ok"

@@ -18,7 +18,8 @@ foreach(lib nres_sync nres_sync_static)
   if(lib STREQUAL "nres_sync")
     add_library(${lib} SHARED ${NRES_SYNC_SOURCES})
     target_link_libraries(${lib} PUBLIC nres PkgConfig::HIREDIS Threads::Threads)
-    set_target_properties(${lib} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+    set_target_properties(${lib} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
+                          VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
   else()
     add_library(${lib} STATIC ${NRES_SYNC_SOURCES})
     target_link_libraries(${lib} PUBLIC nres_static PkgConfig::HIREDIS Threads::Threads)
@@ -38,6 +39,11 @@ target_link_libraries(nres-syncd PRIVATE nres_sync_static)
 set_target_properties(nres-syncd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 
 nres_add_c_test(sync 300 redis nres_sync_static)
+if(NRES_TESTS)
+  add_test(NAME syncd_flags
+           COMMAND bash ${CMAKE_SOURCE_DIR}/spec/sync/syncd_flags.sh $<TARGET_FILE:nres-syncd>)
+  set_tests_properties(syncd_flags PROPERTIES TIMEOUT 30 LABELS sync)
+endif()
 if(TARGET test_sync)
   set_tests_properties(sync PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON
     ENVIRONMENT "NRES_SYNCD=$<TARGET_FILE:nres-syncd>")

@@ -57,12 +57,31 @@ static void on_signal(int sig) {
   stop_now = 1;
 }
 
+#define USAGE \
+  "usage: nres-syncd --region FILE[=SCOPE]... [--redis HOST:PORT]\n" \
+  "                  [--interval MS] [--breaker] [--node NAME]\n" \
+  "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n"
+
 static void usage(void) {
-  fprintf(stderr,
-          "usage: nres-syncd --region FILE[=SCOPE]... [--redis HOST:PORT]\n"
-          "                  [--interval MS] [--breaker] [--node NAME]\n"
-          "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n");
+  fputs(USAGE, stderr);
   exit(2);
+}
+
+/* A flag's number: the whole text a finite number within [lo, hi], or a
+ * line naming the flag and exit 2 (never atof's silent 0, never a cast of
+ * an out-of-range double). */
+static double number_flag(const char *flag, const char *text, double lo, double hi) {
+  char *end;
+  double v;
+
+  errno = 0;
+  v = strtod(text, &end);
+  if (end == text || *end != '\0' || errno == ERANGE || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "nres-syncd: %s: expected a number from %g to %g, got \"%s\"\n",
+            flag, lo, hi, text);
+    exit(2);
+  }
+  return v;
 }
 
 /* A key as a scope name: printable bytes as they are, others as %XX. */
@@ -260,6 +279,10 @@ int main(int argc, char **argv) {
   memset(regions, 0, sizeof(regions));
   nres_sync_config_init(&cfg);
   for (k = 1; k < argc; k++) {
+    if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0) {
+      fputs(USAGE, stdout);
+      return 0;
+    }
     if (strcmp(argv[k], "--breaker") == 0) { breaker = 1; continue; }
     if (strcmp(argv[k], "--once") == 0) { once = 1; continue; }
     if (k + 1 >= argc)
@@ -287,10 +310,10 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[k], "--node") == 0) cfg.node = argv[++k];
     else if (strcmp(argv[k], "--prefix") == 0) cfg.prefix = argv[++k];
     else if (strcmp(argv[k], "--status") == 0) status = argv[++k];
-    else if (strcmp(argv[k], "--interval") == 0)
-      cfg.interval = (nres_time_t) (atof(argv[++k]) * 1e6);
+    else if (strcmp(argv[k], "--interval") == 0)   /* 1 ms to an hour */
+      cfg.interval = (nres_time_t) (number_flag("--interval", argv[++k], 1, 3600e3) * 1e6);
     else if (strcmp(argv[k], "--local-share") == 0)
-      cfg.local_share = atof(argv[++k]);
+      cfg.local_share = number_flag("--local-share", argv[++k], 0, 1);
     else
       usage();
   }
@@ -300,7 +323,7 @@ int main(int argc, char **argv) {
   colon = strrchr(host, ':');
   if (colon != NULL) {
     *colon = '\0';
-    cfg.port = atoi(colon + 1);
+    cfg.port = (int) number_flag("--redis port", colon + 1, 1, 65535);
   }
   cfg.host = host;
 

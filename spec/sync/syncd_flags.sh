@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# syncd_flags.sh NRES_SYNCD - nres-syncd's flags as a hostile operator
+# types them: every bad value exits 2 with a line naming the flag before
+# anything is mapped or connected; --help exits 0.
+set -uo pipefail
+syncd=${1:?usage: $0 path/to/nres-syncd}
+failed=0
+check() {   # EXPECTED_EXIT EXPECTED_STDERR_PART ARGS...
+  local want=$1 part=$2; shift 2
+  local err rc
+  err=$("$syncd" "$@" 2>&1 >/dev/null </dev/null); rc=$?
+  if [ "$rc" != "$want" ] || [[ "$err" != *"$part"* ]]; then
+    echo "FAIL: nres-syncd $*: exit $rc (want $want), stderr: $err"
+    failed=1
+  else
+    echo "ok: nres-syncd $* -> $rc"
+  fi
+}
+check 0 "" --help
+check 2 "usage:"
+check 2 "usage:" --region
+check 2 "usage:" --bogus 1 --region /nonexistent
+for v in nan inf -1 0 1e300 abc 5x ""; do
+  check 2 "--interval: expected a number from 1 to 3.6e+06, got \"$v\"" --interval "$v" --region /nonexistent
+done
+for v in nan -0.5 2 x; do
+  check 2 "--local-share: expected a number from 0 to 1, got \"$v\"" --local-share "$v" --region /nonexistent
+done
+for v in 0 70000 x -1; do
+  check 2 "--redis port: expected a number from 1 to 65535, got \"$v\"" --redis "127.0.0.1:$v" --region /nonexistent
+done
+check 1 "" --region /nonexistent/region.shm   # a region that cannot be mapped: exit 1, named
+exit $failed

@@ -11,8 +11,9 @@
  * CLOCK_MONOTONIC, reads keep using clock_gettime until 50 ms have passed,
  * and the next read pairs them again and derives ns per tick from the
  * interval. Each pair brackets the TSC read between two clock_gettime
- * calls (retried when they are far apart), after a warm-up call, so the
- * scale is off by a few ppm, not hundreds. From then on the clock
+ * calls at most 2 us apart (retried; when no try manages it, as on a
+ * loaded machine, the clock stays on CLOCK_MONOTONIC), after a warm-up
+ * call, so the scale is off by a few ppm, not hundreds. From then on the clock
  * continues from the second pair: it never jumps backwards at the switch.
  * There is no later recalibration: over an hour it may drift a few ms from
  * CLOCK_MONOTONIC, which no decision here notices (they use differences);
@@ -69,18 +70,24 @@ static int kernel_trusts_tsc(void) {
 }
 
 /* A TSC value and the CLOCK_MONOTONIC time of the same moment: the TSC
- * read bracketed by two clock reads, the pair taken at their midpoint. */
-static void pair(uint64_t *ticks, nres_time_t *ns) {
-  for (int tries = 0;; tries++) {
+ * read bracketed by two clock reads, the pair taken at their midpoint.
+ * 0, or -1 when no try bracketed it within PAIR_TOLERANCE: on a loaded
+ * machine a thread preempted between the reads would otherwise give a
+ * pair off by half the preemption (milliseconds), a scale off by percents
+ * and a clock under which delayed work runs early (seen: test_pool with
+ * the other core busy). The caller then stays on CLOCK_MONOTONIC. */
+static int pair(uint64_t *ticks, nres_time_t *ns) {
+  for (int tries = 0; tries < 64; tries++) {
     nres_time_t before = monotonic();
     uint64_t t = __rdtsc();
     nres_time_t after = monotonic();
-    if (after - before <= PAIR_TOLERANCE || tries == 8) {
+    if (after - before <= PAIR_TOLERANCE) {
       *ticks = t;
       *ns = before + (after - before) / 2;
-      return;
+      return 0;
     }
   }
+  return -1;
 }
 
 /* Slow path: before the scale is known. One thread at a time moves the
@@ -96,7 +103,8 @@ static nres_time_t calibrate(int state) {
     if (!kernel_trusts_tsc())
       return monotonic();   /* stays OFF */
     monotonic();            /* warm-up: the first call is slow */
-    pair(&ticks, &now);
+    if (pair(&ticks, &now) != 0)
+      return monotonic();   /* stays OFF */
     atomic_store_explicit(&first_tsc, ticks, memory_order_relaxed);
     atomic_store_explicit(&first_ns, now, memory_order_relaxed);
     atomic_store_explicit(&tsc_state, TSC_CALIBRATING, memory_order_release);
@@ -114,8 +122,7 @@ static nres_time_t calibrate(int state) {
       return now;
   }
   t0 = atomic_load_explicit(&first_tsc, memory_order_relaxed);
-  pair(&ticks, &now);
-  if (ticks <= t0 || now <= n0) {
+  if (pair(&ticks, &now) != 0 || ticks <= t0 || now <= n0) {
     atomic_store_explicit(&tsc_state, TSC_OFF, memory_order_release);
     return now;
   }

@@ -19,6 +19,11 @@ set_target_properties(nres-depserver PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 
 nres_add_c_test(depserver 120 http,threads nres_depserver)
+if(NRES_TESTS)
+  # Its hostile-connections test bounds a fresh client's wait (head
+  # timeout + 1 s): run it alone, not beside another test's CPU load.
+  set_tests_properties(depserver PROPERTIES RUN_SERIAL ON)
+endif()
 nres_add_c_test(http 180 http,threads nres_depserver)
 if(NRES_TESTS)
   target_compile_definitions(test_depserver PRIVATE

@@ -71,6 +71,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A snapshot of the Lua tree, the policies and the library for the whole
+# run: a checkout that changes during the run must not change the gateways.
+mkdir -p "$work/src"
+cp -r "$repo/lua" "$repo/policies" "$work/src/"
+cp "$NRES_LIB" "$work/src/libnres.so"
+export NRES_LIB=$work/src/libnres.so
+lua_dir=$work/src/lua
 jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
 mapfile -t ports < <(nres_free_ports 4)
 p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
@@ -123,10 +130,10 @@ $s3;"
         NEXT="proxy_next_upstream error timeout http_503; proxy_next_upstream_tries 3;" ;;
     nres-balancer)
       nres_render "$here/nres-balancer.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        PEERS="$lua_peers" LUA="$repo/lua/?.lua;${jit_dir}?.lua" ;;
+        PEERS="$lua_peers" LUA="$lua_dir/?.lua;${jit_dir}?.lua" ;;
     nres-cosocket)
       nres_render "$here/nres.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        UPSTREAM_PORT="$p1" LUA="$repo/lua/?.lua;${jit_dir}?.lua" ;;
+        UPSTREAM_PORT="$p1" LUA="$lua_dir/?.lua;${jit_dir}?.lua" ;;
     haproxy)
       nres_render "$here/haproxy.cfg.in" "$p/haproxy.cfg" PREFIX="$p" PORT="$gw_port" \
         SERVERS="$hservers"

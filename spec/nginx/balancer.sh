@@ -130,7 +130,12 @@ awk -v d="$dmax" 'BEGIN {exit !(d > 0 && d <= 300)}' ||
 pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on every upstream request; inbound 0 -> 504, bad values ignored, 300 -> upstream saw $dmax"
 
 # ------------------------------------------------------- 2. one peer down
-admin_all "mode=healthy&reset=1"
+# p1 and p3 made slower first, so the choice prefers p2 when it dies: its
+# failures then happen and the retries have to go elsewhere.
+admin "$p1" "mode=healthy&delay=5&reset=1" >/dev/null
+admin "$p3" "mode=healthy&delay=5&reset=1" >/dev/null
+admin "$p2" "mode=healthy&reset=1" >/dev/null
+load 100 8 /prefer >/dev/null
 admin "$p2" "mode=down&reset=1" >/dev/null
 r=$(load 300 8 /down1)
 [ "$(count "$r" 200)" = 300 ] || fail "one peer down: expected 300 x 200, got: $r"
@@ -138,6 +143,7 @@ s=$(status)
 st=$(peer_field "$s" "$p2" state)
 fails=$(peer_field "$s" "$p2" failures)
 [ "$fails" -ge 1 ] || fail "the dead peer shows no failure: $s"
+[ "$(ups "$p2")" -ge 1 ] || fail "the dead peer got no request, so no retry was tested"
 before=$(ups "$p2")
 r=$(load 600 8 /down2)
 [ "$(count "$r" 200)" = 600 ] || fail "one peer down, after ejection: $r"

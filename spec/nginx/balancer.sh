@@ -29,25 +29,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-lib=${1:-${NRES_LIB:-}}
 # shellcheck source=spec/nginx/lib.sh
 . "$here/lib.sh"
-
-if ! nres_have_nginx_lua; then
-  echo "skipped: no nginx lua module (need nginx and libnginx-mod-http-lua)"
-  exit 0
-fi
-if [ -z "$lib" ] || [ ! -f "$lib" ]; then
-  echo "usage: $0 path/to/libnres.so (got '${lib}')" >&2
-  exit 2
-fi
-export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
-
-work=$(mktemp -d /tmp/nres-balancer.XXXXXX)
-chmod 755 "$work"
-trap 'nres_nginx_stop_all; [ "${failed:-1}" = 0 ] && [ -z "${NRES_KEEP:-}" ] && rm -rf "$work" || echo "logs kept in $work"' EXIT
-mkdir -p "$work/up" "$work/gw"
-chmod 777 "$work/up" "$work/gw"
+nres_spec_begin balancer "${1:-${NRES_LIB:-}}"   # sets $work
 
 failed=1
 fail() { echo "FAIL: $*"; exit 1; }

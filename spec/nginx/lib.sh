@@ -5,6 +5,30 @@
 NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
 NRES_STARTED_PIDS=${NRES_STARTED_PIDS:-}
 
+# nres_spec_begin NAME LIB: the opening of an nginx test script: exits 0
+# ("skipped: ...") without nginx's Lua module, 2 without a LIB file;
+# exports NRES_LIB (absolute), makes $work (/tmp/nres-NAME.XXXXXX) with
+# up/ and gw/ in it, and on exit stops every nginx started and removes
+# $work unless the script failed (failed != 0) or NRES_KEEP is set.
+nres_spec_begin() {
+  local name=$1 lib=$2
+  if ! nres_have_nginx_lua; then
+    echo "skipped: no nginx lua module (need nginx and libnginx-mod-http-lua)"
+    exit 0
+  fi
+  if [ -z "$lib" ] || [ ! -f "$lib" ]; then
+    echo "usage: $0 path/to/libnres.so (got '${lib}')" >&2
+    exit 2
+  fi
+  NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+  export NRES_LIB
+  work=$(mktemp -d "/tmp/nres-$name.XXXXXX")
+  chmod 755 "$work"
+  trap 'nres_nginx_stop_all; [ "${failed:-1}" = 0 ] && [ -z "${NRES_KEEP:-}" ] && rm -rf "$work" || echo "logs kept in $work"' EXIT
+  mkdir -p "$work/up" "$work/gw"
+  chmod 777 "$work/up" "$work/gw"   # workers may run as nobody
+}
+
 # nres_have_nginx_lua: 0 when nginx and its Lua module are installed.
 nres_have_nginx_lua() {
   [ -x "$NGINX" ] && [ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ] &&

@@ -172,6 +172,8 @@ done
 [ "${#seen[@]}" -ge 2 ] || fail "reached only ${#seen[@]} new workers: $(declare -p seen)"
 u1=$(ups_all)
 [ "$(count "$r" 503)" = 200 ] || fail "during the outage after reload: $r (expected 200 x 503)"
+h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' "$gw/refused")
+[ "$h" = "503 circuit open" ] || fail "a refused request answered '$h', expected 503 circuit open"
 [ "$u1" = "$u0" ] || fail "the dead upstream got $((u1 - u0)) requests across the reload"
 for pid in "${!seen[@]}"; do
   # kept: not refilled to its capacity (50), at most what the floor (5/s)

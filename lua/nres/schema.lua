@@ -111,6 +111,7 @@ local function rate(v)
   end
   return nil
 end
+_M.rate = rate   -- for the other faces that take a rate (nres.shm, nres.ngx)
 local ratio = number(0, true, 1, false, "a ratio in (0, 1]")
 local fraction = number(0, false, 1, true, "a fraction in [0, 1)")
 local open_fraction = number(0, true, 1, true, "a fraction in (0, 1)")

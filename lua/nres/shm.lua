@@ -37,6 +37,7 @@
 -- checked against the library's at load.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+local rate_problem = require("nres.schema").rate   -- one rule for rates, as in policies
 
 local C = cdef.C
 local ffi_new, ffi_string, ffi_gc, ffi_sizeof = ffi.new, ffi.string, ffi.gc, ffi.sizeof
@@ -138,8 +139,9 @@ function _M.new(opts)
     -- Checked here: the C field is a uint32_t, so -1 or 2^32 + 1 would
     -- arrive truncated to a burst nobody asked for.
     local rate, burst = l.rate, l.burst or 1
-    if not (rate > 0 and rate < math.huge) then
-      error(bad("limiter.rate", "admissions per second (a finite number > 0)", rate), 2)
+    local why = rate_problem(rate)
+    if why then
+      error(bad("limiter.rate", "admissions per second (" .. why .. ")", rate), 2)
     end
     if type(burst) ~= "number" or not (burst >= 1 and burst <= 4294967295)
        or burst % 1 ~= 0 then

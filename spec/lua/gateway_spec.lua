@@ -164,6 +164,39 @@ describe("nres.ngx scopes", function()
       "nres.ngx.upstream: port: expected an integer 1..65535, got 0")
   end)
 
+  it("take every duration and count of the gateway's options finite and in range, or name it", function()
+    local edges = { 0, 1e-12, 0/0, math.huge, -math.huge, 2^63 / 1e9, 2^64 / 1e9, 1e300, -1 }
+    local n = 0
+    local function try(what, fn, v, ok_when)
+      n = n + 1
+      local ok, err = pcall(fn, v)
+      if ok_when(v) then
+        expect.truthy(ok, what .. " = " .. tostring(v) .. " should be taken: " .. tostring(err))
+      else
+        expect.truthy(not ok and tostring(err):find(what, 1, true),
+          what .. " = " .. tostring(v) .. " should be refused naming it, got " .. tostring(err))
+      end
+    end
+    local function secs(v) return v == v and v >= 0 and v <= 1e6 end
+    for _, v in ipairs(edges) do
+      n = n + 1
+      try("hold", function(x) gw.scope("edge" .. n, { policy = "gateway", slots = 8, hold = x }) end, v,
+          function(x) return secs(x) and x >= nres.preset("gateway").deadline end)   -- keys outlive a call
+      try("hold", function(x) gw.limiter("edge" .. n, { rate = 5, slots = 8, hold = x }) end, v, secs)
+      try("keepalive", function(x) gw.upstream("edge" .. n, { host = "127.0.0.1", port = 80, keepalive = x }) end, v, secs)
+      try("rate", function(x) gw.limiter("rate" .. n, { rate = x, slots = 8 }) end, v,
+          function(x) return x == x and x > 0 and x < math.huge and x >= 1e-9 end)
+      try("burst", function(x) gw.limiter("burst" .. n, { rate = 5, burst = x, slots = 8 }) end, v,
+          function(x) return x == x and x >= 1 and x <= 4294967295 and x % 1 == 0 end)
+      try("pool", function(x) gw.upstream("pool" .. n, { host = "127.0.0.1", port = 80, pool = x }) end, v,
+          function(x) return x == x and x >= 1 and x <= 65535 and x % 1 == 0 end)
+    end
+    for _, v in ipairs{ "many", {}, 2.5, 70000 } do
+      try("pool", function(x) gw.upstream("poolx", { host = "127.0.0.1", port = 80, pool = x }) end, v,
+          function() return false end)
+    end
+  end)
+
   it("point each key's policy at the key's shared budget and breaker", function()
     gw.scope("hosts", { policy = "gateway", slots = 16 })
     local s = gw.scopes.hosts

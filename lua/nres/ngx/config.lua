@@ -154,7 +154,11 @@ function _M.upstream(name, opts)
   end
   if #u.key > 64 then error(bad("upstream", "key", "at most 64 bytes", u.key), 2) end
   u.keepalive = seconds("upstream", "keepalive", opts.keepalive, 60) * 1000
-  u.pool = opts.pool or 64
+  local pool = opts.pool or 64
+  if type(pool) ~= "number" or pool < 1 or pool > 65535 or pool % 1 ~= 0 then
+    error(bad("upstream", "pool", "an integer 1..65535 (connections kept per worker)", pool), 2)
+  end
+  u.pool = pool
   upstreams[name] = u
   return u
 end

@@ -52,6 +52,7 @@ local cdef = require "nres.cdef"
 local config = require "nres.ngx.config"
 
 local C = cdef.C
+local breaker_stats = ffi.new("nres_breaker_stats_t")   -- read through nres_breaker_stats
 local ffi_new, ffi_cast, ffi_sizeof = ffi.new, ffi.cast, ffi.sizeof
 local type, error, tonumber, tostring, pairs, ipairs, format =
   type, error, tonumber, tostring, pairs, ipairs, string.format
@@ -442,11 +443,12 @@ function _M.status(now)
         local q = est_quantile(u.est[i], now, 0.75, samples_box)
         local tries = tonumber(slot.calls)
         local okc = tonumber(slot.stops[STOP_OK])
+        C.nres_breaker_stats(slot.breaker, breaker_stats)
         peers[i] = {
           peer = u.peer[i],
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
-          ejections = tonumber(slot.breaker.trips),
-          refused = tonumber(slot.breaker.rejected),
+          ejections = tonumber(breaker_stats.trips),
+          refused = tonumber(breaker_stats.rejected),
           tries = tries, failures = tries - okc,
           timeouts = tonumber(slot.stops[STOP_DEADLINE]),
           latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,

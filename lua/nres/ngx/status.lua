@@ -1,10 +1,16 @@
 -- nres.ngx.status: what the shared tables hold, as a Lua table (snapshot),
 -- JSON or Prometheus text (the /nres/status content handler).
+local ffi = require "ffi"
 local cdef = require "nres.cdef"
 local run = require "nres.run"
 local config = require "nres.ngx.config"
 
 local C = cdef.C
+-- Counters of shared state are read through the runtime's stats functions
+-- (their fields are the runtime's to lay out); one box each, reused.
+local breaker_stats = ffi.new("nres_breaker_stats_t")
+local budget_stats = ffi.new("nres_budget_stats_t")
+local rate_stats = ffi.new("nres_ratelimit_stats_t")
 local tonumber, tostring, pairs, ipairs, format = tonumber, tostring, pairs, ipairs, string.format
 local concat, find = table.concat, string.find
 local step_now = C.nres_step_now
@@ -47,16 +53,19 @@ local function scope_status(s, now, worker_local, top)
       if s.breaker then
         local state = C.nres_breaker_state(slot.breaker, now)
         k.breaker = BREAKER_STATES[state]
-        k.breaker_trips = tonumber(slot.breaker.trips)
-        k.breaker_rejected = tonumber(slot.breaker.rejected)
+        C.nres_breaker_stats(slot.breaker, breaker_stats)
+        k.breaker_trips = tonumber(breaker_stats.trips)
+        k.breaker_rejected = tonumber(breaker_stats.rejected)
       end
       if s.budget then
         k.budget = C.nres_budget_level(slot.budget, now)
-        k.budget_spent = tonumber(slot.budget.spent)
-        k.budget_refused = tonumber(slot.budget.refused)
+        C.nres_budget_stats(slot.budget, budget_stats)
+        k.budget_spent = tonumber(budget_stats.spent)
+        k.budget_refused = tonumber(budget_stats.refused)
       end
       if s.ratelimit or s.rate then
-        k.rate_refused = tonumber(slot.ratelimit.refused)
+        C.nres_ratelimit_stats(slot.ratelimit, rate_stats)
+        k.rate_refused = tonumber(rate_stats.refused)
         asked, refused = asked + k.calls, refused + k.rate_refused
       end
       if worker_local then

@@ -745,6 +745,12 @@ static void test_syncd_region(void **state) {
   /* A second table; its scope is its file's name: "clients". */
   snprintf(path2, sizeof(path2), "%s/clients.shm", redis.dir);
   make_region(path2, 8, 50, &mem3, &size3);
+  {   /* a client's key with a quote and a backslash: the status JSON must
+       * stay JSON (the name is escaped as %22 and %5C) */
+    nres_shm_t *clients;
+    assert_int_equal(nres_shm_attach(mem3, size3, &clients), 0);
+    assert_true(nres_shm_acquire(clients, "k\"\\x", 4, now_ns(), 60 * NRES_SEC, NULL) >= 0);
+  }
   snprintf(region_arg, sizeof(region_arg), "%s=gw", path);
 
   snprintf(port, sizeof(port), "127.0.0.1:%d", redis.port);
@@ -791,6 +797,8 @@ static void test_syncd_region(void **state) {
   assert_non_null(strstr(buf, "\"scope\":\"gw:api.example:80\",\"kind\":\"ratelimit\",\"synced\":1"));
   assert_non_null(strstr(buf, "\"kind\":\"breaker\""));
   assert_non_null(strstr(buf, "\"scope\":\"clients:api.example:80\",\"kind\":\"ratelimit\",\"synced\":1"));
+  assert_non_null(strstr(buf, "\"scope\":\"clients:k%22%5Cx\""));
+  assert_null(strstr(buf, "k\"\\x"));
   munmap(mem, size);
   munmap(mem2, size2);
   munmap(mem3, size3);

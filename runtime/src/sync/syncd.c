@@ -84,20 +84,27 @@ static double number_flag(const char *flag, const char *text, double lo, double 
   return v;
 }
 
-/* A key as a scope name: printable bytes as they are, others as %XX. */
-static void scope_of(char *out, size_t cap, const char *scope, const char *k,
-                     int len) {
-  size_t n;
-  int i;
-
-  n = (size_t) snprintf(out, cap, "%s:", scope);
-  for (i = 0; i < len && n + 4 < cap; i++) {
-    unsigned char c = (unsigned char) k[i];
-    if (c > 32 && c < 127 && c != '%')
+/* A key as a scope name: printable bytes as they are, others as %XX. A
+ * key can come from a client (a limiter keyed by API key), so '"' and '\\'
+ * are escaped too: the name goes into the --status JSON as it is. */
+static size_t escape_into(char *out, size_t n, size_t cap, const char *s, size_t len) {
+  for (size_t i = 0; i < len && n + 4 < cap; i++) {
+    unsigned char c = (unsigned char) s[i];
+    if (c > 32 && c < 127 && c != '%' && c != '"' && c != '\\')
       out[n++] = (char) c;
     else
       n += (size_t) snprintf(out + n, cap - n, "%%%02X", c);
   }
+  return n;
+}
+
+static void scope_of(char *out, size_t cap, const char *scope, const char *k,
+                     int len) {
+  size_t n = escape_into(out, 0, cap, scope, strlen(scope));
+
+  if (n + 2 < cap)
+    out[n++] = ':';
+  n = escape_into(out, n, cap, k, (size_t) len);
   out[n] = '\0';
 }
 

@@ -76,6 +76,7 @@ local _M = { _VERSION = "0.1.0" }
 
 _M.scopes, _M.limiters, _M.upstreams = config.scopes, config.limiters, config.upstreams
 _M.scope, _M.limiter, _M.upstream = config.scope, config.limiter, config.upstream
+_M.fleet = config.fleet   -- gw.fleet(path): nres-syncd's status in /nres/status
 _M.policy_for = region.policy_for
 _M.request, _M.proxy = cosocket.request, cosocket.proxy
 _M.limit, _M.limit_client = limiter.limit, limiter.limit_client

@@ -197,6 +197,31 @@ describe("nres.ngx scopes", function()
     end
   end)
 
+  it("show the fleet agent's status (gw.fleet): synced per scope, JSON and Prometheus", function()
+    local path = os.tmpname()
+    expect.error(function() gw.fleet(42) end,
+      "nres.ngx.fleet: path: expected the path of nres-syncd's --status file, got 42")
+    gw.fleet(path .. ".missing")
+    local snap = gw.snapshot()
+    expect.eq(snap.fleet.error, "no status file")
+    expect.truthy(gw.json(snap):find('"entries":[]', 1, true), "an empty list is []")
+    local f = assert(io.open(path, "w"))
+    f:write('{"node":"gw1","written_unix":', os.time(), ',"connected":1,"rounds":43,"failures":0,',
+            '"connects":1,"entries":[{"scope":"upstreams:api:80","kind":"budget","synced":1,',
+            '"hosts":3,"fleet":30.0,"local":10.0,"demand":0.0,"prober":0}]}\n')
+    f:close()
+    gw.fleet(path)
+    snap = gw.snapshot()
+    expect.eq(snap.fleet.connected, true)
+    expect.truthy(snap.fleet.age_s <= 2, "age")
+    expect.eq(snap.fleet.entries[1].scope, "upstreams:api:80")
+    local prom = gw.prometheus(snap)
+    expect.truthy(prom:find('nres_fleet_synced{scope="upstreams:api:80",kind="budget"} 1', 1, true), prom)
+    expect.truthy(prom:find("nres_fleet_connected{} 1", 1, true), prom)
+    os.remove(path)
+    require("nres.ngx.config").fleet_status = nil
+  end)
+
   it("point each key's policy at the key's shared budget and breaker", function()
     gw.scope("hosts", { policy = "gateway", slots = 16 })
     local s = gw.scopes.hosts

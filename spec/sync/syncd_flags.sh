@@ -29,5 +29,7 @@ done
 for v in 0 70000 x -1; do
   check 2 "--redis port: expected a number from 1 to 65535, got \"$v\"" --redis "127.0.0.1:$v" --region /nonexistent
 done
+check 2 '--node: expected a name without quotes' --node 'a"b' --region /nonexistent
+check 2 '--node: expected a name without quotes' --node '' --region /nonexistent
 check 1 "" --region /nonexistent/region.shm   # a region that cannot be mapped: exit 1, named
 exit $failed

@@ -101,6 +101,17 @@ function _M.scope(name, opts)
   return s
 end
 
+-- gw.fleet(path): nres-syncd's --status file (runtime/include/nres/sync.h);
+-- /nres/status then says per scope whether it is fleet-synced, and since
+-- when the agent last wrote (the agent itself talks to Redis, never nginx).
+_M.fleet_status = nil
+function _M.fleet(path)
+  if type(path) ~= "string" or path == "" then
+    error(bad("fleet", "path", "the path of nres-syncd's --status file", path), 2)
+  end
+  _M.fleet_status = path
+end
+
 -- gw.limiter(name, { rate = per second, burst = 1, slots = 4096, hold = 60 })
 function _M.limiter(name, opts)
   check_name("limiter", name)

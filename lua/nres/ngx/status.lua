@@ -118,9 +118,35 @@ function _M.json(snap)
     for _, st in pairs(group) do mark(st, "keys") end
   end
   for _, u in pairs(snap.upstreams or {}) do mark(u, "peers") end
+  if snap.fleet then mark(snap.fleet, "entries") end
   local text = require("cjson.safe").encode(snap)
   for i = 1, #emptied, 2 do emptied[i][emptied[i + 1]] = {} end
   return (text:gsub(EMPTY_JSON, "[]"))
+end
+
+-- The fleet agent's view (gw.fleet(path)): nres-syncd rewrites its status
+-- file each second, so its age says whether the agent is alive; a file
+-- that is missing or not JSON is reported as such, never raised.
+local function fleet_status(path)
+  local f = { status_file = path, entries = {} }
+  local file = io.open(path, "r")
+  if not file then
+    f.error = "no status file"
+    return f
+  end
+  local st = require("cjson.safe").decode(file:read("*a") or "")
+  file:close()
+  if type(st) ~= "table" then
+    f.error = "not JSON"
+    return f
+  end
+  f.node, f.connected = st.node, st.connected == 1
+  if type(st.written_unix) == "number" then   -- seconds since the agent wrote it
+    f.age_s = math.max(0, os.time() - st.written_unix)
+  end
+  f.rounds, f.failures = st.rounds, st.failures
+  f.entries = type(st.entries) == "table" and st.entries or {}
+  return f
 end
 
 -- The whole status as a Lua table.
@@ -135,6 +161,7 @@ function _M.snapshot()
     out.limiters[name] = st
   end
   out.upstreams = require("nres.ngx.balancer").status(now)
+  if config.fleet_status then out.fleet = fleet_status(config.fleet_status) end
   return out
 end
 
@@ -243,11 +270,25 @@ local function emit_peers(out, ups)
   end
 end
 
+local function emit_fleet(out, f)
+  emit(out, "nres_fleet_connected", "gauge", "1 when the fleet agent reaches Redis", "", f.connected and 1 or 0)
+  if f.age_s then
+    emit(out, "nres_fleet_status_age_seconds", "gauge", "seconds since the fleet agent last wrote its status", "", f.age_s)
+  end
+  for _, e in ipairs(f.entries) do
+    local l = format('scope="%s",kind="%s"', label(e.scope), label(e.kind))
+    emit(out, "nres_fleet_synced", "gauge", "1 while the entry follows the fleet, 0 on local shares", l,
+         e.synced == 1 and 1 or 0)
+    emit(out, "nres_fleet_hosts", "gauge", "hosts of the fleet seen for the entry", l, e.hosts or 0)
+  end
+end
+
 function _M.prometheus(snap)
   local out = { n = 0, seen = {} }
   emit_tables(out, snap.scopes, "scope")
   emit_tables(out, snap.limiters, "limiter")
   emit_peers(out, snap.upstreams or {})
+  if snap.fleet then emit_fleet(out, snap.fleet) end
   return concat(out, "\n", 1, out.n) .. "\n"
 end
 

@@ -123,9 +123,9 @@ static void write_status(nres_sync_t *sync, region_t *regions, int nregions,
   if (f == NULL)
     return;
   nres_sync_info(sync, &info);
-  fprintf(f, "{\"node\":\"%s\",\"connected\":%u,\"rounds\":%llu,"
+  fprintf(f, "{\"node\":\"%s\",\"written_unix\":%lld,\"connected\":%u,\"rounds\":%llu,"
           "\"failures\":%llu,\"connects\":%llu,\"entries\":[",
-          nres_sync_node(sync), info.connected,
+          nres_sync_node(sync), (long long) time(NULL), info.connected,
           (unsigned long long) info.rounds, (unsigned long long) info.failures,
           (unsigned long long) info.connects);
   for (r = 0; r < nregions; r++)
@@ -314,7 +314,14 @@ int main(int argc, char **argv) {
       nregions++;
     }
     else if (strcmp(argv[k], "--redis") == 0) redis = argv[++k];
-    else if (strcmp(argv[k], "--node") == 0) cfg.node = argv[++k];
+    else if (strcmp(argv[k], "--node") == 0) {
+      cfg.node = argv[++k];   /* written into the status JSON as it is */
+      if (cfg.node[0] == '\0' || strpbrk(cfg.node, "\"\\\n\t ") != NULL) {
+        fprintf(stderr, "nres-syncd: --node: expected a name without quotes, "
+                "backslashes or blanks, got \"%s\"\n", cfg.node);
+        return 2;
+      }
+    }
     else if (strcmp(argv[k], "--prefix") == 0) cfg.prefix = argv[++k];
     else if (strcmp(argv[k], "--status") == 0) status = argv[++k];
     else if (strcmp(argv[k], "--interval") == 0)   /* 1 ms to an hour */

@@ -59,6 +59,15 @@ if(NRES_BENCH)
   set_target_properties(bench_fleet PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 endif()
 
+# Two nginx gateways sharing a breaker view through nres-syncd and Redis
+# (spec/nginx/fleet.sh): plain builds only, like the other nginx tests.
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  add_test(NAME nginx_fleet
+           COMMAND bash ${CMAKE_SOURCE_DIR}/spec/nginx/fleet.sh $<TARGET_FILE:nres>
+                   $<TARGET_FILE:nres-syncd>)
+  set_tests_properties(nginx_fleet PROPERTIES TIMEOUT 120 LABELS "nginx;redis" RUN_SERIAL ON)
+endif()
+
 # nres.sync (lua/nres/sync.lua) against its own redis-server: plain
 # builds only (LuaJIT would need the sanitizers' runtimes preloaded).
 if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")

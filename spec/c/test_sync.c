@@ -102,7 +102,6 @@ static nres_sync_t *agent(const char *node, const char *prefix) {
   c.node = node;
   c.prefix = prefix;
   c.interval = IVL;
-  c.reconnect_max = IVL;
   c.timeout = 20 * NRES_MSEC;
   c.seed = 7;
   assert_int_equal(nres_sync_new(&c, &s), 0);

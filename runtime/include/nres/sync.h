@@ -103,7 +103,9 @@ typedef struct nres_sync_config_s {
   nres_time_t interval;         /* between rounds. 100 ms */
   nres_time_t timeout;          /* connect, and each answer; 0 = interval/2 */
   nres_time_t reconnect_max;    /* longest wait between reconnections;
-                                   0 = 10 * interval */
+                                   0 = interval (full jitter below it), so
+                                   a host is back in the fleet within about
+                                   two intervals of Redis returning */
   nres_time_t ttl;              /* a record no host writes for this long
                                    expires; 0 = max(10 s, 20 * interval) */
   double local_share;           /* share of the fleet's rate and capacity a

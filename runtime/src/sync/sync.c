@@ -139,8 +139,8 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
   s->cfg.prefix = s->prefix;
   if (s->cfg.timeout == 0)
     s->cfg.timeout = s->cfg.interval / 2;
-  if (s->cfg.reconnect_max == 0)
-    s->cfg.reconnect_max = 10 * s->cfg.interval;
+  if (s->cfg.reconnect_max == 0)   /* back within ~2 intervals of Redis */
+    s->cfg.reconnect_max = s->cfg.interval;
   if (s->cfg.reconnect_max < s->cfg.interval)
     s->cfg.reconnect_max = s->cfg.interval;
   if (s->cfg.ttl == 0)

@@ -33,12 +33,6 @@ repo=$(cd "$here/../.." && pwd)
 . "$here/lib.sh"
 nres_spec_begin balancer "${1:-${NRES_LIB:-}}"   # sets $work
 
-failed=1
-fail() { echo "FAIL: $*"; exit 1; }
-pass() { echo "ok: $*"; }
-
-jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
-[ -n "$jit_dir" ] || jit_dir=/usr/share/luajit-2.1.0-beta3/
 mapfile -t ports < <(nres_free_ports 4)
 p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
 gw="http://127.0.0.1:$gw_port"

@@ -34,12 +34,6 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; nres_nginx_stop_all;
       [ "${failed:-1}" = 0 ] && [ -z "${NRES_KEEP:-}" ] && rm -rf "$work" || echo "logs kept in $work"' EXIT
 
-failed=1
-fail() { echo "FAIL: $*"; exit 1; }
-pass() { echo "ok: $*"; }
-
-jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
-[ -n "$jit_dir" ] || jit_dir=/usr/share/luajit-2.1.0-beta3/
 mapfile -t ports < <(nres_free_ports 4)
 up_port=${ports[0]}; a_port=${ports[1]}; b_port=${ports[2]}; redis_port=${ports[3]}
 

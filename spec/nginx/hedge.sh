@@ -28,33 +28,15 @@ N=${2:-1500}
 # shellcheck source=spec/nginx/lib.sh
 . "$here/lib.sh"
 
-if ! nres_have_nginx_lua; then
-  echo "skipped: no nginx lua module (need nginx and libnginx-mod-http-lua)"
-  exit 0
-fi
-if [ -z "$lib" ] || [ ! -f "$lib" ]; then
-  echo "usage: $0 path/to/libnres.so [N] (got '${lib}')" >&2
-  exit 2
-fi
-export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+nres_spec_begin hedge "$lib"   # sets $work, NRES_LIB, fail, pass, jit_dir
 depserver=${NRES_DEPSERVER:-$(dirname "$NRES_LIB")/nres-depserver}
 if [ ! -x "$depserver" ]; then
   echo "skipped: no nres-depserver beside $NRES_LIB (the http component; or set NRES_DEPSERVER)"
+  failed=0
   exit 0
 fi
-
-work=$(mktemp -d /tmp/nres-hedge.XXXXXX)
-chmod 755 "$work"
 dep_pid=""
 trap 'nres_nginx_stop_all; [ -n "$dep_pid" ] && kill "$dep_pid" 2>/dev/null; [ "${failed:-1}" = 0 ] && rm -rf "$work" || echo "logs kept in $work"' EXIT
-mkdir -p "$work/gw"
-chmod 777 "$work/gw"
-failed=1
-fail() { echo "FAIL: $*"; exit 1; }
-pass() { echo "ok: $*"; }
-
-jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
-[ -n "$jit_dir" ] || jit_dir=/usr/share/luajit-2.1.0-beta3/
 dep_port=$(nres_free_port)
 gw_port=$(nres_free_port)
 while [ "$gw_port" = "$dep_port" ]; do gw_port=$(nres_free_port); done

@@ -9,7 +9,8 @@ NRES_STARTED_PIDS=${NRES_STARTED_PIDS:-}
 # ("skipped: ...") without nginx's Lua module, 2 without a LIB file;
 # exports NRES_LIB (absolute), makes $work (/tmp/nres-NAME.XXXXXX) with
 # up/ and gw/ in it, and on exit stops every nginx started and removes
-# $work unless the script failed (failed != 0) or NRES_KEEP is set.
+# $work unless the script failed (failed != 0) or NRES_KEEP is set; sets
+# failed=1, fail, pass and jit_dir.
 nres_spec_begin() {
   local name=$1 lib=$2
   if ! nres_have_nginx_lua; then
@@ -27,6 +28,14 @@ nres_spec_begin() {
   trap 'nres_nginx_stop_all; [ "${failed:-1}" = 0 ] && [ -z "${NRES_KEEP:-}" ] && rm -rf "$work" || echo "logs kept in $work"' EXIT
   mkdir -p "$work/up" "$work/gw"
   chmod 777 "$work/up" "$work/gw"   # workers may run as nobody
+  # What every such script uses: its verdict (failed=0 at the very end
+  # keeps no logs), fail/pass lines, and LuaJIT's own modules (jit.v) for
+  # lua_package_path.
+  failed=1
+  fail() { echo "FAIL: $*"; exit 1; }
+  pass() { echo "ok: $*"; }
+  jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
+  [ -n "$jit_dir" ] || jit_dir=/usr/share/luajit-2.1.0-beta3/
 }
 
 # nres_have_nginx_lua: 0 when nginx and its Lua module are installed.

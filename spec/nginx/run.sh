@@ -31,12 +31,6 @@ nres_spec_begin nginx "${1:-${NRES_LIB:-}}"   # sets $work
 mkdir -p "$work/jit"
 chmod 777 "$work/jit"   # workers may run as nobody
 
-failed=1
-fail() { echo "FAIL: $*"; exit 1; }
-pass() { echo "ok: $*"; }
-
-jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
-[ -n "$jit_dir" ] || jit_dir=/usr/share/luajit-2.1.0-beta3/
 up_port=$(nres_free_port)
 gw_port=$(nres_free_port)
 while [ "$gw_port" = "$up_port" ]; do gw_port=$(nres_free_port); done

@@ -224,6 +224,26 @@ local function rejects_by_source(before, after)
   return any and out or nil
 end
 
+-- Hedges (sent, won, losers canceled) per operation and refusals by
+-- criticality class over the window, from the policy's counters, when the
+-- policy has them (the HTTP client's counters do not).
+local function overload_telemetry(out, before, after, ops)
+  if after.hedges and before.hedges and ops > 0 then
+    out.hedges_per_op = (after.hedges - before.hedges) / ops
+    out.hedges_won_per_op = ((after.hedges_won or 0) - (before.hedges_won or 0)) / ops
+    out.hedges_canceled_per_op = ((after.hedges_canceled or 0) - (before.hedges_canceled or 0)) / ops
+  end
+  local b, a = before.refused_by_class, after.refused_by_class
+  if a and b then
+    local by, any = {}, false
+    for class, n in pairs(a) do
+      local d = n - (b[class] or 0)
+      if d > 0 then by[class] = d; any = true end
+    end
+    if any then out.rejected_by_class = by end
+  end
+end
+
 -- The cell (srv: the http dependency server, or nil); returns the metrics.
 local function run_cell(cell, seed, srv)
   math.randomseed(seed or 1)
@@ -367,6 +387,7 @@ local function run_cell(cell, seed, srv)
     out.attempts_per_op = ops > 0 and (st.attempts - base.stats.attempts) / ops or 0
     out.retries_per_op = ops > 0 and (st.retries - base.stats.retries) / ops or 0
     out.rejected_by_source = rejects_by_source(base.stats, st)
+    overload_telemetry(out, base.stats, st, ops)
   else
     out.attempts_per_op = out.dependency_requests_per_op
     out.retries_per_op = math.max(0, out.dependency_requests_per_op - 1)

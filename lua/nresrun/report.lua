@@ -169,6 +169,11 @@ local function reasons_of(c)
       if sum[key] == nil then keys[#keys + 1] = key end
       sum[key] = (sum[key] or 0) + v
     end
+    for k, v in pairs(r.rejected_by_class or {}) do
+      local key = "class " .. k
+      if sum[key] == nil then keys[#keys + 1] = key end
+      sum[key] = (sum[key] or 0) + v
+    end
   end
   sort(keys)
   local out = {}
@@ -197,16 +202,22 @@ local function load_table(w, cells)
     .. " cells); GC = share of the window"
     .. " paused in garbage collection (LuaJIT: collections run by the cell at LuaJIT's pacing and"
     .. " timed; node: perf_hooks 'gc' entries), with collections per run; exact = threads cells:"
-    .. " the shared policy's calls and attempts = the threads' operations and dependency requests.")
+    .. " the shared policy's calls and attempts = the threads' operations and dependency requests;"
+    .. " \"class\" = refusals by criticality; hedges/op = further attempts sent, the share of calls"
+    .. " a hedge answered, losers canceled.")
   w("")
-  w("| arm | dependency | load | admitted p50 µs | admitted p99 µs | rejections | RSS start→end KiB | peak RSS KiB | GC pause %% | GC collections | exact |")
-  w("|---|---|---|---|---|---|---|---|---|---|---|")
+  w("| arm | dependency | load | admitted p50 µs | admitted p99 µs | rejections | hedges/op (won, canceled) | RSS start→end KiB | peak RSS KiB | GC pause %% | GC collections | exact |")
+  w("|---|---|---|---|---|---|---|---|---|---|---|---|")
   for _, c in ipairs(cells) do
     local share = median(values(c, "gc_pause_share"))
-    w("| %s | %s | %s=%s | %s | %s | %s | %s→%s | %s | %s | %s | %s |", c.arm, c.dependency,
+    local hedges = median(values(c, "hedges_per_op"))
+    w("| %s | %s | %s=%s | %s | %s | %s | %s | %s→%s | %s | %s | %s | %s |", c.arm, c.dependency,
       c.load, tostring(c.load_value),
       num(median(values(c, "p50_admitted_us")), 1), num(median(values(c, "p99_admitted_us")), 1),
-      reasons_of(c), num(median(values(c, "rss_start_kb")), 0), num(median(values(c, "rss_end_kb")), 0),
+      reasons_of(c),
+      (hedges and hedges > 0) and format("%s (%s, %s)", num(hedges, 3),
+        num(median(values(c, "hedges_won_per_op")), 3), num(median(values(c, "hedges_canceled_per_op")), 3)) or "-",
+      num(median(values(c, "rss_start_kb")), 0), num(median(values(c, "rss_end_kb")), 0),
       num(median(values(c, "peak_rss_kb")), 0),
       share and format("%.2f", share * 100) or "-", num(median(values(c, "gc_collections")), 0),
       exact_of(c))

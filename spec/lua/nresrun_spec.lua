@@ -502,3 +502,27 @@ if pool_available() then describe("a pool cell", function()
     expect.eq(r.heap_bytes_per_op, 0, "heap bytes/op")
   end)
 end) end
+
+describe("a hedged cell", function()
+  it("reports hedges per operation, won and canceled, and the report's table shows them", function()
+    local path = write("hedged.lua", HEAD .. [[
+  name = "hedged",
+  dependency = nresrun.dep.model{ latency = { lognormal = { 0.002, 1 } } },
+  load = { workers = 4 },
+  arms = { plain = nres.policy{ base = "trivial", attempts = 2 },
+           hedged = nres.policy{ base = "trivial", attempts = 2, hedge = { at = 0.001, max = 2 } } },
+  repetitions = 1, warmup = 0.1, window = 0.5,
+}
+]])
+    local code, out, err = run(path .. " --out " .. dir .. "/hedged")
+    expect.truthy(code == 0 or code == 1, "ran: " .. out .. err)
+    local by = {}
+    for _, r in ipairs(report_of(out).results) do by[r.arm] = r end
+    local h = assert(by.hedged, "the hedged arm's result")
+    expect.truthy(h.hedges_per_op > 0 and h.hedges_per_op <= 1, "hedges/op " .. tostring(h.hedges_per_op))
+    expect.truthy(h.hedges_won_per_op > 0 and h.hedges_won_per_op <= h.hedges_per_op, "won/op")
+    expect.truthy(h.hedges_canceled_per_op >= 0, "canceled/op")
+    expect.eq(by.plain.hedges_per_op, 0, "no hedge without a hedge table")
+    expect.truthy(out:find("hedges/op (won, canceled)", 1, true), "the load table's column")
+  end)
+end)

@@ -22,6 +22,8 @@
 #      burst to the dead upstream);
 #   4. a layout change on reload (more slots) makes a new region with one
 #      log line; a scope no longer declared has its file removed;
+#   4b. criticality: with the budget below half, a sheddable request
+#      (X-Criticality) gets no retry while a default one still does;
 #   5. error.log has no [error], [crit], [alert] or [emerg] line.
 # Both nginx masters are stopped by pid on exit. Skipped (exit 0) only
 # when nginx or its Lua module is missing.
@@ -232,6 +234,41 @@ sleep 0.3
 r=$(load 100 8 /relaid)
 [ "$(count "$r" 200)" = 100 ] || fail "after the layout change: $r"
 pass "layout change: new region with one log line, state fresh, unused region removed"
+
+# --------------- 4b. criticality: sheddable retries only from the upper half
+# Every peer fails every 2nd request. Default requests spend the budget
+# (the gateway preset's capacity is 30) below half with their retries;
+# then a sheddable request gets no retry (each reaches the upstream once)
+# while a default one still does.
+admin_all "mode=every&n=2&reset=1"
+level() { status | json "key('upstreams', 'backend').budget"; }
+lvl=$(level)
+for _ in $(seq 1 30); do
+  awk -v b="$lvl" 'BEGIN {exit !(b < 12)}' && break
+  load 10 2 /drain >/dev/null
+  lvl=$(level)
+done
+awk -v b="$lvl" 'BEGIN {exit !(b < 12 && b >= 1)}' || fail "could not bring the budget between 1 and 12 tokens (at $lvl)"
+u0=$(ups_all)
+shed_fail=0
+for i in $(seq 1 20); do
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "Connection: close" -H "X-Criticality: sheddable" "$gw/shed$i")
+  [ "$c" = 200 ] || shed_fail=$((shed_fail + 1))
+done
+u1=$(ups_all)
+[ $((u1 - u0)) = 20 ] || fail "20 sheddable requests at a budget of $lvl sent $((u1 - u0)) upstream requests (retries?)"
+[ "$shed_fail" -ge 5 ] || fail "sheddable requests without retries should fail about half the time, $shed_fail of 20 did"
+lvl2=$(level)
+u2=$(ups_all)
+def_fail=0
+for i in $(seq 1 10); do
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "Connection: close" "$gw/def$i")
+  [ "$c" = 200 ] || def_fail=$((def_fail + 1))
+done
+u3=$(ups_all)
+[ $((u3 - u2)) -gt 10 ] || fail "default requests at a budget of $lvl2 got no retry ($((u3 - u2)) upstream requests for 10)"
+pass "criticality: at a budget of $lvl tokens 20 sheddable requests went upstream once each ($shed_fail failed); 10 default ones retried ($((u3 - u2)) upstream requests, $def_fail failed)"
+admin_all "mode=healthy&reset=1"
 
 # ------------------------------------------------------------ 5. logs
 nres_nginx_stop_all

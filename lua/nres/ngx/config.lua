@@ -101,6 +101,20 @@ function _M.scope(name, opts)
   return s
 end
 
+-- A request's criticality from its X-Criticality header: the class
+-- (0 critical, 1 default, 2 sheddable; Google's CRITICAL_PLUS and
+-- SHEDDABLE_PLUS fold into the nearest) and its name to pass upstream, or
+-- 1 and nil when the header is absent or unknown.
+local CLASS_OF = { critical = 0, critical_plus = 0, default = 1, sheddable = 2,
+                   sheddable_plus = 2 }
+local CLASS_NAME = { [0] = "critical", "default", "sheddable" }
+local lower = string.lower
+function _M.criticality(header)
+  local cls = header and CLASS_OF[lower(header)]
+  if cls == nil then return 1, nil end
+  return cls, CLASS_NAME[cls]
+end
+
 -- gw.fleet(path): nres-syncd's --status file (runtime/include/nres/sync.h);
 -- /nres/status then says per scope whether it is fleet-synced, and since
 -- when the agent last wrote (the agent itself talks to Redis, never nginx).

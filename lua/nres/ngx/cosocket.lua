@@ -7,6 +7,7 @@ local cdef = require "nres.cdef"
 local run = require "nres.run"
 local config = require "nres.ngx.config"
 local region = require "nres.ngx.region"
+local criticality = config.criticality
 
 local C = cdef.C
 local ffi_new = ffi.new
@@ -215,9 +216,6 @@ end
 -- before anything yields).
 local resbox = {}
 
-local CLASS_OF = { critical = 0, critical_plus = 0, default = 1, sheddable = 2,
-                   sheddable_plus = 2 }
-local CLASS_NAME = { [0] = "critical", "default", "sheddable" }
 
 -- ---------------------------------------------------------- hedging
 
@@ -343,9 +341,7 @@ function _M.request(sname, uname, key, method, path, body)
   -- nearest), passed on upstream with the cosocket requests; unknown or
   -- absent: default. Under overload the scope's limiter and budget refuse
   -- sheddable calls first (limiter.reserve, nres_call_begin_class).
-  local crit = ngx.var.http_x_criticality
-  local cls = crit and CLASS_OF[lower(crit)] or 1
-  crit = crit and CLASS_NAME[cls] or nil
+  local cls, crit = criticality(ngx.var.http_x_criticality)
 
   local ptr = s.ptr
   local cp, idx = policy_for(s, key, now)

@@ -464,6 +464,9 @@ function _M.stats(self)
       s.limiter.baseline_ms = bstats.baseline / 1e6
     end
   end
+  -- A policy synced with a fleet (nres.sync's agent:add) says so: per
+  -- entry whether it follows the fleet now, and the fleet's figures.
+  if self.fleet_stats then s.fleet = self.fleet_stats() end
   return s
 end
 

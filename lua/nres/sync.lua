@@ -5,7 +5,8 @@
 --   agent:add("api", p)                     -- p's budget and rate limiter
 --   agent:add("api", p, { breaker = true }) -- and its breaker (opt-in)
 --   agent:start()                           -- a thread of the agent's own
---   agent:stats()   -- { connected, rounds, failures, connects, node,
+--   p:stats().fleet -- the same view, for p's entries only
+--   agent:stats()   -- { connected, rounds, failures, connects, node, last_sync_age,
 --                   --   entries = { { scope, kind, synced, hosts, fleet,
 --                   --                 ["local"], demand, prober, rounds } } }
 --   sync.status("/dev/shm/gw.sync.json")   -- nres-syncd's --status file
@@ -145,6 +146,11 @@ function _M.add(self, scope, target, what)
   if l then added(S.nres_sync_add_ratelimit(self.agent, scope, l, what.rate or 0)) end
   if br then added(S.nres_sync_add_breaker(self.agent, scope, br)) end
   self.refs[#self.refs + 1] = target   -- keep the state alive while synced
+  if type(target) == "table" and target.cp then
+    -- p:stats().fleet: this policy's entries, as the agent sees them now.
+    local agent, mine = self, ids
+    target.fleet_stats = function() return agent:entries_of(mine) end
+  end
   return ids
 end
 
@@ -157,15 +163,20 @@ function _M.tick(self) return S.nres_sync_tick(self.agent, cdef.C.nres_step_now(
 local info = ffi_new("nres_sync_info_t")
 local st = ffi_new("nres_sync_stats_t")
 
-function _M.stats(self)
+-- The agent's view of entries `ids`: connected, seconds since its last
+-- good round (nil before the first), and per entry whether it follows the
+-- fleet and the fleet's figures.
+function _M.entries_of(self, ids)
   S.nres_sync_info(self.agent, info)
   local s = {
     node = ffi_string(S.nres_sync_node(self.agent)),
     connected = info.connected == 1, rounds = tonumber(info.rounds),
     failures = tonumber(info.failures), connects = tonumber(info.connects),
+    last_sync_age = info.last_sync > 0
+      and math.max(0, cdef.C.nres_step_now() - tonumber(info.last_sync)) / 1e9 or nil,
     entries = {},
   }
-  for _, id in ipairs(self.ids) do
+  for _, id in ipairs(ids) do
     if S.nres_sync_stats(self.agent, id, st) == 0 then
       s.entries[#s.entries + 1] = {
         scope = ffi_string(st.scope), kind = kinds[st.kind], synced = st.synced == 1,
@@ -176,6 +187,8 @@ function _M.stats(self)
   end
   return s
 end
+
+function _M.stats(self) return self:entries_of(self.ids) end
 
 -- nres-syncd's --status file, decoded (lua-cjson) or as its text; nil and
 -- a reason if it cannot be read.

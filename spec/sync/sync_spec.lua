@@ -60,6 +60,13 @@ describe("nres.sync", function()
     -- Each host holds half of the fleet's 10 tokens, not 10 of its own.
     expect.eq(p1:stats().budget, 5)
     expect.eq(p2:stats().budget, 5)
+    -- p:stats() says the policy is fleet-synced, and since when.
+    local f = p1:stats().fleet
+    expect.truthy(f and f.connected, "p:stats().fleet")
+    expect.eq(#f.entries, 1)
+    expect.truthy(f.entries[1].synced and f.entries[1].hosts == 2 and f.entries[1].fleet == 10)
+    expect.truthy(f.last_sync_age >= 0 and f.last_sync_age < 5, "last sync age " .. tostring(f.last_sync_age))
+    expect.eq(nres.policy(spec):stats().fleet, nil, "a policy no agent syncs has no fleet view")
   end)
 
   it("falls back to local protection without Redis", function()

@@ -348,6 +348,12 @@ NRES_EXTERN int nres_budget_init(nres_budget_t *budget, double ratio,
 NRES_EXTERN void nres_budget_deposit(nres_budget_t *budget);
 /* Take one token for a retry or hedge: 0 if allowed, NRES_EBUDGET if not. */
 NRES_EXTERN int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
+/* The same for a call of criticality `cls` (nres_class_t): a sheddable
+ * call is refused (and counted) while the bucket is under half full, so
+ * the lower half is kept for the other classes. The executor's retries
+ * and hedges and the gateway's balancer spend through it. */
+NRES_EXTERN int nres_budget_spend_class(nres_budget_t *budget, nres_time_t now,
+                                        int cls);
 /* Give back a token spent on a retry that never started (refused by a
  * gate, canceled during its backoff). */
 NRES_EXTERN void nres_budget_refund(nres_budget_t *budget);

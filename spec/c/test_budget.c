@@ -274,6 +274,26 @@ static void allowed_retries_stay_within_bound_on_8_threads(void **state) {
   assert_true((double) allowed >= bound - 3.0);
 }
 
+/* By class: a sheddable spend is refused (and counted) once the bucket is
+ * under half full; the other classes spend down to the last token. */
+static void sheddable_spends_only_from_the_upper_half(void **state) {
+  nres_budget_t b;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_budget_init(&b, 0.1, 0, 10), 0);   /* no floor */
+  for (i = 0; i < 6; i++)   /* 10 -> 4 tokens: the last from exactly half */
+    assert_int_equal(nres_budget_spend_class(&b, 0, NRES_CLASS_SHEDDABLE), 0);
+  assert_int_equal(nres_budget_spend_class(&b, 0, NRES_CLASS_SHEDDABLE), NRES_EBUDGET);
+  assert_int_equal(stats(&b).refused, 1);
+  for (i = 0; i < 3; i++)
+    assert_int_equal(nres_budget_spend_class(&b, 0, NRES_CLASS_DEFAULT), 0);
+  assert_int_equal(nres_budget_spend_class(&b, 0, NRES_CLASS_CRITICAL), 0);
+  assert_int_equal(nres_budget_spend_class(&b, 0, NRES_CLASS_CRITICAL), NRES_EBUDGET);
+  assert_int_equal(stats(&b).spent, 10);
+  assert_int_equal(nres_budget_spend_class(NULL, 0, NRES_CLASS_DEFAULT), NRES_EINVAL);
+}
+
 /* A deposit into a full bucket must not write the shared line: no store and
  * no CAS (a locked compare-and-swap needs write access even when it fails).
  * Run it on a read-only page: any write would fault. */
@@ -318,6 +338,7 @@ int main(void) {
     cmocka_unit_test(allowed_retries_stay_within_bound),
     cmocka_unit_test(allowed_retries_stay_within_bound_on_8_threads),
     cmocka_unit_test(deposit_into_full_bucket_writes_nothing),
+    cmocka_unit_test(sheddable_spends_only_from_the_upper_half),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

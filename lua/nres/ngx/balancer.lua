@@ -65,6 +65,7 @@ int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now, uint32_t permi
 void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
 void nres_budget_deposit(nres_budget_t *budget);
 int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
+int nres_budget_spend_class(nres_budget_t *budget, nres_time_t now, int cls);
 void nres_budget_refund(nres_budget_t *budget);
 void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now, nres_time_t latency);
 ]]
@@ -74,9 +75,8 @@ local sh_acquire, sh_record, sh_slot = C.nres_shm_acquire, C.nres_shm_record, C.
 local br_acquire, br_record, br_release = C.nres_breaker_acquire, C.nres_breaker_record,
   C.nres_breaker_release
 local br_state = C.nres_breaker_state
-local bu_spend, bu_refund, bu_deposit = C.nres_budget_spend, C.nres_budget_refund,
+local bu_spend, bu_refund, bu_deposit = C.nres_budget_spend_class, C.nres_budget_refund,
   C.nres_budget_deposit
-local bu_level = C.nres_budget_level
 local criticality = config.criticality
 local est_record, est_quantile = C.nres_estimator_record, C.nres_estimator_quantile
 local bad, scopes, new_table = config.bad, config.scopes, config.new_table
@@ -335,12 +335,12 @@ function _M.access(uname)
   end
   local idx = sh_acquire(s.ptr, u.key, #u.key, now, s.hold, gen_box)
   -- Criticality (X-Criticality, passed on upstream by nginx's proxy as a
-  -- known name): a sheddable request gets a retry only while the budget
-  -- is at least half full, the rule of the C executor's budget gate.
+  -- known name): a retry spends the budget by class (nres_budget_spend_class:
+  -- a sheddable request only while the bucket is at least half full).
   local cls, crit = criticality(ngx.var.http_x_criticality)
   if crit then ngx.req.set_header("X-Criticality", crit) end
   local r = { deadline = deadline, idx = idx, tries = 0, retries = 0, t0 = 0, u = u,
-              sheddable = cls == 2 }
+              cls = cls }
   if idx >= 0 then
     local slot = sh_slot(s.ptr, idx)
     r.slot = slot
@@ -400,14 +400,7 @@ function _M.balance(uname)
   -- one request tells whether it recovered.
   if r.tries < u.attempts and left > 2e6 and r.slot and (r.upermit == nil or r.upermit == 0) then
     local ok_budget = true
-    if u.scope.budget then
-      local b = r.slot.budget
-      if r.sheddable and bu_level(b, now) * 2e6 < tonumber(b.capacity) then
-        ok_budget = false   -- the lower half of the bucket is the other classes'
-      else
-        ok_budget = bu_spend(b, now) == 0
-      end
-    end
+    if u.scope.budget then ok_budget = bu_spend(r.slot.budget, now, r.cls) == 0 end
     if ok_budget then
       r.reserved = u.scope.budget
       ngx_balancer.set_more_tries(1)

@@ -143,6 +143,17 @@ int nres_budget_spend(nres_budget_t *budget, nres_time_t now) {
   return NRES_EBUDGET;
 }
 
+int nres_budget_spend_class(nres_budget_t *budget, nres_time_t now, int cls) {
+  if (budget == NULL)
+    return NRES_EINVAL;
+  if (__builtin_expect(cls == NRES_CLASS_SHEDDABLE, 0) &&
+      nres_budget_level(budget, now) * (2.0 * MICRO) < (double) budget->capacity) {
+    nres__add(&budget->refused, 1);
+    return NRES_EBUDGET;
+  }
+  return nres_budget_spend(budget, now);
+}
+
 void nres_budget_refund(nres_budget_t *budget) {
   /* The token was spent on an attempt that never started. */
   add_tokens(budget, MICRO);

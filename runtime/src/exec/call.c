@@ -269,17 +269,10 @@ static int hedge_suppressed(nres_call_t *call, nres_time_t now) {
          (double) failures >= h->suppress_ratio * (double) calls;
 }
 
-/* A budget token for a retry or a hedge. A sheddable call leaves the
- * lower half of the bucket to the other classes. */
+/* A budget token for a retry or a hedge, by the call's class (a
+ * sheddable call leaves the lower half of the bucket to the others). */
 static int spend(nres_call_t *call, nres_time_t now) {
-  nres_budget_t *b = call->policy->budget;
-
-  if (__builtin_expect(call->criticality == NRES_CLASS_SHEDDABLE, 0) &&
-      nres_budget_level(b, now) * 2e6 < (double) b->capacity) {
-    nres__add(&b->refused, 1);
-    return NRES_EBUDGET;
-  }
-  return nres_budget_spend(b, now);
+  return nres_budget_spend_class(call->policy->budget, now, call->criticality);
 }
 
 /* The rate limiter's admission. A sheddable call leaves half of the burst

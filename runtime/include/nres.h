@@ -548,6 +548,13 @@ NRES_EXTERN int nres_ratelimit_init(nres_ratelimit_t *limit, double rate,
 NRES_EXTERN int nres_ratelimit_acquire(nres_ratelimit_t *limit,
                                        nres_time_t now,
                                        nres_time_t *retry_after);
+/* The same for a call of criticality `cls` (nres_class_t): a sheddable
+ * call leaves half of the burst to the other classes - it is refused
+ * (counted, *retry_after set) once the admission would use more than half
+ * of the limiter's tolerance. */
+NRES_EXTERN int nres_ratelimit_acquire_class(nres_ratelimit_t *limit,
+                                             nres_time_t now, int cls,
+                                             nres_time_t *retry_after);
 
 typedef struct nres_ratelimit_stats_s {
   nres_time_t tat;              /* theoretical arrival time of the next

@@ -37,6 +37,26 @@ static void burst_admits_exactly_burst_then_refuses(void **state) {
   assert_int_equal(stats(&rl).refused, 2);
 }
 
+/* By class: a sheddable caller gets half of the burst, the others all of
+ * it; the sheddable refusal names when it would be admitted. */
+static void sheddable_gets_half_the_burst(void **state) {
+  nres_ratelimit_t rl;
+  nres_time_t retry = 0;
+  (void) state;
+
+  assert_int_equal(nres_ratelimit_init(&rl, 10.0, 4), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(nres_ratelimit_acquire_class(&rl, 0, NRES_CLASS_SHEDDABLE, &retry), 0);
+  assert_int_equal(nres_ratelimit_acquire_class(&rl, 0, NRES_CLASS_SHEDDABLE, &retry), NRES_ELIMITED);
+  assert_int_equal(retry, 100 * NRES_MSEC);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(nres_ratelimit_acquire_class(&rl, 0, NRES_CLASS_DEFAULT, &retry), 0);
+  assert_int_equal(nres_ratelimit_acquire_class(&rl, 0, NRES_CLASS_CRITICAL, NULL), NRES_ELIMITED);
+  assert_int_equal(stats(&rl).refused, 2);
+  assert_int_equal(nres_ratelimit_acquire_class(&rl, 100 * NRES_MSEC, NRES_CLASS_SHEDDABLE, NULL), NRES_ELIMITED);
+  assert_int_equal(nres_ratelimit_acquire_class(&rl, 300 * NRES_MSEC, NRES_CLASS_SHEDDABLE, NULL), 0);
+}
+
 static void admitted_again_exactly_at_retry_after(void **state) {
   nres_ratelimit_t rl;
   nres_time_t retry = 0;
@@ -242,6 +262,7 @@ int main(void) {
     cmocka_unit_test(rate_above_one_per_ns_keeps_a_nonzero_interval),
     cmocka_unit_test(tiny_rate_does_not_admit_without_limit_once_tat_saturates),
     cmocka_unit_test(no_allocation),
+    cmocka_unit_test(sheddable_gets_half_the_burst),
     cmocka_unit_test(threads_never_exceed_rate_times_elapsed_plus_burst),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,6 +73,23 @@ int nres_ratelimit_acquire(nres_ratelimit_t *limit, nres_time_t now,
   return NRES_ELIMITED;
 }
 
+int nres_ratelimit_acquire_class(nres_ratelimit_t *limit, nres_time_t now,
+                                 int cls, nres_time_t *retry_after) {
+  if (__builtin_expect(cls == NRES_CLASS_SHEDDABLE, 0) && limit != NULL) {
+    nres_time_t interval = __atomic_load_n(&limit->interval, __ATOMIC_RELAXED);
+    nres_time_t half = __atomic_load_n(&limit->tolerance, __ATOMIC_RELAXED) / 2;
+    nres_time_t tat = nres__load(&limit->tat);
+    nres_time_t next = nres_time_add(tat > now ? tat : now, interval);
+    if (next - now > half) {
+      if (retry_after != NULL)
+        *retry_after = next - now - half;
+      nres__add(&limit->refused, 1);
+      return NRES_ELIMITED;
+    }
+  }
+  return nres_ratelimit_acquire(limit, now, retry_after);
+}
+
 void nres_ratelimit_stats(const nres_ratelimit_t *limit,
                           nres_ratelimit_stats_t *out) {
   nres_ratelimit_t *l = (nres_ratelimit_t *) limit;   /* loads only */

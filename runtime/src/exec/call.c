@@ -275,25 +275,12 @@ static int spend(nres_call_t *call, nres_time_t now) {
   return nres_budget_spend_class(call->policy->budget, now, call->criticality);
 }
 
-/* The rate limiter's admission. A sheddable call leaves half of the burst
- * to the other classes: it is refused once the next admission would use
- * more than half of the limiter's tolerance. */
+/* The rate limiter's admission, by the call's class (a sheddable call
+ * leaves half of the burst to the others). */
 static int rate_refuses(nres_call_t *call, nres_time_t now,
                         nres_time_t *retry_after) {
-  nres_ratelimit_t *rl = call->policy->ratelimit;
-
-  if (__builtin_expect(call->criticality == NRES_CLASS_SHEDDABLE, 0)) {
-    nres_time_t interval = __atomic_load_n(&rl->interval, __ATOMIC_RELAXED);
-    nres_time_t half = __atomic_load_n(&rl->tolerance, __ATOMIC_RELAXED) / 2;
-    uint64_t tat = nres__load(&rl->tat);
-    nres_time_t next = nres_time_add(tat > now ? tat : now, interval);
-    if (next - now > half) {
-      *retry_after = next - now - half;
-      nres__add(&rl->refused, 1);
-      return 1;
-    }
-  }
-  return nres_ratelimit_acquire(rl, now, retry_after) != 0;
+  return nres_ratelimit_acquire_class(call->policy->ratelimit, now,
+                                      call->criticality, retry_after) != 0;
 }
 
 /* ------------------------------------------------------------- admission */

@@ -197,6 +197,19 @@ describe("nres.ngx scopes", function()
     end
   end)
 
+  it("read X-Criticality as a known class, anything else as default", function()
+    local crit = require("nres.ngx.config").criticality
+    local cases = { { nil, 1, nil }, { "critical", 0, "critical" }, { "CRITICAL_PLUS", 0, "critical" },
+                    { "Sheddable", 2, "sheddable" }, { "sheddable_plus", 2, "sheddable" },
+                    { "default", 1, "default" }, { "", 1, nil }, { "bogus", 1, nil },
+                    { "critical\r\nX-Evil: 1", 1, nil }, { string.rep("c", 1e5), 1, nil } }
+    for _, c in ipairs(cases) do
+      local cls, name = crit(c[1])
+      expect.eq(cls, c[2], tostring(c[1]):sub(1, 20))
+      expect.eq(name, c[3], tostring(c[1]):sub(1, 20))
+    end
+  end)
+
   it("show the fleet agent's status (gw.fleet): synced per scope, JSON and Prometheus", function()
     local path = os.tmpname()
     expect.error(function() gw.fleet(42) end,

@@ -394,6 +394,23 @@ static void churn(worker_t *w) {
   }
 }
 
+/* Churn on past the worker's share until the kill hook fires: how many
+ * protocol steps a share takes depends on the scheduler (and on TSan),
+ * so a kill placed by count must not depend on the share being long
+ * enough. Exits 3 if the hook never fires, which the test reports. */
+static void churn_until_killed(worker_t *w) {
+  tally_t *t = w->tally;
+  char key[16];
+  unsigned long i;
+
+  for (i = 0; i < 50ul * 1000 * 1000; i++) {
+    snprintf(key, sizeof(key), "c%lu", (i * 7 + (unsigned long) w->id) % 48);
+    (void) acquire_str(w->shm, key, T0 + atomic_fetch_add(&t->clock, 20 * NRES_USEC),
+                       0, NULL);
+  }
+  _exit(3);
+}
+
 static void run_worker(worker_t *w, int phase) {
   if (phase == 0) {
     hammer(w);
@@ -783,6 +800,8 @@ static void processes_killed_while_churning(void **state) {
       worker_t w = { small, small, t, i, PROCS };
       kill_after = i % 2 == 0 ? 0 : 500 + 3331 * (unsigned long) i;
       run_worker(&w, 2);
+      if (kill_after != 0)
+        churn_until_killed(&w);
       _exit(0);
     }
   }

@@ -155,7 +155,7 @@ for _ in $(seq 1 100); do
 done
 [ -n "$new" ] || fail "no new workers after the reload (old: $old_pids, now: $pids)"
 r=$(load 200 8 /during)
-declare -A seen
+declare -A seen=()
 for _ in $(seq 1 40); do
   s=$(status)
   pid=$(printf '%s' "$s" | json "j.pid")

@@ -138,7 +138,7 @@ while [ "$(date +%s%N)" -lt "$end" ]; do
 done
 u2=$(up_field requests)
 # Each worker's view: the same shared breaker, and its own refusals.
-declare -A seen
+declare -A seen=()
 for _ in $(seq 1 60); do
   s=$(status)
   w=$(printf '%s' "$s" | json "j.worker")

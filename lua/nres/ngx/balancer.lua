@@ -169,7 +169,7 @@ function _M.declare(name, opts)
     name = name, key = key, scope = s, n = n, choice = choice, panic = panic,
     hosts = {}, ports = {}, peer = {}, idx = {}, br = {}, est = {},
     inflight = {}, cost = {}, state = {}, rr = 0, checked = -1e18, panicking = false,
-    balancer = true,
+    balancer = true, lookup_at = -1e18, sidx = -1, sslot = false,
   }
   local seen = {}
   for i, p in ipairs(list) do
@@ -222,14 +222,16 @@ local function refresh(u, now)
     local st = br_state(u.br[i], now)
     u.state[i] = st
     if st == 0 then healthy = healthy + 1 end
-    local q = est_quantile(u.est[i], now, 0.75, samples_box)
-    if samples_box[0] > 0 then
-      u.cost[i] = tonumber(q)
-    else
-      -- No try in the estimator's windows (1-2 s): the last estimate,
-      -- fading (halved about every 1.7 s), so an avoided slow peer is not
-      -- flooded the moment its samples age out, yet is tried again later.
-      u.cost[i] = u.cost[i] * 0.98
+    if u.n > 1 then   -- one peer: no choice to make, no estimate to read
+      local q = est_quantile(u.est[i], now, 0.75, samples_box)
+      if samples_box[0] > 0 then
+        u.cost[i] = tonumber(q)
+      else
+        -- No try in the estimator's windows (1-2 s): the last estimate,
+        -- fading (halved about every 1.7 s), so an avoided slow peer is
+        -- not flooded the moment its samples age out, yet is tried again.
+        u.cost[i] = u.cost[i] * 0.98
+      end
     end
   end
   u.panicking = healthy < u.panic * u.n
@@ -295,19 +297,88 @@ local function finish(u, r, now, failed, timed_out)
   local i = r.peer
   u.inflight[i] = u.inflight[i] - 1
   local lat = now - r.t0
-  if r.ppermit then
-    br_record(u.br[i], now, r.ppermit, failed and 1 or 0, 0, rng)
+  local permit = r.ppermit
+  if permit then
+    br_record(u.br[i], now, permit, failed and 1 or 0, 0, rng)
   end
   est_record(u.est[i], now, failed and max(lat, u.attempt_timeout) or lat)
   sh_record(u.ptr, u.idx[i], failed and (timed_out and STOP_DEADLINE or STOP_ATTEMPTS) or STOP_OK,
             1, r.tries > 1 and 1 or 0)
-  r.peer = nil
+  r.peer = false
 end
 
 -- ------------------------------------------------------------ the phases
+--
+-- Per-request cost (the three phases run on every proxied request, so
+-- this is the gateway's overhead over plain proxy_pass): the request's
+-- state is a record from this worker's free list, found by the request's
+-- address (with its start time, so a record left by a request whose log
+-- phase never ran - an internal redirect to a location without gw.log -
+-- is never taken for another's), not an ngx.ctx table; the upstream's
+-- slot is looked up (its lease extended) once a second per worker, not per
+-- request; X-Criticality is read only when a retry token is asked for
+-- while the budget is under half full (the only time the class changes
+-- anything). What is left per request: one header read and one header
+-- set, the breakers' and budget's atomics, three clock reads.
 
 local ngx = ngx
-local ngx_balancer
+local ngx_balancer, get_request, start_time, ngx_var, ngx_req
+local uintptr_t = ffi.typeof("uintptr_t")
+local reqs = {}          -- request address -> state record (this worker)
+local free, nfree = {}, 0   -- state records to reuse
+local LOOKUP_EVERY = 1e9    -- ns between a worker's lookups of an upstream's slot
+
+-- resty.core's request functions, looked up on the first request (this
+-- module loads outside nginx too, for the specs).
+local function bind()
+  ngx_balancer = require "ngx.balancer"
+  get_request = require("resty.core.base").get_request
+  require "resty.core.request"
+  start_time = ffi.C.ngx_http_lua_ffi_req_start_time
+  ngx_var, ngx_req = ngx.var, ngx.req
+end
+
+-- This request's address (a number) and start time.
+local function request_key()
+  local req = get_request()
+  return tonumber(ffi_cast(uintptr_t, req)), start_time(req)
+end
+
+local function new_state(key, stamp, u, deadline)
+  local r
+  if nfree > 0 then
+    r = free[nfree]
+    free[nfree] = nil
+    nfree = nfree - 1
+  else
+    r = {}
+  end
+  r.stamp, r.u, r.deadline = stamp, u, deadline
+  r.idx, r.slot, r.upermit, r.cls = -1, false, false, false
+  r.tries, r.retries, r.t0 = 0, 0, 0
+  r.peer, r.ppermit, r.reserved, r.budget_refused = false, false, false, false
+  reqs[key] = r
+  return r
+end
+
+-- This request's state, or nil (none, or another request's).
+local function state(key, stamp)
+  local r = reqs[key]
+  if r ~= nil and r.stamp ~= stamp then
+    reqs[key] = nil
+    return nil
+  end
+  return r
+end
+
+local function release(key, r)
+  reqs[key] = nil
+  r.u, r.slot = false, false
+  if nfree < 1024 then
+    nfree = nfree + 1
+    free[nfree] = r
+  end
+end
 
 local function exit_with(status, reason)
   ngx.header["X-Nres-Reason"] = reason
@@ -316,16 +387,32 @@ local function exit_with(status, reason)
   return ngx.exit(status)
 end
 
+-- The upstream's slot in its scope's table: looked up (and its lease
+-- extended) at most once a second per worker, every time while the
+-- table is full (-1: the call runs without shared state).
+local function upstream_slot(u, s, now)
+  if now < u.lookup_at then return u.sidx, u.sslot end
+  local idx = sh_acquire(s.ptr, u.key, #u.key, now, s.hold, gen_box)
+  if idx >= 0 then
+    u.sidx, u.sslot, u.lookup_at = idx, sh_slot(s.ptr, idx), now + LOOKUP_EVERY
+  else
+    u.sidx, u.sslot = -1, false
+    s.overflow = s.overflow + 1
+  end
+  return u.sidx, u.sslot
+end
+
 -- access_by_lua: admission. Returns true if the request goes on.
 function _M.access(uname)
   local u = config.upstreams[uname]
   if u == nil or not u.balancer then
     error(bad("access", "upstream", "an upstream declared with peers", uname), 2)
   end
+  if not get_request then bind() end
   local s = u.scope
   local now = step_now()
   local deadline = now + u.deadline
-  local hdr = ngx.var.http_x_deadline_ms
+  local hdr = ngx_var.http_x_deadline_ms
   if hdr then
     local ms = tonumber(hdr)
     if ms and ms >= 0 and ms <= 9007199254740991 then
@@ -333,30 +420,35 @@ function _M.access(uname)
       if now + ms * 1e6 < deadline then deadline = now + ms * 1e6 end
     end
   end
-  local idx = sh_acquire(s.ptr, u.key, #u.key, now, s.hold, gen_box)
-  -- Criticality (X-Criticality, passed on upstream by nginx's proxy as a
-  -- known name): a retry spends the budget by class (nres_budget_spend_class:
-  -- a sheddable request only while the bucket is at least half full).
-  local cls, crit = criticality(ngx.var.http_x_criticality)
-  if crit then ngx.req.set_header("X-Criticality", crit) end
-  local r = { deadline = deadline, idx = idx, tries = 0, retries = 0, t0 = 0, u = u,
-              cls = cls }
-  if idx >= 0 then
-    local slot = sh_slot(s.ptr, idx)
-    r.slot = slot
-    if s.breaker then
-      if br_acquire(slot.breaker, now, permit_box) ~= 0 then
-        sh_record(s.ptr, idx, STOP_CIRCUIT, 0, 0)
-        return exit_with(503, "circuit open")
-      end
-      r.upermit = permit_box[0]
+  local idx, slot = upstream_slot(u, s, now)
+  local upermit = false
+  if idx >= 0 and s.breaker then
+    if br_acquire(slot.breaker, now, permit_box) ~= 0 then
+      sh_record(s.ptr, idx, STOP_CIRCUIT, 0, 0)
+      return exit_with(503, "circuit open")
     end
-  else
-    s.overflow = s.overflow + 1
+    upermit = permit_box[0]
   end
-  ngx.ctx.nres = r
-  ngx.req.set_header("X-Deadline-Ms", floor((deadline - now) / 1e6))
+  local key, stamp = request_key()
+  local r = new_state(key, stamp, u, deadline)
+  r.idx, r.slot, r.upermit = idx, slot, upermit
+  ngx_req.set_header("X-Deadline-Ms", floor((deadline - now) / 1e6))
   return true
+end
+
+-- The request's class for a retry token, read from X-Criticality only
+-- when the budget is under half full (above it every class may spend).
+local function spend(r, b, now)
+  local cls = r.cls
+  if not cls then
+    if b.tokens * 2 >= b.capacity then
+      cls = 1
+    else
+      cls = criticality(ngx_var.http_x_criticality)
+      r.cls = cls
+    end
+  end
+  return bu_spend(b, now, cls) == 0
 end
 
 -- balancer_by_lua: one try.
@@ -365,19 +457,18 @@ function _M.balance(uname)
   if u == nil or not u.balancer then
     error(bad("balance", "upstream", "an upstream declared with peers", uname), 2)
   end
-  ngx_balancer = ngx_balancer or require "ngx.balancer"
-  local ctx = ngx.ctx
-  local r = ctx.nres
+  if not get_request then bind() end
   local now = step_now()
+  local key, stamp = request_key()
+  local r = state(key, stamp)
   if r == nil then   -- no access handler ran: no admission, no retries
-    r = { deadline = now + u.deadline, idx = -1, tries = 0, retries = 0, t0 = 0, u = u }
-    ctx.nres = r
+    r = new_state(key, stamp, u, now + u.deadline)
   end
   local avoid
   if r.peer then
-    local state, code = ngx_balancer.get_last_failure()
+    local st, code = ngx_balancer.get_last_failure()
     avoid = r.peer
-    finish(u, r, now, state == "failed", code == 504)
+    finish(u, r, now, st == "failed", code == 504)
     if r.reserved then r.reserved = false; r.retries = r.retries + 1 end
   end
   local i, permit = pick(u, now, avoid)
@@ -388,7 +479,8 @@ function _M.balance(uname)
     return ngx.exit(ngx.ERROR)
   end
   r.peer, r.ppermit, r.t0 = i, permit, now
-  r.tries = r.tries + 1
+  local tries = r.tries + 1
+  r.tries = tries
   u.inflight[i] = u.inflight[i] + 1
   local left = r.deadline - now
   local t = min(u.attempt_timeout, left)
@@ -398,11 +490,12 @@ function _M.balance(uname)
   -- One more try, if the policy, the time and the budget allow.
   -- A half-open probe of the upstream's breaker (permit > 0) gets no retry:
   -- one request tells whether it recovered.
-  if r.tries < u.attempts and left > 2e6 and r.slot and (r.upermit == nil or r.upermit == 0) then
-    local ok_budget = true
-    if u.scope.budget then ok_budget = bu_spend(r.slot.budget, now, r.cls) == 0 end
-    if ok_budget then
-      r.reserved = u.scope.budget
+  local slot = r.slot
+  if tries < u.attempts and left > 2e6 and slot and (not r.upermit or r.upermit == 0) then
+    if not u.scope.budget then
+      ngx_balancer.set_more_tries(1)
+    elseif spend(r, slot.budget, now) then
+      r.reserved = true
       ngx_balancer.set_more_tries(1)
     else
       r.budget_refused = true
@@ -412,7 +505,9 @@ end
 
 -- log_by_lua: the last try's outcome, the call's outcome.
 function _M.log()
-  local r = ngx.ctx.nres
+  if not get_request then bind() end
+  local key, stamp = request_key()
+  local r = state(key, stamp)
   if r == nil then return end
   local now = step_now()
   local status = ngx.status
@@ -420,20 +515,23 @@ function _M.log()
   local u = r.u
   if r.peer then finish(u, r, now, failed, status == 504) end
   local slot = r.slot
-  if slot == nil then return end
-  if r.reserved then bu_refund(slot.budget); r.reserved = false end
-  local s = u.scope
-  if r.upermit then
-    br_record(slot.breaker, now, r.upermit, failed and 1 or 0, 0, rng)
+  if slot then
+    if r.reserved then bu_refund(slot.budget); r.reserved = false end
+    local s = u.scope
+    local upermit = r.upermit
+    if upermit then
+      br_record(slot.breaker, now, upermit, failed and 1 or 0, 0, rng)
+    end
+    if not failed and s.budget then bu_deposit(slot.budget) end
+    local stop = STOP_OK
+    if failed then
+      if status == 504 then stop = STOP_DEADLINE
+      elseif r.budget_refused then stop = 5   -- budget exhausted
+      else stop = STOP_ATTEMPTS end
+    end
+    sh_record(s.ptr, r.idx, stop, r.tries, r.retries)
   end
-  if not failed and s.budget then bu_deposit(slot.budget) end
-  local stop = STOP_OK
-  if failed then
-    if status == 504 then stop = STOP_DEADLINE
-    elseif r.budget_refused then stop = 5   -- budget exhausted
-    else stop = STOP_ATTEMPTS end
-  end
-  sh_record(s.ptr, r.idx, stop, r.tries, r.retries)
+  release(key, r)
 end
 
 -- ------------------------------------------------------------- status

@@ -1,9 +1,12 @@
--- bench/gateway/report.lua TSV D REPS BLIP_D ELAPSED: the Markdown report
--- of bench/gateway/run.sh from its raw lines (kept beside it as .tsv).
+-- bench/gateway/report.lua TSV D REPS BLIP_D ELAPSED HREPS [healthy]: the
+-- Markdown report of bench/gateway/run.sh from its raw lines (kept beside
+-- it as .tsv); with "healthy" (run.sh --healthy) only the healthy
+-- throughput comparison.
 -- Medians with min-max for throughput; success and amplification are
 -- summed over the repetitions (totals, not averages of ratios); then the
 -- issue's targets, each with its figure and met or missed.
 local tsv, D, REPS, BLIP_D, ELAPSED, HREPS = arg[1], arg[2], arg[3], arg[4], arg[5], arg[6]
+local HEALTHY_ONLY = arg[7] == "healthy"
 local format = string.format
 
 local rows = {}
@@ -17,13 +20,14 @@ for line in io.lines(tsv) do
 end
 
 local gateways = { "nginx-plain", "nginx-retry", "nginx-retry-mf0", "haproxy", "nres-balancer",
-                   "nres-cosocket" }
+                   "nres-balancer-base", "nres-cosocket" }
 local labels = {
   ["nginx-plain"] = "nginx proxy_pass",
   ["nginx-retry"] = "nginx next_upstream x3 (passive checks)",
   ["nginx-retry-mf0"] = "nginx next_upstream x3, max_fails=0",
   haproxy = "HAProxy retries 2, redispatch, observe layer7",
   ["nres-balancer"] = "nres balancer mode (gateway preset, 20 % budget)",
+  ["nres-balancer-base"] = "nres balancer mode, baseline Lua tree (NRES_BENCH_BASE_LUA)",
   ["nres-cosocket"] = "nres cosocket mode (gateway preset, 20 % budget)",
 }
 local single = { "healthy", "every4", "every2", "down" }
@@ -55,8 +59,9 @@ end
 local function stats(gw, sc)
   local rs = select("wrk", gw, sc)
   if #rs == 0 then return nil end
-  local req, ok, ups, bad, rps, p99 = 0, 0, 0, 0, {}, {}
+  local req, ok, ups, bad, rps, p99, cpu = 0, 0, 0, 0, {}, {}, {}
   for _, r in ipairs(rs) do
+    if r.gw_cpu_us then cpu[#cpu + 1] = r.gw_cpu_us end
     local total = r.requests + r.sockerr
     req, ok, ups, bad = req + total, ok + r.ok, ups + r.upstream, bad + r.bad_peer
     rps[#rps + 1] = r.rps
@@ -66,7 +71,7 @@ local function stats(gw, sc)
   for _, v in ipairs(rps) do lo = math.min(lo, v); hi = math.max(hi, v) end
   return { success = ok / math.max(req, 1), amp = ups / math.max(req, 1),
            bad = bad / math.max(req, 1), rps = median(rps), lo = lo, hi = hi,
-           p99 = median(p99), n = #rs, rows = rs }
+           p99 = median(p99), n = #rs, rows = rs, cpu = #cpu > 0 and median(cpu) or nil }
 end
 
 -- Throughput against proxy_pass: in the healthy cell, where the gateways'
@@ -81,7 +86,36 @@ local function vs_plain(gw, sc, s, base)
   for _, r in ipairs(s.rows) do
     if plain[r.rep] then ratios[#ratios + 1] = r.rps / plain[r.rep] end
   end
-  return median(ratios)
+  local m = median(ratios)
+  return m, ratios[1] or 0, ratios[#ratios] or 0   -- sorted by median
+end
+
+-- The healthy throughput comparison: req/s, the run-by-run ratio to
+-- proxy_pass, and each gateway's CPU per request.
+local function healthy_table()
+  local base = stats("nginx-plain", "healthy")
+  print("| gateway | req/s median (min-max) | vs proxy_pass, run by run: median (min-max) | gateway CPU us/request (median) | p99 ms |")
+  print("|---|---|---|---|---|")
+  for _, gw in ipairs(gateways) do
+    local s = stats(gw, "healthy")
+    if s then
+      local m, lo, hi = vs_plain(gw, "healthy", s, base)
+      lo, hi = lo or 0, hi or 0
+      print(format("| %s | %.0f (%.0f-%.0f) | %.3f (%.3f-%.3f) | %s | %.1f |", labels[gw], s.rps,
+                   s.lo, s.hi, m, lo, hi, s.cpu and format("%.0f", s.cpu) or "-", s.p99))
+    end
+  end
+end
+
+if HEALTHY_ONLY then
+  print(format("# Gateway benchmark, healthy throughput only, %s", os.date("%Y-%m-%d")))
+  print()
+  print(format("`bash bench/gateway/run.sh --healthy`: one upstream, every gateway running at once,"
+               .. " %s interleaved runs of %s s each (wrk, 2 threads, 16 connections); total"
+               .. " run time %s s.", HREPS, D, ELAPSED))
+  print()
+  healthy_table()
+  os.exit(0)
 end
 
 print(format("# Gateway benchmark, %s", os.date("%Y-%m-%d")))
@@ -121,10 +155,15 @@ for _, sc in ipairs(single) do
     if s then
       print(format("| %s | %s | %.1f %% | %.3f | %.0f (%.0f-%.0f) | %.2f | %.1f |",
         sclabels[sc], labels[gw], 100 * s.success, s.amp, s.rps, s.lo, s.hi,
-        vs_plain(gw, sc, s, base), s.p99))
+        (vs_plain(gw, sc, s, base)), s.p99))
     end
   end
 end
+print()
+
+print("### Healthy throughput, run by run")
+print()
+healthy_table()
 print()
 
 print("## A pool of three peers")
@@ -197,7 +236,7 @@ end
 local b = "nres-balancer"
 local h, hp = stats(b, "healthy"), stats("nginx-plain", "healthy")
 if h and hp then
-  local ratio = vs_plain(b, "healthy", h, hp)
+  local ratio = (vs_plain(b, "healthy", h, hp))
   target("healthy, one upstream: >= 0.95x plain proxy_pass",
          format("%.2fx (median of run-by-run ratios; medians %.0f vs %.0f req/s)", ratio,
                 h.rps, hp.rps), ratio >= 0.95)

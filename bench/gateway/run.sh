@@ -3,6 +3,19 @@
 # (issues 7 and 12).
 #
 #   bash bench/gateway/run.sh [--lib build/libnres.so] [--out FILE.md] [--quick]
+#   bash bench/gateway/run.sh --healthy [--out FILE.md]   # the throughput check only
+#
+# --healthy: only the healthy one-upstream throughput comparison (nginx
+# proxy_pass and nres balancer mode, HREPS=9 interleaved runs of D=2 s
+# each, about 1 minute), printed as a summary (and written to --out, if
+# given; the full report's file is left alone). NRES_BENCH_BASE_LUA=DIR
+# (any mode) adds "nres-balancer-base": balancer mode again, on the Lua
+# tree DIR (e.g. `git archive` of another commit's lua/), so a change is
+# measured against its baseline in the same run.
+# NRES_BENCH_HREPS overrides HREPS. The healthy cells also record each
+# gateway's CPU per request (its processes' utime + stime over the run,
+# from /proc, divided by the requests: less sensitive to what else runs on
+# the machine than req/s, though not immune).
 #
 # One command: starts the test upstream (nginx + Lua, spec/nginx/
 # nres_upstream.lua, listening on three ports, each its own upstream) and,
@@ -42,14 +55,20 @@ repo=$(cd "$here/../.." && pwd)
 lib="$repo/build/libnres.so"
 out="$repo/bench/results/gateway-$(date +%Y-%m-%d).md"
 D=2; REPS=3; HREPS=${NRES_BENCH_HREPS:-7}; BLIP_D=8
+healthy_only=""
 while [ $# -gt 0 ]; do
   case $1 in
     --lib) lib=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
+    --out) out=$2; out_given=1; shift 2 ;;
     --quick) D=1; REPS=1; HREPS=2; BLIP_D=6; shift ;;
-    *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick]" >&2; exit 2 ;;
+    --healthy) healthy_only=1; HREPS=${NRES_BENCH_HREPS:-9}; shift ;;
+    *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick | --healthy]" >&2; exit 2 ;;
   esac
 done
+base_lua=${NRES_BENCH_BASE_LUA:-}
+if [ -n "$base_lua" ] && [ ! -f "$base_lua/nres/ngx.lua" ]; then
+  echo "NRES_BENCH_BASE_LUA: no nres/ngx.lua under $base_lua" >&2; exit 2
+fi
 for tool in wrk haproxy curl luajit; do
   command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
 done
@@ -76,6 +95,8 @@ trap cleanup EXIT
 mkdir -p "$work/src"
 cp -r "$repo/lua" "$repo/policies" "$work/src/"
 cp "$NRES_LIB" "$work/src/libnres.so"
+[ -n "$base_lua" ] && mkdir -p "$work/base" && cp -r "$base_lua" "$work/base/lua" &&
+  cp -r "$work/src/policies" "$work/base/"   # the same policies
 export NRES_LIB=$work/src/libnres.so
 lua_dir=$work/src/lua
 jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
@@ -128,9 +149,10 @@ $s3;"
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="${servers//;/$mf;}" \
         NEXT="proxy_next_upstream error timeout http_503; proxy_next_upstream_tries 3;" ;;
-    nres-balancer)
+    nres-balancer|nres-balancer-base)
+      local ld=$lua_dir; [ "$name" = nres-balancer-base ] && ld=$work/base/lua
       nres_render "$here/nres-balancer.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        PEERS="$lua_peers" LUA="$lua_dir/?.lua;${jit_dir}?.lua" ;;
+        PEERS="$lua_peers" LUA="$ld/?.lua;${jit_dir}?.lua" ;;
     nres-cosocket)
       nres_render "$here/nres.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         UPSTREAM_PORT="$p1" LUA="$lua_dir/?.lua;${jit_dir}?.lua" ;;
@@ -188,18 +210,33 @@ set_mode() {
   esac
 }
 
+# cpu_ticks PID: clock ticks (utime + stime) of PID and its children (an
+# nginx master's workers), from /proc.
+cpu_ticks() {
+  local t=0 p
+  for p in "$1" $(pgrep -P "$1" || true); do
+    [ -r "/proc/$p/stat" ] || continue
+    t=$(( t + $(sed 's/^.*) //' "/proc/$p/stat" | cut -d' ' -f12,13 | tr ' ' '+') ))
+  done
+  echo "$t"
+}
+
 # wrk_cell GW SCENARIO REP DURATION [RECOVERY_AT]: one wrk run; upstream
 # requests in all (the sum of the three ports) and at the "bad" peer (p2 in
-# a pool, p1 alone otherwise).
+# a pool, p1 alone otherwise); the gateway's CPU per request (us).
 wrk_cell() {
-  local line bad_port=$p1
+  local line bad_port=$p1 t0 t1
   case $2 in pool-*) bad_port=$p2 ;; esac
+  t0=$(cpu_ticks "$gw_pid")
   line=$(RECOVERY_AT=${5:-0} wrk -t2 -c16 -d"$4"s --timeout 5s -s "$here/wrk.lua" "$gw/bench" |
          grep "^RESULT")
+  t1=$(cpu_ticks "$gw_pid")
   local u1 u2 u3; u1=$(ups "$p1"); u2=$(ups "$p2"); u3=$(ups "$p3")
   local bad; bad=$(ups "$bad_port")
-  printf 'wrk\t%s\t%s\t%s\t%s upstream=%s bad_peer=%s recovery=%s\n' "$1" "$2" "$3" \
-    "${line#RESULT }" "$((u1 + u2 + u3))" "$bad" "${5:-0}" >>"$tsv"
+  local req=${line#*requests=}; req=${req%% *}
+  local cpu_us; cpu_us=$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) / (req > 0 ? req : 1) ))
+  printf 'wrk\t%s\t%s\t%s\t%s upstream=%s bad_peer=%s recovery=%s gw_cpu_us=%s\n' "$1" "$2" "$3" \
+    "${line#RESULT }" "$((u1 + u2 + u3))" "$bad" "${5:-0}" "$cpu_us" >>"$tsv"
 }
 
 # reload_cell GW: wrk for 6 s against a down upstream; a reload at 3.5 s;
@@ -227,6 +264,11 @@ single=${NRES_BENCH_SINGLE-healthy every4 every2 down}
 pools=${NRES_BENCH_POOLS-pool-healthy pool-every2 pool-down1 pool-slow}
 gateways=${NRES_BENCH_GATEWAYS-nginx-plain nginx-retry nginx-retry-mf0 haproxy nres-balancer nres-cosocket}
 extra=${NRES_BENCH_EXTRA-blip reload}
+if [ -n "$healthy_only" ]; then
+  single=healthy; pools=""; extra=""
+  gateways=${NRES_BENCH_GATEWAYS-nginx-plain nres-balancer}
+fi
+[ -n "$base_lua" ] && gateways="$gateways nres-balancer-base"
 started=$(date +%s)
 
 # Healthy, one upstream - the throughput comparison: every gateway at once,
@@ -250,7 +292,7 @@ case " $single " in *" healthy "*)
   for rep in $(seq 1 "$HREPS"); do
     for g in $gateways; do
       echo "== $g / healthy run $rep" >&2
-      gw_port=${hport[$g]}; gw="http://127.0.0.1:$gw_port"
+      gw_port=${hport[$g]}; gw="http://127.0.0.1:$gw_port"; gw_pid=${hpid[$g]}
       admin_all "reset=1"
       wrk_cell "$g" healthy "$rep" "$D"
     done
@@ -296,6 +338,16 @@ for g in $gateways; do
 done
 elapsed=$(( $(date +%s) - started ))
 
+if [ -n "$healthy_only" ]; then
+  luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$BLIP_D" "$elapsed" "$HREPS" healthy |
+    tee "$work/healthy.md"
+  if [ -n "${out_given:-}" ]; then
+    mkdir -p "$(dirname "$out")"
+    cp "$work/healthy.md" "$out"; cp "$tsv" "${out%.md}.tsv"
+    echo "wrote $out (${elapsed}s)" >&2
+  fi
+  exit 0
+fi
 mkdir -p "$(dirname "$out")"
 luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$BLIP_D" "$elapsed" "$HREPS" >"$out"
 cp "$tsv" "${out%.md}.tsv"

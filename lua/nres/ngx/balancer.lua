@@ -309,41 +309,58 @@ end
 
 -- ------------------------------------------------------------ the phases
 --
--- Per-request cost (the three phases run on every proxied request, so
--- this is the gateway's overhead over plain proxy_pass): the request's
--- state is a record from this worker's free list, found by the request's
+-- Per-request cost (the three phases run on every proxied request: this
+-- is the gateway's overhead over plain proxy_pass). Each phase function
+-- compiles into one trace: the nginx calls are direct FFI calls
+-- (nres.ngx.request says why), and the hot path calls no function of its
+-- own that could have compiled first (a recorded trace stops at such a
+-- call and the rest of the caller runs interpreted). The request's state
+-- is a record from this worker's free list, found by the request's
 -- address (with its start time, so a record left by a request whose log
 -- phase never ran - an internal redirect to a location without gw.log -
--- is never taken for another's), not an ngx.ctx table; the upstream's
--- slot is looked up (its lease extended) once a second per worker, not per
--- request; X-Criticality is read only when a retry token is asked for
--- while the budget is under half full (the only time the class changes
--- anything). What is left per request: one header read and one header
--- set, the breakers' and budget's atomics, three clock reads.
+-- is never taken for another's), not an ngx.ctx table. The upstream's
+-- slot is looked up (its lease extended) once a second per worker, not
+-- per request. X-Criticality is read only when a retry token is asked for
+-- while the budget is under half full (the only time the class matters).
+-- What is left per request: one header read, one header set, the
+-- breakers', estimator's and budget's atomics, three clock reads.
 
 local ngx = ngx
-local ngx_balancer, get_request, start_time, ngx_var, ngx_req
-local uintptr_t = ffi.typeof("uintptr_t")
-local reqs = {}          -- request address -> state record (this worker)
+local ffi_str = ffi.string
+local R   -- nres.ngx.request, bound on the first request
+local exdata, var_get, set_header, resp_status, start_time
+local set_peer, set_timeouts, set_more_tries
+local NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t
+local reqs = {}             -- request address -> state record (this worker)
 local free, nfree = {}, 0   -- state records to reuse
 local LOOKUP_EVERY = 1e9    -- ns between a worker's lookups of an upstream's slot
 
--- resty.core's request functions, looked up on the first request (this
--- module loads outside nginx too, for the specs).
 local function bind()
-  ngx_balancer = require "ngx.balancer"
-  get_request = require("resty.core.base").get_request
-  require "resty.core.request"
-  start_time = ffi.C.ngx_http_lua_ffi_req_start_time
-  ngx_var, ngx_req = ngx.var, ngx.req
+  R = require("nres.ngx.request").bind()
+  exdata, var_get, set_header, resp_status, start_time =
+    R.exdata, R.var_get, R.set_header, R.status, R.start_time
+  set_peer, set_timeouts, set_more_tries = R.set_peer, R.set_timeouts, R.set_more_tries
+  NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t =
+    R.NGX_OK, R.NGX_DECLINED, R.value_ptr, R.size_ptr, R.errmsg, R.lowcase, R.uintptr_t
 end
 
--- This request's address (a number) and start time.
-local function request_key()
-  local req = get_request()
-  return tonumber(ffi_cast(uintptr_t, req)), start_time(req)
+-- Request header `name` (a variable name such as "http_x_criticality"),
+-- or nil. Off the hot path (the hot path inlines it).
+local function header(req, name)
+  local rc = var_get(req, name, #name, lowcase, 0, value_ptr, size_ptr, errmsg)
+  if rc == NGX_OK then return ffi_str(value_ptr[0], size_ptr[0]) end
+  if rc ~= NGX_DECLINED then error("nres.ngx: $" .. name .. ": " .. ffi_str(errmsg[0])) end
+  return nil
 end
 
+local function exit_with(status, reason)
+  ngx.header["X-Nres-Reason"] = reason
+  ngx.status = status
+  ngx.print(reason, "\n")
+  return ngx.exit(status)
+end
+
+-- A state record for request `key` (from the free list when it can).
 local function new_state(key, stamp, u, deadline)
   local r
   if nfree > 0 then
@@ -361,37 +378,10 @@ local function new_state(key, stamp, u, deadline)
   return r
 end
 
--- This request's state, or nil (none, or another request's).
-local function state(key, stamp)
-  local r = reqs[key]
-  if r ~= nil and r.stamp ~= stamp then
-    reqs[key] = nil
-    return nil
-  end
-  return r
-end
-
-local function release(key, r)
-  reqs[key] = nil
-  r.u, r.slot = false, false
-  if nfree < 1024 then
-    nfree = nfree + 1
-    free[nfree] = r
-  end
-end
-
-local function exit_with(status, reason)
-  ngx.header["X-Nres-Reason"] = reason
-  ngx.status = status
-  ngx.print(reason, "\n")
-  return ngx.exit(status)
-end
-
--- The upstream's slot in its scope's table: looked up (and its lease
--- extended) at most once a second per worker, every time while the
+-- The upstream's slot in its scope's table, looked up (and its lease
+-- extended) at most once a second per worker; every time while the
 -- table is full (-1: the call runs without shared state).
-local function upstream_slot(u, s, now)
-  if now < u.lookup_at then return u.sidx, u.sslot end
+local function lookup(u, s, now)
   local idx = sh_acquire(s.ptr, u.key, #u.key, now, s.hold, gen_box)
   if idx >= 0 then
     u.sidx, u.sslot, u.lookup_at = idx, sh_slot(s.ptr, idx), now + LOOKUP_EVERY
@@ -408,19 +398,23 @@ function _M.access(uname)
   if u == nil or not u.balancer then
     error(bad("access", "upstream", "an upstream declared with peers", uname), 2)
   end
-  if not get_request then bind() end
+  if not R then bind() end
+  local req = exdata()
   local s = u.scope
   local now = step_now()
   local deadline = now + u.deadline
-  local hdr = ngx_var.http_x_deadline_ms
-  if hdr then
-    local ms = tonumber(hdr)
+  local rc = var_get(req, "http_x_deadline_ms", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
+  if rc == NGX_OK then
+    local ms = tonumber(ffi_str(value_ptr[0], size_ptr[0]))
     if ms and ms >= 0 and ms <= 9007199254740991 then
       if ms < 1 then return exit_with(504, "deadline exceeded") end
       if now + ms * 1e6 < deadline then deadline = now + ms * 1e6 end
     end
+  elseif rc ~= NGX_DECLINED then
+    error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
   end
-  local idx, slot = upstream_slot(u, s, now)
+  local idx, slot = u.sidx, u.sslot
+  if now >= u.lookup_at then idx, slot = lookup(u, s, now) end
   local upermit = false
   if idx >= 0 and s.breaker then
     if br_acquire(slot.breaker, now, permit_box) ~= 0 then
@@ -429,27 +423,39 @@ function _M.access(uname)
     end
     upermit = permit_box[0]
   end
-  local key, stamp = request_key()
-  local r = new_state(key, stamp, u, deadline)
-  r.idx, r.slot, r.upermit = idx, slot, upermit
-  ngx_req.set_header("X-Deadline-Ms", floor((deadline - now) / 1e6))
+  -- the request's state (new_state, written out: see above)
+  local key = tonumber(ffi_cast(uintptr_t, req))
+  local r
+  if nfree > 0 then
+    r = free[nfree]
+    free[nfree] = nil
+    nfree = nfree - 1
+  else
+    r = {}
+  end
+  r.stamp, r.u, r.deadline = start_time(req), u, deadline
+  r.idx, r.slot, r.upermit, r.cls = idx, slot, upermit, false
+  r.tries, r.retries, r.t0 = 0, 0, 0
+  r.peer, r.ppermit, r.reserved, r.budget_refused = false, false, false, false
+  reqs[key] = r
+  local v = tostring(floor((deadline - now) / 1e6))
+  if set_header(req, "X-Deadline-Ms", 13, v, #v, nil, 0, 1, errmsg) < NGX_OK then
+    error("nres.ngx: setting X-Deadline-Ms: " .. ffi_str(errmsg[0]))
+  end
   return true
 end
 
--- The request's class for a retry token, read from X-Criticality only
--- when the budget is under half full (above it every class may spend).
-local function spend(r, b, now)
-  local cls = r.cls
-  if not cls then
-    if b.tokens * 2 >= b.capacity then
-      cls = 1
-    else
-      cls = criticality(ngx_var.http_x_criticality)
-      r.cls = cls
-    end
-  end
-  return bu_spend(b, now, cls) == 0
+-- The end of the try before this one (a retry): recorded into its peer.
+local function retrying(u, r, req, now)
+  local st = R.last_failure(req, R.int_out, errmsg)
+  if st < 0 then error("nres.ngx: get_last_failure: " .. ffi_str(errmsg[0])) end
+  local avoid = r.peer
+  finish(u, r, now, R.FAILURE[st] == "failed", R.int_out[0] == 504)
+  if r.reserved then r.reserved = false; r.retries = r.retries + 1 end
+  return avoid
 end
+
+local try
 
 -- balancer_by_lua: one try.
 function _M.balance(uname)
@@ -457,25 +463,28 @@ function _M.balance(uname)
   if u == nil or not u.balancer then
     error(bad("balance", "upstream", "an upstream declared with peers", uname), 2)
   end
-  if not get_request then bind() end
+  if not R then bind() end
+  local req = exdata()
   local now = step_now()
-  local key, stamp = request_key()
-  local r = state(key, stamp)
-  if r == nil then   -- no access handler ran: no admission, no retries
-    r = new_state(key, stamp, u, now + u.deadline)
+  local key = tonumber(ffi_cast(uintptr_t, req))
+  local r = reqs[key]
+  if r == nil or r.stamp ~= start_time(req) then
+    -- no access handler ran (or a stale record): no admission, no retries
+    r = new_state(key, start_time(req), u, now + u.deadline)
   end
   local avoid
-  if r.peer then
-    local st, code = ngx_balancer.get_last_failure()
-    avoid = r.peer
-    finish(u, r, now, st == "failed", code == 504)
-    if r.reserved then r.reserved = false; r.retries = r.retries + 1 end
-  end
-  local i, permit = pick(u, now, avoid)
-  local ok, err = ngx_balancer.set_current_peer(u.hosts[i], u.ports[i])
-  if not ok then
+  if r.peer then avoid = retrying(u, r, req, now) end
+  -- pick may have compiled as a trace of its own (it can get hot first):
+  -- what follows it is a function of its own, so that it runs compiled too.
+  return try(u, r, req, now, pick(u, now, avoid))
+end
+
+-- The rest of balance: try peer i (its breaker's permit, or false).
+function try(u, r, req, now, i, permit)
+  local host = u.hosts[i]
+  if set_peer(req, host, #host, u.ports[i], errmsg) ~= NGX_OK then
     if permit then br_release(u.br[i], permit) end
-    ngx.log(ngx.ERR, "nres: set_current_peer ", u.peer[i], ": ", err)
+    ngx.log(ngx.ERR, "nres: set_current_peer ", u.peer[i], ": ", ffi_str(errmsg[0]))
     return ngx.exit(ngx.ERROR)
   end
   r.peer, r.ppermit, r.t0 = i, permit, now
@@ -485,36 +494,51 @@ function _M.balance(uname)
   local left = r.deadline - now
   local t = min(u.attempt_timeout, left)
   if t < 1e6 then t = 1e6 end
-  t = t / 1e9
-  ngx_balancer.set_timeouts(t, t, t)
+  t = floor(t / 1e6)   -- ms
+  if set_timeouts(req, t, t, t, errmsg) ~= NGX_OK then
+    error("nres.ngx: set_timeouts: " .. ffi_str(errmsg[0]))
+  end
   -- One more try, if the policy, the time and the budget allow.
   -- A half-open probe of the upstream's breaker (permit > 0) gets no retry:
   -- one request tells whether it recovered.
   local slot = r.slot
   if tries < u.attempts and left > 2e6 and slot and (not r.upermit or r.upermit == 0) then
-    if not u.scope.budget then
-      ngx_balancer.set_more_tries(1)
-    elseif spend(r, slot.budget, now) then
-      r.reserved = true
-      ngx_balancer.set_more_tries(1)
-    else
-      r.budget_refused = true
+    local grant = true
+    if u.scope.budget then
+      -- The class matters only under half a budget: X-Criticality is read
+      -- then (nres_budget_spend_class refuses a sheddable request there).
+      local b = slot.budget
+      local cls = r.cls
+      if not cls then
+        if b.tokens * 2 >= b.capacity then
+          cls = 1
+        else
+          cls = criticality(header(req, "http_x_criticality"))
+          r.cls = cls
+        end
+      end
+      grant = bu_spend(b, now, cls) == 0
+      if grant then r.reserved = true else r.budget_refused = true end
+    end
+    if grant and set_more_tries(req, 1, errmsg) ~= NGX_OK then
+      error("nres.ngx: set_more_tries: " .. ffi_str(errmsg[0]))
     end
   end
 end
 
--- log_by_lua: the last try's outcome, the call's outcome.
+-- log_by_lua: the call's outcome, and the last try's.
 function _M.log()
-  if not get_request then bind() end
-  local key, stamp = request_key()
-  local r = state(key, stamp)
+  if not R then bind() end
+  local req = exdata()
+  local key = tonumber(ffi_cast(uintptr_t, req))
+  local r = reqs[key]
   if r == nil then return end
+  reqs[key] = nil
+  if r.stamp ~= start_time(req) then return end   -- another request's
   local now = step_now()
-  local status = ngx.status
+  local status = resp_status(req)
   local failed = status >= 500 or status == 0
-  local u = r.u
-  if r.peer then finish(u, r, now, failed, status == 504) end
-  local slot = r.slot
+  local u, slot = r.u, r.slot
   if slot then
     if r.reserved then bu_refund(slot.budget); r.reserved = false end
     local s = u.scope
@@ -531,7 +555,13 @@ function _M.log()
     end
     sh_record(s.ptr, r.idx, stop, r.tries, r.retries)
   end
-  release(key, r)
+  -- back to the free list (nothing runs between this and finish)
+  r.u, r.slot = false, false
+  if nfree < 1024 then
+    nfree = nfree + 1
+    free[nfree] = r
+  end
+  if r.peer then return finish(u, r, now, failed, status == 504) end
 end
 
 -- ------------------------------------------------------------- status

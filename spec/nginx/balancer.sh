@@ -24,7 +24,8 @@
 #      log line; a scope no longer declared has its file removed;
 #   4b. criticality: with the budget below half, a sheddable request
 #      (X-Criticality) gets no retry while a default one still does;
-#   5. error.log has no [error], [crit], [alert] or [emerg] line.
+#   5. error.log has no [error], [crit], [alert] or [emerg] line; the
+#      workers' jit.v logs show the phases compiled (no NYI in them).
 # Both nginx masters are stopped by pid on exit. Skipped (exit 0) only
 # when nginx or its Lua module is missing.
 set -euo pipefail
@@ -53,6 +54,8 @@ render_gw() {   # SLOTS
   sed -i "s/slots = 64/slots = $1/" "$work/gw/nginx.conf"
 }
 render_gw 64
+mkdir -p "$work/jit" && chmod 777 "$work/jit"   # workers may run as nobody
+export NRES_JITV="$work/jit/jit.log"
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_nginx_start "$work/gw" "$work/gw/nginx.conf"
 gw_master=$(cat "$work/gw/nginx.pid")
@@ -276,5 +279,15 @@ if grep -E "\[(error|crit|alert|emerg)\]" "$work/gw/error.log"; then
   fail "error.log has the lines above"
 fi
 pass "error.log clean"
+# The phases compile: jit.v shows traces in balancer.lua and no NYI there
+# or in request.lua (jit.v names files by their base name; resty.core's
+# ngx/balancer.lua is loaded but not called on these paths).
+ls "$work/jit"/jit.log.* >/dev/null 2>&1 || fail "no jit.v log was written"
+if grep -h "NYI" "$work/jit"/jit.log.* | grep -E "(balancer|request)\.lua"; then
+  fail "the jit.v logs show NYI in balancer mode's phases (above)"
+fi
+traces=$(cat "$work/jit"/jit.log.* | grep -c "^\[TRACE  *[0-9].* balancer\.lua:" || true)
+[ "$traces" -gt 0 ] || fail "jit.v: no trace in balancer.lua: the phases run interpreted"
+pass "jit.v: $traces traces in balancer.lua, no NYI in balancer mode's phases"
 failed=0
 echo "nginx balancer: all checks passed"

@@ -47,6 +47,12 @@
 -- A failure is an nginx-made 502/504 (connect error, timeout) or an
 -- upstream 5xx; which statuses are retried at all is nginx's
 -- proxy_next_upstream (nres grants or refuses the extra tries).
+--
+-- Criticality: a retry token is spent by class (nres_budget_spend_class:
+-- a sheddable request only while the bucket is at least half full); the
+-- class comes from X-Criticality (nres.ngx.config.criticality), read only
+-- when a token is asked for under half a bucket. The header goes upstream
+-- as the client sent it, like every other header nginx's proxy passes.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
 local config = require "nres.ngx.config"

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# bench/gateway/callgrind.sh - user-space instructions per request of a
+# gateway (issue 12), counted by valgrind's callgrind: unlike req/s on a
+# shared 2-core machine, nearly the same from run to run (spread about
+# 1k instructions: timers and GC fire at other moments under valgrind).
+#
+#   bash bench/gateway/callgrind.sh [--lib build/libnres.so] [N1 N2]
+#
+# Each gateway runs as one nginx process (master_process off, 1 worker)
+# under callgrind in front of the test upstream (spec/nginx/
+# nres_upstream.lua, outside valgrind, healthy), on 127.0.0.1 high ports;
+# curl sends N1 requests on one keepalive connection, then nginx is
+# stopped; the same again with N2 requests. Instructions per request =
+# (Ir(N2) - Ir(N1)) / (N2 - N1): start-up, JIT warm-up and exit cancel.
+# Kernel time (the sockets) is not counted: these figures are the part of
+# the gateway's CPU that its own code decides.
+#   plain       nginx proxy_pass (bench/gateway/nginx.conf.in)
+#   balancer    balancer_by_lua setting the peer, nothing else
+#   phases      that, plus empty access_by_lua and log_by_lua blocks: what
+#               lua-nginx-module costs before any nres code runs
+#   nres        nres balancer mode (bench/gateway/nres-balancer.conf.in)
+#   nres-base   the same on NRES_BENCH_BASE_LUA (a baseline Lua tree), if set
+# Defaults N1=300 N2=2300; about 2 minutes.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=spec/nginx/lib.sh
+. "$repo/spec/nginx/lib.sh"
+
+lib="$repo/build/libnres.so"
+if [ "${1:-}" = --lib ]; then lib=$2; shift 2; fi
+N1=${1:-300}; N2=${2:-2300}
+[ "$N2" -gt "$N1" ] || { echo "usage: $0 [--lib libnres.so] [N1 N2] (N2 > N1)" >&2; exit 2; }
+for tool in valgrind curl; do
+  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
+done
+nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; exit 2; }
+[ -f "$lib" ] || { echo "no $lib: build first (cmake --build build)" >&2; exit 2; }
+export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+base_lua=${NRES_BENCH_BASE_LUA:-}
+
+work=$(mktemp -d /tmp/nres-bench-cg.XXXXXX)
+chmod 755 "$work"
+regions=$(mktemp -d /dev/shm/nres-bench-cg.XXXXXX)
+vg_pid=""
+cleanup() {
+  [ -n "$vg_pid" ] && nres_stop_pid "$vg_pid"
+  nres_nginx_stop_all
+  rm -rf "$work" "$regions"
+}
+trap cleanup EXIT
+export NRES_REGION_DIR=$regions
+jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
+mapfile -t ports < <(nres_free_ports 2)
+up=${ports[0]}; gw_port=${ports[1]}
+
+mkdir -p "$work/up" && chmod 777 "$work/up"
+nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
+  PREFIX="$work/up" PORT="$up" SPEC="$repo/spec/nginx" EXTRA_LISTEN=""
+nres_nginx_start "$work/up" "$work/up/nginx.conf"
+nres_wait_http "http://127.0.0.1:$up/admin"
+
+# render NAME PREFIX: the gateway's nginx.conf, one process.
+render() {
+  local name=$1 p=$2 lua="$repo/lua/?.lua;${jit_dir}?.lua"
+  local bal='balancer_by_lua_block { require("ngx.balancer").set_current_peer("127.0.0.1", '"$up"') }'
+  case $name in
+    plain)
+      nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+        PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;" ;;
+    nres|nres-base|balancer|phases)
+      [ "$name" = nres-base ] && lua="$work/base/lua/?.lua;${jit_dir}?.lua"
+      nres_render "$here/nres-balancer.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+        PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" ;;
+  esac
+  case $name in
+    balancer|phases)
+      local acc="" log=""
+      [ "$name" = phases ] && acc="access_by_lua_block { }" && log="log_by_lua_block { }"
+      sed -i -e "s|balancer_by_lua_block {.*}|$bal|" \
+             -e "s|access_by_lua_block {.*}|$acc|" -e "s|log_by_lua_block {.*}|$log|" \
+             "$p/nginx.conf" ;;
+  esac
+  sed -i 's/^worker_processes 2;/worker_processes 1; master_process off; daemon off;/' \
+    "$p/nginx.conf"
+}
+
+# instructions NAME N: callgrind's total for N requests.
+instructions() {
+  local p="$work/$1.$2" user=()
+  mkdir -p "$p/tmp"; chmod 777 "$p"
+  render "$1" "$p"
+  [ "$(id -u)" = 0 ] && user=(-g "user root root;")
+  valgrind --tool=callgrind --callgrind-out-file="$p/cg.out" \
+    "$NGINX" -p "$p" -e "$p/error.log" -c "$p/nginx.conf" "${user[@]}" 2>"$p/valgrind.log" &
+  vg_pid=$!
+  local up_ok=""
+  for _ in $(seq 1 300); do
+    curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$gw_port/warm" && { up_ok=1; break; }
+    sleep 0.1
+  done
+  [ -n "$up_ok" ] || { echo "$1 did not start under valgrind:" >&2; tail -5 "$p/error.log" >&2; exit 1; }
+  local bad
+  bad=$(curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$gw_port/bench?[1-$2]" |
+        grep -vc '^200$' || true)
+  [ "$bad" = 0 ] || { echo "$1: $bad of $2 answers were not 200" >&2; exit 1; }
+  kill -QUIT "$vg_pid"; wait "$vg_pid" || true; vg_pid=""
+  awk '/^(summary|totals):/ {print $2; exit}' "$p/cg.out"
+}
+
+variants="plain balancer phases nres"
+if [ -n "$base_lua" ]; then
+  mkdir -p "$work/base" && cp -r "$base_lua" "$work/base/lua" && cp -r "$repo/policies" "$work/base/"
+  variants="$variants nres-base"
+fi
+echo "| gateway | instructions per request | over plain proxy_pass |"
+echo "|---|---|---|"
+plain=""
+for v in $variants; do
+  a=$(instructions "$v" "$N1"); b=$(instructions "$v" "$N2")
+  per=$(( (b - a) / (N2 - N1) ))
+  [ -z "$plain" ] && plain=$per
+  echo "| $v | $per | +$(( per - plain )) |"
+done

@@ -452,13 +452,26 @@ function _M.access(uname)
 end
 
 -- The end of the try before this one (a retry): recorded into its peer.
+-- Returns the peer to avoid, or false when this is no retry: the request
+-- came back to the balancer in a new upstream session (an internal
+-- redirect, e.g. error_page to a location proxying to this upstream, with
+-- no gw.log in between); its unfinished try is let go unjudged (permit
+-- released, in-flight count and reserved token given back) and the
+-- request goes on under its first admission (deadline, upstream permit).
 local function retrying(u, r, req, now)
   local st = R.last_failure(req, R.int_out, errmsg)
   if st < 0 then error("nres.ngx: get_last_failure: " .. ffi_str(errmsg[0])) end
-  local avoid = r.peer
+  local i = r.peer
+  if st == 0 then
+    u.inflight[i] = u.inflight[i] - 1
+    if r.ppermit then br_release(u.br[i], r.ppermit) end
+    if r.reserved and r.slot then bu_refund(r.slot.budget) end
+    r.peer, r.reserved = false, false
+    return false
+  end
   finish(u, r, now, R.FAILURE[st] == "failed", R.int_out[0] == 504)
   if r.reserved then r.reserved = false; r.retries = r.retries + 1 end
-  return avoid
+  return i
 end
 
 local try

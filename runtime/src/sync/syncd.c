@@ -57,6 +57,18 @@ static void on_signal(int sig) {
   stop_now = 1;
 }
 
+/* Sleep until `t` on nres_clock_now's clock (a signal cuts it short). */
+static void sleep_until(nres_time_t t) {
+  nres_time_t now = nres_clock_now();
+  struct timespec ts;
+
+  if (t <= now)
+    return;
+  ts.tv_sec = (time_t) ((t - now) / NRES_SEC);
+  ts.tv_nsec = (long) ((t - now) % NRES_SEC);
+  nanosleep(&ts, NULL);
+}
+
 #define USAGE \
   "usage: nres-syncd --region FILE[=SCOPE]... [--redis HOST:PORT]\n" \
   "                  [--interval MS] [--breaker] [--node NAME]\n" \
@@ -234,8 +246,9 @@ static void scan(nres_sync_t *sync, region_t *r, int breaker, int *warned) {
       map[i].id[0] = nres_sync_add_budget(sync, name, &slot->budget,
                                            tc->budget_min_per_sec);
     if (tc->flags & NRES_SHM_RATELIMIT)
-      map[i].id[1] = nres_sync_add_ratelimit(sync, name, &slot->ratelimit,
-                                              tc->rate);
+      map[i].id[1] = nres_sync_add_ratelimit_burst(sync, name,
+                                                    &slot->ratelimit,
+                                                    tc->rate, tc->burst);
     if (breaker && (tc->flags & NRES_SHM_BREAKER))
       map[i].id[2] = nres_sync_add_breaker(sync, name, &slot->breaker);
     for (k = 0; k < 3; k++)
@@ -360,9 +373,10 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
 
+  /* Each loop: a round, then a probe `timeout` (interval / 2) before the
+   * next one, so that a Redis that hangs is seen within one interval. */
   while (!stop_now) {
-    nres_time_t now = nres_clock_now();
-    struct timespec ts;
+    nres_time_t now = nres_clock_now(), start = now;
 
     if (now >= next_look) {   /* files replaced: checked once a second */
       next_look = now + NRES_SEC;
@@ -378,13 +392,12 @@ int main(int argc, char **argv) {
     }
     if (once)
       break;
-    now = nres_clock_now() - now;
-    if (now < cfg.interval) {
-      now = cfg.interval - now;
-      ts.tv_sec = (time_t) (now / NRES_SEC);
-      ts.tv_nsec = (long) (now % NRES_SEC);
-      nanosleep(&ts, NULL);
+    if (nres_clock_now() < start + cfg.interval / 2) {
+      sleep_until(start + cfg.interval / 2);
+      if (!stop_now)
+        nres_sync_probe(sync, nres_clock_now());
     }
+    sleep_until(start + cfg.interval);
   }
   if (status != NULL)
     write_status(sync, regions, nregions, status);

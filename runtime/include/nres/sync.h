@@ -29,11 +29,11 @@
  *   floors. A new record starts full.
  * - Rate limit. The fleet rate and burst are the local limiter's when it
  *   was added. Each host reports its demand (admissions, estimated from
- *   the limiter's theoretical arrival time, + refusals, per second, over
- *   the last half interval when the thread probes half-way); the script
- *   hands out quotas that add up to the fleet rate: proportional to demand
- *   when the fleet asks for more than the rate, otherwise each host's
- *   demand plus an equal part of the rest. The agent sets the local
+ *   the limiter's theoretical arrival time, + refusals, per second, since
+ *   the probe before the round: the last half interval by default); the
+ *   script hands out quotas that add up to the fleet rate: proportional to
+ *   demand when the fleet asks for more than the rate, otherwise each
+ *   host's demand plus an equal part of the rest. The agent sets the local
  *   limiter to its quota (nres_ratelimit_set_rate, which carries
  *   admissions already made over to the new rate) and to the part of the
  *   fleet's burst that gives it the fleet's tolerance in time (burst *

@@ -370,6 +370,11 @@ static void *rate_load(void *arg) {
 }
 
 #define R_RATE 300.0
+/* The fleet's burst: 50 ms at R_RATE. Each host holds its part of it
+ * (50 ms of its quota), which absorbs the late wake-ups of a loaded
+ * machine; with 5 (17 ms) a host thread woken 30 ms late under ASan at a
+ * load average of 15 had most of its bunched requests refused. */
+#define R_BURST 15
 
 static void test_rate_fleet(void **state) {
   static const double split[3] = { 0.6, 0.3, 0.1 };
@@ -387,7 +392,7 @@ static void test_rate_fleet(void **state) {
   start = now_ns();
   for (i = 0; i < 3; i++) {
     memset(&h[i], 0, sizeof(h[i]));
-    assert_int_equal(nres_ratelimit_init(&h[i].limit, R_RATE, 5), 0);
+    assert_int_equal(nres_ratelimit_init(&h[i].limit, R_RATE, R_BURST), 0);
     h[i].offered = 1.5 * R_RATE * split[i];
     h[i].from = start + NRES_SEC;          /* 1 s to converge */
     h[i].to = h[i].from + 3 * NRES_SEC;    /* the window */
@@ -404,7 +409,9 @@ static void test_rate_fleet(void **state) {
   for (i = 0; i < 3; i++) {
     nres_sync_stop(s[i]);
     assert_int_equal(nres_sync_stats(s[i], 0, &st), 0);
-    assert_int_equal(st.synced, 1);
+    /* Synced all along (the very last round or probe may have missed its
+     * 20 ms on a loaded machine: then the local third, same sum). */
+    assert_true(st.rounds >= 30);   /* of about 80 */
     assert_int_equal(st.hosts, 3);
     quotas += st.local;
     total += h[i].window;
@@ -552,6 +559,25 @@ static void test_breaker_fleet(void **state) {
 
 /* ------------------------------------------------------------ failures */
 
+/* Poll the limiters (lock-free: a stats read waits for a round in
+ * progress) until each holds its local third of R_RATE: the time it took,
+ * or NEVER. */
+static nres_time_t wait_local(rate_host_t *h, nres_time_t limit) {
+  nres_time_t t0 = now_ns();
+  int i, all;
+
+  while (now_ns() - t0 < limit) {
+    all = 1;
+    for (i = 0; i < 3; i++)
+      if (fabs(nres_ratelimit_rate(&h[i].limit) - R_RATE / 3) > 0.01 * R_RATE)
+        all = 0;
+    if (all)
+      return now_ns() - t0;
+    sleep_ns(NRES_MSEC / 2);
+  }
+  return NRES_TIME_NEVER;
+}
+
 /* Poll until every agent's entries read `synced` (synced: with 3 hosts;
  * with `quotas`, the rate quotas add up to the fleet rate within 5 %; not
  * synced: each holds its local third): the time it took, or NEVER. */
@@ -597,7 +623,7 @@ static void test_redis_failures(void **state) {
   start = now_ns();
   for (i = 0; i < 3; i++) {
     memset(&h[i], 0, sizeof(h[i]));
-    assert_int_equal(nres_ratelimit_init(&h[i].limit, R_RATE, 5), 0);
+    assert_int_equal(nres_ratelimit_init(&h[i].limit, R_RATE, R_BURST), 0);
     assert_int_equal(nres_budget_init(&h[i].budget, 0.1, 5, 20), 0);
     h[i].offered = 1.5 * R_RATE * split[i];
     h[i].spend = 1;
@@ -610,9 +636,11 @@ static void test_redis_failures(void **state) {
   }
   for (i = 0; i < 3; i++)
     pthread_create(&th[i], NULL, rate_load, &h[i]);
-  /* Falling back: the first failed round (within an interval) plus its
-   * timeout (20 ms; a stopped server may take two). Back in the fleet:
-   * the reconnection wait (at most an interval here), a round, and the
+  /* Falling back: the first failed round or probe (one between two
+   * rounds), within an interval killed or stopped, read from the limiters
+   * (test_probe_hanging checks it on a virtual clock; 70 ms of slack here
+   * for a loaded machine under TSan). Back in the fleet: the reconnection
+   * wait (at most an interval here), a round, and the
    * other hosts' next round to count 3 hosts: 2 intervals after the
    * wait. Quotas then settle within a few more rounds. 30 ms of
    * scheduling slack for a loaded machine. */
@@ -622,7 +650,8 @@ static void test_redis_failures(void **state) {
 
   /* Killed. */
   redis_kill();
-  t = wait_all(s, 0, 0, 2 * NRES_SEC);
+  t = wait_local(h, 2 * NRES_SEC);
+  assert_true(wait_all(s, 0, 0, 2 * NRES_SEC) != NRES_TIME_NEVER);
   printf("# failures: killed: local after %.0f ms\n", (double) t / 1e6);
   assert_true(t <= local_bound);
   for (i = 0; i < 3; i++)
@@ -643,7 +672,8 @@ static void test_redis_failures(void **state) {
   /* Hanging: stopped, connections accepted by the kernel, no answers. */
   sleep_ns(300 * NRES_MSEC);
   kill(redis.pid, SIGSTOP);
-  t = wait_all(s, 0, 0, 2 * NRES_SEC);
+  t = wait_local(h, 2 * NRES_SEC);
+  assert_true(wait_all(s, 0, 0, 2 * NRES_SEC) != NRES_TIME_NEVER);
   printf("# failures: stopped: local after %.0f ms\n", (double) t / 1e6);
   assert_true(t <= local_bound);
   for (i = 0; i < 3; i++)

@@ -12,7 +12,10 @@
  * must use the same): the table's budget, rate limiter and, with
  * --breaker, breaker. It lets go of keys that left their slot, maps a
  * file again when the gateway replaces it (another layout), and runs one
- * round of the agent: nginx workers never talk to Redis. With --status it
+ * round of the agent, then a probe half-way to the next (a Redis that
+ * hangs is seen within one interval): nginx workers never talk to Redis.
+ * Rate limiters are synced with the table's rate and burst as the fleet's
+ * (each host holds its part of both). With --status it
  * writes the agent's figures as JSON (FILE.tmp renamed) once a second.
  * SIGTERM or SIGINT ends it.
  */

@@ -22,8 +22,18 @@
  * the request path's decision (limiter acquire; the whole call for the
  * budget), p50 / p99 / max in microseconds.
  *
- *   bench_fleet [--window S] [--only rate|budget]
- *   (window 4 s by default, after a 1 s warm-up)
+ * Burst: the same three limiters (burst 10 each, the fleet's burst) with
+ * no load, their agents settled, then every host acquiring at one
+ * instant until refused: what the fleet admits at once. Hanging Redis:
+ * the 60/30/10 load on, redis-server stopped (SIGSTOP) at a random point
+ * of the interval: the time until every host's limiter holds its local
+ * share (read from the limiters, lock-free), then continued (SIGCONT):
+ * the time until the busy host's quota follows its demand again; 5 trials
+ * per interval.
+ *
+ *   bench_fleet [--window S] [--only rate|budget|hang]
+ *   (window 4 s by default, after a 1 s warm-up; --only hang runs the
+ *   burst and the hanging Redis)
  */
 #include <math.h>
 #include <pthread.h>
@@ -71,6 +81,7 @@ typedef struct {
 } host_t;
 
 static host_t hosts[HOSTS];
+static atomic_int stop_load;
 static redisContext *admin;
 static atomic_uint_fast64_t dep;
 static const char *budget_lua =
@@ -142,7 +153,7 @@ static void *rate_host(void *arg) {
   nres_time_t t0 = nres_clock_now();
   double offered;
 
-  for (t = t0; t < h->to; t += gap) {
+  for (t = t0; t < h->to && !atomic_load(&stop_load); t += gap) {
     offered = h->offered;
     if (shifting)   /* the split turns every second */
       offered = 1.5 * RATE * split[(h->host + (t - t0) / NRES_SEC) % HOSTS];
@@ -339,6 +350,122 @@ static void run(int rate, int arm, nres_time_t interval) {
   fflush(stdout);
 }
 
+/* Three hosts with a limiter each (the fleet's rate and burst), synced
+ * every `interval` (0: unsynced) from now on; the agents in s[]. */
+static void hosts_up(nres_sync_t **s, nres_time_t interval, const char *prefix) {
+  nres_sync_config_t c;
+  char node[16];
+  int i;
+
+  for (i = 0; i < HOSTS; i++) {
+    host_t *h = &hosts[i];
+
+    if (h->rc != NULL)
+      redisFree(h->rc);
+    memset(h, 0, sizeof(*h));
+    h->host = i;
+    h->offered = 1.5 * RATE * split[i];
+    nres_ratelimit_init(&h->limit, RATE, 10);
+    s[i] = NULL;
+    if (interval == 0)
+      continue;
+    nres_sync_config_init(&c);
+    c.port = redis.port;
+    snprintf(node, sizeof(node), "h%d", i);
+    c.node = node;
+    c.prefix = prefix;
+    c.interval = interval;
+    nres_sync_new(&c, &s[i]);
+    nres_sync_add_ratelimit(s[i], "api", &h->limit, 0);
+    nres_sync_start(s[i]);
+  }
+}
+
+static void burst_arm(nres_time_t interval) {
+  nres_sync_t *s[HOSTS];
+  nres_time_t t;
+  char prefix[32], name[64];
+  int i, n, total = 0;
+
+  snprintf(prefix, sizeof(prefix), "burst-%d", (int) (interval / NRES_MSEC));
+  hosts_up(s, interval, prefix);
+  sleep_until(nres_clock_now() + 4 * interval + 100 * NRES_MSEC);
+  t = nres_clock_now();
+  for (i = 0; i < HOSTS; i++) {
+    for (n = 0; nres_ratelimit_acquire(&hosts[i].limit, t, NULL) == 0; n++)
+      ;
+    total += n;
+  }
+  for (i = 0; i < HOSTS; i++)
+    nres_sync_free(s[i]);
+  printf("| %-29s | %8d | %5.1f |\n", arm_name(interval ? SYNCED : ALONE,
+         interval, name), total, total / 10.0);
+  fflush(stdout);
+}
+
+/* All three limiters at the local share (a third of the rate). */
+static int all_local(void) {
+  int i;
+
+  for (i = 0; i < HOSTS; i++)
+    if (fabs(nres_ratelimit_rate(&hosts[i].limit) - RATE / HOSTS) > RATE / 100)
+      return 0;
+  return 1;
+}
+
+static int cmp_time(const void *a, const void *b) {
+  nres_time_t x = *(const nres_time_t *) a, y = *(const nres_time_t *) b;
+  return x < y ? -1 : x > y;
+}
+
+#define TRIALS 5
+static void hang_arm(nres_time_t interval) {
+  nres_sync_t *s[HOSTS];
+  pthread_t th[HOSTS];
+  nres_time_t t, down[TRIALS], back[TRIALS];
+  char prefix[32];
+  int i, k;
+
+  snprintf(prefix, sizeof(prefix), "hang-%d", (int) (interval / NRES_MSEC));
+  hosts_up(s, interval, prefix);
+  atomic_store(&stop_load, 0);
+  for (i = 0; i < HOSTS; i++) {
+    hosts[i].to = NRES_TIME_NEVER;
+    hosts[i].from = NRES_TIME_NEVER;
+    pthread_create(&th[i], NULL, rate_host, &hosts[i]);
+  }
+  for (k = 0; k < TRIALS; k++) {
+    /* Settled, then stopped at a random point of the interval. */
+    sleep_until(nres_clock_now() + NRES_SEC +
+                (nres_time_t) (rand() % 1000) * interval / 1000);
+    kill(redis.pid, SIGSTOP);
+    t = nres_clock_now();
+    while (!all_local() && nres_clock_now() - t < 10 * NRES_SEC)
+      sleep_until(nres_clock_now() + NRES_MSEC / 2);
+    down[k] = nres_clock_now() - t;
+    kill(redis.pid, SIGCONT);
+    t = nres_clock_now();
+    while (nres_ratelimit_rate(&hosts[0].limit) < 1.2 * RATE / HOSTS &&
+           nres_ratelimit_rate(&hosts[1].limit) < 1.2 * RATE / HOSTS &&
+           nres_ratelimit_rate(&hosts[2].limit) < 1.2 * RATE / HOSTS &&
+           nres_clock_now() - t < 10 * NRES_SEC)
+      sleep_until(nres_clock_now() + NRES_MSEC / 2);
+    back[k] = nres_clock_now() - t;
+  }
+  atomic_store(&stop_load, 1);
+  for (i = 0; i < HOSTS; i++)
+    pthread_join(th[i], NULL);
+  for (i = 0; i < HOSTS; i++)
+    nres_sync_free(s[i]);
+  qsort(down, TRIALS, sizeof(down[0]), cmp_time);
+  qsort(back, TRIALS, sizeof(back[0]), cmp_time);
+  printf("| %4d ms  | %6.0f | %6.0f | %5.2f | %6.0f | %6.0f |\n",
+         (int) (interval / NRES_MSEC), down[TRIALS / 2] / 1e6,
+         down[TRIALS - 1] / 1e6, (double) down[TRIALS - 1] / (double) interval,
+         back[TRIALS / 2] / 1e6, back[TRIALS - 1] / 1e6);
+  fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   static const nres_time_t intervals[] = { 25 * NRES_MSEC, 100 * NRES_MSEC,
                                            500 * NRES_MSEC };
@@ -353,6 +480,12 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--only") == 0)
       only = argv[++i];
   }
+  if (only[0] != '\0' && strcmp(only, "rate") != 0 &&
+      strcmp(only, "budget") != 0 && strcmp(only, "hang") != 0) {
+    fprintf(stderr, "bench_fleet: --only: expected rate, budget or hang, "
+            "got \"%s\"\n", only);
+    return 2;
+  }
   if (!redis_server_find(&redis)) {
     fprintf(stderr, "bench_fleet: redis-server is not installed\n");
     return 77;
@@ -364,9 +497,30 @@ int main(int argc, char **argv) {
   if (redis_server_start(&redis) != 0)
     return 1;
 
-  printf("Rate limit: fleet rate %.0f/s, offered %.0f/s split 60/30/10 %% "
-         "over %d hosts, %.0f s window\n\n", RATE, 1.5 * RATE, HOSTS,
-         window_s);
+  if (strcmp(only, "hang") == 0 || only[0] == '\0') {
+    printf("Burst: fleet rate %.0f/s, burst 10 (each host's limiter), no "
+           "load, then every host at one instant until refused\n\n", RATE);
+    printf("| arm                           | at once  | x burst |\n");
+    printf("|-------------------------------|----------|-------|\n");
+    burst_arm(0);
+    for (k = 0; k < 3; k++)
+      burst_arm(intervals[k]);
+    printf("\nHanging Redis (SIGSTOP) under the 60/30/10 load, timeout = "
+           "interval / 2, %d trials: until every host holds its local share; "
+           "after SIGCONT, until quotas follow demand again\n\n", TRIALS);
+    printf("| interval | local after, median ms | max ms | max / interval | back after, median ms | max ms |\n");
+    printf("|----------|--------|--------|-------|--------|--------|\n");
+    srand(7);
+    for (k = 0; k < 3; k++)
+      hang_arm(intervals[k]);
+    printf("\n");
+    if (only[0] != '\0')
+      goto done;
+  }
+  if (strcmp(only, "budget") != 0)
+    printf("Rate limit: fleet rate %.0f/s, offered %.0f/s split 60/30/10 %% "
+           "over %d hosts, %.0f s window\n\n", RATE, 1.5 * RATE, HOSTS,
+           window_s);
   for (shifting = 0; shifting < 2 && strcmp(only, "budget") != 0; shifting++) {
     if (shifting)
       printf("\nThe same with the split turning every second (the busy host "

@@ -47,9 +47,11 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out);
 void nres_sync_free(nres_sync_t *sync);
 int nres_sync_add_budget(nres_sync_t *sync, const char *scope, nres_budget_t *budget, double fleet_floor);
 int nres_sync_add_ratelimit(nres_sync_t *sync, const char *scope, nres_ratelimit_t *limit, double fleet_rate);
+int nres_sync_add_ratelimit_burst(nres_sync_t *sync, const char *scope, nres_ratelimit_t *limit, double fleet_rate, uint32_t fleet_burst);
 int nres_sync_add_breaker(nres_sync_t *sync, const char *scope, nres_breaker_t *breaker);
 int nres_sync_remove(nres_sync_t *sync, int id);
 int nres_sync_tick(nres_sync_t *sync, nres_time_t now);
+int nres_sync_probe(nres_sync_t *sync, nres_time_t now);
 int nres_sync_start(nres_sync_t *sync);
 int nres_sync_stop(nres_sync_t *sync);
 void nres_sync_info(nres_sync_t *sync, nres_sync_info_t *out);
@@ -118,7 +120,10 @@ end
 
 -- Sync `target` under `scope`: a policy (its budget and rate limiter, and
 -- its breaker with what.breaker) or an nres_budget_t *, nres_ratelimit_t *
--- or nres_breaker_t *. Returns the entry ids added.
+-- or nres_breaker_t *. what: { budget = false, ratelimit = false, breaker =
+-- true, floor = fleet floor per s, rate = fleet rate per s, burst = fleet
+-- burst } (figures default to the local state's). Returns the entry ids
+-- added.
 function _M.add(self, scope, target, what)
   if type(scope) ~= "string" or #scope == 0 or #scope > 127 then
     error(bad(1, "add", "a scope name of 1..127 bytes", scope), 2)
@@ -136,6 +141,11 @@ function _M.add(self, scope, target, what)
   else
     error(bad(2, "add", "a policy or an nres_budget_t/ratelimit_t/breaker_t *", target), 2)
   end
+  local burst = what.burst
+  if burst ~= nil and (type(burst) ~= "number" or burst < 1 or burst > 4294967295
+                       or burst % 1 ~= 0) then
+    error(bad(3, "add", "what.burst: a whole number of admissions >= 1", burst), 2)
+  end
   local ids = {}
   local function added(id)
     if id < 0 then error("nres.sync: add " .. scope .. ": " .. ffi_string(cdef.C.nres_strerror(id)), 3) end
@@ -143,7 +153,7 @@ function _M.add(self, scope, target, what)
     self.ids[#self.ids + 1] = id
   end
   if b then added(S.nres_sync_add_budget(self.agent, scope, b, what.floor or -1)) end
-  if l then added(S.nres_sync_add_ratelimit(self.agent, scope, l, what.rate or 0)) end
+  if l then added(S.nres_sync_add_ratelimit_burst(self.agent, scope, l, what.rate or 0, burst or 0)) end
   if br then added(S.nres_sync_add_breaker(self.agent, scope, br)) end
   self.refs[#self.refs + 1] = target   -- keep the state alive while synced
   if type(target) == "table" and target.cp then
@@ -159,6 +169,9 @@ function _M.stop(self) S.nres_sync_stop(self.agent) end
 -- One round now, on this thread (not with the thread running): true if it
 -- reached Redis.
 function _M.tick(self) return S.nres_sync_tick(self.agent, cdef.C.nres_step_now()) == 0 end
+-- Between rounds run with tick: true if Redis still answers; if not, every
+-- entry falls back to local-only protection now (nres_sync_probe).
+function _M.probe(self) return S.nres_sync_probe(self.agent, cdef.C.nres_step_now()) == 0 end
 
 local info = ffi_new("nres_sync_info_t")
 local st = ffi_new("nres_sync_stats_t")

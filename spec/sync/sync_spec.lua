@@ -69,6 +69,34 @@ describe("nres.sync", function()
     expect.eq(nres.policy(spec):stats().fleet, nil, "a policy no agent syncs has no fleet view")
   end)
 
+  it("splits the fleet's burst with the rate, and probes between rounds", function()
+    local C = require("nres.cdef").C
+    local ffi = require "ffi"
+    local mem = ffi.new("nres_ratelimit_t[2]")   -- kept referenced below
+    local l1, l2 = ffi.cast("nres_ratelimit_t *", mem), ffi.cast("nres_ratelimit_t *", mem + 1)
+    expect.eq(C.nres_ratelimit_init(l1, 100, 20), 0)
+    expect.eq(C.nres_ratelimit_init(l2, 100, 20), 0)
+    local a1 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "b1", prefix = "luab" })
+    local a2 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "b2", prefix = "luab" })
+    local ok, err = pcall(a1.add, a1, "api", l1, { burst = 0 })
+    expect.truthy(not ok and err:find("what.burst", 1, true), err)
+    ok, err = pcall(a1.add, a1, "api", l1, { burst = 2.5 })
+    expect.truthy(not ok and err:find("what.burst", 1, true), err)
+    a1:add("api", l1, { burst = 20 })   -- the fleet's figures given
+    a2:add("api", l2, { rate = 100, burst = 20 })
+    for _ = 1, 3 do
+      expect.truthy(a1:tick())
+      expect.truthy(a2:tick())
+    end
+    expect.truthy(a1:probe())
+    -- Two hosts, no demand: half the rate and half the burst each.
+    for _, l in ipairs{ l1, l2 } do
+      expect.eq(math.floor(1e9 / tonumber(l.interval) + 0.5), 50)
+      expect.eq(tonumber(l.tolerance / l.interval), 10)
+    end
+    expect.truthy(mem ~= nil)
+  end)
+
   it("falls back to local protection without Redis", function()
     local p = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
     local a = assert(sync.new{ redis = "127.0.0.1:1", local_share = 0.5, interval = 0.01 })
@@ -79,6 +107,7 @@ describe("nres.sync", function()
     expect.eq(s.failures, 1)
     expect.truthy(not s.entries[1].synced)
     expect.eq(p:stats().budget, 5)   -- local_share of the capacity
+    expect.truthy(not a:probe())       -- not connected: nothing answers
   end)
 end)
 

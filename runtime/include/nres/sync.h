@@ -27,17 +27,26 @@
  *   shares handed out in the last interval and not reported yet (at most
  *   another capacity), where N unsynced hosts have N capacities and N
  *   floors. A new record starts full.
- * - Rate limit. The fleet rate is the local limiter's rate when it was
- *   added (its burst stays per host). Each host reports its demand
- *   (admissions, estimated from the limiter's theoretical arrival time, +
- *   refusals, per second); the script hands out quotas that add up to the
- *   fleet rate: proportional to demand when the fleet asks for more than
- *   the rate, otherwise each host's demand plus an equal part of the rest.
- *   The agent sets the local limiter to its quota (nres_ratelimit_set_rate,
- *   which carries admissions already made over to the new rate). A host
- *   below its quota is measured at up to its quota (tat moved that far);
- *   its quota shrinks round by round until it refuses, and from then on
- *   its demand is exact.
+ * - Rate limit. The fleet rate and burst are the local limiter's when it
+ *   was added. Each host reports its demand (admissions, estimated from
+ *   the limiter's theoretical arrival time, + refusals, per second, since
+ *   the probe before the round: the last half interval by default); the
+ *   script hands out quotas that add up to the fleet rate: proportional to
+ *   demand when the fleet asks for more than the rate, otherwise each
+ *   host's demand plus an equal part of the rest. The agent sets the local
+ *   limiter to its quota (nres_ratelimit_set_rate, which carries
+ *   admissions already made over to the new rate) and to the part of the
+ *   fleet's burst that gives it the fleet's tolerance in time (burst *
+ *   quota / fleet rate, rounded, at least 2 or the fleet's burst if
+ *   smaller: a burst of 1 admits a steady stream a little faster than the
+ *   rate at about half the rate), so the hosts at once admit about the
+ *   fleet's burst, not hosts times it. Before its first round (at once
+ *   when the thread starts) a host has the whole rate and burst; alone, or
+ *   with Redis never reached, it keeps them. A host below its quota is
+ *   measured at up to its quota (tat moved that far); its quota shrinks
+ *   round by round until it refuses, and from then on its demand is
+ *   exact, so a load that moves between hosts faster than a few intervals
+ *   is followed late (bench/README.md "Fleet" has the figures).
  * - Breaker (opt-in: nres_sync_add_breaker). A host whose breaker opens by
  *   itself publishes "open until T" (T on Redis's clock) and becomes the
  *   break's prober. Other hosts open theirs (nres_breaker_open_until) at
@@ -49,22 +58,35 @@
  *   left to run). A prober silent for three intervals is replaced by the
  *   next host whose own breaker is open or half-open.
  *
- * Failure handling. A round that fails (refused, reset, no answer within
- * `timeout`: a stopped Redis) drops the connection and every scope falls
- * back to local-only protection at once, so at most interval + timeout
- * after Redis goes: the rate limiter gets local_share
- * of the fleet rate, the budget keeps at most local_share of the capacity
- * and earns local_share of its floor, given breaks run out. Reconnection
+ * Failure handling. A round or probe that fails (refused, reset, no answer
+ * within `timeout`: a stopped Redis) drops the connection and every scope
+ * falls back to local-only protection at once. The thread sends a probe
+ * (PING) `timeout` before each round, so a Redis that is killed is seen at
+ * the next request and one that hangs within max(interval, 2 * timeout):
+ * one interval with the default timeout (interval / 2). Local-only: the
+ * rate limiter gets local_share of the fleet rate (and of its burst), the
+ * budget keeps at most local_share of the capacity and earns local_share
+ * of its floor, given breaks run out. Reconnection
  * waits by an nres backoff (exponential, full jitter, from `interval` up to
  * `reconnect_max`); the first round after it starts from a fresh baseline
  * (activity while apart is not replayed into the fleet). A Redis that comes
  * back empty starts every record again (a full fleet bucket, no break); a
  * missing script is loaded again. Keys carry the scope as a hash tag
- * ({scope}: Redis Cluster would put a scope's keys in one slot; the agent
- * itself talks to one Redis, hiredis 0.14 has no cluster client) and expire when
- * no host has written them for `ttl` (10 s by default), so an abandoned
- * scope disappears; a host silent for three intervals no longer counts in
- * the shares.
+ * ({scope}: Redis Cluster would put a scope's keys in one slot) and expire
+ * when no host has written them for `ttl` (10 s by default), so an
+ * abandoned scope disappears; a host silent for three intervals no longer
+ * counts in the shares.
+ *
+ * One Redis. The agent talks to one Redis node (hiredis 0.14 has neither
+ * a cluster nor a Sentinel client). Losing it costs accuracy, never
+ * availability: every host falls back to local shares and comes back when
+ * it returns (its records start again: a full budget, no break). For a
+ * Redis that must survive a machine, point `host` at an address that
+ * follows the primary (a Sentinel-managed primary behind a virtual IP or
+ * a TCP proxy such as HAProxy checking `role:master`); a failover is then
+ * one failed round, local shares, and a reconnection. Fleet records need
+ * no persistence (save "" and appendonly no are fine): they are rebuilt
+ * within a few intervals.
  *
  * Threads. nres_sync_start runs the agent on a thread of its own;
  * nres_sync_tick runs one round on the caller's thread (a program with its
@@ -168,6 +190,13 @@ NRES_EXTERN int nres_sync_add_budget(nres_sync_t *sync, const char *scope,
 NRES_EXTERN int nres_sync_add_ratelimit(nres_sync_t *sync, const char *scope,
                                         nres_ratelimit_t *limit,
                                         double fleet_rate);
+/* The same with the fleet's burst given (0: the limiter's burst now), for
+ * a limiter an earlier agent may have given a part of the burst. */
+NRES_EXTERN int nres_sync_add_ratelimit_burst(nres_sync_t *sync,
+                                              const char *scope,
+                                              nres_ratelimit_t *limit,
+                                              double fleet_rate,
+                                              uint32_t fleet_burst);
 NRES_EXTERN int nres_sync_add_breaker(nres_sync_t *sync, const char *scope,
                                       nres_breaker_t *breaker);
 /* Let go of an entry: the local state keeps what it has (a limiter its
@@ -181,7 +210,18 @@ NRES_EXTERN int nres_sync_remove(nres_sync_t *sync, int id);
  * if Redis answered something unexpected (the connection is made again
  * at the next round). NRES_EINVAL with the thread running. */
 NRES_EXTERN int nres_sync_tick(nres_sync_t *sync, nres_time_t now);
-/* Run rounds every interval on a thread of the agent's. */
+/* Between rounds: check that Redis still answers (a PING within
+ * `timeout`); if it does not, every entry falls back to local-only
+ * protection now, as in a failed round. The thread probes `timeout`
+ * before each round, so a Redis that hangs (accepts, never answers) is
+ * seen within max(interval, 2 * timeout): one interval with the default
+ * timeout. A program running its own rounds with nres_sync_tick calls it
+ * likewise (nres-syncd does). 0 if Redis answered; NRES_EAGAIN if it did
+ * not, or if the agent is not connected (nothing to check: entries are
+ * local-only already); NRES_EINVAL with the thread running. */
+NRES_EXTERN int nres_sync_probe(nres_sync_t *sync, nres_time_t now);
+/* Run rounds every interval (and probes between them) on a thread of the
+ * agent's. */
 NRES_EXTERN int nres_sync_start(nres_sync_t *sync);
 /* Stop the thread (waits for a round in progress). */
 NRES_EXTERN int nres_sync_stop(nres_sync_t *sync);

@@ -54,10 +54,12 @@ typedef struct {
   uint64_t spent, refused;
   /* rate limit */
   double fleet_rate;
-  uint32_t burst;
+  uint32_t burst;               /* the fleet's burst */
+  uint32_t lburst;              /* the burst we set last */
   double rate;                  /* the rate we set last */
   nres_time_t tat;
   uint64_t limited;
+  nres_time_t since;            /* demand measured from here (a probe) */
   /* breaker */
   nres_time_t imposed;          /* the break we gave it (ns, to the ms) */
   int bstate;                   /* state read for this round */
@@ -194,7 +196,7 @@ void nres_sync_free(nres_sync_t *sync) {
 }
 
 static int add(nres_sync_t *s, const char *scope, int kind, void *state,
-               double figure) {
+               double figure, uint32_t burst) {
   static const char suffix[] = { 0, 'b', 'r', 'k' };
   entry_t *e;
   size_t len;
@@ -256,15 +258,15 @@ static int add(nres_sync_t *s, const char *scope, int kind, void *state,
     nres_ratelimit_t *l = state;
     nres_ratelimit_stats_t rs;
 
+    nres_time_t iv = __atomic_load_n(&l->interval, __ATOMIC_RELAXED);
+    nres_time_t tol = __atomic_load_n(&l->tolerance, __ATOMIC_RELAXED);
+
     e->fleet_rate = figure > 0 ? figure : nres_ratelimit_rate(l);
-    e->rate = e->fleet_rate;
-    {
-      nres_time_t iv = __atomic_load_n(&l->interval, __ATOMIC_RELAXED);
-      nres_time_t tol = __atomic_load_n(&l->tolerance, __ATOMIC_RELAXED);
-      e->burst = iv == 0 ? 1 : (uint32_t) (tol / iv);
-    }
-    if (e->burst < 1)
-      e->burst = 1;
+    e->rate = nres_ratelimit_rate(l);
+    e->lburst = iv == 0 ? 1 : (uint32_t) (tol / iv);
+    if (e->lburst < 1)
+      e->lburst = 1;
+    e->burst = burst > 0 ? burst : e->lburst;
     nres_ratelimit_stats(l, &rs);
     e->tat = rs.tat;
     e->limited = rs.refused;
@@ -276,17 +278,24 @@ static int add(nres_sync_t *s, const char *scope, int kind, void *state,
 
 int nres_sync_add_budget(nres_sync_t *sync, const char *scope,
                          nres_budget_t *budget, double fleet_floor) {
-  return add(sync, scope, NRES_SYNC_BUDGET, budget, fleet_floor);
+  return add(sync, scope, NRES_SYNC_BUDGET, budget, fleet_floor, 0);
 }
 
 int nres_sync_add_ratelimit(nres_sync_t *sync, const char *scope,
                             nres_ratelimit_t *limit, double fleet_rate) {
-  return add(sync, scope, NRES_SYNC_RATELIMIT, limit, fleet_rate);
+  return add(sync, scope, NRES_SYNC_RATELIMIT, limit, fleet_rate, 0);
+}
+
+int nres_sync_add_ratelimit_burst(nres_sync_t *sync, const char *scope,
+                                  nres_ratelimit_t *limit, double fleet_rate,
+                                  uint32_t fleet_burst) {
+  return add(sync, scope, NRES_SYNC_RATELIMIT, limit, fleet_rate,
+             fleet_burst);
 }
 
 int nres_sync_add_breaker(nres_sync_t *sync, const char *scope,
                           nres_breaker_t *breaker) {
-  return add(sync, scope, NRES_SYNC_BREAKER, breaker, 0);
+  return add(sync, scope, NRES_SYNC_BREAKER, breaker, 0, 0);
 }
 
 int nres_sync_remove(nres_sync_t *sync, int id) {
@@ -333,11 +342,11 @@ static double seconds(nres_time_t d) {
  * about DEMAND_TAU whatever the interval: short intervals see few events
  * each (noise), long ones must not lag by several intervals. */
 #define DEMAND_TAU 0.1
-static void note_demand(entry_t *e, nres_time_t now, double events) {
+static void note_demand(entry_t *e, nres_time_t from, nres_time_t now,
+                        double events) {
   double dt, d;
 
-  dt = e->last_tick != 0 && now > e->last_tick ? seconds(now - e->last_tick)
-                                                : 0;
+  dt = from != 0 && now > from ? seconds(now - from) : 0;
   if (dt <= 0)
     return;
   d = events / dt;
@@ -356,7 +365,7 @@ static void budget_local(nres_sync_t *s, entry_t *e, nres_time_t now) {
   int64_t cap, before;
 
   nres_budget_stats(b, &bs);
-  note_demand(e, now, (double) (bs.spent - e->spent + bs.refused - e->refused));
+  note_demand(e, e->last_tick, now, (double) (bs.spent - e->spent + bs.refused - e->refused));
   e->spent = bs.spent;
   e->refused = bs.refused;
   nres_budget_set_floor(b, share * e->floor);
@@ -376,7 +385,7 @@ static int budget_args(nres_sync_t *s, entry_t *e, nres_time_t now,
   /* Everything the tokens did since our last write: deposits, floor
    * credit and refunds less spends. */
   delta = e->fresh ? 0 : bs.tokens - e->set;
-  note_demand(e, now, (double) (bs.spent - e->spent + bs.refused - e->refused));
+  note_demand(e, e->last_tick, now, (double) (bs.spent - e->spent + bs.refused - e->refused));
   e->spent = bs.spent;
   e->refused = bs.refused;
   e->read = bs.tokens;
@@ -420,30 +429,62 @@ static int budget_apply(entry_t *e, redisReply *r) {
 static void rate_demand(nres_sync_t *s, entry_t *e, nres_time_t now) {
   nres_ratelimit_t *l = e->state;
   nres_ratelimit_stats_t rs;
-  nres_time_t base, interval;
+  nres_time_t base, interval, from;
   double admitted;
 
   (void) s;
   nres_ratelimit_stats(l, &rs);
   interval = (nres_time_t) (1e9 / e->rate);
-  /* Admissions since the last round, from how far tat moved: exact while
+  /* Admissions since the last round (or since the probe half-way through
+   * the interval: the most recent demand), from how far tat moved: exact while
    * the limiter is busy (tat ahead of now), at most a quota's worth when
    * it idles, which the next rounds correct (a host below its quota gets
    * a smaller one until it refuses, and then its demand is exact). */
-  base = e->tat > e->last_tick ? e->tat : e->last_tick;
+  from = e->since > e->last_tick ? e->since : e->last_tick;
+  base = e->tat > from ? e->tat : from;
   admitted = rs.tat > base && interval > 0 ? (double) (rs.tat - base) / interval
                                            : 0;
-  note_demand(e, now, admitted + (double) (rs.refused - e->limited));
+  note_demand(e, from, now, admitted + (double) (rs.refused - e->limited));
   e->tat = rs.tat;
   e->limited = rs.refused;
 }
 
+/* At a probe: the demand the next round reports is measured from here,
+ * the most recent part of the interval (a load that moved between hosts
+ * is seen half an interval sooner). */
+static void rate_restart(entry_t *e, nres_time_t now) {
+  nres_ratelimit_stats_t rs;
+
+  nres_ratelimit_stats(e->state, &rs);
+  e->tat = rs.tat;
+  e->limited = rs.refused;
+  e->since = now;
+}
+
+/* The local limiter at `rate`, with the part of the fleet's burst that
+ * gives it the fleet's tolerance in time (burst / fleet rate): the hosts'
+ * bursts add up to about the fleet's burst, where each host keeping the
+ * whole burst would let the fleet burst hosts times. At least 2 (or the
+ * fleet's, if smaller): a burst of 1 admits a steady stream coming a
+ * little faster than the rate at about half the rate. */
 static void rate_set(entry_t *e, double rate, nres_time_t now) {
+  nres_ratelimit_stats_t rs;
+  double b;
+  uint32_t burst, least = e->burst < 2 ? e->burst : 2;
+
   if (rate < e->fleet_rate * 1e-3)
     rate = e->fleet_rate * 1e-3;
-  if (rate != e->rate &&
-      nres_ratelimit_set_rate(e->state, rate, e->burst, now) == 0)
+  b = floor((double) e->burst * rate / e->fleet_rate + 0.5);
+  burst = b < least ? least : b > e->burst ? e->burst : (uint32_t) b;
+  if ((rate != e->rate || burst != e->lburst) &&
+      nres_ratelimit_set_rate(e->state, rate, burst, now) == 0) {
     e->rate = rate;
+    e->lburst = burst;
+    /* set_rate moved tat (admissions ahead, at the new rate): the next
+     * round measures from where it is now. */
+    nres_ratelimit_stats(e->state, &rs);
+    e->tat = rs.tat;
+  }
   e->st.local = e->rate;
 }
 
@@ -686,9 +727,30 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
   return 0;
 }
 
+/* Between rounds: a PING answered within the timeout, or the connection
+ * is dropped and every entry falls back now, as in a failed round. Any
+ * answer will do (an error too: the next round judges it). */
+static int probe_locked(nres_sync_t *s, nres_time_t now) {
+  redisReply *r;
+  int i;
+
+  if (s->rc == NULL)
+    return NRES_EAGAIN;   /* apart already: the next round reconnects */
+  for (i = 0; i < s->n; i++)
+    if (s->e[i].used && s->e[i].kind == NRES_SYNC_RATELIMIT)
+      rate_restart(&s->e[i], now);
+  r = redisCommand(s->rc, "PING");
+  if (r == NULL)
+    return fail(s, now, NRES_EAGAIN);
+  freeReplyObject(r);
+  return 0;
+}
+
 /* A write to a peer that went away raises SIGPIPE, which would end the
- * process: blocked for the round, and a pending one taken away. */
-static int round_guarded(nres_sync_t *s, nres_time_t now) {
+ * process: blocked for the round (or probe), and a pending one taken
+ * away. */
+static int guarded(nres_sync_t *s, nres_time_t now,
+                   int (*fn)(nres_sync_t *, nres_time_t)) {
   sigset_t pipe, old, pending;
   struct timespec zero = { 0, 0 };
   int had, rc;
@@ -698,7 +760,7 @@ static int round_guarded(nres_sync_t *s, nres_time_t now) {
   pthread_sigmask(SIG_BLOCK, &pipe, &old);
   sigpending(&pending);
   had = sigismember(&pending, SIGPIPE);
-  rc = round_locked(s, now);
+  rc = fn(s, now);
   if (!had) {
     sigpending(&pending);
     if (sigismember(&pending, SIGPIPE))
@@ -718,28 +780,61 @@ int nres_sync_tick(nres_sync_t *sync, nres_time_t now) {
     pthread_mutex_unlock(&sync->mu);
     return NRES_EINVAL;
   }
-  rc = round_guarded(sync, now);
+  rc = guarded(sync, now, round_locked);
   pthread_mutex_unlock(&sync->mu);
   return rc;
 }
 
+int nres_sync_probe(nres_sync_t *sync, nres_time_t now) {
+  int rc;
+
+  if (sync == NULL)
+    return NRES_EINVAL;
+  pthread_mutex_lock(&sync->mu);
+  if (sync->running) {
+    pthread_mutex_unlock(&sync->mu);
+    return NRES_EINVAL;
+  }
+  rc = guarded(sync, now, probe_locked);
+  pthread_mutex_unlock(&sync->mu);
+  return rc;
+}
+
+/* Wait (mutex held) until `t` or a stop: 1 if stopping. */
+static int wait_until(nres_sync_t *s, nres_time_t t) {
+  struct timespec at;
+
+  at.tv_sec = (time_t) (t / NRES_SEC);
+  at.tv_nsec = (long) (t % NRES_SEC);
+  while (!s->stopping && nres_clock_now() < t)
+    if (pthread_cond_timedwait(&s->cv, &s->mu, &at) == ETIMEDOUT)
+      break;
+  return s->stopping;
+}
+
+/* Rounds every interval; a probe `timeout` before each round, so that the
+ * gaps between two requests to Redis are interval - timeout and timeout:
+ * a Redis that stops answering is seen within max(interval, 2 * timeout)
+ * (one interval with the default timeout, interval / 2). */
 static void *run(void *arg) {
   nres_sync_t *s = arg;
-  struct timespec at;
-  nres_time_t next;
+  nres_time_t next, probe;
 
   pthread_mutex_lock(&s->mu);
   next = nres_clock_now();
   while (!s->stopping) {
-    round_guarded(s, nres_clock_now());
+    guarded(s, nres_clock_now(), round_locked);
     next = nres_time_add(next, s->cfg.interval);
     if (next < nres_clock_now())
       next = nres_clock_now();   /* a slow round: no catching up */
-    at.tv_sec = (time_t) (next / NRES_SEC);
-    at.tv_nsec = (long) (next % NRES_SEC);
-    while (!s->stopping && nres_clock_now() < next)
-      if (pthread_cond_timedwait(&s->cv, &s->mu, &at) == ETIMEDOUT)
+    probe = next - s->cfg.timeout;
+    if (s->cfg.timeout < s->cfg.interval && s->rc != NULL &&
+        nres_clock_now() < probe) {
+      if (wait_until(s, probe))
         break;
+      guarded(s, nres_clock_now(), probe_locked);
+    }
+    wait_until(s, next);
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;

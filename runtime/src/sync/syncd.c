@@ -12,7 +12,10 @@
  * must use the same): the table's budget, rate limiter and, with
  * --breaker, breaker. It lets go of keys that left their slot, maps a
  * file again when the gateway replaces it (another layout), and runs one
- * round of the agent: nginx workers never talk to Redis. With --status it
+ * round of the agent, then a probe half-way to the next (a Redis that
+ * hangs is seen within one interval): nginx workers never talk to Redis.
+ * Rate limiters are synced with the table's rate and burst as the fleet's
+ * (each host holds its part of both). With --status it
  * writes the agent's figures as JSON (FILE.tmp renamed) once a second.
  * SIGTERM or SIGINT ends it.
  */
@@ -55,6 +58,18 @@ static volatile sig_atomic_t stop_now;
 static void on_signal(int sig) {
   (void) sig;
   stop_now = 1;
+}
+
+/* Sleep until `t` on nres_clock_now's clock (a signal cuts it short). */
+static void sleep_until(nres_time_t t) {
+  nres_time_t now = nres_clock_now();
+  struct timespec ts;
+
+  if (t <= now)
+    return;
+  ts.tv_sec = (time_t) ((t - now) / NRES_SEC);
+  ts.tv_nsec = (long) ((t - now) % NRES_SEC);
+  nanosleep(&ts, NULL);
 }
 
 #define USAGE \
@@ -234,8 +249,9 @@ static void scan(nres_sync_t *sync, region_t *r, int breaker, int *warned) {
       map[i].id[0] = nres_sync_add_budget(sync, name, &slot->budget,
                                            tc->budget_min_per_sec);
     if (tc->flags & NRES_SHM_RATELIMIT)
-      map[i].id[1] = nres_sync_add_ratelimit(sync, name, &slot->ratelimit,
-                                              tc->rate);
+      map[i].id[1] = nres_sync_add_ratelimit_burst(sync, name,
+                                                    &slot->ratelimit,
+                                                    tc->rate, tc->burst);
     if (breaker && (tc->flags & NRES_SHM_BREAKER))
       map[i].id[2] = nres_sync_add_breaker(sync, name, &slot->breaker);
     for (k = 0; k < 3; k++)
@@ -360,9 +376,10 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
 
+  /* Each loop: a round, then a probe `timeout` (interval / 2) before the
+   * next one, so that a Redis that hangs is seen within one interval. */
   while (!stop_now) {
-    nres_time_t now = nres_clock_now();
-    struct timespec ts;
+    nres_time_t now = nres_clock_now(), start = now;
 
     if (now >= next_look) {   /* files replaced: checked once a second */
       next_look = now + NRES_SEC;
@@ -378,13 +395,12 @@ int main(int argc, char **argv) {
     }
     if (once)
       break;
-    now = nres_clock_now() - now;
-    if (now < cfg.interval) {
-      now = cfg.interval - now;
-      ts.tv_sec = (time_t) (now / NRES_SEC);
-      ts.tv_nsec = (long) (now % NRES_SEC);
-      nanosleep(&ts, NULL);
+    if (nres_clock_now() < start + cfg.interval / 2) {
+      sleep_until(start + cfg.interval / 2);
+      if (!stop_now)
+        nres_sync_probe(sync, nres_clock_now());
     }
+    sleep_until(start + cfg.interval);
   }
   if (status != NULL)
     write_status(sync, regions, nregions, status);

@@ -140,9 +140,10 @@ void nres_window_add(nres_window_t *window, nres_time_t now, int failure,
   inc = CALL_ONE + (failure ? FAILURE_ONE : 0) + (slow ? SLOW_ONE : 0);
   k = nres__shard_if_taken();
   /* The common case: this shard's pending bucket is of slice s and not
-   * saturated. Both in one test: rotated by 16 bits, the low half of
-   * w - s is calls | (slice - s) << 16, below 0xffff exactly when the
-   * slice is s and calls are not 0xffff. */
+   * saturated, both in one test. The low 32 bits of w less s's low 16 are
+   * calls << 16 | 0 when the slice is s (nonzero low half otherwise);
+   * rotated by 16 that is calls, below 0xffff exactly when the slice is s
+   * and the bucket not full, 0xffff when it is full. */
   if (k < NRES_SHARDS) {
     p = &window->shard[k].pending;
     w = nres__load(p);

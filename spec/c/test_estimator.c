@@ -305,20 +305,26 @@ static void threads_recording_into_one_window_lose_no_sample(void **state) {
   (void) state;
 
   assert_int_equal(nres_estimator_init(&rec_est, NRES_SEC), 0);
-  nres_estimator_record(&rec_est, REC_NOW, 1);   /* claim the window */
+  /* Claim the window: 17 takes over the entry of 1 (bucket 17 % 16), so
+   * the sample of 1 moves into the histogram, for this period. */
+  nres_estimator_record(&rec_est, REC_NOW, 1);
+  nres_estimator_record(&rec_est, REC_NOW, 17);
+  assert_int_equal(atomic_load(&rec_est.epoch[(REC_NOW / NRES_SEC) %
+                                              NRES_ESTIMATOR_WINDOWS]),
+                   REC_NOW / NRES_SEC + 1);
   for (uint64_t i = 0; i < REC_THREADS; i++)
     ids[i] = i;
   atomic_store(&rec_ready, 0);
   test_run_threads(REC_THREADS, rec, ids, sizeof(ids[0]));
 
   (void) nres_estimator_quantile(&rec_est, REC_NOW, 0.5, &samples);
-  assert_int_equal(samples, (uint64_t) REC_THREADS * REC_ITERS + 1);
+  assert_int_equal(samples, (uint64_t) REC_THREADS * REC_ITERS + 2);
   /* Each bucket holds REC_ITERS, in the histogram or in the shards'
    * entries (all eight buckets share entry 0, so they keep moving into the
-   * histogram): the sample of 1 is rank 1, bucket 2^(10+i) ranks
-   * 2 + i * REC_ITERS .. 1 + (i + 1) * REC_ITERS. */
+   * histogram): the samples of 1 and 17 are ranks 1 and 2, bucket
+   * 2^(10+i) ranks 3 + i * REC_ITERS .. 2 + (i + 1) * REC_ITERS. */
   for (uint64_t i = 0; i < REC_THREADS; i++) {
-    double last = 1.0 + (double) (i + 1) * REC_ITERS;
+    double last = 2.0 + (double) (i + 1) * REC_ITERS;
     assert_int_equal(nres_hist_index(1ull << (10 + i)) %
                          NRES_ESTIMATOR_PENDING, 0);
     assert_int_equal(nres_estimator_quantile(&rec_est, REC_NOW,

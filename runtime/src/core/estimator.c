@@ -29,11 +29,13 @@
  * taken for current (with the default 30 s period, 4 years).
  *
  * Approximations, chosen so that record is a handful of relaxed atomics:
- * - When a window is reused for a new period, the thread whose CAS moves its
- *   epoch forward zeroes its counts. A sample another thread adds in the
- *   same instant may be wiped by that reset, and a thread that read the old
- *   epoch just before the rotation may add its (old) sample to the new
- *   period. Both are a few samples at a period boundary.
+ * - When a window is reused for a new period, a thread zeroes its counts
+ *   and then moves its epoch forward with a CAS. Two threads doing so at
+ *   once may wipe what a third adds in between (a sample, or an entry's
+ *   batch), and a thread that read the old epoch just before the rotation
+ *   may add its (old) sample to the new period. Both are at a period
+ *   boundary; an entry more than one period old is dropped rather than
+ *   moved, so no old batch lands in a new period.
  * - A sample whose period is older than the window's (a thread's `now` read
  *   late) is dropped; it would be too old to count anyway.
  * - A quantile read during a record, a reset, or while an entry moves into
@@ -128,11 +130,14 @@ static void hist_add(nres_estimator_t *estimator, uint64_t tag,
   while (seen != tag) {
     if (seen > tag)
       return;   /* a later period owns this window: the sample is stale */
-    if (nres__cas(&estimator->epoch[w], &seen, tag)) {
-      for (int i = 0; i < NRES_HIST_BUCKETS; i++)
-        nres__store(&estimator->count[w][i], 0);
+    /* Zero, then claim: a thread that sees the new epoch adds after the
+     * zeroing, so only a second thread zeroing at the same time can wipe
+     * its add (claiming first would let every add of the first moments be
+     * wiped, and an add here can be an entry's whole batch). */
+    for (int i = 0; i < NRES_HIST_BUCKETS; i++)
+      nres__store(&estimator->count[w][i], 0);
+    if (nres__cas(&estimator->epoch[w], &seen, tag))
       break;
-    }
   }
   nres__add(&estimator->count[w][index], n);
 }
@@ -170,7 +175,10 @@ __attribute__((noinline)) static void record_slow(nres_estimator_t *estimator,
       return;
     }
     if (nres__cas(slot, &e, key + 1)) {
-      if (E_COUNT(e) != 0 && late < tag)
+      /* Only the current and the previous period are ever read: an older
+       * entry's samples are dropped, not moved into a window that a
+       * newer period may be reclaiming. */
+      if (E_COUNT(e) != 0 && late <= 1 && late < tag)
         hist_add(estimator, tag - late, E_INDEX(e), E_COUNT(e));
       return;
     }

@@ -7,8 +7,13 @@
  * ratios those of a consistent sample and never carries into the next
  * field; slice numbers wrap at 16 bits without losing the window. Eight
  * threads adding into one slice, or across slices (their shards' pending
- * buckets moving into the ring), must lose no sample (run under TSan too).
+ * buckets moving into the ring), must lose no sample (run under TSan too);
+ * so must 4 processes sharing a window in shared memory.
  */
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "nres_test.h"
 
 struct sums {
@@ -278,6 +283,43 @@ static void threads_across_slices_count_exactly(void **state) {
   assert_int_equal(sum_at(&w, (SLIDE_ADDS - 1) + 16 * SLIDE_WIDTH).calls, 0);
 }
 
+/* A window in memory shared by processes (as in a shm slot): processes
+ * take shards by their pid, so several may share one, and the window holds
+ * no pointer; zeroed memory given width and count is a valid empty window.
+ * 4 forked processes adding across slices count exactly. */
+#define PROCS 4
+
+static void processes_sharing_a_window_count_exactly(void **state) {
+  nres_window_t *w;
+  struct sums s;
+  pid_t pid[PROCS];
+  int status;
+
+  (void) state;
+  w = mmap(NULL, sizeof(*w), PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(w != MAP_FAILED);
+  w->width = SLIDE_WIDTH;   /* the rest zero, as mmap leaves it */
+  w->count = 16;
+  for (int i = 0; i < PROCS; i++) {
+    pid[i] = fork();
+    assert_true(pid[i] >= 0);
+    if (pid[i] == 0) {
+      add_sliding(&w);
+      _exit(0);
+    }
+  }
+  for (int i = 0; i < PROCS; i++) {
+    assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  s = sum_at(w, SLIDE_ADDS - 1);
+  assert_int_equal(s.calls, PROCS * SLIDE_ADDS);
+  assert_int_equal(s.failures, PROCS * 6667);
+  assert_int_equal(s.slow, PROCS * 4000);
+  assert_int_equal(munmap(w, sizeof(*w)), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(counts_calls_failures_and_slow),
@@ -291,6 +333,7 @@ int main(void) {
     cmocka_unit_test(invalid_init_is_einval),
     cmocka_unit_test(concurrent_adds_in_one_slice_count_exactly),
     cmocka_unit_test(threads_across_slices_count_exactly),
+    cmocka_unit_test(processes_sharing_a_window_count_exactly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -293,23 +293,26 @@ static int arm_named(const char *name) {
 static void layout(void) {
   const nres_policy_t *p = private_default[0];
   const char *base = (const char *) p;
-  nres_time_t now = nres_clock_now();
-  uint64_t slice = (uint64_t) now / (uint64_t) p->breaker->window.width;
+  uint32_t e = nres_hist_index(1000) % NRES_ESTIMATOR_PENDING;
+  /* Written words come in NRES_SHARDS copies, one per thread's shard:
+   * shards 0 and 1 stand for them all. */
   struct { const char *name, *rw; const void *at; } f[] = {
     { "policy.draining", "R", &p->draining },
     { "policy.quantile_next", "R", &p->quantile_next },
     { "policy.quantile_samples", "R", &p->quantile_samples },
     { "policy.quantile_ceiling", "R", &p->quantile_ceiling },
-    { "policy.n_verdicts[OK]", "W", &p->n_verdicts[NRES_OK] },
-    { "policy.n_stops[OK]", "W", &p->n_stops[NRES_STOP_OK] },
+    { "policy.n_ok[0].verdicts, .stops", "W (shard 0)", &p->n_ok[0].verdicts },
+    { "policy.n_ok[1].verdicts, .stops", "W (shard 1)", &p->n_ok[1].verdicts },
     { "budget.capacity", "R", &p->budget->capacity },
     { "budget.tokens", "R (full)", &p->budget->tokens },
     { "breaker.word", "R", &p->breaker->word },
     { "breaker.consecutive", "R", &p->breaker->consecutive },
-    { "breaker.window.width", "R", &p->breaker->window.width },
-    { "breaker.window.bucket[now]", "W (CAS)", &p->breaker->window.bucket[slice % p->breaker->window.count] },
-    { "estimator.epoch[now]", "R", &p->estimator->epoch[0] },
-    { "estimator.count[..][1us]", "W", &p->estimator->count[0][nres_hist_index(1000)] },
+    { "breaker.window.width, .count", "R", &p->breaker->window.width },
+    { "breaker.window.shard[0].pending", "W (CAS, shard 0)", &p->breaker->window.shard[0].pending },
+    { "breaker.window.shard[1].pending", "W (CAS, shard 1)", &p->breaker->window.shard[1].pending },
+    { "estimator.period", "R", &p->estimator->period },
+    { "estimator.shard[0].entry[1us]", "W (CAS, shard 0)", &p->estimator->shard[0].entry[e] },
+    { "estimator.shard[1].entry[1us]", "W (CAS, shard 1)", &p->estimator->shard[1].entry[e] },
   };
   printf("| word | path | offset | 64-byte line |\n|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {

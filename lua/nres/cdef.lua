@@ -9,7 +9,7 @@
 -- path tried.
 local ffi = require "ffi"
 
-local ABI_VERSION = 3
+local ABI_VERSION = 4
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -33,6 +33,7 @@ typedef struct nres_budget_s {
 
 typedef struct nres_window_s {
   nres_time_t width; uint32_t count, reserved_; uint64_t bucket[16];
+  struct { uint64_t pending; uint64_t reserved_[7]; } shard[8];
 } nres_window_t;
 
 typedef struct nres_breaker_config_s {
@@ -64,6 +65,7 @@ typedef struct nres_bulkhead_s {
 
 typedef struct nres_estimator_s {
   nres_time_t period; uint64_t epoch[2]; uint32_t count[2][608];
+  struct { uint64_t entry[16]; uint64_t reserved_[16]; } shard[8];
 } nres_estimator_t;
 
 typedef struct nres_hedge_s {

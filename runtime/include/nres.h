@@ -386,11 +386,25 @@ NRES_EXTERN int nres_budget_set_floor(nres_budget_t *budget,
  * 65535, and a 16-bit slice number). Used by the breaker and by hedging. */
 #define NRES_WINDOW_MAX_BUCKETS 16
 
+/* Copies of a hot word that threads sharing state write (the thread's
+ * shard), merged when read: the window's current bucket, the estimator's
+ * recent samples, a policy's success counters. */
+#define NRES_SHARDS 8
+
 struct nres_window_s {
   nres_time_t width;            /* one bucket's span */
   uint32_t count;               /* buckets in use */
   uint32_t reserved_;
   NRES_ATOMIC(uint64_t) bucket[NRES_WINDOW_MAX_BUCKETS];
+  /* Each shard's bucket of the slice it last added to (same layout as
+   * bucket[]), moved into bucket[] when that shard moves to a newer slice;
+   * nres_window_sum adds them in. So the adds of threads sharing a window
+   * go to different lines: 64 bytes apart, and away from width and count,
+   * which every add reads. Zero is an empty pending bucket. */
+  struct {
+    NRES_ATOMIC(uint64_t) pending;
+    uint64_t reserved_[7];
+  } shard[NRES_SHARDS];
 };
 
 /* span > 0 and not NRES_TIME_INVALID (NRES_TIME_NEVER is accepted),
@@ -710,10 +724,25 @@ NRES_EXTERN void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
 NRES_EXTERN uint32_t nres_hist_index(uint64_t value);
 NRES_EXTERN uint64_t nres_hist_upper(uint32_t index);
 
+/* Buckets of recent samples each shard holds before they reach count[]. */
+#define NRES_ESTIMATOR_PENDING 16
+
 struct nres_estimator_s {
   nres_time_t period;           /* how long one window collects */
   NRES_ATOMIC(uint64_t) epoch[NRES_ESTIMATOR_WINDOWS];
   NRES_ATOMIC(uint32_t) count[NRES_ESTIMATOR_WINDOWS][NRES_HIST_BUCKETS];
+  /* Each shard's recent samples, by bucket: entry[b % 16] counts samples
+   * of bucket b (16 buckets = one power of two) in one period (period,
+   * bucket and count packed in one word), and moves into count[] when a
+   * sample of another bucket or period needs the entry. Quantiles add them
+   * in. Threads recording similar latencies write their shard's lines
+   * instead of one histogram line: 256 bytes per shard, entries in the
+   * first half, so no two shards' entries share a line. Zero is an empty
+   * entry. */
+  struct {
+    NRES_ATOMIC(uint64_t) entry[NRES_ESTIMATOR_PENDING];
+    uint64_t reserved_[16];
+  } shard[NRES_SHARDS];
 };
 
 /* period > 0 and not NRES_TIME_INVALID. Quantiles read the current and the
@@ -837,7 +866,7 @@ typedef enum {
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */
-#define NRES_POLICY_SHARDS 8
+#define NRES_POLICY_SHARDS NRES_SHARDS
 
 /* Most attempts one call may have in flight (hedging). */
 #define NRES_MAX_INFLIGHT 4

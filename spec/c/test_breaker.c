@@ -9,7 +9,9 @@
  * an older half-open period) change nothing. Two regression tests replay
  * resilience4j bugs: more probes admitted than configured under contention
  * (#1432, 8 threads, run under TSan too) and a breaker stuck half-open
- * after its probe was canceled (#903). The closed hot path is proved to
+ * after its probe was canceled (#903). Threads sharing a closed breaker
+ * (their outcomes in per-thread shards of the window) trip it on the ratio
+ * of all their outcomes, counted exactly. The closed hot path is proved to
  * write nothing by running it on a read-only page.
  */
 #include <math.h>
@@ -729,6 +731,65 @@ static void breaker_stuck_half_open_after_a_canceled_probe(void **state) {
                    NRES_BREAKER_CLOSED);
 }
 
+/* Threads sharing a closed breaker feed its window through their own
+ * shards (core/shard.h); the ratio that trips it is over all of them. 8
+ * threads record 1000 successes and 100 failures each (no trip: 800 of
+ * 8800), then failures from this thread trip it at exactly the 8000th: the
+ * decision read every shard, not only this thread's. */
+#define SHARE_THREADS 8
+
+struct share_arg {
+  nres_breaker_t *b;
+  uint32_t seed;
+  int changes;          /* records that changed the state: none expected */
+};
+
+static void *share_worker(void *arg) {
+  struct share_arg *a = arg;
+  nres_rng_t rng;
+
+  nres_rng_seed(&rng, a->seed);
+  for (int i = 0; i < 1100; i++)
+    if (call(a->b, T0 + (nres_time_t) i * NRES_USEC,
+             i % 11 == 10 ? NRES_BREAKER_FAILURE : NRES_BREAKER_SUCCESS, 0,
+             &rng) != -1)
+      a->changes++;
+  return NULL;
+}
+
+static void threads_sharing_a_breaker_trip_on_the_merged_ratio(void **state) {
+  static nres_breaker_t b;
+  struct share_arg a[SHARE_THREADS];
+  nres_breaker_config_t c;
+  uint32_t calls, failures;
+  nres_time_t t = T0 + 2 * NRES_SEC;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.consecutive = 0;
+  c.min_calls = 1;
+  c.failure_ratio = 0.5;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < SHARE_THREADS; i++) {
+    a[i].b = &b;
+    a[i].seed = (uint32_t) i + 1;
+    a[i].changes = 0;
+  }
+  test_run_threads(SHARE_THREADS, share_worker, a, sizeof(a[0]));
+  for (i = 0; i < SHARE_THREADS; i++)
+    assert_int_equal(a[i].changes, 0);
+  nres_window_sum(&b.window, t, &calls, &failures, NULL);
+  assert_int_equal(calls, SHARE_THREADS * 1100);
+  assert_int_equal(failures, SHARE_THREADS * 100);
+
+  for (i = 0; i < 7199; i++)
+    assert_int_equal(call(&b, t, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  assert_int_equal(call(&b, t, NRES_BREAKER_FAILURE, 0, NULL),
+                   NRES_BREAKER_OPEN);   /* 8000 of 16000 */
+  assert_int_equal(stats(&b).trips, 1);
+}
+
 /* Closed, the breaker is read by every call: admission, and a success with
  * no failure run and no ratios to feed, must not write its memory. */
 static void closed_hot_path_writes_nothing(void **state) {
@@ -792,6 +853,7 @@ int main(void) {
     cmocka_unit_test(stale_probe_permit_from_older_generation_is_ignored),
     cmocka_unit_test(half_open_admits_more_probes_than_configured),
     cmocka_unit_test(breaker_stuck_half_open_after_a_canceled_probe),
+    cmocka_unit_test(threads_sharing_a_breaker_trip_on_the_merged_ratio),
     cmocka_unit_test(closed_hot_path_writes_nothing),
     cmocka_unit_test(state_names),
   };

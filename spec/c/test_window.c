@@ -6,8 +6,14 @@
  * wipe the current bucket. Saturation at 65535 keeps the failure and slow
  * ratios those of a consistent sample and never carries into the next
  * field; slice numbers wrap at 16 bits without losing the window. Eight
- * threads adding into one slice must lose no sample (run under TSan too).
+ * threads adding into one slice, or across slices (their shards' pending
+ * buckets moving into the ring), must lose no sample (run under TSan too);
+ * so must 4 processes sharing a window in shared memory.
  */
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "nres_test.h"
 
 struct sums {
@@ -109,14 +115,40 @@ static void saturation_keeps_ratios_consistent(void **state) {
   assert_int_equal(s.calls, 65535);
   assert_int_equal(s.failures, 32768);
   assert_int_equal(s.slow, 16384);
-  /* nothing carried into the neighbouring fields: slice still 2 */
-  assert_int_equal(atomic_load(&w.bucket[2]) & 0xffff, 2);
 
   /* the next slice starts afresh */
   nres_window_add(&w, 3 * NRES_SEC, 1, 0);
   s = sum_at(&w, 3 * NRES_SEC);
   assert_int_equal(s.calls, 65536);
   assert_int_equal(s.failures, 32769);
+  /* slice 2, moved from the thread's pending bucket into the ring: nothing
+   * carried into the neighbouring fields, slice still 2 */
+  assert_int_equal(atomic_load(&w.bucket[2]) & 0xffff, 2);
+}
+
+/* A shard whose pending bucket has moved on to slice 14, its slice 13 in
+ * the ring: a sample read at 3 s (a rotation ago) must neither replace the
+ * ring's slice 13 nor lose the pending slice 14. */
+static void late_sample_keeps_ring_and_pending_counts(void **state) {
+  nres_window_t w;
+  struct sums s;
+
+  (void) state;
+  assert_int_equal(nres_window_init(&w, 10 * NRES_SEC, 10), 0);
+  nres_window_add(&w, 13 * NRES_SEC, 1, 0);
+  nres_window_add(&w, 13 * NRES_SEC, 1, 0);
+  nres_window_add(&w, 14 * NRES_SEC, 0, 1);   /* slice 13 -> ring */
+  nres_window_add(&w, 3 * NRES_SEC, 0, 0);    /* late: slice 3, index 3 */
+  nres_window_add(&w, 14 * NRES_SEC, 0, 0);
+  s = sum_at(&w, 14 * NRES_SEC);
+  assert_int_equal(s.calls, 4);
+  assert_int_equal(s.failures, 2);
+  assert_int_equal(s.slow, 1);
+  /* a late sample still inside the window counts */
+  nres_window_add(&w, 12 * NRES_SEC, 1, 0);
+  s = sum_at(&w, 14 * NRES_SEC);
+  assert_int_equal(s.calls, 5);
+  assert_int_equal(s.failures, 3);
 }
 
 static void slice_numbers_wrap_at_16_bits(void **state) {
@@ -211,17 +243,97 @@ static void concurrent_adds_in_one_slice_count_exactly(void **state) {
   assert_int_equal(s.slow, 16000);
 }
 
+/* Threads sharing a window add to their shards' pending buckets, which
+ * move into the ring as each thread reaches a newer slice; whatever the
+ * interleaving (a slower thread still adding to slices another has left),
+ * the sum over the window counts every sample once. */
+#define SLIDE_THREADS 8
+#define SLIDE_ADDS 20000   /* 10 slices of 2000 per thread */
+#define SLIDE_WIDTH 2000   /* ns: one slice per 2000 adds, now = i */
+
+static void *add_sliding(void *arg) {
+  nres_window_t *w = *(nres_window_t **) arg;
+  for (int i = 0; i < SLIDE_ADDS; i++)
+    nres_window_add(w, (nres_time_t) i, i % 3 == 0, i % 5 == 0);
+  return NULL;
+}
+
+static void threads_across_slices_count_exactly(void **state) {
+  static nres_window_t w;
+  nres_window_t *arg[SLIDE_THREADS];
+  struct sums s;
+  uint32_t in_ring = 0;
+
+  (void) state;
+  /* 16 slices of 2 us: the 10 slices written all stay in the window, and
+   * each gets 8 x 2000 = 16000 calls, far from saturation. */
+  assert_int_equal(nres_window_init(&w, 16 * SLIDE_WIDTH, 16), 0);
+  for (int i = 0; i < SLIDE_THREADS; i++)
+    arg[i] = &w;
+  test_run_threads(SLIDE_THREADS, add_sliding, arg, sizeof(arg[0]));
+  s = sum_at(&w, SLIDE_ADDS - 1);
+  assert_int_equal(s.calls, SLIDE_THREADS * SLIDE_ADDS);
+  assert_int_equal(s.failures, SLIDE_THREADS * 6667);   /* i % 3 == 0 */
+  assert_int_equal(s.slow, SLIDE_THREADS * 4000);       /* i % 5 == 0 */
+  /* slices 0..8 left the pending buckets: the ring holds them */
+  for (int i = 0; i < 9; i++)
+    in_ring += (uint32_t) (atomic_load(&w.bucket[i]) >> 16) & 0xffff;
+  assert_int_equal(in_ring, SLIDE_THREADS * 9 * 2000);
+  /* and the window slides past them all */
+  assert_int_equal(sum_at(&w, (SLIDE_ADDS - 1) + 16 * SLIDE_WIDTH).calls, 0);
+}
+
+/* A window in memory shared by processes (as in a shm slot): processes
+ * take shards by their pid, so several may share one, and the window holds
+ * no pointer; zeroed memory given width and count is a valid empty window.
+ * 4 forked processes adding across slices count exactly. */
+#define PROCS 4
+
+static void processes_sharing_a_window_count_exactly(void **state) {
+  nres_window_t *w;
+  struct sums s;
+  pid_t pid[PROCS];
+  int status;
+
+  (void) state;
+  w = mmap(NULL, sizeof(*w), PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(w != MAP_FAILED);
+  w->width = SLIDE_WIDTH;   /* the rest zero, as mmap leaves it */
+  w->count = 16;
+  for (int i = 0; i < PROCS; i++) {
+    pid[i] = fork();
+    assert_true(pid[i] >= 0);
+    if (pid[i] == 0) {
+      add_sliding(&w);
+      _exit(0);
+    }
+  }
+  for (int i = 0; i < PROCS; i++) {
+    assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  s = sum_at(w, SLIDE_ADDS - 1);
+  assert_int_equal(s.calls, PROCS * SLIDE_ADDS);
+  assert_int_equal(s.failures, PROCS * 6667);
+  assert_int_equal(s.slow, PROCS * 4000);
+  assert_int_equal(munmap(w, sizeof(*w)), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(counts_calls_failures_and_slow),
     cmocka_unit_test(old_buckets_expire_as_time_slides),
     cmocka_unit_test(bucket_reused_after_rotation_starts_from_zero),
     cmocka_unit_test(late_sample_does_not_wipe_current_bucket),
+    cmocka_unit_test(late_sample_keeps_ring_and_pending_counts),
     cmocka_unit_test(saturation_keeps_ratios_consistent),
     cmocka_unit_test(slice_numbers_wrap_at_16_bits),
     cmocka_unit_test(clear_zeroes_everything),
     cmocka_unit_test(invalid_init_is_einval),
     cmocka_unit_test(concurrent_adds_in_one_slice_count_exactly),
+    cmocka_unit_test(threads_across_slices_count_exactly),
+    cmocka_unit_test(processes_sharing_a_window_count_exactly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,8 @@
  * Every lookup leases its slot for `hold`: a slot is evicted (least
  * recently leased first) only when its lease has run out, so a call that
  * holds slot state for at most `hold` never sees it handed to another key.
- * Size: nres_shm_size(config), about 0.6 KB per slot.
+ * Size: nres_shm_size(config), about 1.1 KB per slot (most of it the
+ * breaker window's per-thread shards, see nres_window_t).
  *
  * Time is nres_time_t nanoseconds on one clock for every process (the
  * drivers use CLOCK_MONOTONIC, which is system-wide); leases keep ms, up

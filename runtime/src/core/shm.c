@@ -66,7 +66,7 @@
 #define SHM_MAGIC 0x316d687373657271ull   /* "qresshm1", little endian */
 /* Bumped whenever the header, the index or nres_shm_slot_t changes shape:
  * a region laid out by another build is refused, not misread. */
-#define SHM_VERSION 2u
+#define SHM_VERSION 3u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 

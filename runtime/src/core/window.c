@@ -11,18 +11,29 @@
  *   bits 32-47  failures
  *   bits 48-63  slow calls
  *
- * A sample lands in bucket (now / width) % count. If that bucket still
- * holds an older slice, the sample replaces it with a fresh word, which is
- * how expired counts leave the window without a sweeper. Counts saturate:
- * once a bucket holds 65535 calls, further samples for that slice are
- * dropped whole, so failures/calls and slow/calls stay a consistent sample.
- * failures <= calls and slow <= calls, so no field can carry into the next.
+ * Threads sharing a window (every call of a policy adds to its breaker's)
+ * do not add to the ring directly: each adds to its shard's pending bucket
+ * (shard.h), a word of the same layout on a line of its own, and the first
+ * add of a newer slice moves the pending bucket's counts into the ring.
+ * A sum reads the ring and the pending buckets, so counts are where a sum
+ * finds them at every moment but the instant of that move (a sum running
+ * then may miss them once). With one thread, the ring and its one pending
+ * bucket hold exactly what a ring alone would.
+ *
+ * A sample lands in the bucket of slice now / width, ring bucket
+ * (now / width) % count. If that bucket still holds an older slice, the
+ * sample replaces it with a fresh word, which is how expired counts leave
+ * the window without a sweeper. Counts saturate: once a bucket holds 65535
+ * calls, further samples for that slice are dropped whole, so failures/calls
+ * and slow/calls stay a consistent sample; likewise a pending bucket's
+ * counts move into a ring bucket only if they fit whole. failures <= calls
+ * and slow <= calls, so no field can carry into the next.
  *
  * Slices are compared modulo 2^16: a bucket left untouched for exactly a
  * multiple of 65536 slices (with the breaker's 3 s default width, 2.3 days)
  * would be taken for current. That is the price of one word per bucket.
  */
-#include "internal.h"
+#include "core/shard.h"
 
 #define SLICE_MASK 0xffffull
 #define CALL_ONE (1ull << 16)
@@ -44,41 +55,105 @@ int nres_window_init(nres_window_t *window, nres_time_t span,
   window->width = span / buckets;
   window->count = buckets;
   window->reserved_ = 0;
+  for (uint32_t i = 0; i < NRES_SHARDS; i++)
+    for (uint32_t k = 0; k < NRES__ARRAY_SIZE(window->shard[i].reserved_); k++)
+      window->shard[i].reserved_[k] = 0;
   nres_window_clear(window);
   return 0;
 }
 
-void nres_window_add(nres_window_t *window, nres_time_t now, int failure,
-                     int slow) {
-  uint64_t s;
-  uint64_t w;
+static inline uint32_t rotate16(uint32_t x) {
+  return x >> 16 | x << 16;
+}
+
+/* Is a bucket holding w, on ring of `count`, ahead of slice s: a newer
+ * slice at most `count` slices on, with calls in it? A sample of s that
+ * arrives then (a thread that read the clock long ago) has already left
+ * the window, and replacing the bucket would erase current counts. */
+static int ahead_of(uint64_t w, uint64_t s, uint32_t count) {
+  uint16_t ahead = (uint16_t) (SLICE(w) - (uint16_t) s);
+  return ahead != 0 && ahead <= count && CALLS(w) != 0;
+}
+
+/* Add inc (counts of slice s, slice bits 0) to the ring bucket of s. */
+static void ring_add(nres_window_t *window, uint64_t s, uint64_t inc) {
+  _Atomic uint64_t *b = &window->bucket[s % window->count];
+  uint64_t w = nres__load(b);
   uint64_t n;
-  uint64_t inc;
-  uint16_t ahead;
-  _Atomic uint64_t *b;
 
-  s = now / window->width;
-  b = &window->bucket[s % window->count];
-  inc = CALL_ONE + (failure ? FAILURE_ONE : 0) + (slow ? SLOW_ONE : 0);
-
-  w = nres__load(b);
   for (;;) {
     if (SLICE(w) == (uint16_t) s) {
-      if (CALLS(w) == 0xffff)
+      if (CALLS(w) + CALLS(inc) > 0xffff)
         return;   /* saturated: drop the whole sample */
       n = w + inc;
     } else {
-      /* A thread that read the clock long ago may arrive after the bucket
-       * has moved on to a newer slice; its sample has already left the
-       * window, and replacing the bucket would erase current counts. */
-      ahead = (uint16_t) (SLICE(w) - (uint16_t) s);
-      if (ahead <= window->count && CALLS(w) != 0)
+      if (ahead_of(w, s, window->count))
         return;
       n = (s & SLICE_MASK) + inc;
     }
     if (nres__cas(b, &w, n))
       return;
   }
+}
+
+/* An add the common case below does not cover (this thread has no shard
+ * yet, its pending bucket holds another slice or is full, or the CAS
+ * lost). Out of line, so that the common case calls nothing. */
+__attribute__((noinline)) static void add_slow(nres_window_t *window,
+                                               uint64_t s, uint64_t inc) {
+  _Atomic uint64_t *p = &window->shard[nres__shard()].pending;
+  uint64_t w = nres__load(p);
+
+  for (;;) {
+    if (SLICE(w) == (uint16_t) s) {
+      if (CALLS(w) == 0xffff)
+        return;   /* saturated: drop the whole sample */
+      if (nres__cas(p, &w, w + inc))
+        return;
+    } else if (ahead_of(w, s, window->count)) {
+      /* This shard has moved on: the late sample goes to its own slice's
+       * ring bucket, where ring_add keeps it only if still current. */
+      ring_add(window, s, inc);
+      return;
+    } else if (nres__cas(p, &w, (s & SLICE_MASK) + inc)) {
+      /* This shard's first sample of slice s: the older slice it held
+       * moves into the ring. Its slice number comes back from 16 bits:
+       * the latest slice <= s with those bits. */
+      if (CALLS(w) != 0)
+        ring_add(window, s - (uint16_t) ((uint16_t) s - SLICE(w)),
+                 w & ~SLICE_MASK);
+      return;
+    }
+  }
+}
+
+void nres_window_add(nres_window_t *window, nres_time_t now, int failure,
+                     int slow) {
+  uint64_t s;
+  uint64_t w;
+  uint64_t inc;
+  uint32_t d;
+  unsigned k;
+  _Atomic uint64_t *p;
+
+  s = now / window->width;
+  inc = CALL_ONE + (failure ? FAILURE_ONE : 0) + (slow ? SLOW_ONE : 0);
+  k = nres__shard_if_taken();
+  /* The common case: this shard's pending bucket is of slice s and not
+   * saturated, both in one test. The low 32 bits of w less s's low 16 are
+   * calls << 16 | 0 when the slice is s (nonzero low half otherwise);
+   * rotated by 16 that is calls, below 0xffff exactly when the slice is s
+   * and the bucket not full, 0xffff when it is full. */
+  if (k < NRES_SHARDS) {
+    p = &window->shard[k].pending;
+    w = nres__load(p);
+    d = rotate16((uint32_t) w - (uint16_t) s);
+    if (d < 0xffff && nres__cas(p, &w, w + inc))
+      return;
+    if (d == 0xffff)
+      return;   /* saturated: drop the whole sample */
+  }
+  add_slow(window, s, inc);
 }
 
 void nres_window_sum(const nres_window_t *window, nres_time_t now,
@@ -88,15 +163,17 @@ void nres_window_sum(const nres_window_t *window, nres_time_t now,
   uint32_t sl;
   uint32_t i;
   uint16_t cur;
-  uint16_t age;
   uint64_t w;
 
   c = f = sl = 0;
   cur = (uint16_t) (now / window->width);
-  for (i = 0; i < window->count; i++) {
-    w = nres__load(&window->bucket[i]);
-    age = (uint16_t) (cur - SLICE(w));
-    if (age < window->count) {
+  /* The ring's buckets, then the shards' pending ones. */
+  for (i = 0; i < window->count + NRES_SHARDS; i++) {
+    if (i < window->count)
+      w = nres__load(&window->bucket[i]);
+    else
+      w = nres__load(&window->shard[i - window->count].pending);
+    if ((uint16_t) (cur - SLICE(w)) < window->count) {
       c += CALLS(w);
       f += FAILURES(w);
       sl += SLOWS(w);
@@ -115,4 +192,6 @@ void nres_window_clear(nres_window_t *window) {
 
   for (i = 0; i < NRES_WINDOW_MAX_BUCKETS; i++)
     nres__store(&window->bucket[i], 0);
+  for (i = 0; i < NRES_SHARDS; i++)
+    nres__store(&window->shard[i].pending, 0);
 }

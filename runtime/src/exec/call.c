@@ -24,6 +24,7 @@
 
 #include "internal.h"
 #include "core/policy.h"
+#include "core/shard.h"
 #include "exec/call.h"
 
 enum {
@@ -62,26 +63,13 @@ static void emit(nres_call_t *call, int type, int value, unsigned attempt,
       nres__add(&(policy)->field, 1);                                        \
   } while (0)
 
-/* This thread's shard of the success counters (nres_policy_t.n_ok): taken
- * round-robin on its first count, so two threads sharing a policy write
- * different lines. */
-static atomic_uint next_shard;
-static _Thread_local unsigned my_shard = NRES_POLICY_SHARDS;
-
-static unsigned shard_of_thread(void) {
-  if (my_shard >= NRES_POLICY_SHARDS)
-    my_shard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) %
-               NRES_POLICY_SHARDS;
-  return my_shard;
-}
-
 /* policy->field[index] (n_verdicts[kind], n_stops[stop]); the OK one
  * (index == ok) goes to the thread's shard instead, as n_ok[].shard_field. */
 #define COUNT_SHARDED(policy, field, index, ok, shard_field)                 \
   do {                                                                       \
     if ((policy)->private_flags & NRES__F_TELEMETRY) {                       \
       if ((index) == (ok))                                                   \
-        nres__add(&(policy)->n_ok[shard_of_thread()].shard_field, 1);        \
+        nres__add(&(policy)->n_ok[nres__shard()].shard_field, 1);            \
       else                                                                   \
         nres__add(&(policy)->field[index], 1);                               \
     }                                                                        \

@@ -325,9 +325,11 @@ function _M.new(spec, level)
     refs = refs,            -- keeps shared state alive with the policy
     spec = t,
     classify = classify.compile(t.classify),
-    fallback = t.fallback or nil,
-    admit = t.admit or nil,
-    on_event = t.on_event or nil,
+    -- false, not nil, when absent: p:run reads them on every call, and a
+    -- missing key would also be looked up in the metatable's __index.
+    fallback = t.fallback or false,
+    admit = t.admit or false,
+    on_event = t.on_event or false,
     driver = driver.default(),
     -- Built as a passthrough (flag 1) and nothing Lua-side to run either.
     passthrough = bit.band(cp.private_flags, 1) ~= 0 and not t.admit and not t.on_event,

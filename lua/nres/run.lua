@@ -8,7 +8,10 @@
 -- Hot path rules (lua-resty-core style): no closures, tables or cdata per
 -- call; the step out-parameter is one module-level cdata read into locals
 -- before any user code runs (user code may re-enter run); call state
--- (nres_call_t) comes from a free list, so steady state allocates nothing.
+-- (nres_call_t) comes from a free list, so steady state allocates nothing:
+-- on success, on failure (the info table is reused, one per coroutine),
+-- and hedged (each call record carries its own step and attempt records).
+-- spec/lua/garbage_spec.lua counts it.
 --
 -- User code fails, and nothing it does escapes p:run:
 --   * fn may throw or return anything: a throw is an attempt's failure,
@@ -155,7 +158,6 @@ end
 local co_running = coroutine.running
 local MAIN = {}                          -- the main thread's key (running() is nil)
 local slots = setmetatable({}, { __mode = "k" })   -- coroutine -> its slot
-local OPTIONAL = { "callback", "raised", "cause", "fallback" }
 
 local function new_slot()
   local info = { reason = false, criticality = false, attempts = 0, retries = 0, hedges = 0,
@@ -228,7 +230,7 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   info.hedges = call.hedges
   info.error = classify.error_of(ok, r1, r2)
   info.thrown = not ok
-  for i = 1, 4 do info[OPTIONAL[i]] = nil end
+  info.callback, info.raised, info.cause, info.fallback = nil, nil, nil, nil
   local log = info.log
   local n = call.attempts < 8 and call.attempts or 8
   for k = 1, n do
@@ -266,7 +268,7 @@ end
 -- The end of a successful call: on_event "done" (a failure there spoils
 -- it: nil, "canceled", info), the record given back, fn's results exactly.
 local function succeed(self, call, owner, on_event, ok, n, r1, r2, r3, rest)
-  if on_event ~= nil then
+  if on_event then
     local fine, err = pcall(on_event, "done", "ok", call.attempts)
     if not fine then
       return finish(self, call, owner, STOP_OK, false, ok, r1, r2, nil, "on_event", err, true)
@@ -298,7 +300,7 @@ end
 -- Wait delay ns through the driver, on_event told first: nil, or the name
 -- of the callback that failed and its error.
 local function wait(driver, on_event, delay)
-  if on_event ~= nil then
+  if on_event then
     local fine, err = pcall(on_event, "wait", delay / 1e9)
     if not fine then return "on_event", err end
   end
@@ -427,7 +429,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
     if kind == ATTEMPT then
       local rec = slot_rec(kit, st.slot, st.hedge == 1, st.at, now, fn, a1, a2, a3, a4)
       at = st.resume_at                  -- when a hedge may be due
-      if admit ~= nil then
+      if admit then
         local said, what = ask(admit, st.attempt, self)
         if said == FAILED then
           cb, cb_err = "admit", what
@@ -485,7 +487,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
           break
         end
       end
-      if on_event ~= nil then
+      if on_event then
         local fine, err = pcall(on_event, "attempt", call.attempts, verdict_names[vk])
         if not fine then
           ok, n, r1, r2, r3, rest = rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest
@@ -561,7 +563,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
       local slot = step.slot
       local vk, fl, ra
       attempt_at, attempt_now = step.at, now
-      if admit ~= nil then
+      if admit then
         local said, what = ask(admit, step.attempt, self)
         if said == FAILED then
           cb, cb_err = "admit", what
@@ -582,7 +584,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
         end
       end
       attempt_at = -1
-      if on_event ~= nil then
+      if on_event then
         local fine, err = pcall(on_event, "attempt", call.attempts, verdict_names[vk])
         if not fine then
           cb, cb_err = "on_event", err

@@ -150,25 +150,19 @@ end
 -- per failure was the one garbage of the plain path: 38 % of the window
 -- went to the collector where fast calls failed often). So info is valid
 -- until the next p:run that fails in the same coroutine; nres.copy_info
--- keeps one. Each holds every key from the start (false, then nil) and
--- its own log entries, so refilling it never grows a table. A failure
--- inside the callbacks of another one's ending (on_event "done", the
--- fallback) finds the slot busy and gets a fresh table, not the one
--- being filled.
+-- keeps one. A slot holds the info, its log entries (slot[1..8], made as
+-- needed), how many the log shows (n) and whether a failure is filling
+-- it (busy). A failure inside the callbacks of another one's ending
+-- (on_event "done", the fallback) finds the slot busy and gets a fresh
+-- one, not the info being filled.
 local co_running = coroutine.running
 local MAIN = {}                          -- the main thread's key (running() is nil)
 local slots = setmetatable({}, { __mode = "k" })   -- coroutine -> its slot
 
 local function new_slot()
-  local info = { reason = false, criticality = false, attempts = 0, retries = 0, hedges = 0,
-                 error = false, thrown = false, log = {}, callback = false, raised = false,
-                 cause = false, fallback = false }
-  local entries = {}
-  for i = 1, 8 do
-    entries[i] = { attempt = 0, hedge = false, verdict = false, timeout = false,
-                   start = 0, finish = 0 }
-  end
-  return { info = info, entries = entries, n = 0, busy = false }
+  return { info = { reason = false, criticality = false, attempts = 0, retries = 0, hedges = 0,
+                    error = false, thrown = false, log = {} },
+           n = 0, busy = false }
 end
 
 local function take_slot()
@@ -178,10 +172,43 @@ local function take_slot()
     slot = new_slot()
     slots[co] = slot
   elseif slot.busy then
-    return new_slot()
+    slot = new_slot()
   end
   slot.busy = true
   return slot
+end
+
+-- Log entry k (1 = the oldest shown) from the record's attempt log.
+local function put_entry(slot, log, call, k, at)
+  local rec, e = call.log[at % 8], slot[k]
+  if e == nil then
+    e = { attempt = 0, hedge = false, verdict = false, timeout = false, start = 0, finish = 0 }
+    slot[k] = e
+  end
+  e.attempt = rec.number
+  e.hedge = rec.hedge == 1
+  e.verdict = rec.flags == 0xff and "abandoned" or verdict_names[rec.kind]
+  e.timeout = rec.flags == 2
+  e.start = tonumber(rec.start) / 1e9
+  e.finish = tonumber(rec["end"]) / 1e9
+  log[k] = e
+end
+
+-- The last n attempts (n <= 8, the C log's size), oldest first. Written
+-- out, not a loop: a loop of a few turns inside finish becomes a trace of
+-- its own and leaves the rest of finish to the interpreter, which boxes
+-- every 64-bit field it reads (garbage), where each call has a fresh
+-- coroutine (nginx) and never runs compiled.
+local function fill_log(slot, log, call, n)
+  local base = call.attempts - n
+  if n >= 1 then put_entry(slot, log, call, 1, base) end
+  if n >= 2 then put_entry(slot, log, call, 2, base + 1) end
+  if n >= 3 then put_entry(slot, log, call, 3, base + 2) end
+  if n >= 4 then put_entry(slot, log, call, 4, base + 3) end
+  if n >= 5 then put_entry(slot, log, call, 5, base + 4) end
+  if n >= 6 then put_entry(slot, log, call, 6, base + 5) end
+  if n >= 7 then put_entry(slot, log, call, 7, base + 6) end
+  if n >= 8 then put_entry(slot, log, call, 8, base + 7) end
 end
 
 -- A copy of info that no later failure overwrites.
@@ -222,7 +249,7 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
     reason = refused
   end
   local slot = take_slot()
-  local info, entries = slot.info, slot.entries
+  local info = slot.info
   info.reason = reason
   info.criticality = CLASS_NAMES[self.class or 1]
   info.attempts = call.attempts
@@ -233,16 +260,7 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   info.callback, info.raised, info.cause, info.fallback = nil, nil, nil, nil
   local log = info.log
   local n = call.attempts < 8 and call.attempts or 8
-  for k = 1, n do
-    local rec, e = call.log[(call.attempts - n + k - 1) % 8], entries[k]   -- oldest first
-    e.attempt = rec.number
-    e.hedge = rec.hedge == 1
-    e.verdict = rec.flags == 0xff and "abandoned" or verdict_names[rec.kind]
-    e.timeout = rec.flags == 2
-    e.start = tonumber(rec.start) / 1e9
-    e.finish = tonumber(rec["end"]) / 1e9
-    log[k] = e
-  end
+  fill_log(slot, log, call, n)
   for k = n + 1, slot.n do log[k] = nil end   -- usually none: as many as last time
   slot.n = n
   give_call(call, owner)

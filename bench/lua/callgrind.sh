@@ -3,8 +3,9 @@
 # bench/lua/run_cost.lua, counted by valgrind --tool=callgrind: deterministic,
 # unlike nanoseconds on this shared machine. Each arm runs twice (N and 2N
 # calls after the same warm-up); the difference divided by N is one call.
-# Split by where the instructions run: libnres (the C executor and the
-# step wrappers), the rest (LuaJIT's compiled traces, its VM and libc).
+# Split by where the instructions run: LuaJIT (the compiled traces and
+# the VM: what nres.run's Lua costs), and C (the executor, the step
+# wrappers, the clock, libc).
 #
 #   bench/lua/callgrind.sh [BUILD_DIR] [ARM...]
 set -euo pipefail
@@ -22,7 +23,10 @@ if ! command -v valgrind >/dev/null 2>&1 || ! command -v callgrind_annotate >/de
   exit 77
 fi
 
-# Instructions of one run (total, and in libnres) -> "total nres".
+# Instructions of one run -> "total lua": lua = LuaJIT's compiled traces
+# (callgrind's [???]) and its VM; the rest is libnres, libc and ld.so
+# (callgrind names the object of a C function only on some lines, so C is
+# what is left).
 counts() {   # arm calls
   local out=$tmp/cg.out
   ARM=$1 CALLS=$2 LUA_PATH="$lua_dir/?.lua;;" NRES_LIB="$build/libnres.so" \
@@ -30,15 +34,15 @@ counts() {   # arm calls
     >/dev/null 2>&1
   callgrind_annotate --inclusive=no --show-percs=no --threshold=100 "$out" 2>/dev/null |
     awk '/PROGRAM TOTALS/ { c = $1; gsub(",", "", c); total = c }
-         /\[.*libnres[^]]*\]$/ { c = $1; gsub(",", "", c); nres += c }
-         END { printf "%d %d\n", total, nres }'
+         / \[(\?\?\?|[^]]*luajit[^]]*)\]$/ { c = $1; gsub(",", "", c); lua += c }
+         END { printf "%d %d\n", total, lua }'
 }
 
-echo "| arm | instructions/call | in libnres | Lua (traces, VM) and libc |"
+echo "| arm | instructions/call | LuaJIT (traces, VM) | C (libnres, libc) |"
 echo "|---|---|---|---|"
 for arm in $arms; do
-  read -r ta na < <(counts "$arm" "$n")
-  read -r tb nb < <(counts "$arm" $((2 * n)))
-  total=$(( (tb - ta) / n )) nres=$(( (nb - na) / n ))
-  echo "| $arm | $total | $nres | $((total - nres)) |"
+  read -r ta la < <(counts "$arm" "$n")
+  read -r tb lb < <(counts "$arm" $((2 * n)))
+  total=$(( (tb - ta) / n )) lua=$(( (lb - la) / n ))
+  echo "| $arm | $total | $lua | $((total - lua)) |"
 done

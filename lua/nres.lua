@@ -60,6 +60,10 @@ function _M.preset(name)
   return t
 end
 
+-- A copy of a failed call's info that later failures do not overwrite
+-- (p:run reuses one info table per coroutine).
+_M.copy_info = run.copy_info
+
 -- Seconds left for the attempt running now (nil when unbounded): what to
 -- propagate downstream, e.g. as X-Deadline-Ms. Valid inside fn.
 _M.remaining = run.remaining

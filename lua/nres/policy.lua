@@ -325,12 +325,16 @@ function _M.new(spec, level)
     refs = refs,            -- keeps shared state alive with the policy
     spec = t,
     classify = classify.compile(t.classify),
-    fallback = t.fallback or nil,
-    admit = t.admit or nil,
-    on_event = t.on_event or nil,
+    -- false, not nil, when absent: p:run reads them on every call, and a
+    -- missing key would also be looked up in the metatable's __index.
+    fallback = t.fallback or false,
+    admit = t.admit or false,
+    on_event = t.on_event or false,
     driver = driver.default(),
     -- Built as a passthrough (flag 1) and nothing Lua-side to run either.
     passthrough = bit.band(cp.private_flags, 1) ~= 0 and not t.admit and not t.on_event,
+    -- No decision on time (NRES__F_TIMELESS): p:run reads no clock.
+    timeless = bit.band(cp.private_flags, 128) ~= 0,
     -- Attempts side by side: p:run needs a driver that can (nres.run).
     hedged = cp.hedge.max > 1,
     -- The criticality of its calls (nres_class_t): default; p:with changes it.
@@ -414,6 +418,7 @@ function _M.on_state(self, cp)
   for k, v in pairs(self) do copy[k] = v end
   copy.cp, copy.refs, copy.variants = cp, {}, nil
   copy.passthrough = bit.band(cp.private_flags, 1) ~= 0 and not self.admit and not self.on_event
+  copy.timeless = bit.band(cp.private_flags, 128) ~= 0
   return copy
 end
 

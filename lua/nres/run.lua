@@ -8,7 +8,10 @@
 -- Hot path rules (lua-resty-core style): no closures, tables or cdata per
 -- call; the step out-parameter is one module-level cdata read into locals
 -- before any user code runs (user code may re-enter run); call state
--- (nres_call_t) comes from a free list, so steady state allocates nothing.
+-- (nres_call_t) comes from a free list, so steady state allocates nothing:
+-- on success, on failure (the info table is reused, one per coroutine),
+-- and hedged (each call record carries its own step and attempt records).
+-- spec/lua/garbage_spec.lua counts it.
 --
 -- User code fails, and nothing it does escapes p:run:
 --   * fn may throw or return anything: a throw is an attempt's failure,
@@ -90,16 +93,18 @@ local function new_call()
   return call, owner
 end
 
-local free, nfree = {}, 0
+-- The free list keeps each record beside its owner, so taking one costs
+-- no lookup in `owners` (a hash on a cdata key, on every call).
+local free, free_owner, nfree = {}, {}, 0
 -- A record and its owner table (other drivers may ignore the owner: a
 -- record they take anchors nothing and their own references keep the
 -- policy alive).
 local function take_call()
   if nfree > 0 then
-    local call = free[nfree]
-    free[nfree] = nil
+    local call, owner = free[nfree], free_owner[nfree]
+    free[nfree], free_owner[nfree] = nil, nil
     nfree = nfree - 1
-    return call, owners[call]
+    return call, owner
   end
   return new_call()
 end
@@ -107,7 +112,7 @@ local function give_call(call, owner)
   owner = owner or owners[call]
   owner[1], owner[2] = false, false
   nfree = nfree + 1
-  free[nfree] = call
+  free[nfree], free_owner[nfree] = call, owner
 end
 _M.take_call, _M.give_call = take_call, give_call   -- for the other drivers
 
@@ -140,6 +145,91 @@ local function results(n, r1, r2, r3, rest)
   return unpack(rest, 1, n)
 end
 
+-- The info of a failed call. One table per coroutine, reused: a failure
+-- allocates nothing once its coroutine has failed before (a fresh table
+-- per failure was the one garbage of the plain path: 38 % of the window
+-- went to the collector where fast calls failed often). So info is valid
+-- until the next p:run that fails in the same coroutine; nres.copy_info
+-- keeps one. A slot holds the info, its log entries (slot[1..8], made as
+-- needed), how many the log shows (n) and whether a failure is filling
+-- it (busy). A failure inside the callbacks of another one's ending
+-- (on_event "done", the fallback) finds the slot busy and gets a fresh
+-- one, not the info being filled. The cost: a coroutine's first failure
+-- makes its slot (~1.4 KB with the weak-table entry, against ~0.35-0.7 KB
+-- for a fresh info before), so where every call has a coroutine of its
+-- own and fails once (an nginx request) a failure makes more garbage than
+-- it did; everywhere coroutines live on (workers, timers, cosocket
+-- servers, nresrun) it makes none.
+local co_running = coroutine.running
+local MAIN = {}                          -- the main thread's key (running() is nil)
+local slots = setmetatable({}, { __mode = "k" })   -- coroutine -> its slot
+
+local function new_slot()
+  return { info = { reason = false, criticality = false, attempts = 0, retries = 0, hedges = 0,
+                    error = false, thrown = false, log = {} },
+           n = 0, busy = false }
+end
+
+local function take_slot()
+  local co = co_running() or MAIN
+  local slot = slots[co]
+  if slot == nil then
+    slot = new_slot()
+    slots[co] = slot
+  elseif slot.busy then
+    slot = new_slot()
+  end
+  slot.busy = true
+  return slot
+end
+
+-- Log entry k (1 = the oldest shown) from the record's attempt log.
+local function put_entry(slot, log, call, k, at)
+  local rec, e = call.log[at % 8], slot[k]
+  if e == nil then
+    e = { attempt = 0, hedge = false, verdict = false, timeout = false, start = 0, finish = 0 }
+    slot[k] = e
+  end
+  e.attempt = rec.number
+  e.hedge = rec.hedge == 1
+  e.verdict = rec.flags == 0xff and "abandoned" or verdict_names[rec.kind]
+  e.timeout = rec.flags == 2
+  e.start = tonumber(rec.start) / 1e9
+  e.finish = tonumber(rec["end"]) / 1e9
+  log[k] = e
+end
+
+-- The last n attempts (n <= 8, the C log's size), oldest first. Written
+-- out, not a loop: a loop of a few turns inside finish becomes a trace of
+-- its own and leaves the rest of finish to the interpreter, which boxes
+-- every 64-bit field it reads (garbage), where each call has a fresh
+-- coroutine (nginx) and never runs compiled.
+local function fill_log(slot, log, call, n)
+  local base = call.attempts - n
+  if n >= 1 then put_entry(slot, log, call, 1, base) end
+  if n >= 2 then put_entry(slot, log, call, 2, base + 1) end
+  if n >= 3 then put_entry(slot, log, call, 3, base + 2) end
+  if n >= 4 then put_entry(slot, log, call, 4, base + 3) end
+  if n >= 5 then put_entry(slot, log, call, 5, base + 4) end
+  if n >= 6 then put_entry(slot, log, call, 6, base + 5) end
+  if n >= 7 then put_entry(slot, log, call, 7, base + 6) end
+  if n >= 8 then put_entry(slot, log, call, 8, base + 7) end
+end
+
+-- A copy of info that no later failure overwrites.
+function _M.copy_info(info)
+  local c = {}
+  for k, v in pairs(info) do c[k] = v end
+  local log = {}
+  for i, e in ipairs(info.log) do
+    local ce = {}
+    for k, v in pairs(e) do ce[k] = v end
+    log[i] = ce
+  end
+  c.log = log
+  return c
+end
+
 -- A callback's failure, into info.
 local function fault(info, name, err)
   info.cause = info.error
@@ -163,28 +253,21 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   if refused ~= nil and call.last.flags == VF_SELF and stop == STOP_ATTEMPTS then
     reason = refused
   end
-  local info = {
-    reason = reason,
-    criticality = CLASS_NAMES[self.class or 1],
-    attempts = call.attempts,
-    retries = call.retries,
-    hedges = call.hedges,
-    error = classify.error_of(ok, r1, r2),
-    thrown = not ok,
-    log = {},
-  }
+  local slot = take_slot()
+  local info = slot.info
+  info.reason = reason
+  info.criticality = CLASS_NAMES[self.class or 1]
+  info.attempts = call.attempts
+  info.retries = call.retries
+  info.hedges = call.hedges
+  info.error = classify.error_of(ok, r1, r2)
+  info.thrown = not ok
+  info.callback, info.raised, info.cause, info.fallback = nil, nil, nil, nil
+  local log = info.log
   local n = call.attempts < 8 and call.attempts or 8
-  for i = n - 1, 0, -1 do
-    local rec = C.nres_call_log(call, i)
-    info.log[#info.log + 1] = {
-      attempt = rec.number,
-      hedge = rec.hedge == 1,
-      verdict = rec.flags == 0xff and "abandoned" or verdict_names[rec.kind],
-      timeout = rec.flags == 2,
-      start = tonumber(rec.start) / 1e9,
-      finish = tonumber(rec["end"]) / 1e9,
-    }
-  end
+  fill_log(slot, log, call, n)
+  for k = n + 1, slot.n do log[k] = nil end   -- usually none: as many as last time
+  slot.n = n
   give_call(call, owner)
   if cb ~= nil then fault(info, cb, cb_err) end
   local on_event = self.on_event
@@ -194,19 +277,22 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   end
   if fallback_wanted and self.fallback and info.callback == nil then
     local fine, v = pcall(self.fallback, reason, info.error)
+    slot.busy = false
     if fine then
       info.fallback = true
       return v, nil, info
     end
     fault(info, "fallback", v)
+    return nil, reason, info
   end
+  slot.busy = false
   return nil, reason, info
 end
 
 -- The end of a successful call: on_event "done" (a failure there spoils
 -- it: nil, "canceled", info), the record given back, fn's results exactly.
 local function succeed(self, call, owner, on_event, ok, n, r1, r2, r3, rest)
-  if on_event ~= nil then
+  if on_event then
     local fine, err = pcall(on_event, "done", "ok", call.attempts)
     if not fine then
       return finish(self, call, owner, STOP_OK, false, ok, r1, r2, nil, "on_event", err, true)
@@ -238,7 +324,7 @@ end
 -- Wait delay ns through the driver, on_event told first: nil, or the name
 -- of the callback that failed and its error.
 local function wait(driver, on_event, delay)
-  if on_event ~= nil then
+  if on_event then
     local fine, err = pcall(on_event, "wait", delay / 1e9)
     if not fine then return "on_event", err end
   end
@@ -264,16 +350,57 @@ end
 -- The C machine decides everything: when a hedge is due (resume_at, the
 -- live quantile), whether it may start (budget spent, suppressed while the
 -- failure ratio is high, throttled), and which attempts lose (the cancel
--- mask): the first good answer wins and the losers are killed. This path
--- allocates (a record per attempt, a task, the driver's own); the plain
--- path above stays garbage-free.
+-- mask): the first good answer wins and the losers are killed. Nothing
+-- here is made per call: each call record carries a kit (its own step, as
+-- the call waits while others run; the tables of attempts in flight; one
+-- attempt record per slot), made the first time the record hedges. A
+-- record is reused for the next attempt in its slot; `gen` tells a killed
+-- attempt that somehow still runs (a driver whose kill failed) that its
+-- record has moved on, so it writes nothing into it.
 local function attempt_body(rec)
+  local gen = rec.gen
   attempt_at, attempt_now = rec.at, rec.now
-  rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest =
-    collect(pcall(rec.fn, rec.a1, rec.a2, rec.a3, rec.a4))
+  local ok, n, r1, r2, r3, rest = collect(pcall(rec.fn, rec.a1, rec.a2, rec.a3, rec.a4))
   attempt_at = -1
-  rec.done = true
+  if rec.gen == gen then
+    rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest = ok, n, r1, r2, r3, rest
+    rec.done = true
+  end
   return rec
+end
+
+-- An attempt record with every key it will hold, so reuse never grows it.
+local function new_rec()
+  return { gen = 0, slot = 0, hedge = false, at = 0, now = false, fn = false, a1 = false,
+           a2 = false, a3 = false, a4 = false, done = false, ok = false, n = 0, r1 = false,
+           r2 = false, r3 = false, rest = false, vk = false, fl = false, ra = false,
+           task = false }
+end
+
+-- The record `slot` of kit, for a new attempt of fn(a1..a4).
+local function slot_rec(kit, slot, hedge, at, now, fn, a1, a2, a3, a4)
+  local rec = kit[slot]
+  rec.gen = rec.gen + 1
+  rec.slot, rec.hedge, rec.at, rec.now, rec.done = slot, hedge, at, now, false
+  rec.fn, rec.a1, rec.a2, rec.a3, rec.a4 = fn, a1, a2, a3, a4
+  rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest = nil, nil, nil, nil, nil, nil
+  rec.vk, rec.fl, rec.ra, rec.task = nil, nil, nil, nil
+  return rec
+end
+
+-- Let go of what the kit's records hold (fn, its arguments and results).
+local function clear_kit(kit)
+  for slot = 0, 3 do
+    local rec = kit[slot]
+    rec.gen = rec.gen + 1
+    rec.fn, rec.a1, rec.a2, rec.a3, rec.a4, rec.now = nil, nil, nil, nil, nil, nil
+    rec.r1, rec.r2, rec.r3, rec.rest, rec.task = nil, nil, nil, nil, nil
+  end
+end
+
+local function new_kit()
+  return { st = ffi_new("nres_step_t"), recs = {}, list = {},
+           [0] = new_rec(), new_rec(), new_rec(), new_rec() }
 end
 
 -- Kill the attempts of recs[0..3] (records by slot) whose slot is in
@@ -308,21 +435,25 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
   local cp, verdict_of, driver = self.cp, self.classify, self.driver
   local now, admit, on_event = driver.now, self.admit, self.on_event
   local spawn, wait_any, kill = driver.spawn, driver.wait_any, driver.kill
-  local st = ffi_new("nres_step_t")      -- this call waits while others run
   local call, owner = take_call()
   owner[1], owner[2] = self, driver
+  local kit = owner.kit
+  if kit == nil then
+    kit = new_kit()
+    owner.kit = kit
+  end
+  local st, recs, list = kit.st, kit.recs, kit.list   -- st: this call waits while others run
   local kind = step_begin(call, cp, now(), -1, self.class or 1, st)
-  local recs, list = {}, {}
-  local last                             -- the last attempt reported
+  -- The last attempt reported, copied out: its record may be reused.
+  local ok, n, r1, r2, r3, rest = true, 0, nil, nil, nil, nil
   local refused, cb, cb_err
 
   while kind ~= DONE do
     local at
     if kind == ATTEMPT then
-      local rec = { slot = st.slot, hedge = st.hedge == 1, at = st.at, now = now,
-                    fn = fn, a1 = a1, a2 = a2, a3 = a3, a4 = a4, done = false }
+      local rec = slot_rec(kit, st.slot, st.hedge == 1, st.at, now, fn, a1, a2, a3, a4)
       at = st.resume_at                  -- when a hedge may be due
-      if admit ~= nil then
+      if admit then
         local said, what = ask(admit, st.attempt, self)
         if said == FAILED then
           cb, cb_err = "admit", what
@@ -348,10 +479,10 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
     end
 
     -- An attempt that has ended, else wait for one or for `at`.
-    local rec, n = ended(recs, list)
-    if rec == nil and n > 0 then
-      local fine, got = pcall(wait_any, list, n, at)
-      for i = n, 1, -1 do list[i] = nil end
+    local rec, running = ended(recs, list)
+    if rec == nil and running > 0 then
+      local fine, got = pcall(wait_any, list, running, at)
+      for i = running, 1, -1 do list[i] = nil end
       if not fine then
         cb, cb_err = "driver.wait_any", got
         break
@@ -360,6 +491,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
     elseif rec == nil then
       if at < 0 then
         kind = step_cancel(call, now(), st)
+        clear_kit(kit)
         give_call(call, owner)
         error("nres: the executor asked to wait forever with nothing in flight", 2)
       end
@@ -374,38 +506,36 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
         local fine
         fine, vk, fl, ra = pcall(verdict_of, rec.ok, rec.r1, rec.r2)
         if not fine then
-          last = rec
+          ok, n, r1, r2, r3, rest = rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest
           cb, cb_err = "classify", vk
           break
         end
       end
-      if on_event ~= nil then
+      if on_event then
         local fine, err = pcall(on_event, "attempt", call.attempts, verdict_names[vk])
         if not fine then
-          last = rec
+          ok, n, r1, r2, r3, rest = rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest
           cb, cb_err = "on_event", err
           break
         end
       end
       kind = step_report(call, rec.slot, now(), vk, fl, ra, st)
-      last = rec
+      ok, n, r1, r2, r3, rest = rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest
       if st.cancel ~= 0 then kill_all(kill, recs, st.cancel) end
     else
       kind = step_resume(call, now(), st)
     end
   end
 
-  local ok, r1, r2 = true, nil, nil
-  if last ~= nil then ok, r1, r2 = last.ok, last.r1, last.r2 end
+  kill_all(kill, recs, nil)
+  clear_kit(kit)
   if cb ~= nil then
-    kill_all(kill, recs, nil)
     step_cancel(call, now(), st)
     return finish(self, call, owner, st.stop, false, ok, r1, r2, refused, cb, cb_err)
   end
-  kill_all(kill, recs, nil)
   local stop, fallback_wanted = st.stop, st.fallback == 1
   if stop == STOP_OK then
-    return succeed(self, call, owner, on_event, ok, last.n, last.r1, last.r2, last.r3, last.rest)
+    return succeed(self, call, owner, on_event, ok, n, r1, r2, r3, rest)
   end
   return finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused)
 end
@@ -446,9 +576,14 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
     return run_hedged(self, fn, a1, a2, a3, a4)
   end
 
+  -- A policy that makes no decision on time (retries and backoff only:
+  -- the C sync driver's "timeless") reads no clock: its time starts at 0
+  -- and moves only by the waits it asks for. Two clock reads fewer a call.
+  local timeless = self.timeless
+  local t = timeless and 0 or now()
   local call, owner = take_call()
   owner[1], owner[2] = self, driver
-  local kind = step_begin(call, cp, now(), -1, self.class or 1, step)
+  local kind = step_begin(call, cp, t, -1, self.class or 1, step)
   local ok, n, r1, r2, r3, rest, refused = true, 0, nil, nil, nil, nil, nil
   local cb, cb_err                       -- a callback that failed, and how
 
@@ -457,7 +592,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
       local slot = step.slot
       local vk, fl, ra
       attempt_at, attempt_now = step.at, now
-      if admit ~= nil then
+      if admit then
         local said, what = ask(admit, step.attempt, self)
         if said == FAILED then
           cb, cb_err = "admit", what
@@ -478,24 +613,26 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
         end
       end
       attempt_at = -1
-      if on_event ~= nil then
+      if on_event then
         local fine, err = pcall(on_event, "attempt", call.attempts, verdict_names[vk])
         if not fine then
           cb, cb_err = "on_event", err
           break
         end
       end
-      kind = step_report(call, slot, now(), vk, fl, ra, step)
+      if not timeless then t = now() end
+      kind = step_report(call, slot, t, vk, fl, ra, step)
     else
       local at = step.at
       if at < 0 then   -- nothing runs in the background here: cannot happen
-        step_cancel(call, now(), step)
+        step_cancel(call, timeless and t or now(), step)
         give_call(call, owner)
         error("nres: the executor asked to wait forever with nothing in flight", 2)
       end
-      cb, cb_err = wait(driver, on_event, at - now())
+      cb, cb_err = wait(driver, on_event, at - (timeless and t or now()))
       if cb ~= nil then break end
-      kind = step_resume(call, now(), step)
+      t = timeless and at or now()
+      kind = step_resume(call, t, step)
     end
   end
 
@@ -503,7 +640,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
     -- Give back at once everything the call holds (permit, probe, queue
     -- place, budget token); the attempt counts for nothing.
     attempt_at = -1
-    step_cancel(call, now(), step)
+    step_cancel(call, timeless and t or now(), step)
     return finish(self, call, owner, step.stop, false, ok, r1, r2, refused, cb, cb_err)
   end
 

@@ -5,7 +5,8 @@
 -- keeps them in a binary heap and, when nothing is due, sleeps the thread
 -- until the next one. The driver it hands to policies (now, sleep) makes
 -- every wait a yield, so one thread carries many calls in flight, as an
--- event loop would. Coroutines are reused: nothing is allocated per call.
+-- event loop would. Coroutines are reused: nothing is allocated per call
+-- (hedged calls' tasks and timers too, below).
 -- On a virtual clock (new{ virtual = true }) nothing sleeps: run_until
 -- jumps the clock to the next wake-up, so simulated minutes take
 -- milliseconds and a seed reproduces the run exactly.
@@ -122,32 +123,56 @@ _M.resume = step
 -- it is in no heap) and is resumed by the first of its tasks to end, or by
 -- a timer at the wait's end. kill marks a task dead: the scheduler drops it
 -- the next time it would resume it (its timer or its I/O completion), so a
--- loser stops where it waits and its coroutine is collected. Allocates
--- (a coroutine per task): only hedged calls use it.
-local PARKED = "parked"
+-- loser stops where it waits and its coroutine is collected. Tasks that
+-- end and timers that fire go back to the scheduler's pools and are
+-- reused: a hedged call allocates only when a loser is killed (its
+-- coroutine cannot be reused) or more run at once than ever before. A wait
+-- is known by a number (its token), and a timer that fires after its wait
+-- was answered finds another token and does nothing.
+local PARKED, IDLE = "parked", "idle"
 local function task_body(s, t, fn, arg)
-  fn(arg)
-  t.done = true
-  local w = t.waiter
-  if w ~= nil and s.parked[w] == t.token then
-    s.parked[w] = nil
-    step(s, w)
+  while true do
+    fn(arg)
+    t.done = true
+    local w = t.waiter
+    if w ~= nil and s.parked[w] == t.token then
+      s.parked[w] = nil
+      step(s, w)
+    end
+    local n = s.ntasks + 1
+    s.ntasks, s.tasks[n] = n, t
+    fn, arg = co_yield(IDLE)
   end
 end
-local function timer_body(s, me, token, at)
-  co_yield(at)
-  if s.parked[me] == token then
-    s.parked[me] = nil
-    step(s, me)
+local function timer_body(s, tm, me, token, at)
+  while true do
+    co_yield(at)
+    if s.parked[me] == token then
+      s.parked[me] = nil
+      step(s, me)
+    end
+    local n = s.ntimers + 1
+    s.ntimers, s.timers[n] = n, tm
+    me, token, at = co_yield(IDLE)
   end
 end
 add_tasks = function(s)
   s.dead = setmetatable({}, { __mode = "k" })
   s.parked = setmetatable({}, { __mode = "k" })
+  s.tasks, s.ntasks, s.timers, s.ntimers, s.token = {}, 0, {}, 0, 0
   local d, clock = s.driver, s.now
   d.spawn = function(fn, arg)
-    local t = { co = co_create(task_body), done = false, arg = arg }
-    step(s, t.co, s, t, fn, arg)
+    local n, t = s.ntasks, nil
+    if n > 0 then
+      t = s.tasks[n]
+      s.tasks[n], s.ntasks = nil, n - 1
+      t.done, t.arg, t.waiter, t.token = false, arg, nil, nil
+      step(s, t.co, fn, arg)
+    else
+      t = { co = co_create(task_body), done = false, arg = arg, waiter = false, token = false }
+      t.waiter, t.token = nil, nil
+      step(s, t.co, s, t, fn, arg)
+    end
     return t
   end
   -- The arg of an ended task among tasks[1..n], or nil once until_ns (ns,
@@ -156,17 +181,23 @@ add_tasks = function(s)
     for i = 1, n do if tasks[i].done then return tasks[i].arg end end
     if until_ns >= 0 and until_ns <= clock() then return nil end
     local me = coroutine.running()
-    local token = {}
+    local token = s.token + 1
+    s.token = token
     s.parked[me] = token
     for i = 1, n do tasks[i].waiter, tasks[i].token = me, token end
-    local timer
     if until_ns >= 0 then
-      timer = co_create(timer_body)
-      step(s, timer, s, me, token, until_ns)
+      local m = s.ntimers
+      if m > 0 then
+        local tm = s.timers[m]
+        s.timers[m], s.ntimers = nil, m - 1
+        step(s, tm.co, me, token, until_ns)
+      else
+        local tm = { co = co_create(timer_body) }
+        step(s, tm.co, s, tm, me, token, until_ns)
+      end
     end
     co_yield(PARKED)
     s.parked[me] = nil
-    if timer ~= nil then s.dead[timer] = true end
     for i = 1, n do tasks[i].waiter = nil end
     for i = 1, n do if tasks[i].done then return tasks[i].arg end end
     return nil

@@ -201,6 +201,37 @@ describe("hedging on nresrun's scheduler", function()
     s:run_until(s.now() + 5000 * MS)
     expect.eq(out.r, "ok"); expect.near(out.at, 120, 1e-6)
   end)
+
+  -- Attempt records are reused (one per slot, per call record): a loser
+  -- that a broken driver failed to kill must not answer the next call
+  -- that reuses its record.
+  it("a loser whose kill failed cannot answer the call that reuses its record", function()
+    local s = sched.new { virtual = true }
+    local d = {}
+    for k, v in pairs(s.driver) do d[k] = v end
+    d.kill = function() error("this driver cannot kill") end
+    local p = nres.policy(HEDGE):with_driver(d)
+    local first = { { ms = 100, ok = "late loser" }, { ms = 10 } }   -- the hedge wins at 60 ms
+    local second = { { ms = 50, ok = "second" } }                     -- from 70 to 120 ms
+    local n1, n2 = 0, 0
+    local out1, out2 = {}, {}
+    call(p, s, function()
+      n1 = n1 + 1
+      local step = first[n1]
+      s.driver.sleep(step.ms * MS)
+      return step.ok or "hedge"
+    end, out1)
+    s:run_until(1e9 + 70 * MS)
+    expect.eq(out1.r, "hedge")
+    call(p, s, function()
+      n2 = n2 + 1
+      s.driver.sleep(second[1].ms * MS)
+      return second[1].ok
+    end, out2)
+    s:run_until(1e9 + 5000 * MS)
+    expect.eq(out2.r, "second", "answered by its own attempt, not the first call's loser")
+    expect.near(out2.at, 120, 1e-6)
+  end)
 end)
 
 describe("drivers that cannot hedge", function()

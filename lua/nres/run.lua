@@ -46,7 +46,7 @@ local C = cdef.C
 local pcall, select, type, error, unpack, setmetatable = pcall, select, type, error, unpack, setmetatable
 local format, sub = string.format, string.sub
 local band, lshift = require("bit").band, require("bit").lshift
-local ffi_new, ffi_string, ffi_gc = ffi.new, ffi.string, ffi.gc
+local ffi_new, ffi_string, ffi_gc, ffi_cast = ffi.new, ffi.string, ffi.gc, ffi.cast
 local step_begin, step_report = C.nres_step_begin_class, C.nres_step_report
 local step_resume, step_cancel, step_now = C.nres_step_resume, C.nres_step_cancel, C.nres_step_now
 local verdict_names = classify.names
@@ -75,8 +75,24 @@ _M.reasons = reasons
 -- the policy object keeps the C state the record points to (policy,
 -- breaker, bulkhead, budget) alive until the finalizer has run - the
 -- record itself holds only raw pointers, which the collector cannot see.
-local function finalize(owner, call)
-  local p = owner[1]
+--
+-- Owners are found by the record's address, so every record shares one
+-- finalizer: a closure per record would be a new function each time one
+-- is made (FNEW), which the JIT cannot compile - the trace that needed a
+-- fresh record (a burst of concurrent calls in a gateway) would abort.
+-- The entry goes when the record is finalized; a record's memory is not
+-- reused before that, so an address names one live record at a time.
+local owners = {}                        -- record address -> its owner
+
+local function address(call)
+  return tonumber(ffi_cast("uintptr_t", ffi_cast("void *", call)))
+end
+
+local function finalize(call)
+  local key = address(call)
+  local owner = owners[key]
+  owners[key] = nil
+  local p = owner and owner[1]
   if not p then return end               -- idle in the free list, or done
   owner[1] = false
   local fine, t = pcall(owner[2].now)
@@ -84,17 +100,15 @@ local function finalize(owner, call)
   step_cancel(call, t, gc_step)          -- a finished call: a no-op
 end
 
-local owners = setmetatable({}, { __mode = "k" })   -- record -> its owner
-
 local function new_call()
   local owner = { false, false }
-  local call = ffi_gc(ffi_new("nres_call_t"), function(c) finalize(owner, c) end)
-  owners[call] = owner
+  local call = ffi_gc(ffi_new("nres_call_t"), finalize)
+  owners[address(call)] = owner
   return call, owner
 end
 
 -- The free list keeps each record beside its owner, so taking one costs
--- no lookup in `owners` (a hash on a cdata key, on every call).
+-- no lookup in `owners` (a hash on the record's address, on every call).
 local free, free_owner, nfree = {}, {}, 0
 -- A record and its owner table (other drivers may ignore the owner: a
 -- record they take anchors nothing and their own references keep the
@@ -109,7 +123,7 @@ local function take_call()
   return new_call()
 end
 local function give_call(call, owner)
-  owner = owner or owners[call]
+  owner = owner or owners[address(call)]
   owner[1], owner[2] = false, false
   nfree = nfree + 1
   free[nfree], free_owner[nfree] = call, owner

@@ -6,8 +6,9 @@
 -- meet, so that it cannot get worse unseen (bench/README.md, the
 -- tournament section, says why). Checks that the targets can fail: the
 -- old default (5 failures in a row, a 15 s break doubling to 2 min, ratio
--- 0.5 over 30 s, a ceiling at 3 x p95) misses them in the brownout; and
--- the mechanism the presets lean on under overload: a refusal that says
+-- 0.5 over 30 s, a ceiling at 3 x p95) misses them in the brownout;
+-- round 1's breaker misses the quiet outage's 0.05; and the mechanism
+-- the presets lean on under overload: a refusal that says
 -- it is one (throttled) never trips the breaker, a plain error does.
 local nres = require "nres"
 local nresrun = require "nresrun"
@@ -31,8 +32,15 @@ describe("tournament targets", function()
   local doc
   it("runs the presets on every scenario and seed", function()
     doc = tournament.run(sim, { seeds = SEEDS,
-      policies = { none = true, trivial = true, default = true, http = true, gateway = true } })
+      policies = { none = true, default = true, http = true, gateway = true } })
     expect.eq(#doc.scenarios, 10)
+    -- trivial only where a target reads it (a fifth of the run time saved).
+    local ref = tournament.run(sim, { seeds = SEEDS, policies = { trivial = true },
+                                      scenarios = tournament.targets.trivial_scenarios })
+    local by_name = {}
+    for _, sc in ipairs(ref.scenarios) do by_name[sc.name] = sc.results.trivial end
+    for _, sc in ipairs(doc.scenarios) do sc.results.trivial = by_name[sc.name] end
+    expect.eq(#ref.scenarios, 2)
     for _, sc in ipairs(doc.scenarios) do
       for _, pol in ipairs(doc.policies) do
         expect.eq(#sc.results[pol], #SEEDS, sc.name .. " " .. pol)
@@ -88,6 +96,22 @@ describe("the targets can fail", function()
     local misses = tournament.check(doc)
     expect.truthy(#misses > 0, "the old default loses the brownout")
     expect.truthy(doc.scenarios[1].results.default[1].success < doc.scenarios[1].results.none[1].success - 0.005)
+  end)
+end)
+
+describe("the quiet outage", function()
+  it("round 1's trip rule (20 in a row or 90 % over 10 s) and 0.5 s probes cost it more than 0.05", function()
+    local sim = dofile("bench/tournament.lua")
+    local quiet
+    for _, sc in ipairs(sim.scenarios) do if sc.name == "outage-quiet" then quiet = sc end end
+    local br = { consecutive = 20, ratio = 0.9, window = 10, buckets = 10, min_calls = 20,
+                 break_for = 0.5, break_max = 0.5, jitter = 0.1, probes = 1, successes = 2 }
+    local doc = tournament.run(nresrun.simulation{
+      policies = { round1 = nres.policy{ base = "default", breaker = br }, default = "default" },
+      seeds = { 2 }, scenarios = { quiet } })
+    local r = doc.scenarios[1].results
+    expect.truthy(r.round1[1].down_req_per_op > 0.05, "round 1: " .. r.round1[1].down_req_per_op)
+    expect.truthy(r.default[1].down_req_per_op <= 0.05, "now: " .. r.default[1].down_req_per_op)
   end)
 end)
 

@@ -235,14 +235,15 @@ function _M.check(doc, targets)
           -- load (cutting first attempts is not a retry policy's job).
           if m.offered_rps <= m.capacity_rps then
             local want = targets.overload_load * m.capacity_rps
-            if m.load_rps > want then miss(sc.name, pol, seed, "dep req/s <= 1.1 x capacity", m.load_rps, want) end
+            if m.load_rps > want then miss(sc.name, pol, seed, "overload dep req/s (x capacity)", m.load_rps, want) end
           else
             local want = targets.overload_load * m.offered_rps
-            if m.load_rps > want then miss(sc.name, pol, seed, "dep req/s <= 1.1 x offered", m.load_rps, want) end
+            if m.load_rps > want then miss(sc.name, pol, seed, "overload dep req/s (x offered)", m.load_rps, want) end
           end
-          if none and m.success < none[i].success - targets.capacity_margin then
-            miss(sc.name, pol, seed, "success >= none - 0.2 pt (capacity phase)", m.success,
-                 none[i].success - targets.capacity_margin)
+          local margin = targets.capacity_margin or _M.targets.capacity_margin
+          if none and m.success < none[i].success - margin then
+            miss(sc.name, pol, seed, format("success >= none - %g pt (capacity phase)", margin * 100), m.success,
+                 none[i].success - margin)
           end
         end
       end

@@ -19,7 +19,7 @@ return {
   -- 20 % of successes, a floor of 1 a second: more retry room than the default.
   budget = { ratio = 0.2, min_per_sec = 1 },
   -- The default's trip rules, a probe every 2 s never doubled (30 s doubling to 10 min: 44 % in the outage).
-  breaker = { consecutive = 20, ratio = 0.9, window = 10, buckets = 10,
-              min_calls = 20, break_for = 2, break_max = 2, jitter = 0.1,
+  breaker = { consecutive = 20, ratio = 0.9, window = 0.1, buckets = 4,
+              min_calls = 8, break_for = 2, break_max = 2, jitter = 0.1,
               probes = 1, successes = 2 },
 }

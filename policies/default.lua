@@ -2,8 +2,10 @@
 -- exponential backoff and full jitter, a 30 s deadline over everything, a
 -- 10 s attempt timeout tightened to 5 x the measured p99, a retry budget
 -- (10 % of successes, a floor of 3 retries per second) and a breaker that
--- opens for an outage, not for a busy dependency. The values are held to
--- bench/tournament.lua (nine scenarios, ten seeds; the table is
+-- opens for an outage, not for a busy dependency (a throttled answer, a
+-- 429 or an "overloaded" that says so, is the dependency answering: it
+-- never trips it). The values are held to
+-- bench/tournament.lua (ten scenarios, ten seeds; the table is
 -- bench/results/tournament-2026-12-01.md): never more than 0.5 points of
 -- success below no policy at all, at most 0.05 requests per call to a
 -- dependency that is down, back within 2 s of its recovery.
@@ -22,19 +24,19 @@ return {
   -- Retries add <= ~10 %: under overload the dependency gets <= 1.1 x the offered load.
   budget = { ratio = 0.1, min_per_sec = 3 },
   breaker = {
-    -- 20 in a row (~50 ms at 400 calls/s): 5, and 10, tripped on bursts of refusals near capacity.
+    -- 20 in a row (~50 ms at 400 calls/s): 10 cost 3.6-5.0 points on plain-error refusals (overload-mute).
     consecutive = 20,
     -- Down, not degraded: at 0.5 a half-serving dependency would lose the half it serves.
     ratio = 0.9,
-    -- The ratio's window: 10 s in 1 s buckets.
-    window = 10,
-    buckets = 10,
-    -- At least 20 outcomes in the window before the ratio counts.
-    min_calls = 20,
-    -- A probe every ~0.5 s, never doubled (a failed probe doubled 15 s: back ~13 s after recovery).
-    break_for = 0.5,
+    -- The ratio over the last ~0.1 s: a quiet outage trips in ~8 calls (0.046 req/call at 50 calls/s, not 0.056).
+    window = 0.1,
+    buckets = 4,
+    -- At least 8 outcomes in it: at 400 calls/s it holds ~40-60, a burst of refusals never reaches 90 %.
+    min_calls = 8,
+    -- A probe every ~0.55 s, never doubled: 0.5 s left up to 0.050 req/call at 50 calls/s, 0.6 s cost the blip 0.51 points.
+    break_for = 0.55,
     -- = break_for, so no doubling; a 1 s break cost 0.3-0.6 points in the 3 s blip.
-    break_max = 0.5,
+    break_max = 0.55,
     -- Breaks shortened by up to 10 % at random, so many breakers do not probe in step.
     jitter = 0.1,
     -- One probe at a time.

@@ -1,6 +1,6 @@
 -- gateway: for a proxy in front of upstreams, where the client is waiting.
 -- The default's breaker and ceiling (an upstream that is down is skipped
--- within ~50 ms and probed twice a second; a busy one is left alone) with
+-- within ~50 ms and probed every ~0.55 s; a busy one is left alone) with
 -- a short backoff, a tight deadline and the HTTP classifier. Held to
 -- bench/tournament.lua like the default (bench/results/tournament-2026-12-01.md).
 return {
@@ -17,7 +17,7 @@ return {
   -- 10 %, not Finagle's and Envoy's 20 %: at 20 % half capacity got 1.19 x the offered load.
   budget = { ratio = 0.1, min_per_sec = 3 },
   -- The default's (policies/default.lua); break_max = break_for, where 1 s let a failed probe double it.
-  breaker = { consecutive = 20, ratio = 0.9, window = 10, buckets = 10,
-              min_calls = 20, break_for = 0.5, break_max = 0.5, jitter = 0.1,
+  breaker = { consecutive = 20, ratio = 0.9, window = 0.1, buckets = 4,
+              min_calls = 8, break_for = 0.55, break_max = 0.55, jitter = 0.1,
               probes = 1, successes = 2 },
 }

@@ -102,7 +102,7 @@ local function merge(parent, child)
         for ck, cv in pairs(v) do m[ck] = cv end
         -- A break_for raised past the inherited break_max takes it along,
         -- as break_max follows break_for when nothing sets it: the presets
-        -- probe every 0.5 s (break_max = break_for), and a spec that asks
+        -- probe every 0.55 s (break_max = break_for), and a spec that asks
         -- for longer breaks means them.
         if k == "breaker" and v.break_for ~= nil and v.break_max == nil and
            type(m.break_for) == "number" and type(m.break_max) == "number" and

@@ -862,7 +862,8 @@ typedef enum {
                              attempt timeout 10 s cut to 5 x p99 (>= 250 ms,
                              after 100 samples), budget (0.1 per success,
                              3/s floor), breaker (20 in a row or 90 % over
-                             10 s; a probe every 0.5 s, no doubling) */
+                             0.1 s with >= 8 calls; a probe every 0.55 s,
+                             no doubling) */
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */

@@ -42,9 +42,11 @@ static void presets_carry_the_documented_defaults(void **state) {
   /* The values of policies/default.lua (bench/tournament.lua chose them). */
   assert_int_equal(p.breaker->config.consecutive, 20);
   assert_true(p.breaker->config.failure_ratio == 0.9);
-  assert_true(p.breaker->config.window == 10 * NRES_SEC);
-  assert_true(p.breaker->config.break_for == 500 * NRES_MSEC);
-  assert_true(p.breaker->config.break_max == 500 * NRES_MSEC);
+  assert_true(p.breaker->config.window == 100 * NRES_MSEC);
+  assert_int_equal(p.breaker->config.buckets, 4);
+  assert_int_equal(p.breaker->config.min_calls, 8);
+  assert_true(p.breaker->config.break_for == 550 * NRES_MSEC);
+  assert_true(p.breaker->config.break_max == 550 * NRES_MSEC);
   assert_true(p.ceiling_factor == 5 && p.ceiling_quantile == 0.99);
   assert_true(p.ceiling_floor == 250 * NRES_MSEC);
   assert_int_equal(p.min_samples, 100);

@@ -397,7 +397,7 @@ local bad = {
   { base{ dependency = { capacity = { rate = 5, queue = 3 } } }, "simulation.dependency.capacity.queue: has no effect without capacity.concurrency" },
   { base{ dependency = { capacity = { concurrency = 4, burst = 3 } } }, "simulation.dependency.capacity.burst: has no effect without capacity.rate" },
   { base{ dependency = { capacity = { concurency = 4 } } },
-    "2 problems:\n  simulation.dependency.capacity.concurency: unknown field (burst, concurrency, queue, rate)\n  simulation.dependency.capacity: expected concurrency (servers) and/or rate (requests per second), got neither" },
+    "2 problems:\n  simulation.dependency.capacity.concurency: unknown field (burst, concurrency, queue, rate, refusal)\n  simulation.dependency.capacity: expected concurrency (servers) and/or rate (requests per second), got neither" },
   { base{ dependency = { phases = { { from = 10, to = 5, fail = 1 } } } }, "simulation.dependency.phases[1].to: expected after from (10 s), got 5" },
   { base{ dependency = { phases = { { from = 70, to = 80, fail = 1 } } } },
     "simulation.dependency.phases[1].from: 70 s is not before the end of the simulation (duration 60 s)" },
@@ -540,7 +540,7 @@ describe("tournament", function()
     for _, m in ipairs(misses) do seen[m.scenario .. " " .. m.target .. " " .. m.seed] = true end
     expect.truthy(seen["out dep req/arrival while down 3"])
     expect.truthy(seen["out recovery s 4"])
-    expect.truthy(seen["ov overload dep req/s 3"])
+    expect.truthy(seen["ov overload dep req/s (x offered) 3"])
     local md = tmod.markdown(doc, { misses = misses })
     expect.truthy(md:find("| none |", 1, true))
     expect.truthy(md:find("## Targets", 1, true))

@@ -3,6 +3,7 @@
 --   dependency = {
 --     latency = { lognormal = { 0.02, 0.5 } },          -- healthy spread
 --     capacity = { concurrency = 16, queue = 32 },      -- and/or { rate = 500, burst = 50 }
+--                                                       -- refusal = "error" | "throttled"
 --     phases = { { name = "outage", from = 60, to = 90, fail = 1 },
 --                { name = "brownout", from = 150, to = 210, fail = 0.1, latency_factor = 1.5 },
 --                { name = "overload", from = 60, to = 120, capacity = 0.5 },
@@ -23,7 +24,11 @@
 -- for its service time even when the client has stopped waiting (an
 -- abandoned request still costs the dependency, as in life); a request
 -- that finds every server busy and the queue full, or no rate token, is
--- refused at once with "overloaded". A client with an attempt deadline
+-- refused at once with "overloaded": by default a plain error (a
+-- dependency that gives no sign it is shedding load), with
+-- capacity.refusal = "throttled" an error table { throttled = true } that
+-- prints as "overloaded" (one that says so, as a 429 or a 503 with
+-- Retry-After does), which the classifiers read as throttled. A client with an attempt deadline
 -- (nres.remaining()) stops waiting at it and gets "timeout".
 local schema = require "nres.schema"
 
@@ -56,7 +61,7 @@ local fields = {
   latency = true, fail_prob = true, fail_every = true, capacity = true, phases = true,
   error = true, name = true,
 }
-local capacity_fields = { concurrency = true, queue = true, rate = true, burst = true }
+local capacity_fields = { concurrency = true, queue = true, rate = true, burst = true, refusal = true }
 local phase_fields = { name = true, from = true, to = true, fail = true, latency_factor = true,
                        capacity = true, ramp = true }
 
@@ -145,6 +150,10 @@ function _M.check(d, path, duration)
       if c.rate ~= nil and not (finite(c.rate) and c.rate > 0) then
         bad("%s.rate: expected requests per second (> 0), got %s", cp, describe(c.rate))
       end
+      if c.refusal ~= nil and c.refusal ~= "error" and c.refusal ~= "throttled" then
+        bad('%s.refusal: expected "error" (a plain "overloaded") or "throttled" (a throttled answer), got %s',
+            cp, describe(c.refusal))
+      end
       if c.burst ~= nil then
         if not int(c.burst, 1, 1e9) then
           bad("%s.burst: expected an integer >= 1, got %s", cp, describe(c.burst))
@@ -228,6 +237,7 @@ function _M.label(d)
   if c then
     if c.concurrency then parts[#parts + 1] = format("capacity %d servers + queue %d", c.concurrency, c.queue or 0) end
     if c.rate then parts[#parts + 1] = format("capacity %g req/s (burst %d)", c.rate, c.burst or math.max(1, floor(c.rate / 10))) end
+    if c.refusal == "throttled" then parts[#parts + 1] = "refusals throttled" end
   end
   return table.concat(parts, ", ")
 end
@@ -289,6 +299,12 @@ function _M.instantiate(d, rand, now, sleep, t0)
   local burst = c.burst or (rate and math.max(1, floor(rate / 10))) or 0
   local tokens, refilled = burst, nil
 
+  -- What a refused request gets back.
+  local refused = "overloaded"
+  if c.refusal == "throttled" then
+    refused = setmetatable({ throttled = true }, { __tostring = function() return "overloaded" end })
+  end
+
   local count = 0
   inst.call = function(left)
     local t = now()
@@ -317,7 +333,7 @@ function _M.instantiate(d, rand, now, sleep, t0)
       refilled = t
       if tokens < 1 then
         inst.refused = inst.refused + 1
-        return nil, "overloaded"
+        return nil, refused
       end
       tokens = tokens - 1
     end
@@ -353,7 +369,7 @@ function _M.instantiate(d, rand, now, sleep, t0)
         if qlen >= qcap then
           inst.queue = qlen
           inst.refused = inst.refused + 1
-          return nil, "overloaded"
+          return nil, refused
         end
         ring[(qhead + qlen) % qcap] = best_at
         qlen = qlen + 1

@@ -45,7 +45,7 @@ int nres_policy_init(nres_policy_t *policy, int preset) {
     /* The values of policies/default.lua, chosen by bench/tournament.lua
      * (the reasons are there, one per field): cut hung attempts, not
      * queues; open for an outage, not for a busy dependency; probe every
-     * 0.5 s instead of doubling a long break. */
+     * 0.55 s instead of doubling a long break. */
     policy->ceiling_factor = 5;
     policy->ceiling_quantile = 0.99;
     policy->ceiling_floor = 250 * NRES_MSEC;
@@ -54,9 +54,11 @@ int nres_policy_init(nres_policy_t *policy, int preset) {
     nres_breaker_config_init(&breaker);
     breaker.consecutive = 20;
     breaker.failure_ratio = 0.9;
-    breaker.window = 10 * NRES_SEC;
-    breaker.break_for = 500 * NRES_MSEC;
-    breaker.break_max = 500 * NRES_MSEC;
+    breaker.window = 100 * NRES_MSEC;
+    breaker.buckets = 4;
+    breaker.min_calls = 8;
+    breaker.break_for = 550 * NRES_MSEC;
+    breaker.break_max = 550 * NRES_MSEC;
     nres_breaker_init(&policy->own.breaker, &breaker);
     policy->budget = &policy->own.budget;
     policy->breaker = &policy->own.breaker;

@@ -766,8 +766,11 @@ static void max_wait_refuses_what_would_wait_too_long(void **state) {
     nres_job_init(&job[i], count_fn, &finished);
   for (int i = 0; i < 3; i++)
     assert_int_equal(nres_pool_submit(&pool, &job[i]), 0);
+  job[3].result = 7;   /* as a record that ran before */
+  atomic_store(&job[3].status, NRES_JOB_ERROR);
   assert_int_equal(nres_pool_submit(&pool, &job[3]), NRES_ELIMITED);
-  assert_int_equal(nres_job_status(&job[3]), NRES_JOB_PENDING);   /* untouched */
+  assert_int_equal(job[3].result, 7);   /* refused: left as it was */
+  assert_int_equal(nres_job_status(&job[3]), NRES_JOB_ERROR);
   nres_pool_stats(&pool, &st);
   assert_int_equal(st.shed, 1);
   assert_int_equal(st.submitted, 5);

@@ -715,39 +715,6 @@ const char *nres_job_status_name(int status) {
   }
 }
 
-/* Checks common to every submit; claims the record. */
-static int claim(nres_pool_t *pool, nres_job_t *job, uint32_t state,
-                 int from_worker) {
-  nres__worker_t *w;
-  uint32_t closing;
-
-  if (pool == NULL || pool->magic_ != NRES__POOL_MAGIC || job == NULL ||
-      job->fn == NULL)
-    return NRES_EINVAL;
-  if ((job->flags & NRES__JOB_POOLED) && job->pool != pool)
-    return NRES_EINVAL;
-  if (nres__load(&job->state) != NRES__JOB_IDLE)
-    return NRES_EBUSY;
-  closing = nres__load(&pool->closing_);
-  /* While draining, the jobs in flight may still submit (their fan-outs
-   * and chains complete); nobody else may. */
-  if (closing != 0 && (closing != 1 + NRES_POOL_DRAIN || !from_worker ||
-                       state == NRES__JOB_DELAYED))
-    return NRES_ESTATE;
-  nres__store(&job->state, state);
-  atomic_store_explicit(&job->status, NRES_JOB_PENDING, memory_order_relaxed);
-  job->pool = pool;
-  job->result = 0;
-  if (pool->log_ != NULL) {
-    w = tls_worker;
-    job->id = nres__add(&pool->next_id_, 1) + 1;
-    job->parent = w != NULL && w->pool == pool && w->current != NULL
-                      ? w->current->id
-                      : 0;
-  }
-  return 0;
-}
-
 /* The wait a job queued now can expect before a worker starts it (see
  * nres_pool_submit in nres/pool.h). */
 static nres_time_t expected_wait(nres_pool_t *pool, nres_time_t service) {
@@ -770,8 +737,7 @@ static nres_time_t expected_wait(nres_pool_t *pool, nres_time_t service) {
   return sum > first ? sum : first;
 }
 
-/* Admission (max_wait on, a submit from outside not under a gate): 0, or
- * NRES_ELIMITED, counted. */
+/* Admission by expected wait: 0, or NRES_ELIMITED, counted. */
 static int admit(nres_pool_t *pool) {
   nres_time_t service = nres__load(&pool->service_);
 
@@ -779,6 +745,44 @@ static int admit(nres_pool_t *pool) {
     return 0;
   nres__add(&pool->shed_, 1);
   return NRES_ELIMITED;
+}
+
+/* Checks common to every submit, admission by expected wait (max_wait on:
+ * a job from outside, not delayed, not under a gate); claims the record.
+ * A refused record is left as it was. */
+static int claim(nres_pool_t *pool, nres_job_t *job, uint32_t state,
+                 int from_worker) {
+  nres__worker_t *w;
+  uint32_t closing;
+
+  if (pool == NULL || pool->magic_ != NRES__POOL_MAGIC || job == NULL ||
+      job->fn == NULL)
+    return NRES_EINVAL;
+  if ((job->flags & NRES__JOB_POOLED) && job->pool != pool)
+    return NRES_EINVAL;
+  if (nres__load(&job->state) != NRES__JOB_IDLE)
+    return NRES_EBUSY;
+  closing = nres__load(&pool->closing_);
+  /* While draining, the jobs in flight may still submit (their fan-outs
+   * and chains complete); nobody else may. */
+  if (closing != 0 && (closing != 1 + NRES_POOL_DRAIN || !from_worker ||
+                       state == NRES__JOB_DELAYED))
+    return NRES_ESTATE;
+  if (pool->max_wait_ != 0 && state == NRES__JOB_QUEUED && !from_worker &&
+      job->gate == NULL && admit(pool) != 0)
+    return NRES_ELIMITED;
+  nres__store(&job->state, state);
+  atomic_store_explicit(&job->status, NRES_JOB_PENDING, memory_order_relaxed);
+  job->pool = pool;
+  job->result = 0;
+  if (pool->log_ != NULL) {
+    w = tls_worker;
+    job->id = nres__add(&pool->next_id_, 1) + 1;
+    job->parent = w != NULL && w->pool == pool && w->current != NULL
+                      ? w->current->id
+                      : 0;
+  }
+  return 0;
 }
 
 int nres__pool_submit(nres_pool_t *pool, nres_job_t *job) {
@@ -791,10 +795,6 @@ int nres__pool_submit(nres_pool_t *pool, nres_job_t *job) {
   if ((rc = claim(pool, job, NRES__JOB_QUEUED, mine)) != 0)
     return rc;
   if (pool->max_wait_ != 0) {
-    if (!mine && job->gate == NULL && (rc = admit(pool)) != 0) {
-      nres__store(&job->state, NRES__JOB_IDLE);
-      return rc;
-    }
     /* Counted before it is visible to workers, so run_job's decrement
      * never comes first. */
     job->flags |= NRES__JOB_COUNTED;

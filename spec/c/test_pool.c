@@ -820,6 +820,39 @@ static void max_wait_off_counts_nothing(void **state) {
   assert_int_equal(nres_pool_close(&pool, NRES_POOL_DRAIN), 0);
 }
 
+/* Delayed jobs that come due together (their worker was busy, or off the
+ * CPU) still run in due order: the worker runs its own queue newest
+ * first, so they must go in latest first. */
+static void jobs_due_together_run_in_due_order(void **state) {
+  nres_pool_t *pool = new_pool(1);
+  nres_job_t hold, job[3];
+  timed_t t[3];
+  atomic_int release = 0;
+  nres_time_t now = nres_clock_now();
+  nres_time_t due[3] = { now + 3 * NRES_MSEC, now + 1 * NRES_MSEC,
+                         now + 2 * NRES_MSEC };
+  (void) state;
+
+  memset(t, 0, sizeof(t));
+  atomic_store(&order_counter, 0);
+  atomic_store(&holding, 0);
+  nres_job_init(&hold, counted_hold_fn, &release);
+  assert_int_equal(nres_pool_submit(pool, &hold), 0);
+  WAIT_FOR(atomic_load(&holding) == 1);
+  for (int i = 0; i < 3; i++) {
+    nres_job_init(&job[i], timed_fn, &t[i]);
+    assert_int_equal(nres_pool_submit_at(pool, &job[i], due[i]), 0);
+  }
+  WAIT_FOR(nres_clock_now() > due[0]);   /* all due, the worker still held */
+  atomic_store(&release, 1);
+  WAIT_FOR(atomic_load(&t[0].done) && atomic_load(&t[1].done) &&
+           atomic_load(&t[2].done));
+  assert_int_equal(t[1].order, 0);
+  assert_int_equal(t[2].order, 1);
+  assert_int_equal(t[0].order, 2);
+  free_pool(pool, NRES_POOL_DRAIN);
+}
+
 static void pooled_records_run_out_and_come_back(void **state) {
   nres_pool_t pool;
   nres_pool_options_t opt;
@@ -970,6 +1003,7 @@ int main(void) {
     cmocka_unit_test(pooled_records_run_out_and_come_back),
     cmocka_unit_test(max_wait_refuses_what_would_wait_too_long),
     cmocka_unit_test(max_wait_off_counts_nothing),
+    cmocka_unit_test(jobs_due_together_run_in_due_order),
     cmocka_unit_test(steady_state_allocates_nothing_per_job),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

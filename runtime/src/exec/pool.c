@@ -293,19 +293,29 @@ static void publish_timer_next(nres_pool_t *pool) {
                         memory_order_seq_cst);
 }
 
-/* Move the due delayed jobs into w's deque (the shared queue if full). */
+/* Due delayed jobs moved per call; more stay due in the heap for the
+ * next look. */
+#define FIRE_BATCH 64
+
+/* Move the due delayed jobs into w's deque (the shared queue if full),
+ * which is empty (find_work looked first). The owner takes from the
+ * bottom, so they go in latest first: several due at once (a worker late
+ * off the CPU) still run in due order. */
 static void fire_timers(nres_pool_t *pool, nres__worker_t *w,
                         nres_time_t now) {
-  uint32_t moved = 0;
+  nres_job_t *batch[FIRE_BATCH];
+  uint32_t moved = 0, i;
 
   pthread_mutex_lock(&pool->timer_lock_);
-  while (pool->timer_count_ > 0 && pool->timer_heap_[0]->due <= now) {
+  while (moved < FIRE_BATCH && pool->timer_count_ > 0 &&
+         pool->timer_heap_[0]->due <= now) {
     nres_job_t *job = heap_pop(pool);
     nres__store(&job->state, NRES__JOB_QUEUED);
-    if (deque_push(w, job) == 0)
-      inject_push(pool, job, 0);
-    moved++;
+    batch[moved++] = job;
   }
+  for (i = moved; i-- > 0;)
+    if (deque_push(w, batch[i]) == 0)
+      inject_push(pool, batch[i], 0);
   pool->timers_fired_ += moved;
   publish_timer_next(pool);
   pthread_mutex_unlock(&pool->timer_lock_);

@@ -23,6 +23,10 @@
  *              2000 files on this VM's ext4 takes 1.5 s): SingleThread, pthread parallel-for, nres
  *              fine-grained (one job per file, a rewrite stage, a gate join),
  *              nres coarse (one job running nres_pool_for).
+ *  saturation  not the reference's: a 2-thread pool of 10 ms jobs offered
+ *              80 % and 200 % of its capacity by an open loop, unbounded
+ *              and with max_wait 2 ms (admission by expected wait); the p99
+ *              sojourn of admitted jobs per run, and the share refused.
  *
  * Variants of one benchmark run interleaved, run by run, after warm-up, so
  * drift lands on all of them. The table is the reference's: Mean, Error
@@ -1107,6 +1111,130 @@ static void print_table(FILE *f, bench_t *b) {
     fprintf(f, "%s\n", b->notes);
 }
 
+/* ---------------------------------------------------- 6. saturation */
+
+/* An open loop offers 80 % and 200 % of a 2-thread pool's capacity (each
+ * job a 10 ms sleep: 200/s), arrivals evenly spaced for SAT_WINDOW_S; a
+ * job's sojourn runs from its scheduled arrival to its end (a late
+ * submitter counts against the pool, as in nresrun's open loop). One
+ * sample per run: the p99 sojourn of admitted jobs. Unbounded: the plain
+ * pool (its queue grows); MaxWait2ms: options.max_wait = 2 ms, the pool
+ * refusing (NRES_ELIMITED) what it expects to wait longer. */
+#define SAT_THREADS 2
+#define SAT_JOB_MS 10
+#define SAT_MAX_JOBS 1024
+
+typedef struct {
+  nres_job_t job;
+  double due, end;
+} sat_job_t;
+
+static sat_job_t sat_jobs[SAT_MAX_JOBS];
+static atomic_int sat_left;
+
+static int sat_fn(nres_job_t *job) {
+  (void) job;
+  sleep_ms(SAT_JOB_MS);
+  return 0;
+}
+
+static void sat_done(nres_job_t *job) {
+  ((sat_job_t *) job->arg)->end = now_ns();
+  atomic_fetch_sub(&sat_left, 1);
+}
+
+/* One run; returns the admitted p99 sojourn (ns), counts refusals. */
+static double sat_run(nres_time_t max_wait, double rate, double window_s,
+                      int *refused, int *offered) {
+  nres_pool_t pool;
+  nres_pool_options_t opt;
+  double t0, sojourn[SAT_MAX_JOBS];
+  int n = (int) (rate * window_s), admitted = 0, i;
+
+  if (n > SAT_MAX_JOBS)
+    die("saturation: %d arrivals, room for %d", n, SAT_MAX_JOBS);
+  nres_pool_options_init(&opt);
+  opt.threads = SAT_THREADS;
+  opt.max_wait = max_wait;
+  CHECK(nres_pool_init(&pool, &opt));
+  atomic_store(&sat_left, 0);
+  *refused = 0;
+  *offered = n;
+  t0 = now_ns() + 1e6;
+  for (i = 0; i < n; i++) {
+    sat_job_t *s = &sat_jobs[i];
+    double due = t0 + i * 1e9 / rate, wait = due - now_ns();
+    int rc;
+    if (wait > 0) {
+      struct timespec ts = { (time_t) (wait / 1e9), (long) fmod(wait, 1e9) };
+      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+      }
+    }
+    nres_job_init(&s->job, sat_fn, s);
+    s->job.done_cb = sat_done;
+    s->due = due;
+    s->end = 0;
+    atomic_fetch_add(&sat_left, 1);
+    if ((rc = nres_pool_submit(&pool, &s->job)) == NRES_ELIMITED) {
+      atomic_fetch_sub(&sat_left, 1);
+      s->due = -1;
+      (*refused)++;
+    } else if (rc != 0) {
+      die("saturation: submit: %s", nres_strerror(rc));
+    }
+  }
+  while (atomic_load(&sat_left) > 0)
+    sleep_ms(1);
+  CHECK(nres_pool_close(&pool, NRES_POOL_DRAIN));
+  for (i = 0; i < n; i++)
+    if (sat_jobs[i].due >= 0)
+      sojourn[admitted++] = sat_jobs[i].end - sat_jobs[i].due;
+  if (admitted == 0)
+    return 0;
+  qsort(sojourn, (size_t) admitted, sizeof(double), cmp_double);
+  return sojourn[(int) ceil(0.99 * admitted) - 1];
+}
+
+static void bench_saturation(bench_t *b) {
+  static const struct {
+    const char *method, *param;
+    nres_time_t max_wait;
+    double load;
+  } v[] = {
+    { "Unbounded", "80%", 0, 0.8 },
+    { "Unbounded", "200%", 0, 2.0 },
+    { "MaxWait2ms", "80%", 2 * NRES_MSEC, 0.8 },
+    { "MaxWait2ms", "200%", 2 * NRES_MSEC, 2.0 },
+  };
+  enum { NV = sizeof(v) / sizeof(v[0]) };
+  double capacity = SAT_THREADS * 1000.0 / SAT_JOB_MS;
+  double window = g.quick ? 0.5 : 2.0;
+  int runs = g.quick ? 1 : 7, refused[NV] = { 0 }, offered[NV] = { 0 };
+  row_t *rows[NV];
+
+  b->title = "Saturation: a 2-thread pool offered 80 % and 200 % of its "
+             "capacity (10 ms jobs, open loop)";
+  b->what = "p99 sojourn of admitted jobs per run (scheduled arrival to "
+            "end)";
+  b->param_name = "Load";
+  for (int j = 0; j < NV; j++)
+    rows[j] = add_row(b, v[j].method, v[j].param);
+  for (int run = 0; run < runs; run++)
+    for (int j = 0; j < NV; j++) {
+      /* interleaved, in a rotated order so no variant always runs first */
+      int k = (j + run) % NV, r, o;
+      sample(rows[k], sat_run(v[k].max_wait, v[k].load * capacity, window,
+                              &r, &o));
+      refused[k] += r;
+      offered[k] += o;
+    }
+  for (int j = 0; j < NV; j++)
+    note(b, "- %s at %s: %d of %d arrivals refused (%.1f %%)\n", v[j].method,
+         v[j].param, refused[j], offered[j],
+         offered[j] ? 100.0 * refused[j] / offered[j] : 0.0);
+}
+
+
 static row_t *find(bench_t *b, const char *method, const char *param) {
   for (int i = 0; i < b->nrows; i++)
     if (strcmp(b->rows[i].method, method) == 0 &&
@@ -1143,11 +1271,19 @@ static void finish(bench_t *b) {
     row_t *r = &b->rows[i], *base = find(b, "SingleThread", r->param);
     if (base == NULL)
       base = find(b, "SingleThread", NULL);
+    if (strcmp(b->name, "saturation") == 0)
+      base = find(b, r->method, "80%");   /* the same pool at 80 % load */
     if (base != NULL && base->n > 0)
       ratio_against(r, base);
   }
   note(b, "\nAgainst the targets (ratio of means ± propagated SD):\n");
-  if (strcmp(b->name, "minimal") == 0) {
+  if (strcmp(b->name, "saturation") == 0) {
+    target(b, "MaxWait2ms p99 at 200 % / at 80 %", find(b, "MaxWait2ms", "200%"),
+           find(b, "MaxWait2ms", "80%"), 2.0, NULL);
+    target(b, "Unbounded p99 at 200 % / at 80 % (for comparison)",
+           find(b, "Unbounded", "200%"), find(b, "Unbounded", "80%"), 2.0,
+           NULL);
+  } else if (strcmp(b->name, "minimal") == 0) {
     target(b, "NresChain / SingleThread", find(b, "NresChain", NULL),
            find(b, "SingleThread", NULL), 1.5, "2.12");
     target(b, "NresChainInside / SingleThread",
@@ -1294,6 +1430,7 @@ static const struct {
   { "logging", bench_logging },
   { "parallel", bench_parallel },
   { "files", bench_files },
+  { "saturation", bench_saturation },
 };
 #define NBENCH ((int) (sizeof(all) / sizeof(all[0])))
 
@@ -1315,7 +1452,7 @@ static void usage(FILE *f) {
           "                  [--workloads FILE] [--tmp DIR]\n"
           "--tmp: where the files benchmark works (default /dev/shm, else "
           "/tmp)\n"
-          "names: minimal sequential logging parallel files\n"
+          "names: minimal sequential logging parallel files saturation\n"
           "default workloads: %s/../shared/reference/parallel-workloads-ms.txt\n",
           NRES_SOURCE_DIR);
 }

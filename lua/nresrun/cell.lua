@@ -95,13 +95,16 @@ local function quantile(hist, total, q)
   return hist_mod.quantile(hist, total, q) or 0
 end
 
--- The latency fields of a cell's metrics: all `ops`, and admitted work.
-local function latencies(out, hist, admitted, ops, m)
+-- The latency fields of a cell's metrics: all `ops`, admitted work, and
+-- (single-thread cells: `ok`) successes alone, which a dependency's own
+-- fast refusals (admitted failures) cannot pull down.
+local function latencies(out, hist, admitted, ops, m, ok)
   out.p50_us, out.p90_us = quantile(hist, ops, 0.5) / 1e3, quantile(hist, ops, 0.9) / 1e3
   out.p99_us, out.max_us = quantile(hist, ops, 0.99) / 1e3, m.max_ns / 1e3
   out.admitted = m.admitted
   out.p50_admitted_us = quantile(admitted, m.admitted, 0.5) / 1e3
   out.p99_admitted_us = quantile(admitted, m.admitted, 0.99) / 1e3
+  if ok then out.p99_ok_us = quantile(ok, m.successes, 0.99) / 1e3 end
   return out
 end
 
@@ -147,12 +150,12 @@ end
 -- first outcome (the counters' snapshot).
 local function new_tally(measure_at, gc, on_first)
   local t = {
-    hist = hist_mod.new(), admitted = hist_mod.new(), all = 0, first = false,
+    hist = hist_mod.new(), admitted = hist_mod.new(), ok = hist_mod.new(), all = 0, first = false,
     m = { arrivals = 0, successes = 0, failures = 0, rejections = 0, shed = 0,
           missed = 0, lag_max = 0, lag_sum = 0, max_ns = 0, admitted = 0 },
     failed_by = {}, rejected_by = {},
   }
-  local m, hist, admitted = t.m, t.hist, t.admitted
+  local m, hist, admitted, okh = t.m, t.hist, t.admitted, t.ok
   local failed_by, rejected_by = t.failed_by, t.rejected_by
   local gc_n = 0
   -- One finished operation that started at `started` (scheduled time for
@@ -180,6 +183,7 @@ local function new_tally(measure_at, gc, on_first)
     if ns > m.max_ns then m.max_ns = ns end
     local i = hist_index(ns)
     hist[i] = hist[i] + 1
+    if ok then okh[i] = okh[i] + 1 end
     if not rejected then
       m.admitted = m.admitted + 1
       admitted[i] = admitted[i] + 1
@@ -371,7 +375,7 @@ local function run_cell(cell, seed, srv)
     gc_pause_share = gc.ns / (window * 1e9), gc_collections = gc.cycles,
     gc_pause_max_us = gc.max_ns / 1e3,
   }
-  latencies(out, hist, admitted, ops, m)
+  latencies(out, hist, admitted, ops, m, tally.ok)
   if host.available then
     out.heap_bytes_per_op = ops > 0 and (host.heap_bytes() - base.heap) / ops or 0
     out.gc_bytes_per_op = ops > 0 and (host.lua_bytes() - base.lua) / ops or 0

@@ -48,7 +48,7 @@ typedef struct nres_host_job_s {
   int32_t id; int32_t running; int32_t status; int32_t result; int32_t worker;
   int32_t kind; double arg;
 } nres_host_job_t;
-int nres_host_pool_init(uint32_t threads);
+int nres_host_pool_init(uint32_t threads, double max_wait);
 nres_host_job_t *nres_host_job_new(void);
 int nres_host_job_start(nres_host_job_t *job, int kind, double arg);
 int nres_host_pool_stats(double out[6]);

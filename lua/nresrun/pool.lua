@@ -56,40 +56,48 @@ function user.closed()
   ready = false
 end
 
-local function start(threads, level)
+local function start(threads, max_wait, level)
   if not _M.available then
     error("nresrun.pool: only inside nresrun built with the pool and http components", level + 1)
   end
   http.share_loop(user, level + 1)
-  local rc = C.nres_host_pool_init(threads)
+  local rc = C.nres_host_pool_init(threads, max_wait)
   if rc ~= 0 then
     if errname(rc) == "ESTATE" then
-      error("nresrun.pool.init: threads: the pool already runs with another count", level + 1)
+      error("nresrun.pool.init: the pool already runs with another threads or max_wait", level + 1)
     end
     error("nresrun.pool: cannot start the pool (" .. errname(rc) .. ")", level + 1)
   end
   ready = true
 end
 
--- nresrun.pool.init{ threads = n }: start the pool now with n threads (1 to
--- 1024; default $NRES_THREADS, else the cores). Again with the same count
--- (or none) does nothing; another count while it runs is an error.
+-- nresrun.pool.init{ threads = n, max_wait = s }: start the pool now with n
+-- threads (1 to 1024; default $NRES_THREADS, else the cores) and, with
+-- max_wait (seconds), admission by expected wait: a job the pool expects
+-- to wait longer than that is refused (run returns nil, "error",
+-- "ELIMITED"). Again with the same settings (or none) does nothing; others
+-- while it runs are an error.
 function _M.init(t)
   if t ~= nil and type(t) ~= "table" then
     error("bad argument #1 to 'init' (table expected, got " .. type(t) .. ")", 2)
   end
   local threads = t and t.threads or 0
+  local max_wait = t and t.max_wait or 0
   for k in pairs(t or {}) do
-    if k ~= "threads" then
-      error("nresrun.pool.init: " .. tostring(k) .. ": unknown field (threads)", 2)
+    if k ~= "threads" and k ~= "max_wait" then
+      error("nresrun.pool.init: " .. tostring(k) .. ": unknown field (threads, max_wait)", 2)
     end
+  end
+  if type(max_wait) ~= "number" or not (max_wait >= 0 and max_wait <= 3600) then
+    error("nresrun.pool.init: max_wait: expected seconds from 0 to 3600, got "
+          .. schema.describe(t.max_wait), 2)
   end
   if t and t.threads ~= nil and (type(threads) ~= "number" or threads % 1 ~= 0
                                  or threads < 1 or threads > 1024) then
     error("nresrun.pool.init: threads: expected an integer from 1 to 1024, got "
           .. schema.describe(t.threads), 2)
   end
-  start(threads, 2)
+  start(threads, max_wait * 1e9, 2)
 end
 
 local function check(kind, ns, fname, level)
@@ -146,7 +154,7 @@ end
 -- it. true, worker index; or nil, status, error name.
 function _M.run(kind, ns)
   local k = check(kind, ns, "run", 2)
-  if not ready then start(0, 2) end
+  if not ready then start(0, 0, 2) end
   local id, err = submit(k, ns)
   if not id then return nil, "error", err end
   await(id, "run")
@@ -168,7 +176,7 @@ function _M.run_all(list)
     end
     check(job[1], job[2], "run_all[" .. i .. "]", 2)
   end
-  if not ready then start(0, 2) end
+  if not ready then start(0, 0, 2) end
   -- Submit all first (they run meanwhile), then wait for each in turn:
   -- waiting on one that already ended costs no yield of note.
   local ok, ids = 0, {}

@@ -7,7 +7,9 @@
  * lost or duplicated (100,000 under TSan, which is ~20x slower), delayed
  * jobs (never early, holding no thread), shutdown with jobs in flight
  * (drain or cancel: every completion still runs, every byte is freed),
- * idle workers parked, misuse, and no allocation per job in steady state.
+ * idle workers parked, misuse, no allocation per job in steady state, and
+ * admission by expected wait (max_wait: decided on counts, with a service
+ * time so long that the few ms the test takes cannot change a decision).
  * Times are only checked as lower bounds; waits for the pool are bounded
  * (10 s) so a bug fails a test instead of hanging it.
  */
@@ -685,6 +687,15 @@ static void misuse_is_refused(void **state) {
   opt.queue_size = 0;
   opt.threads = 5000;
   assert_int_equal(nres_pool_init(&pool, &opt), NRES_EINVAL);
+  opt.threads = 1;
+  opt.max_wait = NRES_TIME_INVALID;   /* a NaN or negative from a binding */
+  assert_int_equal(nres_pool_init(&pool, &opt), NRES_EINVAL);
+  opt.max_wait = NRES_MSEC;
+  opt.service = NRES_TIME_NEVER;
+  assert_int_equal(nres_pool_init(&pool, &opt), NRES_EINVAL);
+  opt.service = NRES_TIME_INVALID;
+  assert_int_equal(nres_pool_init(&pool, &opt), NRES_EINVAL);
+  nres_pool_options_init(&opt);
   assert_int_equal(nres_job_init(NULL, count_fn, NULL), NRES_EINVAL);
   assert_int_equal(nres_job_init(&job, NULL, NULL), NRES_EINVAL);
 
@@ -715,6 +726,131 @@ static void misuse_is_refused(void **state) {
   assert_int_equal(nres_pool_submit(&pool, &job), NRES_EINVAL);
   assert_int_equal(nres_pool_worker(&pool), -1);
   assert_null(nres_pool_job_get(&pool));
+}
+
+/* ------------------------------------------------ admission by wait */
+
+static atomic_int holding;
+static atomic_uint finished;   /* count_fn's own count of these tests' jobs */
+
+static int counted_hold_fn(nres_job_t *job) {
+  atomic_fetch_add(&holding, 1);
+  return hold_fn(job);
+}
+
+static void max_wait_refuses_what_would_wait_too_long(void **state) {
+  nres_pool_t pool;
+  nres_pool_options_t opt;
+  nres_pool_stats_t st;
+  nres_job_t hold[2], job[5];
+  nres_gate_t gate;
+  atomic_int release = 0;
+  (void) state;
+
+  /* Service 100 s a job, 2 workers, max_wait 220 s. With both workers
+   * holding, free in ~100 s each, a job queued behind Q others expects
+   * max(100, (200 + 100 Q) / 2) s: 100, 150, 200, then 250 > 220. */
+  nres_pool_options_init(&opt);
+  opt.threads = 2;
+  opt.max_wait = 220 * NRES_SEC;
+  opt.service = 100 * NRES_SEC;
+  assert_int_equal(nres_pool_init(&pool, &opt), 0);
+  atomic_store(&holding, 0);
+  atomic_store(&finished, 0);
+  for (int i = 0; i < 2; i++) {
+    nres_job_init(&hold[i], counted_hold_fn, &release);
+    assert_int_equal(nres_pool_submit(&pool, &hold[i]), 0);
+  }
+  WAIT_FOR(atomic_load(&holding) == 2);
+  for (int i = 0; i < 5; i++)
+    nres_job_init(&job[i], count_fn, &finished);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(nres_pool_submit(&pool, &job[i]), 0);
+  job[3].result = 7;   /* as a record that ran before */
+  atomic_store(&job[3].status, NRES_JOB_ERROR);
+  assert_int_equal(nres_pool_submit(&pool, &job[3]), NRES_ELIMITED);
+  assert_int_equal(job[3].result, 7);   /* refused: left as it was */
+  assert_int_equal(nres_job_status(&job[3]), NRES_JOB_ERROR);
+  nres_pool_stats(&pool, &st);
+  assert_int_equal(st.shed, 1);
+  assert_int_equal(st.submitted, 5);
+  assert_int_equal(st.service, 100 * NRES_SEC);   /* nothing measured yet */
+  /* Part of a fan-out: never refused (its gate decides), but counted. */
+  assert_int_equal(nres_gate_init(&gate, &pool), 0);
+  assert_int_equal(nres_gate_add(&gate, &job[4]), 0);
+  assert_int_equal(atomic_load(&pool.queued_), 4);
+
+  atomic_store(&release, 1);
+  assert_int_equal(nres_gate_wait(&gate, 0, NRES_TIME_NEVER), 0);
+  nres_gate_close(&gate);
+  WAIT_FOR(atomic_load(&finished) == 4);
+  WAIT_FOR(all_parked(&pool));
+  /* Idle again: the refused record goes in, and the estimate has learnt
+   * from the jobs that ran (each took far less than 100 s). */
+  assert_int_equal(atomic_load(&pool.queued_), 0);
+  assert_int_equal(nres_pool_submit(&pool, &job[3]), 0);
+  WAIT_FOR(atomic_load(&finished) == 5);
+  nres_pool_stats(&pool, &st);
+  assert_int_equal(st.shed, 1);
+  assert_true(st.service > 0 && st.service < 100 * NRES_SEC);
+  assert_int_equal(nres_pool_close(&pool, NRES_POOL_DRAIN), 0);
+  assert_int_equal(atomic_load(&pool.queued_), 0);
+}
+
+static void max_wait_off_counts_nothing(void **state) {
+  nres_pool_t pool;
+  nres_pool_options_t opt;
+  nres_pool_stats_t st;
+  nres_job_t job;
+  (void) state;
+
+  nres_pool_options_init(&opt);
+  opt.threads = 1;
+  opt.max_wait = NRES_TIME_NEVER;   /* as 0: off */
+  opt.service = NRES_SEC;
+  assert_int_equal(nres_pool_init(&pool, &opt), 0);
+  atomic_store(&finished, 0);
+  nres_job_init(&job, count_fn, &finished);
+  assert_int_equal(nres_pool_submit(&pool, &job), 0);
+  WAIT_FOR(atomic_load(&finished) == 1);
+  nres_pool_stats(&pool, &st);
+  assert_int_equal(st.shed, 0);
+  assert_int_equal(st.service, 0);
+  assert_int_equal(job.flags, 0);   /* never counted */
+  assert_int_equal(nres_pool_close(&pool, NRES_POOL_DRAIN), 0);
+}
+
+/* Delayed jobs that come due together (their worker was busy, or off the
+ * CPU) still run in due order: the worker runs its own queue newest
+ * first, so they must go in latest first. */
+static void jobs_due_together_run_in_due_order(void **state) {
+  nres_pool_t *pool = new_pool(1);
+  nres_job_t hold, job[3];
+  timed_t t[3];
+  atomic_int release = 0;
+  nres_time_t now = nres_clock_now();
+  nres_time_t due[3] = { now + 3 * NRES_MSEC, now + 1 * NRES_MSEC,
+                         now + 2 * NRES_MSEC };
+  (void) state;
+
+  memset(t, 0, sizeof(t));
+  atomic_store(&order_counter, 0);
+  atomic_store(&holding, 0);
+  nres_job_init(&hold, counted_hold_fn, &release);
+  assert_int_equal(nres_pool_submit(pool, &hold), 0);
+  WAIT_FOR(atomic_load(&holding) == 1);
+  for (int i = 0; i < 3; i++) {
+    nres_job_init(&job[i], timed_fn, &t[i]);
+    assert_int_equal(nres_pool_submit_at(pool, &job[i], due[i]), 0);
+  }
+  WAIT_FOR(nres_clock_now() > due[0]);   /* all due, the worker still held */
+  atomic_store(&release, 1);
+  WAIT_FOR(atomic_load(&t[0].done) && atomic_load(&t[1].done) &&
+           atomic_load(&t[2].done));
+  assert_int_equal(t[1].order, 0);
+  assert_int_equal(t[2].order, 1);
+  assert_int_equal(t[0].order, 2);
+  free_pool(pool, NRES_POOL_DRAIN);
 }
 
 static void pooled_records_run_out_and_come_back(void **state) {
@@ -865,6 +1001,9 @@ int main(void) {
     cmocka_unit_test(idle_workers_park),
     cmocka_unit_test(misuse_is_refused),
     cmocka_unit_test(pooled_records_run_out_and_come_back),
+    cmocka_unit_test(max_wait_refuses_what_would_wait_too_long),
+    cmocka_unit_test(max_wait_off_counts_nothing),
+    cmocka_unit_test(jobs_due_together_run_in_due_order),
     cmocka_unit_test(steady_state_allocates_nothing_per_job),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -129,6 +129,15 @@ struct nres_pool_options_s {
                                    before parking; 0 = 64 */
   uint32_t reserved_;
   nres_joblog_t *log;           /* the execution log, or NULL (off) */
+  /* Admission by expected wait: a job submitted from outside the pool
+   * and not under a gate (nres_pool_submit, nres_pool_uv_submit,
+   * nres_pool_call_start) is refused with NRES_ELIMITED when the pool
+   * expects it to wait longer than max_wait before a worker starts it.
+   * 0 or NRES_TIME_NEVER: off, the queue is unbounded in time. */
+  nres_time_t max_wait;
+  /* The service time to expect until the pool has measured one (ns);
+   * 0: admit everything until the first job has run. */
+  nres_time_t service;
 };
 
 /* Counters, relaxed reads. */
@@ -142,6 +151,10 @@ struct nres_pool_stats_s {
   uint64_t parks;               /* times a worker went to sleep */
   uint64_t wakes;               /* times a sleeping worker was woken */
   uint64_t timers_fired;        /* delayed jobs that came due */
+  uint64_t shed;                /* submits refused by max_wait */
+  nres_time_t service;          /* with max_wait: the service time the
+                                   pool expects (moving average of the
+                                   jobs' run times), else 0 */
 };
 
 /* One cache line per hot word. */
@@ -188,6 +201,13 @@ struct nres_pool_s {
   uint32_t reserved1_;
   NRES_ATOMIC(uint64_t) wakes_;
   uint64_t timers_added_;
+  /* Admission by expected wait (options.max_wait; all 0 when off). */
+  nres_time_t max_wait_;
+  NRES_ATOMIC(uint64_t) service_;     /* ns, moving average */
+  NRES_ATOMIC(uint64_t) shed_;
+  char pad3_[NRES_POOL_LINE];
+  NRES_ATOMIC(int64_t) queued_;       /* counted jobs not yet started */
+  char pad4_[NRES_POOL_LINE];
 };
 
 typedef enum {
@@ -216,7 +236,19 @@ NRES_EXTERN int nres_pool_close(nres_pool_t *pool, int how);
 
 /* Queue a job (any thread). From a worker of this pool the job goes to
  * that worker's own queue. NRES_EINVAL (no fn, bad pool), NRES_EBUSY (the
- * record is queued or running), NRES_ESTATE (the pool is closing). */
+ * record is queued or running), NRES_ESTATE (the pool is closing),
+ * NRES_ELIMITED (options.max_wait: the pool expects the job to wait longer
+ * than that before it starts; nothing was queued).
+ *
+ * The expected wait: with Q counted jobs queued and each worker free in
+ * f_i (a running job's remaining time: the service estimate minus the
+ * time it has run, at least 0; 0 for an idle worker), min f_i when Q = 0,
+ * else max(min f_i, (sum f_i + Q * service) / threads). Jobs submitted by
+ * workers and under gates count in Q but are never refused (they are
+ * parts of admitted work); delayed jobs are not counted. Concurrent
+ * submitters may each pass the check before either is counted: the bound
+ * holds to within the number of threads submitting at once. The check
+ * reads every worker's state (O(threads)), only with max_wait on. */
 NRES_EXTERN int nres_pool_submit(nres_pool_t *pool, nres_job_t *job);
 /* Queue a job to run at `when` (nres_clock_now time) or later. It holds no
  * thread while it waits: an idle worker sleeps until the earliest due time.
@@ -416,8 +448,9 @@ struct nres_pool_call_s {
 
 /* Start from any thread; pc must not be running (pc->data is kept, the
  * rest is reset). NRES_EINVAL (misuse, policy not built), NRES_ESTATE
- * (pool closing); on error done_cb is never called, and on success never
- * from inside this function. */
+ * (pool closing), NRES_ELIMITED (the pool's max_wait refused the first
+ * attempt; later ones are never refused); on error done_cb is never
+ * called, and on success never from inside this function. */
 NRES_EXTERN int nres_pool_call_start(nres_pool_call_t *pc, nres_pool_t *pool,
                                      nres_policy_t *policy, nres_attempt_fn fn,
                                      void *arg, nres_pool_call_cb done_cb);

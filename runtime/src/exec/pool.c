@@ -22,6 +22,13 @@
  * sleeper count; the parker publishes itself as a sleeper, then (seq_cst)
  * looks for work once more before sleeping.
  *
+ * With options.max_wait, submits from outside are admitted by expected
+ * wait: the pool counts its queued jobs, notes when each worker's job
+ * started and keeps a moving average of run times, and refuses
+ * (NRES_ELIMITED) a job it expects to wait longer than max_wait, so
+ * admitted work waits a bounded time however much is offered. Off, none
+ * of this runs.
+ *
  * Delayed jobs wait in a binary heap under a mutex. One parked worker, the
  * timekeeper, sleeps with a timeout at the earliest due time; any worker
  * looking for work moves due jobs into its own deque. So a job waiting for
@@ -64,6 +71,9 @@ typedef struct nres__worker_s {
   pthread_t thread;
   /* Counters: one writer (the owner), relaxed readers. */
   NRES_ATOMIC(uint64_t) n_local, n_executed, n_skipped, n_stolen, n_parks;
+  /* max_wait on: when the running job started (0: none), for submitters
+   * to estimate when this worker is free. */
+  NRES_ATOMIC(uint64_t) run_start;
   char pad1[NRES_POOL_LINE];
   NRES_ATOMIC(uint32_t) sleep;  /* futex: 1 parked, 0 not */
   char pad2[NRES_POOL_LINE - sizeof(uint32_t)];
@@ -283,19 +293,29 @@ static void publish_timer_next(nres_pool_t *pool) {
                         memory_order_seq_cst);
 }
 
-/* Move the due delayed jobs into w's deque (the shared queue if full). */
+/* Due delayed jobs moved per call; more stay due in the heap for the
+ * next look. */
+#define FIRE_BATCH 64
+
+/* Move the due delayed jobs into w's deque (the shared queue if full),
+ * which is empty (find_work looked first). The owner takes from the
+ * bottom, so they go in latest first: several due at once (a worker late
+ * off the CPU) still run in due order. */
 static void fire_timers(nres_pool_t *pool, nres__worker_t *w,
                         nres_time_t now) {
-  uint32_t moved = 0;
+  nres_job_t *batch[FIRE_BATCH];
+  uint32_t moved = 0, i;
 
   pthread_mutex_lock(&pool->timer_lock_);
-  while (pool->timer_count_ > 0 && pool->timer_heap_[0]->due <= now) {
+  while (moved < FIRE_BATCH && pool->timer_count_ > 0 &&
+         pool->timer_heap_[0]->due <= now) {
     nres_job_t *job = heap_pop(pool);
     nres__store(&job->state, NRES__JOB_QUEUED);
-    if (deque_push(w, job) == 0)
-      inject_push(pool, job, 0);
-    moved++;
+    batch[moved++] = job;
   }
+  for (i = moved; i-- > 0;)
+    if (deque_push(w, batch[i]) == 0)
+      inject_push(pool, batch[i], 0);
   pool->timers_fired_ += moved;
   publish_timer_next(pool);
   pthread_mutex_unlock(&pool->timer_lock_);
@@ -404,13 +424,28 @@ void nres__job_finish(nres_job_t *job) {
     nres__gate_release(gate);
 }
 
+/* The moving average of run times the admission check uses (1/8 weight
+ * per run; a lost race drops one sample). */
+static void note_service(nres_pool_t *pool, nres_time_t ran) {
+  uint64_t s = nres__load(&pool->service_);
+  if (ran == 0)
+    ran = 1;   /* 0 means "nothing measured yet" */
+  nres__store(&pool->service_,
+              s == 0 ? ran : s - s / 8 + ran / 8 + (s % 8 + ran % 8) / 8);
+}
+
 static void run_job(nres__worker_t *w, nres_job_t *job) {
   nres_pool_t *pool = w->pool;
   nres_gate_t *gate = job->gate;
-  nres_time_t start = 0;
+  nres_time_t start = 0, began = 0;
+  uint64_t outer = 0;
   uint32_t stop = 0, status;
   nres_job_t *prev;
 
+  if (job->flags & NRES__JOB_COUNTED) {
+    job->flags &= ~(uint32_t) NRES__JOB_COUNTED;
+    atomic_fetch_sub_explicit(&pool->queued_, 1, memory_order_relaxed);
+  }
   job->worker = w->index;
   status = atomic_load_explicit(&job->status, memory_order_acquire);
   if (status == NRES_JOB_PENDING) {
@@ -426,10 +461,21 @@ static void run_job(nres__worker_t *w, nres_job_t *job) {
       start = nres_clock_now();
       log_event(pool, job, NRES_JOBLOG_EXECUTING, 0, 0, start);
     }
+    if (pool->max_wait_ != 0) {
+      /* A job run while helping (a gate's wait) nests: restore after. */
+      began = start != 0 ? start : nres_clock_now();
+      outer = nres__load(&w->run_start);
+      nres__store(&w->run_start, began);
+    }
     prev = w->current;
     w->current = job;
     job->result = job->fn(job);
     w->current = prev;
+    if (began != 0) {
+      nres_time_t end = nres_clock_now();
+      note_service(pool, end > began ? end - began : 0);
+      nres__store(&w->run_start, outer);
+    }
     status = job->result == 0 ? NRES_JOB_OK : NRES_JOB_ERROR;
     /* A gate that stopped while the job ran decided its outcome first
      * (the job may have returned early because it saw the stop). */
@@ -679,7 +725,41 @@ const char *nres_job_status_name(int status) {
   }
 }
 
-/* Checks common to every submit; claims the record. */
+/* The wait a job queued now can expect before a worker starts it (see
+ * nres_pool_submit in nres/pool.h). */
+static nres_time_t expected_wait(nres_pool_t *pool, nres_time_t service) {
+  nres__worker_t *workers = WORKERS(pool);
+  nres_time_t now = nres_clock_now(), first = NRES_TIME_NEVER, sum = 0;
+  int64_t queued = atomic_load_explicit(&pool->queued_, memory_order_relaxed);
+  uint32_t i;
+
+  for (i = 0; i < pool->threads; i++) {
+    nres_time_t began = nres__load(&workers[i].run_start), free = 0;
+    if (began != 0 && began + service > now)
+      free = began + service - now;
+    sum += free;
+    if (free < first)
+      first = free;
+  }
+  if (queued <= 0)
+    return first;
+  sum = (sum + (nres_time_t) queued * service) / pool->threads;
+  return sum > first ? sum : first;
+}
+
+/* Admission by expected wait: 0, or NRES_ELIMITED, counted. */
+static int admit(nres_pool_t *pool) {
+  nres_time_t service = nres__load(&pool->service_);
+
+  if (service == 0 || expected_wait(pool, service) <= pool->max_wait_)
+    return 0;
+  nres__add(&pool->shed_, 1);
+  return NRES_ELIMITED;
+}
+
+/* Checks common to every submit, admission by expected wait (max_wait on:
+ * a job from outside, not delayed, not under a gate); claims the record.
+ * A refused record is left as it was. */
 static int claim(nres_pool_t *pool, nres_job_t *job, uint32_t state,
                  int from_worker) {
   nres__worker_t *w;
@@ -698,6 +778,9 @@ static int claim(nres_pool_t *pool, nres_job_t *job, uint32_t state,
   if (closing != 0 && (closing != 1 + NRES_POOL_DRAIN || !from_worker ||
                        state == NRES__JOB_DELAYED))
     return NRES_ESTATE;
+  if (pool->max_wait_ != 0 && state == NRES__JOB_QUEUED && !from_worker &&
+      job->gate == NULL && admit(pool) != 0)
+    return NRES_ELIMITED;
   nres__store(&job->state, state);
   atomic_store_explicit(&job->status, NRES_JOB_PENDING, memory_order_relaxed);
   job->pool = pool;
@@ -721,6 +804,12 @@ int nres__pool_submit(nres_pool_t *pool, nres_job_t *job) {
 
   if ((rc = claim(pool, job, NRES__JOB_QUEUED, mine)) != 0)
     return rc;
+  if (pool->max_wait_ != 0) {
+    /* Counted before it is visible to workers, so run_job's decrement
+     * never comes first. */
+    job->flags |= NRES__JOB_COUNTED;
+    atomic_fetch_add_explicit(&pool->queued_, 1, memory_order_relaxed);
+  }
   if (mine) {
     size = deque_push(w, job);
     if (size > 0) {
@@ -734,6 +823,10 @@ int nres__pool_submit(nres_pool_t *pool, nres_job_t *job) {
   if ((rc = inject_push(pool, job,
                         mine ? INJECT_COUNT : INJECT_CHECK | INJECT_COUNT)) !=
       0) {
+    if (job->flags & NRES__JOB_COUNTED) {
+      job->flags &= ~(uint32_t) NRES__JOB_COUNTED;
+      atomic_fetch_sub_explicit(&pool->queued_, 1, memory_order_relaxed);
+    }
     nres__store(&job->state, NRES__JOB_IDLE);
     return rc;
   }
@@ -866,7 +959,10 @@ int nres_pool_init(nres_pool_t *pool, const nres_pool_options_t *options) {
   queue = options->queue_size ? options->queue_size : DEFAULT_QUEUE;
   records = options->records ? options->records : DEFAULT_RECORDS;
   timers = options->timers ? options->timers : DEFAULT_TIMERS;
-  if (threads > MAX_THREADS || queue > MAX_QUEUE || (queue & (queue - 1)))
+  if (threads > MAX_THREADS || queue > MAX_QUEUE || (queue & (queue - 1)) ||
+      options->max_wait == NRES_TIME_INVALID ||
+      options->service == NRES_TIME_INVALID ||
+      options->service == NRES_TIME_NEVER)
     return NRES_EINVAL;
 
   memset(pool, 0, sizeof(*pool));
@@ -885,6 +981,10 @@ int nres_pool_init(nres_pool_t *pool, const nres_pool_options_t *options) {
   pthread_mutex_init(&pool->inject_lock_, NULL);
   pthread_mutex_init(&pool->timer_lock_, NULL);
   pool->timer_cap_ = timers;
+  if (options->max_wait != NRES_TIME_NEVER) {
+    pool->max_wait_ = options->max_wait;
+    atomic_init(&pool->service_, options->max_wait ? options->service : 0);
+  }
 
   workers = nres__calloc(threads, sizeof(*workers));
   pool->workers_ = workers;
@@ -1004,4 +1104,6 @@ void nres_pool_stats(const nres_pool_t *pool, nres_pool_stats_t *out) {
   out->submitted = pool->timers_added_;
   pthread_mutex_unlock((pthread_mutex_t *) &pool->timer_lock_);
   out->submitted += out->local + out->injected;
+  out->shed = nres__load(&pool->shed_);
+  out->service = nres__load(&pool->service_);
 }

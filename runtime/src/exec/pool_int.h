@@ -23,7 +23,8 @@ enum {
 
 /* job->flags */
 enum {
-  NRES__JOB_POOLED = 1    /* one of the pool's records */
+  NRES__JOB_POOLED = 1,   /* one of the pool's records */
+  NRES__JOB_COUNTED = 2   /* counted in pool->queued_ (max_wait on) */
 };
 
 /* ------------------------------------------------------------- futexes */

@@ -139,15 +139,17 @@ typedef struct nres_host_job_s {
 } nres_host_job_t;
 
 /* Start the loop if needed and the pool on it: threads 0 = $NRES_THREADS,
- * else the number of cores. Again with 0 or the same count: 0. NRES_ESTATE
- * if it already runs with another count; else as nres_pool_init. */
-NRES_EXTERN int nres_host_pool_init(uint32_t threads);
+ * else the number of cores; max_wait ns > 0: the pool's admission by
+ * expected wait (nres_pool_options_t.max_wait; a refused job's start
+ * returns NRES_ELIMITED). Again with 0 or the same count and max_wait: 0.
+ * NRES_ESTATE if it already runs otherwise; else as nres_pool_init. */
+NRES_EXTERN int nres_host_pool_init(uint32_t threads, double max_wait);
 /* A new job slot; NULL before nres_host_pool_init, past
  * NRES_HOST_POOL_MAX, or out of memory. */
 NRES_EXTERN nres_host_job_t *nres_host_job_new(void);
 /* Submit a built-in job (kind, arg ns in [0, 3600e9]) from the loop
  * thread. 0, or NRES_EINVAL (bad slot, kind or arg), NRES_EBUSY (running),
- * NRES_ESTATE; then the id never comes out. */
+ * NRES_ESTATE, NRES_ELIMITED (max_wait); then the id never comes out. */
 NRES_EXTERN int nres_host_job_start(nres_host_job_t *job, int kind,
                                     double arg);
 /* out = { threads, jobs submitted, jobs executed, most jobs running at

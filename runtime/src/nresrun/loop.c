@@ -309,11 +309,16 @@ static void on_job_done(nres_job_t *job) {
   ring_push(s->pub.id);
 }
 
-int nres_host_pool_init(uint32_t threads) {
+int nres_host_pool_init(uint32_t threads, double max_wait) {
   nres_pool_options_t opts;
   int rc;
+  if (!(max_wait >= 0 && max_wait <= ARG_MAX_NS))   /* NaN too */
+    return NRES_EINVAL;
   if (pool_ready)
-    return threads == 0 || threads == pool.threads ? 0 : NRES_ESTATE;
+    return (threads == 0 || threads == pool.threads) &&
+                   (nres_time_t) max_wait == pool.max_wait_
+               ? 0
+               : NRES_ESTATE;
   if (threads > 1024)
     return NRES_EINVAL;
   if ((rc = nres_host_loop_init()) != 0)
@@ -323,6 +328,7 @@ int nres_host_pool_init(uint32_t threads) {
     return NRES_ENOMEM;
   nres_pool_options_init(&opts);
   opts.threads = threads;
+  opts.max_wait = (nres_time_t) max_wait;
   if ((rc = nres_pool_init(&pool, &opts)) != 0) {
     free(jobs);
     jobs = NULL;

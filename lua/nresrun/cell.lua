@@ -451,10 +451,15 @@ function _M.thread_main(arg, index)
   local inst = dep.instantiate(cell.dependency, s.driver.sleep,
                                function() return (now() - a.t0) / 1e9 end)
   local op = make_op(cell, inst, s.driver, a.policy ~= 0 and a.policy or nil)
-  local gc = gc_governor(now, a.measure_at, a.stop_at)
+  -- The clocks start together, once every thread is set up: a thread's
+  -- set-up can outlast a short window on a loaded machine.
+  a.t0 = host.threads_start()
+  local measure_at = a.t0 + a.warmup * 1e9
+  local stop_at = measure_at + a.window * 1e9
+  local gc = gc_governor(now, measure_at, stop_at)
   local lua0
-  local tally = new_tally(a.measure_at, gc, function() lua0 = host.thread_lua_bytes() end)
-  closed_loop(s, a.workers, op, tally.record, a.stop_at)
+  local tally = new_tally(measure_at, gc, function() lua0 = host.thread_lua_bytes() end)
+  closed_loop(s, a.workers, op, tally.record, stop_at)
   gc.stop()
   return cjson.encode {
     m = tally.m, all = tally.all, requests = inst.requests,
@@ -478,15 +483,11 @@ local function run_threads(cell, seed)
     p = type(a) == "string" and policy_mod.new(a) or a   -- owns the shared C state
   end
   local n = cell.threads
-  local now = sched_mod.new().now
   local before = p and p:stats() or nil
   local heap0, rss0 = host.heap_bytes(), rss_kb()
-  local t0 = now()
-  local measure_at = t0 + cell.warmup * 1e9
-  local stop_at = measure_at + cell.window * 1e9
   local arg = cjson.encode {
-    file = file, key = cell.key, seed = seed or 1, t0 = t0, measure_at = measure_at,
-    stop_at = stop_at, workers = cell.workers_per_thread or 1,
+    file = file, key = cell.key, seed = seed or 1, warmup = cell.warmup,
+    window = cell.window, workers = cell.workers_per_thread or 1,
     policy = p and tonumber(ffi.cast("uintptr_t", ffi.cast("nres_policy_t *", p.cp))) or 0,
   }
   local out_buf = ffi.new("char[?]", n * THREAD_OUT)

@@ -9,6 +9,7 @@ double nres_host_lua_bytes(void);
 double nres_host_thread_lua_bytes(void);
 int nres_host_threads_run(int n, const char *chunk, const char *arg, char *out, size_t cap,
                           int *status, size_t *len);
+double nres_host_threads_start(void);
 double nres_host_heap_bytes(void);
 long nres_host_peak_rss_kb(void);
 const char *nres_host_exe(void);
@@ -68,6 +69,12 @@ if not _M.available then return _M end
 
 function _M.lua_bytes() return C.nres_host_lua_bytes() end
 -- This thread's Lua state's bytes (each state lives on one thread).
+-- In a thread of a threads cell: wait until every thread of the cell is
+-- ready, and return their common start time (ns, the runtime's clock).
+function _M.threads_start()
+  return C.nres_host_threads_start()
+end
+
 function _M.thread_lua_bytes()
   if not _M.threads_available then return C.nres_host_lua_bytes() end
   return C.nres_host_thread_lua_bytes()

@@ -346,6 +346,25 @@ describe("a threads cell", function()
     expect.eq(r.ok, false)
     expect.truthy(r.stderr:find("nresrun: thread %d: .*boom in a thread"), r.stderr)
   end)
+  it("starts the threads' clocks together, however long their set-up takes", function()
+    -- Every Lua state that loads this file sleeps 0.4 s first, threads
+    -- included: longer than the cell's warm-up and window together. The
+    -- threads start counting once all are set up, so the window is full.
+    local slow = write("threads_slow.lua", [[
+os.execute("sleep 0.4")
+]] .. HEAD .. [[
+  name = "threads_slow",
+  dependency = nresrun.dep.fn(function() return true end),
+  load = { threads = 2 }, arms = { raw = nresrun.raw },
+  repetitions = 1, warmup = 0.02, window = 0.1,
+}
+]])
+    local code3, out3, err3 = run(slow .. " --out " .. dir .. "/threads_slow")
+    expect.eq(code3, 0, out3 .. err3)
+    local r = report_of(out3).results[1]
+    expect.eq(r.trusted, true)
+    expect.truthy(r.arrivals > 100, "operations in the window: " .. tostring(r.arrivals))
+  end)
   it("measures the collector: collections where the heap grows, none where it does not", function()
     local g = by["garbage/raw/custom/threads=2"]
     expect.truthy(g.gc_bytes_per_op > 1000, "garbage B/op " .. g.gc_bytes_per_op)

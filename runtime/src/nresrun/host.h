@@ -62,6 +62,11 @@ NRES_EXTERN int nres_host_spawn(const char *const *argv, double timeout_s,
 NRES_EXTERN int nres_host_threads_run(int n, const char *chunk, const char *arg,
                                       char *out, size_t cap, int *status,
                                       size_t *len);
+/* Called by each thread of a run when it is ready to start its clock:
+ * returns once every thread of the run has called it (or ended, or never
+ * started), with the run's common start time (nres_step_now() ns). Outside
+ * a run: nres_step_now(). */
+NRES_EXTERN double nres_host_threads_start(void);
 
 /* ------------------------------------------- the cells' loop (loop.c)
  *

@@ -36,7 +36,7 @@
 -- bulkhead (limiter.concurrency) and nres_policy_t counters stay per worker.
 --
 -- Limits. A key is at most 64 bytes (a longer one is replaced by its MD5);
--- a scope holds `slots` keys (default 1024, ~0.6 KB of shared memory each;
+-- a scope holds `slots` keys (default 1024, ~1 KB of shared memory each;
 -- a limiter 4096), in sets of 8 picked by hash. A key stays leased for
 -- `hold` after its last use (default max(60 s, deadline + 5 s), at least
 -- the deadline, so no call outlives its slot); the least recently leased

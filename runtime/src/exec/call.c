@@ -26,13 +26,6 @@
 #include "core/policy.h"
 #include "exec/call.h"
 
-enum {
-  PHASE_IDLE = 0,     /* not begun */
-  PHASE_RUNNING,      /* attempts in flight; resume_at may be a hedge time */
-  PHASE_BACKOFF,      /* waiting out a retry delay */
-  PHASE_ADMIT,        /* waiting for a rate limiter or a bulkhead slot */
-  PHASE_DONE
-};
 
 #define NRES__ABANDONED 0xff   /* log flags of an attempt never classified */
 
@@ -191,7 +184,7 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
       call->queued = 0;
     }
   }
-  call->phase = PHASE_DONE;
+  call->phase = NRES__PHASE_DONE;
   call->stop = (uint8_t) stop;
   call->resume_at = NRES_TIME_NEVER;
   if (p->fallback && stop != NRES_STOP_OK && stop != NRES_STOP_CANCELED) {
@@ -228,7 +221,7 @@ static nres_action_t wait_until(nres_call_t *call, int phase,
 static nres_action_t pending(nres_call_t *call) {
   nres_action_t a;
 
-  if (call->phase == PHASE_DONE || call->phase == PHASE_IDLE) {
+  if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE) {
     memset(&a, 0, sizeof(a));
     a.kind = NRES_DONE;
     a.stop = call->stop;
@@ -288,7 +281,7 @@ static int rate_refuses(nres_call_t *call, nres_time_t now,
 /* A hedge that cannot start: keep waiting for the attempts in flight. */
 static nres_action_t skip(nres_call_t *call, int *skipped) {
   *skipped = 1;
-  return wait_until(call, PHASE_RUNNING, NRES_TIME_NEVER);
+  return wait_until(call, NRES__PHASE_RUNNING, NRES_TIME_NEVER);
 }
 
 /* Start an admitted attempt in the first free slot, bounded by ceiling. */
@@ -321,7 +314,7 @@ static nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
     COUNT(p, n_retries);
   }
 
-  call->phase = PHASE_RUNNING;
+  call->phase = NRES__PHASE_RUNNING;
   call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
                                                       : NRES_TIME_NEVER;
   a.kind = NRES_ATTEMPT;
@@ -355,7 +348,7 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
       return *refusal = skip(call, skipped), 0;
     if (retry_after <= p->limit_wait &&
         nres_time_add(now, retry_after) < call->deadline)
-      return *refusal = wait_until(call, PHASE_ADMIT,
+      return *refusal = wait_until(call, NRES__PHASE_ADMIT,
                                    nres_time_add(now, retry_after)), 0;
     return *refusal = reject(call, now, NRES_REJECT_RATE, NRES_STOP_LIMITED), 0;
   }
@@ -382,7 +375,7 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
       if (now >= call->queue_end || wake == NRES_TIME_NEVER)
         return *refusal = reject(call, now, NRES_REJECT_CONCURRENCY,
                                  NRES_STOP_LIMITED), 0;
-      return *refusal = wait_until(call, PHASE_ADMIT, wake), 0;
+      return *refusal = wait_until(call, NRES__PHASE_ADMIT, wake), 0;
     }
     if (call->queued) {
       nres_bulkhead_dequeue(p->bulkhead);
@@ -447,31 +440,10 @@ static nres_action_t admit_next(nres_call_t *call, nres_time_t now) {
 
 /* ---------------------------------------------------------------- begin */
 
-/* A call's fields before its first step (and a passthrough's record). */
-static void reset(nres_call_t *call, nres_policy_t *policy, nres_time_t now) {
-  call->policy = policy;
-  call->start = now;
-  call->deadline = NRES_TIME_NEVER;
-  call->resume_at = NRES_TIME_NEVER;
-  call->phase = PHASE_IDLE;
-  call->stop = NRES_STOP_NONE;
-  call->inflight = 0;
-  call->fallback = 0;
-  call->attempts = 0;
-  call->retries = 0;
-  call->hedges = 0;
-  call->queued = 0;
-  call->seeded = 0;
-  call->charged = 0;
-  call->throttled = 0;
-  call->criticality = NRES_CLASS_DEFAULT;
-  call->last = nres_verdict(NRES_OK);
-}
-
 nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
                                     nres_time_t now, nres_time_t inbound,
                                     int cls) {
-  reset(call, policy, now);
+  nres__call_reset(call, policy, now);
   if (cls >= 0 && cls < NRES_CLASS_COUNT)
     call->criticality = (uint8_t) cls;
   if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC)
@@ -529,7 +501,7 @@ static nres_action_t retry(nres_call_t *call, nres_time_t now,
   EMIT(call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
   if (delay == 0)
     return admit_next(call, now);
-  return wait_until(call, PHASE_BACKOFF, nres_time_add(now, delay));
+  return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 
 nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
@@ -607,7 +579,7 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     /* Others still run: wait for them, and for the next hedge if due. */
     if (call->resume_at == NRES_TIME_NEVER)
       call->resume_at = next_hedge(call, now);
-    return wait_until(call, PHASE_RUNNING, call->resume_at);
+    return wait_until(call, NRES__PHASE_RUNNING, call->resume_at);
   }
   return retry(call, now, &verdict);
 }
@@ -616,8 +588,9 @@ const nres_attempt_t nres__passthrough_attempt = {
   1, 0, NRES_TIME_NEVER, NRES_TIME_NEVER
 };
 
-int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
-                           nres_verdict_t verdict) {
+/* A passthrough attempt that did not succeed: its stop and error, and the
+ * log's kind (an out-of-range kind reads as TRANSIENT). */
+int nres__passthrough_failed(nres_call_t *call, unsigned kind) {
   static const uint8_t stop_of[NRES_VERDICT_COUNT] = {
     NRES_STOP_OK, NRES_STOP_ATTEMPTS, NRES_STOP_ATTEMPTS, NRES_STOP_PERMANENT,
     NRES_STOP_CANCELED
@@ -625,17 +598,11 @@ int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
   static const int8_t error_of[NRES_VERDICT_COUNT] = { 0, 1, 1, 2, 3 };
   static const int errors[] = { 0, NRES_EATTEMPTS, NRES_EPERMANENT,
                                 NRES_ECANCELED };
-  unsigned kind = verdict.kind < NRES_VERDICT_COUNT ? verdict.kind
-                                                    : NRES_TRANSIENT;
 
-  reset(call, policy, 0);   /* a passthrough reads no clock */
-  call->phase = PHASE_DONE;
+  if (kind >= NRES_VERDICT_COUNT)
+    kind = NRES_TRANSIENT;
   call->stop = stop_of[kind];
-  call->attempts = 1;
-  call->last = verdict;
-  call->log[0] = (nres_attempt_rec_t) {
-    0, 0, 1, 0, 0, (uint8_t) kind, verdict.flags, 0
-  };
+  call->log[0].kind = (uint8_t) kind;
   return errors[error_of[kind]];
 }
 
@@ -643,12 +610,12 @@ nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {
   int skipped = 0;
 
   switch (call->phase) {
-    case PHASE_BACKOFF:
-    case PHASE_ADMIT:
+    case NRES__PHASE_BACKOFF:
+    case NRES__PHASE_ADMIT:
       if (now < call->resume_at)
         return pending(call);
       return admit_next(call, now);
-    case PHASE_RUNNING:
+    case NRES__PHASE_RUNNING:
       if (call->resume_at == NRES_TIME_NEVER || now < call->resume_at)
         return pending(call);
       call->resume_at = NRES_TIME_NEVER;
@@ -660,7 +627,7 @@ nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {
 }
 
 nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
-  if (call->phase == PHASE_DONE || call->phase == PHASE_IDLE)
+  if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
   return done(call, now, NRES_STOP_CANCELED);
 }

@@ -157,6 +157,9 @@ int nres_policy_build(nres_policy_t *policy) {
   if (policy->ratelimit != NULL || policy->bulkhead != NULL ||
       policy->breaker != NULL)
     flags |= NRES__F_GATED;
+  if (policy->bulkhead != NULL || policy->breaker != NULL ||
+      policy->estimator != NULL || (flags & NRES__F_HEDGE))
+    flags |= NRES__F_RECORDS;
   if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
       ((flags & NRES__F_HEDGE) && hedge->delay == 0))
     flags |= NRES__F_QUANTILES;

@@ -29,8 +29,9 @@
 
 #define NRES__ABANDONED 0xff   /* log flags of an attempt never classified */
 
-static void emit(nres_call_t *call, int type, int value, unsigned attempt,
-                 nres_time_t now, nres_time_t duration) {
+static NRES__COLD void emit(nres_call_t *call, int type, int value,
+                            unsigned attempt, nres_time_t now,
+                            nres_time_t duration) {
   nres_event_t ev;
 
   ev.type = (uint8_t) type;
@@ -150,7 +151,43 @@ static void abandon(nres_call_t *call, unsigned slot, nres_time_t now) {
   COUNT(p, n_abandoned);
 }
 
-static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
+/* What a call still holds when it ends: attempts in flight (a hedge race's
+ * losers, a cancel), a bulkhead queue place, a budget token for a retry
+ * that never started. Given back here, off the path of a plain end. */
+static NRES__COLD void release_all(nres_call_t *call, nres_time_t now,
+                                   int stop) {
+  nres_policy_t *p = call->policy;
+  unsigned slot;
+
+  if (call->charged) {   /* the retry it paid for never started */
+    nres_budget_refund(p->budget);
+    call->charged = 0;
+  }
+  for (slot = 0; call->inflight; slot++)
+    if (call->inflight & (1u << slot)) {
+      /* A hedge race's loser has run at least this long: a censored
+       * sample, without which the estimator would only see the attempts
+       * fast enough to win, and the hedge quantile would sink (more
+       * hedges than the quantile says). */
+      if (stop == NRES_STOP_OK && p->estimator != NULL)
+        nres_estimator_record(p->estimator, now,
+                              nres_time_sub(now, call->slot[slot].start));
+      abandon(call, slot, now);
+    }
+  if (call->queued) {
+    nres_bulkhead_dequeue(p->bulkhead);
+    call->queued = 0;
+  }
+}
+
+/* A failed call of a policy with a fallback: marked for the driver. */
+static NRES__COLD void mark_fallback(nres_call_t *call) {
+  call->fallback = 1;
+  COUNT(call->policy, n_fallbacks);
+}
+
+static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
+                                    int stop) {
   nres_policy_t *p = call->policy;
   nres_action_t a;
 
@@ -162,34 +199,15 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
   a.fallback = 0;
   a.attempt = call->attempts;
   a.at = NRES_TIME_NEVER;
-  if (__builtin_expect(call->inflight | call->queued | call->charged, 0)) {
-    unsigned slot;
-    if (call->charged) {   /* the retry it paid for never started */
-      nres_budget_refund(p->budget);
-      call->charged = 0;
-    }
-    for (slot = 0; call->inflight; slot++)
-      if (call->inflight & (1u << slot)) {
-        /* A hedge race's loser has run at least this long: a censored
-         * sample, without which the estimator would only see the
-         * attempts fast enough to win, and the hedge quantile would sink
-         * (more hedges than the quantile says). */
-        if (stop == NRES_STOP_OK && p->estimator != NULL)
-          nres_estimator_record(p->estimator, now,
-                                nres_time_sub(now, call->slot[slot].start));
-        abandon(call, slot, now);
-      }
-    if (call->queued) {
-      nres_bulkhead_dequeue(p->bulkhead);
-      call->queued = 0;
-    }
-  }
+  if (__builtin_expect(call->inflight | call->queued | call->charged, 0))
+    release_all(call, now, stop);
   call->phase = NRES__PHASE_DONE;
   call->stop = (uint8_t) stop;
   call->resume_at = NRES_TIME_NEVER;
-  if (p->fallback && stop != NRES_STOP_OK && stop != NRES_STOP_CANCELED) {
-    call->fallback = a.fallback = 1;
-    COUNT(p, n_fallbacks);
+  if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
+      stop != NRES_STOP_CANCELED) {
+    mark_fallback(call);
+    a.fallback = 1;
   }
   COUNT_SHARDED(p, n_stops, stop, NRES_STOP_OK, stops);
   EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
@@ -284,8 +302,15 @@ static nres_action_t skip(nres_call_t *call, int *skipped) {
   return wait_until(call, NRES__PHASE_RUNNING, NRES_TIME_NEVER);
 }
 
+static NRES__COLD void hedge_started(nres_call_t *call, unsigned number,
+                                     nres_time_t now) {
+  call->hedges++;
+  COUNT(call->policy, n_hedges);
+  EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
+}
+
 /* Start an admitted attempt in the first free slot, bounded by ceiling. */
-static nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
+static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
                                    int hedge, uint32_t permit,
                                    nres_time_t ceiling) {
   nres_policy_t *p = call->policy;
@@ -304,10 +329,8 @@ static nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
   *log_of(call, number) = (nres_attempt_rec_t) {
     now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
   };
-  if (hedge) {
-    call->hedges++;
-    COUNT(p, n_hedges);
-    EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
+  if (__builtin_expect(hedge, 0)) {
+    hedge_started(call, number, now);
   } else if (number > 1) {
     call->charged = 0;   /* the token is now used */
     call->retries++;
@@ -395,7 +418,7 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
 
 }
 
-static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
+static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
                            int *skipped) {
   nres_policy_t *p = call->policy;
   nres_time_t ceiling;
@@ -504,35 +527,19 @@ static nres_action_t retry(nres_call_t *call, nres_time_t now,
   return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 
-nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
-                               nres_time_t now, nres_verdict_t verdict) {
+/* ---------------------------------------------------------------- report */
+
+/* An attempt's outcome into the shared state that learns from outcomes:
+ * bulkhead (its slot and latency), breaker, latency estimator, hedge
+ * window. Only for policies with any of them (NRES__F_RECORDS). */
+static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
+                             const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
-  nres_time_t latency;
-  int self, kind = verdict.kind;
-  nres_attempt_rec_t *rec;
+  int kind = v->kind;
+  nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
+  int self = (v->flags & NRES_VF_SELF) || kind == NRES_CANCELED;
   nres_rng_t rng;
 
-  if (slot >= NRES_MAX_INFLIGHT || !(call->inflight & (1u << slot)) ||
-      kind >= NRES_VERDICT_COUNT) {
-    if (p != NULL)
-      COUNT(p, n_late);
-    return pending(call);
-  }
-
-  call->inflight &= (uint8_t) ~(1u << slot);
-  call->last = verdict;
-  rec = log_of(call, call->slot[slot].number);
-  rec->end = now;
-  rec->kind = (uint8_t) kind;
-  rec->flags = verdict.flags;
-
-  if (p->private_flags & NRES__F_PASSTHROUGH) {
-    nres__call_passthrough(call, p, verdict);
-    return pending(call);
-  }
-
-  latency = nres_time_sub(now, call->slot[slot].start);
-  self = (verdict.flags & NRES_VF_SELF) || kind == NRES_CANCELED;
   if (call->slot[slot].held) {
     nres_bulkhead_release(p->bulkhead, latency, self ? -1 : kind);
     call->slot[slot].held = 0;
@@ -558,10 +565,40 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     nres_estimator_record(p->estimator, now, latency);
   if ((p->private_flags & NRES__F_HEDGE) && !self)
     nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
+}
+
+nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
+                               nres_time_t now, nres_verdict_t verdict) {
+  nres_policy_t *p = call->policy;
+  int kind = verdict.kind;
+  nres_attempt_rec_t *rec;
+
+  if (slot >= NRES_MAX_INFLIGHT || !(call->inflight & (1u << slot)) ||
+      kind >= NRES_VERDICT_COUNT) {
+    if (p != NULL)
+      COUNT(p, n_late);
+    return pending(call);
+  }
+
+  call->inflight &= (uint8_t) ~(1u << slot);
+  call->last = verdict;
+  rec = log_of(call, call->slot[slot].number);
+  rec->end = now;
+  rec->kind = (uint8_t) kind;
+  rec->flags = verdict.flags;
+
+  if (p->private_flags & NRES__F_PASSTHROUGH) {
+    nres__call_passthrough(call, p, verdict);
+    return pending(call);
+  }
+
+  if (p->private_flags & NRES__F_RECORDS)
+    record(call, slot, now, &verdict);
   COUNT_SHARDED(p, n_verdicts, kind, NRES_OK, verdicts);
-  if (kind == NRES_OK && call->slot[slot].hedge)
+  if (__builtin_expect(call->slot[slot].hedge, 0) && kind == NRES_OK)
     COUNT(p, n_hedges_won);
-  EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now, latency);
+  EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now,
+       nres_time_sub(now, call->slot[slot].start));
 
   switch (kind) {
     case NRES_OK:

@@ -14,6 +14,8 @@
 /* Rare paths (failures, refusals, events, hedges) kept out of line, so the
  * success path they branch off stays short and needs few registers. */
 #define NRES__COLD __attribute__((cold, noinline))
+/* The steps of the success path, inlined into each step function. */
+#define NRES__HOT inline __attribute__((always_inline))
 
 /* What a driver tells an attempt about itself, from its ATTEMPT action. */
 static inline nres_attempt_t nres__attempt_of(nres_action_t act,

@@ -92,7 +92,7 @@ static int pair(uint64_t *ticks, nres_time_t *ns) {
 
 /* Slow path: before the scale is known. One thread at a time moves the
  * state on; the others read CLOCK_MONOTONIC meanwhile. */
-static nres_time_t calibrate(int state) {
+static __attribute__((cold, noinline)) nres_time_t calibrate(int state) {
   uint64_t ticks, t0;
   nres_time_t now, n0;
 

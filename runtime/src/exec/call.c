@@ -101,32 +101,56 @@ static nres_rng_t *breaker_rng(nres_call_t *call, nres_time_t now,
   return scratch;
 }
 
-/* Refresh the policy's cached quantiles at most every
- * NRES__QUANTILE_REFRESH; one caller wins the refresh, the rest read. */
-static uint64_t quantile_samples(nres_policy_t *p, nres_time_t now) {
-  uint64_t next = nres__load(&p->quantile_next);
-  uint64_t samples;
-
-  if (now >= next &&
-      nres__cas(&p->quantile_next, &next,
-                nres_time_add(now, NRES__QUANTILE_REFRESH))) {
-    nres__store(&p->quantile_ceiling,
-                nres_estimator_quantile(p->estimator, now, p->ceiling_quantile,
-                                        &samples));
-    nres__store(&p->quantile_slow,
-                nres_estimator_quantile(p->estimator, now, 0.5, NULL));
-    nres__store(&p->quantile_hedge,
-                nres_estimator_quantile(p->estimator, now, p->hedge.quantile,
-                                        NULL));
-    /* Published last: whoever sees the count sees its quantiles. */
-    atomic_store_explicit(&p->quantile_samples, samples, memory_order_release);
-    return samples;
-  }
-  return atomic_load_explicit(&p->quantile_samples, memory_order_acquire);
-}
-
 static nres_time_t scaled(uint64_t value, double factor) {
   return nres__time_from_double((double) value * factor);
+}
+
+/* The decisions the executor takes from the latency estimator, cached in
+ * the policy and recomputed at most every NRES__QUANTILE_REFRESH (one
+ * caller wins the refresh, the rest read). Each cached word is whole on
+ * its own, scaled and floored already, so a reader needs one load:
+ * quantile_ceiling the measured attempt ceiling (NRES_TIME_NEVER until
+ * min_samples), quantile_slow the slow threshold (0 until min_samples),
+ * quantile_hedge the hedge delay (NRES_TIME_NEVER until
+ * hedge.min_samples); quantile_samples the sample count they came from. */
+static NRES__COLD void refresh_quantiles(nres_policy_t *p, nres_time_t now,
+                                         uint64_t next) {
+  uint64_t samples;
+  nres_time_t q;
+
+  if (!nres__cas(&p->quantile_next, &next,
+                 nres_time_add(now, NRES__QUANTILE_REFRESH)))
+    return;
+  q = nres_estimator_quantile(p->estimator, now, p->ceiling_quantile,
+                              &samples);
+  if (samples >= p->min_samples) {
+    q = scaled(q, p->ceiling_factor);
+    nres__store(&p->quantile_ceiling,
+                q < p->ceiling_floor ? p->ceiling_floor : q);
+    nres__store(&p->quantile_slow,
+                scaled(nres_estimator_quantile(p->estimator, now, 0.5, NULL),
+                       p->slow_factor));
+  } else {
+    nres__store(&p->quantile_ceiling, NRES_TIME_NEVER);
+    nres__store(&p->quantile_slow, 0);
+  }
+  nres__store(&p->quantile_hedge,
+              samples >= p->hedge.min_samples
+                  ? nres_estimator_quantile(p->estimator, now,
+                                            p->hedge.quantile, NULL)
+                  : NRES_TIME_NEVER);
+  nres__store(&p->quantile_samples, samples);
+}
+
+/* One of the cached words above (&p->quantile_*), refreshed first if
+ * stale. */
+static inline uint64_t quantile(nres_policy_t *p, nres_time_t now,
+                                _Atomic uint64_t *word) {
+  uint64_t next = nres__load(&p->quantile_next);
+
+  if (__builtin_expect(now >= next, 0))
+    refresh_quantiles(p, now, next);
+  return nres__load(word);
 }
 
 /* ----------------------------------------------------------- bookkeeping */
@@ -262,11 +286,8 @@ static nres_time_t next_hedge(nres_call_t *call, nres_time_t now) {
   if (!(p->private_flags & NRES__F_HEDGE) || call->throttled ||
       inflight_count(call) >= p->hedge.max || call->attempts >= p->attempts)
     return NRES_TIME_NEVER;
-  if (delay == 0) {
-    if (quantile_samples(p, now) < p->hedge.min_samples)
-      return NRES_TIME_NEVER;
-    delay = nres__load(&p->quantile_hedge);
-  }
+  if (delay == 0)
+    delay = quantile(p, now, &p->quantile_hedge);   /* NEVER: too few samples */
   delay = nres_time_add(now, delay);
   return delay < call->deadline ? delay : NRES_TIME_NEVER;
 }
@@ -443,14 +464,10 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
   if (p->private_flags & NRES__F_BOUNDED) {
     if (p->attempt_timeout)
       ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
-    if ((p->private_flags & NRES__F_CEILING) &&
-        quantile_samples(p, now) >= p->min_samples) {
-      nres_time_t measured = scaled(nres__load(&p->quantile_ceiling),
-                                    p->ceiling_factor);
-      if (measured < p->ceiling_floor)
-        measured = p->ceiling_floor;
-      ceiling = nres_time_min(ceiling, nres_time_add(now, measured));
-    }
+    if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
+      ceiling = nres_time_min(ceiling,
+                              nres_time_add(now, quantile(p, now,
+                                                          &p->quantile_ceiling)));
   }
 
   return start_attempt(call, now, hedge, permit, ceiling);
@@ -551,8 +568,8 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
     int slow = 0, entered;
     if (p->private_flags & NRES__F_SLOW) {
       nres_time_t threshold = p->slow_threshold;
-      if (threshold == 0 && quantile_samples(p, now) >= p->min_samples)
-        threshold = scaled(nres__load(&p->quantile_slow), p->slow_factor);
+      if (threshold == 0)   /* 0: too few samples */
+        threshold = quantile(p, now, &p->quantile_slow);
       slow = threshold != 0 && latency > threshold;
     }
     entered = nres_breaker_record(p->breaker, now, call->slot[slot].permit,

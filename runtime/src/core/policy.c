@@ -154,9 +154,15 @@ int nres_policy_build(nres_policy_t *policy) {
     flags |= NRES__F_HEDGE;
   if (policy->breaker != NULL && policy->breaker->config.slow_ratio > 0)
     flags |= NRES__F_SLOW;
-  if (policy->ratelimit != NULL || policy->bulkhead != NULL ||
-      policy->breaker != NULL)
+  if (policy->ratelimit != NULL || policy->bulkhead != NULL)
+    flags |= NRES__F_LIMITED;
+  if ((flags & NRES__F_LIMITED) || policy->breaker != NULL)
     flags |= NRES__F_GATED;
+  if (policy->backoff.kind == NRES_BACKOFF_DECORRELATED ||
+      (policy->backoff.kind != NRES_BACKOFF_NONE &&
+       policy->backoff.jitter != NRES_JITTER_NONE) ||
+      (policy->breaker != NULL && policy->breaker->config.break_jitter > 0))
+    flags |= NRES__F_DRAWS;
   if (policy->bulkhead != NULL || policy->breaker != NULL ||
       policy->estimator != NULL || (flags & NRES__F_HEDGE))
     flags |= NRES__F_RECORDS;

@@ -375,11 +375,11 @@ static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
  * end of the call: the running attempts go on, so *skipped is set and the
  * caller keeps waiting. */
-/* The admission gates in order: rate limiter, bulkhead (with its queue),
- * breaker. 1: the attempt may start (*permit may hold a probe permit).
- * 0: *refusal is what happens instead. */
-static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
-                      int *skipped, uint32_t *permit, nres_action_t *refusal) {
+/* The admission gates before the breaker: rate limiter, then bulkhead
+ * (with its queue). 1: the attempt may go on to the breaker. 0: *refusal
+ * is what happens instead. */
+static int pass_limits(nres_call_t *call, nres_time_t now, int hedge,
+                       int *skipped, nres_action_t *refusal) {
   nres_policy_t *p = call->policy;
   nres_time_t retry_after;
   nres_time_t wake;
@@ -427,17 +427,20 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
     }
   }
 
-  if (p->breaker != NULL &&
-      nres_breaker_acquire(p->breaker, now, permit) != 0) {
-    if (p->bulkhead != NULL)
-      nres_bulkhead_release(p->bulkhead, 0, -1);
-    if (hedge)
-      return *refusal = skip(call, skipped), 0;
-    return *refusal = reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT), 0;
-  }
   return 1;
-
 }
+
+/* The breaker refused an attempt that holds a bulkhead slot if any. */
+static NRES__COLD nres_action_t breaker_refused(nres_call_t *call,
+                                                nres_time_t now, int hedge,
+                                                int *skipped) {
+  if (call->policy->bulkhead != NULL)
+    nres_bulkhead_release(call->policy->bulkhead, 0, -1);
+  if (hedge)
+    return skip(call, skipped);
+  return reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT);
+}
+
 
 static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
                            int *skipped) {
@@ -448,9 +451,16 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
 
   if (now >= call->deadline)
     return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
-  if ((p->private_flags & NRES__F_GATED) &&
-      !pass_gates(call, now, hedge, skipped, &permit, &a))
-    return a;
+  /* The admission gates in order: rate limiter, bulkhead, breaker (which
+   * may give a probe permit). */
+  if (p->private_flags & NRES__F_GATED) {
+    if ((p->private_flags & NRES__F_LIMITED) &&
+        !pass_limits(call, now, hedge, skipped, &a))
+      return a;
+    if (p->breaker != NULL &&
+        nres_breaker_acquire(p->breaker, now, &permit) != 0)
+      return breaker_refused(call, now, hedge, skipped);
+  }
 
   if (hedge && p->budget != NULL && spend(call, now) != 0) {
     if (permit)
@@ -473,7 +483,8 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
   return start_attempt(call, now, hedge, permit, ceiling);
 }
 
-static nres_action_t admit_next(nres_call_t *call, nres_time_t now) {
+static NRES__HOT nres_action_t admit_next(nres_call_t *call,
+                                          nres_time_t now) {
   int skipped = 0;
   return admit(call, now, 0, &skipped);
 }
@@ -517,7 +528,7 @@ nres_action_t nres_call_begin(nres_call_t *call, nres_policy_t *policy,
 
 /* ---------------------------------------------------------------- decide */
 
-static nres_action_t retry(nres_call_t *call, nres_time_t now,
+static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
                            const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   nres_time_t delay;
@@ -526,8 +537,18 @@ static nres_action_t retry(nres_call_t *call, nres_time_t now,
     return done(call, now, NRES_STOP_ATTEMPTS);
   if (now >= call->deadline)
     return done(call, now, NRES_STOP_DEADLINE);
-  delay = nres_backoff_next(&p->backoff, &call->backoff, call->retries + 1u,
-                            v, call_rng(call));
+  if (p->backoff.kind == NRES_BACKOFF_NONE &&
+      !(v->flags & NRES_VF_RETRY_AFTER)) {
+    call->backoff.prev = 0;   /* nres_backoff_next's answer for kind NONE */
+    delay = 0;
+  } else {
+    /* The call's generator is seeded (a shared counter bumped) only for a
+     * policy that draws: a backoff with jitter, a breaker with break
+     * jitter (which takes the call's generator once seeded). */
+    delay = nres_backoff_next(&p->backoff, &call->backoff, call->retries + 1u,
+                              v, (p->private_flags & NRES__F_DRAWS)
+                                     ? call_rng(call) : NULL);
+  }
   if (delay > 0 && nres_time_add(now, delay) >= call->deadline)
     return done(call, now, NRES_STOP_DEADLINE);
   /* Self-imposed refusals neither spend nor deposit. The token is taken
@@ -584,18 +605,13 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
     nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
 }
 
-nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
-                               nres_time_t now, nres_verdict_t verdict) {
+/* An attempt's outcome, checked already: record it, then decide. */
+static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
+                                      nres_time_t now,
+                                      nres_verdict_t verdict) {
   nres_policy_t *p = call->policy;
   int kind = verdict.kind;
   nres_attempt_rec_t *rec;
-
-  if (slot >= NRES_MAX_INFLIGHT || !(call->inflight & (1u << slot)) ||
-      kind >= NRES_VERDICT_COUNT) {
-    if (p != NULL)
-      COUNT(p, n_late);
-    return pending(call);
-  }
 
   call->inflight &= (uint8_t) ~(1u << slot);
   call->last = verdict;
@@ -603,11 +619,6 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
   rec->end = now;
   rec->kind = (uint8_t) kind;
   rec->flags = verdict.flags;
-
-  if (p->private_flags & NRES__F_PASSTHROUGH) {
-    nres__call_passthrough(call, p, verdict);
-    return pending(call);
-  }
 
   if (p->private_flags & NRES__F_RECORDS)
     record(call, slot, now, &verdict);
@@ -636,6 +647,28 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     return wait_until(call, NRES__PHASE_RUNNING, call->resume_at);
   }
   return retry(call, now, &verdict);
+}
+
+nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
+                               nres_time_t now, nres_verdict_t verdict) {
+  nres_policy_t *p = call->policy;
+
+  if (slot >= NRES_MAX_INFLIGHT || !(call->inflight & (1u << slot)) ||
+      verdict.kind >= NRES_VERDICT_COUNT) {
+    if (p != NULL)
+      COUNT(p, n_late);
+    return pending(call);
+  }
+  if (p->private_flags & NRES__F_PASSTHROUGH) {
+    nres__call_passthrough(call, p, verdict);
+    return pending(call);
+  }
+  return report(call, slot, now, verdict);
+}
+
+nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
+                                nres_time_t now, nres_verdict_t verdict) {
+  return report(call, slot, now, verdict);
 }
 
 const nres_attempt_t nres__passthrough_attempt = {

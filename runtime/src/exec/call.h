@@ -29,6 +29,13 @@ static inline nres_attempt_t nres__attempt_of(nres_action_t act,
   return a;
 }
 
+/* nres_call_report after its checks, for a driver whose reports answer
+ * its own ATTEMPT actions: the slot has an attempt in flight, the kind is
+ * in range, and the call is not a passthrough's (begun by the shortcut of
+ * nres_call_begin). */
+nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
+                                nres_time_t now, nres_verdict_t verdict);
+
 /* Where a call's machine is (nres_call_t.phase). */
 enum {
   NRES__PHASE_IDLE = 0,     /* not begun */

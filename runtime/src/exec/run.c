@@ -52,7 +52,10 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
       verdict = fn(arg, &attempt);
       if (!timeless)
         now = nres_clock_now();
-      act = nres_call_report(call, act.slot, now, verdict);
+      if (__builtin_expect(verdict.kind >= NRES_VERDICT_COUNT, 0))
+        act = nres_call_report(call, act.slot, now, verdict);   /* misuse */
+      else
+        act = nres__call_report(call, act.slot, now, verdict);
     } else {
       /* Nothing runs in the background here, so a WAIT always has an end;
        * one without would be a bug in the machine: end, never spin. */

@@ -491,6 +491,21 @@ static NRES__HOT nres_action_t admit_next(nres_call_t *call,
 
 /* ---------------------------------------------------------------- begin */
 
+/* A call on a built policy, not a passthrough's shortcut, reset already:
+ * its deadline, then its first admission. */
+static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound) {
+  if (policy->deadline)
+    call->deadline = nres_time_add(now, policy->deadline);
+  if (inbound < call->deadline)
+    call->deadline = inbound;   /* an inherited deadline only tightens */
+  nres_backoff_state_reset(&call->backoff);
+
+  if (atomic_load_explicit(&policy->draining, memory_order_acquire))
+    return reject(call, now, NRES_REJECT_DRAINING, NRES_STOP_DRAINING);
+  return admit_next(call, now);
+}
+
 nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
                                     nres_time_t now, nres_time_t inbound,
                                     int cls) {
@@ -504,16 +519,13 @@ nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
       inbound == NRES_TIME_NEVER &&
       !atomic_load_explicit(&policy->draining, memory_order_relaxed))
     return start_attempt(call, now, 0, 0, NRES_TIME_NEVER);
+  return begin(call, policy, now, inbound);
+}
 
-  if (policy->deadline)
-    call->deadline = nres_time_add(now, policy->deadline);
-  if (inbound < call->deadline)
-    call->deadline = inbound;   /* an inherited deadline only tightens */
-  nres_backoff_state_reset(&call->backoff);
-
-  if (atomic_load_explicit(&policy->draining, memory_order_acquire))
-    return reject(call, now, NRES_REJECT_DRAINING, NRES_STOP_DRAINING);
-  return admit_next(call, now);
+nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
+                               nres_time_t now) {
+  nres__call_reset(call, policy, now);
+  return begin(call, policy, now, NRES_TIME_NEVER);
 }
 
 nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,

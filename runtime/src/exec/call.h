@@ -29,6 +29,11 @@ static inline nres_attempt_t nres__attempt_of(nres_action_t act,
   return a;
 }
 
+/* nres_call_begin after its checks, for a driver that has checked the
+ * policy (built) and taken the passthrough shortcut itself if it could. */
+nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
+                               nres_time_t now);
+
 /* nres_call_report after its checks, for a driver whose reports answer
  * its own ATTEMPT actions: the slot has an attempt in flight, the kind is
  * in range, and the call is not a passthrough's (begun by the shortcut of

@@ -45,7 +45,7 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
    * starts at 0 and moves only by the waits it asks for. */
   timeless = (policy->private_flags & NRES__F_TIMELESS) != 0;
   now = timeless ? 0 : nres_clock_now();
-  act = nres_call_begin(call, policy, now);
+  act = nres__call_begin(call, policy, now);
   while (act.kind != NRES_DONE) {
     if (act.kind == NRES_ATTEMPT) {
       attempt = nres__attempt_of(act, now);

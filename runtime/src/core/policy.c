@@ -189,6 +189,7 @@ void nres_policy_drain(nres_policy_t *policy, int on) {
 
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
   nres_policy_t *p = (nres_policy_t *) policy;   /* loads only */
+  uint64_t ok = 0;
   int i;
 
   memset(out, 0, sizeof(*out));
@@ -196,10 +197,12 @@ void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
     out->verdicts[i] = nres__load(&p->n_verdicts[i]);
   for (i = 0; i < NRES_STOP_COUNT; i++)
     out->stops[i] = nres__load(&p->n_stops[i]);
-  for (i = 0; i < NRES_POLICY_SHARDS; i++) {   /* the success counters */
-    out->verdicts[NRES_OK] += nres__load(&p->n_ok[i].verdicts);
-    out->stops[NRES_STOP_OK] += nres__load(&p->n_ok[i].stops);
-  }
+  /* The success counters: an OK verdict always ends its call with stop
+   * OK, so the executor counts the stop alone (n_ok[].verdicts stays 0). */
+  for (i = 0; i < NRES_POLICY_SHARDS; i++)
+    ok += nres__load(&p->n_ok[i].stops) + nres__load(&p->n_ok[i].verdicts);
+  out->verdicts[NRES_OK] += ok;
+  out->stops[NRES_STOP_OK] += ok;
   for (i = 0; i < NRES_VERDICT_COUNT; i++)
     out->attempts += out->verdicts[i];
   for (i = 0; i < NRES_STOP_COUNT; i++)

@@ -634,7 +634,10 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
 
   if (p->private_flags & NRES__F_RECORDS)
     record(call, slot, now, &verdict);
-  COUNT_SHARDED(p, n_verdicts, kind, NRES_OK, verdicts);
+  /* An OK verdict always ends its call with stop OK: done's count of the
+   * stop (n_ok[].stops) serves for both. */
+  if (kind != NRES_OK)
+    COUNT(p, n_verdicts[kind]);
   if (__builtin_expect(call->slot[slot].hedge, 0) && kind == NRES_OK)
     COUNT(p, n_hedges_won);
   EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now,

@@ -620,20 +620,20 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
 /* An attempt's outcome, checked already: record it, then decide. */
 static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
                                       nres_time_t now,
-                                      nres_verdict_t verdict) {
+                                      const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
-  int kind = verdict.kind;
+  int kind = v->kind;
   nres_attempt_rec_t *rec;
 
   call->inflight &= (uint8_t) ~(1u << slot);
-  call->last = verdict;
+  call->last = *v;
   rec = log_of(call, call->slot[slot].number);
   rec->end = now;
   rec->kind = (uint8_t) kind;
-  rec->flags = verdict.flags;
+  rec->flags = v->flags;
 
   if (p->private_flags & NRES__F_RECORDS)
-    record(call, slot, now, &verdict);
+    record(call, slot, now, v);
   /* An OK verdict always ends its call with stop OK: done's count of the
    * stop (n_ok[].stops) serves for both. */
   if (kind != NRES_OK)
@@ -645,7 +645,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
 
   switch (kind) {
     case NRES_OK:
-      if (p->budget != NULL && !(verdict.flags & NRES_VF_SELF))
+      if (p->budget != NULL && !(v->flags & NRES_VF_SELF))
         nres_budget_deposit(p->budget);
       return done(call, now, NRES_STOP_OK);
     case NRES_CANCELED:
@@ -653,7 +653,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
     case NRES_PERMANENT:
       return done(call, now, NRES_STOP_PERMANENT);
   }
-  if (kind == NRES_THROTTLED || (verdict.flags & NRES_VF_RETRY_AFTER))
+  if (kind == NRES_THROTTLED || (v->flags & NRES_VF_RETRY_AFTER))
     call->throttled = 1;   /* asked to slow down: no more hedges */
   if (call->inflight) {
     /* Others still run: wait for them, and for the next hedge if due. */
@@ -661,7 +661,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
       call->resume_at = next_hedge(call, now);
     return wait_until(call, NRES__PHASE_RUNNING, call->resume_at);
   }
-  return retry(call, now, &verdict);
+  return retry(call, now, v);
 }
 
 nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
@@ -678,12 +678,12 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     nres__call_passthrough(call, p, verdict);
     return pending(call);
   }
-  return report(call, slot, now, verdict);
+  return report(call, slot, now, &verdict);
 }
 
 nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
-                                nres_time_t now, nres_verdict_t verdict) {
-  return report(call, slot, now, verdict);
+                                nres_time_t now, const nres_verdict_t *v) {
+  return report(call, slot, now, v);
 }
 
 const nres_attempt_t nres__passthrough_attempt = {

@@ -39,7 +39,7 @@ nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
  * in range, and the call is not a passthrough's (begun by the shortcut of
  * nres_call_begin). */
 nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
-                                nres_time_t now, nres_verdict_t verdict);
+                                nres_time_t now, const nres_verdict_t *v);
 
 /* Where a call's machine is (nres_call_t.phase). */
 enum {

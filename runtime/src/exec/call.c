@@ -485,8 +485,7 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
 
 static NRES__HOT nres_action_t admit_next(nres_call_t *call,
                                           nres_time_t now) {
-  int skipped = 0;
-  return admit(call, now, 0, &skipped);
+  return admit(call, now, 0, NULL);   /* not a hedge: never skipped */
 }
 
 /* ---------------------------------------------------------------- begin */

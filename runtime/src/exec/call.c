@@ -580,7 +580,8 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
 
 /* An attempt's outcome into the shared state that learns from outcomes:
  * bulkhead (its slot and latency), breaker, latency estimator, hedge
- * window. Only for policies with any of them (NRES__F_RECORDS). */
+ * window (and the count of hedges that won). Only for policies with any
+ * of them (NRES__F_RECORDS). */
 static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
                              const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
@@ -612,8 +613,12 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
   }
   if (kind == NRES_OK && p->estimator != NULL)
     nres_estimator_record(p->estimator, now, latency);
-  if ((p->private_flags & NRES__F_HEDGE) && !self)
-    nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
+  if (p->private_flags & NRES__F_HEDGE) {
+    if (!self)
+      nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
+    if (kind == NRES_OK && call->slot[slot].hedge)
+      COUNT(p, n_hedges_won);
+  }
 }
 
 /* An attempt's outcome, checked already: record it, then decide. */
@@ -637,8 +642,6 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
    * stop (n_ok[].stops) serves for both. */
   if (kind != NRES_OK)
     COUNT(p, n_verdicts[kind]);
-  if (__builtin_expect(call->slot[slot].hedge, 0) && kind == NRES_OK)
-    COUNT(p, n_hedges_won);
   EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now,
        nres_time_sub(now, call->slot[slot].start));
 

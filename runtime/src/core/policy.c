@@ -178,6 +178,13 @@ int nres_policy_build(nres_policy_t *policy) {
   }
 
   policy->private_flags = flags;
+  /* The executor's cache of estimator-derived values (exec/call.c): "too
+   * few samples" until the first refresh, due at once, has stored its
+   * values - a thread that loses the race to refresh reads these. */
+  nres__store(&policy->quantile_samples, 0);
+  nres__store(&policy->quantile_ceiling, NRES_TIME_NEVER);
+  nres__store(&policy->quantile_slow, 0);
+  nres__store(&policy->quantile_hedge, NRES_TIME_NEVER);
   nres__store(&policy->quantile_next, 0);
   policy->private_magic = NRES__POLICY_MAGIC;
   return 0;

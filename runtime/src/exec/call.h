@@ -14,6 +14,16 @@
 /* Rare paths (failures, refusals, events, hedges) kept out of line, so the
  * success path they branch off stays short and needs few registers. */
 #define NRES__COLD __attribute__((cold, noinline))
+/* A branch laid out as the fall-through path without making the other
+ * side cold (a plain __builtin_expect(x, 1) would: compiled for size). */
+#if defined(__has_builtin)
+# if __has_builtin(__builtin_expect_with_probability)
+#  define NRES__EVEN_ODDS(x) __builtin_expect_with_probability(!!(x), 1, 0.5)
+# endif
+#endif
+#ifndef NRES__EVEN_ODDS
+# define NRES__EVEN_ODDS(x) (x)
+#endif
 /* The steps of the success path, inlined into each step function. */
 #define NRES__HOT inline __attribute__((always_inline))
 

@@ -37,11 +37,13 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
     return NRES_EINVAL;
 
   /* A passthrough is one attempt and nothing else (unless draining).
-   * Laid out as the straight path: its whole cost is a few instructions,
-   * so a jump there and back would be a visible share of it. */
-  if (__builtin_expect((policy->private_flags & NRES__F_PASSTHROUGH) &&
-                       !atomic_load_explicit(&policy->draining,
-                                             memory_order_relaxed), 1))
+   * Laid out as the straight path (its whole cost is a few instructions,
+   * so a jump there and back would be a visible share of it), but with
+   * even odds: a plain "likely" would make the machine below cold code,
+   * compiled for size. */
+  if (NRES__EVEN_ODDS((policy->private_flags & NRES__F_PASSTHROUGH) &&
+                      !atomic_load_explicit(&policy->draining,
+                                            memory_order_relaxed)))
     return nres__call_passthrough(call, policy,
                                   fn(arg, &nres__passthrough_attempt));
 

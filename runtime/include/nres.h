@@ -968,7 +968,10 @@ struct nres_policy_s {
    * n_stops[NRES_STOP_OK], which stay 0: threads sharing a policy would
    * otherwise all write one cache line per call (bench/README.md, "Threads
    * on one policy"). 128 bytes apart, so no two shards' words share a
-   * line whatever the policy's alignment. nres_policy_counters sums them. */
+   * line whatever the policy's alignment. nres_policy_counters sums them.
+   * An OK verdict always ends its call with stop OK, so the executor bumps
+   * one word per successful call, `stops`, which counts both; `verdicts`
+   * stays 0 (kept for the layout). */
   struct {
     NRES_ATOMIC(uint64_t) verdicts;
     NRES_ATOMIC(uint64_t) stops;

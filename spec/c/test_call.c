@@ -1011,6 +1011,33 @@ static void draining_also_stops_passthrough_policies(void **state) {
   assert_int_equal(nres_call_begin(&call, &p, 0).stop, NRES_STOP_DRAINING);
 }
 
+/* Regression: the executor caches the decisions it takes from the
+ * estimator (measured ceiling, hedge delay) as finished values, refreshed
+ * by whichever call wins the race to do it. A call that loses that race
+ * before the first refresh has stored anything must read "too few
+ * samples", not a ceiling or a hedge delay of 0 (an attempt bounded to
+ * end at once, a hedge started at once). */
+static void the_cache_before_its_first_refresh_reads_too_few_samples(
+    void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.hedge.max = 2;
+  p.hedge.delay = 0;   /* from the estimator's quantile */
+  build(&p);
+  /* Another thread has won the first refresh and not stored yet. */
+  atomic_store(&p.quantile_next, (uint64_t) 1000 * SEC);
+  a = nres_call_begin(&call, &p, 5 * SEC);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_true(a.at == 5 * SEC + p.attempt_timeout);
+  assert_true(call.resume_at == NRES_TIME_NEVER);   /* no hedge due */
+  a = nres_call_report(&call, a.slot, 5 * SEC + 3 * MS, ok());
+  assert_int_equal(a.stop, NRES_STOP_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(passthrough_is_one_attempt_without_bookkeeping),
@@ -1046,6 +1073,7 @@ int main(void) {
     cmocka_unit_test(refused_retry_gives_its_budget_token_back),
     cmocka_unit_test(throttled_answer_stops_further_hedges),
     cmocka_unit_test(draining_also_stops_passthrough_policies),
+    cmocka_unit_test(the_cache_before_its_first_refresh_reads_too_few_samples),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

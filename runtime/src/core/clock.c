@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "core/clock.h"
 
 #if defined(__x86_64__)
 # include <x86intrin.h>
@@ -37,13 +38,13 @@
 #define CALIBRATION_SPAN (50 * NRES_MSEC)
 #define PAIR_TOLERANCE (2 * NRES_USEC)
 
-enum { TSC_UNKNOWN = 0, TSC_CALIBRATING, TSC_SWITCHING, TSC_READY, TSC_OFF };
 
-static atomic_int tsc_state;
-/* The first pair, written once before TSC_CALIBRATING is published. */
+/* The first pair, written once before CALIBRATING is published. */
 static atomic_uint_fast64_t first_tsc, first_ns;
-/* The scale, written by the switching thread, published by TSC_READY. */
-static uint64_t base_tsc, base_ns, mult;   /* mult: ns per tick, 32.32 */
+
+/* The state, and the scale the switching thread writes (core/clock.h). */
+atomic_int nres__tsc_state;
+nres__tsc_scale_t nres__tsc_scale;
 
 static nres_time_t monotonic(void) {
   struct timespec ts;
@@ -92,13 +93,14 @@ static int pair(uint64_t *ticks, nres_time_t *ns) {
 
 /* Slow path: before the scale is known. One thread at a time moves the
  * state on; the others read CLOCK_MONOTONIC meanwhile. */
-static nres_time_t calibrate(int state) {
+static __attribute__((cold, noinline)) nres_time_t calibrate(int state) {
   uint64_t ticks, t0;
   nres_time_t now, n0;
 
-  if (state == TSC_UNKNOWN) {
-    int expected = TSC_UNKNOWN;
-    if (!atomic_compare_exchange_strong(&tsc_state, &expected, TSC_OFF))
+  if (state == NRES__TSC_UNKNOWN) {
+    int expected = NRES__TSC_UNKNOWN;
+    if (!atomic_compare_exchange_strong(&nres__tsc_state, &expected,
+                                        NRES__TSC_OFF))
       return monotonic();
     if (!kernel_trusts_tsc())
       return monotonic();   /* stays OFF */
@@ -107,46 +109,51 @@ static nres_time_t calibrate(int state) {
       return monotonic();   /* stays OFF */
     atomic_store_explicit(&first_tsc, ticks, memory_order_relaxed);
     atomic_store_explicit(&first_ns, now, memory_order_relaxed);
-    atomic_store_explicit(&tsc_state, TSC_CALIBRATING, memory_order_release);
+    atomic_store_explicit(&nres__tsc_state, NRES__TSC_CALIBRATING,
+                          memory_order_release);
     return now;
   }
   now = monotonic();
-  if (state != TSC_CALIBRATING)
+  if (state != NRES__TSC_CALIBRATING)
     return now;
   n0 = atomic_load_explicit(&first_ns, memory_order_relaxed);
   if (now - n0 < CALIBRATION_SPAN)
     return now;
   {
-    int expected = TSC_CALIBRATING;
-    if (!atomic_compare_exchange_strong(&tsc_state, &expected, TSC_SWITCHING))
+    int expected = NRES__TSC_CALIBRATING;
+    if (!atomic_compare_exchange_strong(&nres__tsc_state, &expected,
+                                        NRES__TSC_SWITCHING))
       return now;
   }
   t0 = atomic_load_explicit(&first_tsc, memory_order_relaxed);
   if (pair(&ticks, &now) != 0 || ticks <= t0 || now <= n0) {
-    atomic_store_explicit(&tsc_state, TSC_OFF, memory_order_release);
+    atomic_store_explicit(&nres__tsc_state, NRES__TSC_OFF,
+                          memory_order_release);
     return now;
   }
-  mult = (uint64_t) (((unsigned __int128) (now - n0) << 32) / (ticks - t0));
-  base_tsc = ticks;
-  base_ns = now;
-  atomic_store_explicit(&tsc_state, TSC_READY, memory_order_release);
+  nres__tsc_scale.mult =
+      (uint64_t) (((unsigned __int128) (now - n0) << 32) / (ticks - t0));
+  nres__tsc_scale.base_tsc = ticks;
+  nres__tsc_scale.base_ns = now;
+  atomic_store_explicit(&nres__tsc_state, NRES__TSC_READY,
+                        memory_order_release);
   return now;
 }
 #endif
 
-nres_time_t nres_clock_now(void) {
+/* The clock when the TSC is not (yet) in use: the calibration's steps,
+ * or CLOCK_MONOTONIC. */
+nres_time_t nres__clock_slow(int state) {
 #if HAVE_TSC
-  int state = atomic_load_explicit(&tsc_state, memory_order_acquire);
-  if (__builtin_expect(state == TSC_READY, 1)) {
-    uint64_t ticks = __rdtsc() - base_tsc;
-    if (ticks < (UINT64_C(1) << 62))   /* a TSC going back reads as huge */
-      return base_ns + (nres_time_t) (((unsigned __int128) ticks * mult) >> 32);
-    return base_ns;
-  }
-  if (state != TSC_OFF)
+  if (state != NRES__TSC_OFF)
     return calibrate(state);
 #endif
+  (void) state;
   return monotonic();
+}
+
+nres_time_t nres_clock_now(void) {
+  return nres__clock_now();
 }
 
 /* Every duration a caller configures in seconds comes through here, so

@@ -156,9 +156,18 @@ int nres_policy_build(nres_policy_t *policy) {
     flags |= NRES__F_HEDGE;
   if (policy->breaker != NULL && policy->breaker->config.slow_ratio > 0)
     flags |= NRES__F_SLOW;
-  if (policy->ratelimit != NULL || policy->bulkhead != NULL ||
-      policy->breaker != NULL)
+  if (policy->ratelimit != NULL || policy->bulkhead != NULL)
+    flags |= NRES__F_LIMITED;
+  if ((flags & NRES__F_LIMITED) || policy->breaker != NULL)
     flags |= NRES__F_GATED;
+  if (policy->backoff.kind == NRES_BACKOFF_DECORRELATED ||
+      (policy->backoff.kind != NRES_BACKOFF_NONE &&
+       policy->backoff.jitter != NRES_JITTER_NONE) ||
+      (policy->breaker != NULL && policy->breaker->config.break_jitter > 0))
+    flags |= NRES__F_DRAWS;
+  if (policy->bulkhead != NULL || policy->breaker != NULL ||
+      policy->estimator != NULL || (flags & NRES__F_HEDGE))
+    flags |= NRES__F_RECORDS;
   if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
       ((flags & NRES__F_HEDGE) && hedge->delay == 0))
     flags |= NRES__F_QUANTILES;
@@ -171,6 +180,13 @@ int nres_policy_build(nres_policy_t *policy) {
   }
 
   policy->private_flags = flags;
+  /* The executor's cache of estimator-derived values (exec/call.c): "too
+   * few samples" until the first refresh, due at once, has stored its
+   * values - a thread that loses the race to refresh reads these. */
+  nres__store(&policy->quantile_samples, 0);
+  nres__store(&policy->quantile_ceiling, NRES_TIME_NEVER);
+  nres__store(&policy->quantile_slow, 0);
+  nres__store(&policy->quantile_hedge, NRES_TIME_NEVER);
   nres__store(&policy->quantile_next, 0);
   policy->private_magic = NRES__POLICY_MAGIC;
   return 0;
@@ -182,6 +198,7 @@ void nres_policy_drain(nres_policy_t *policy, int on) {
 
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
   nres_policy_t *p = (nres_policy_t *) policy;   /* loads only */
+  uint64_t ok = 0;
   int i;
 
   memset(out, 0, sizeof(*out));
@@ -189,10 +206,12 @@ void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
     out->verdicts[i] = nres__load(&p->n_verdicts[i]);
   for (i = 0; i < NRES_STOP_COUNT; i++)
     out->stops[i] = nres__load(&p->n_stops[i]);
-  for (i = 0; i < NRES_POLICY_SHARDS; i++) {   /* the success counters */
-    out->verdicts[NRES_OK] += nres__load(&p->n_ok[i].verdicts);
-    out->stops[NRES_STOP_OK] += nres__load(&p->n_ok[i].stops);
-  }
+  /* The success counters: an OK verdict always ends its call with stop
+   * OK, so the executor counts the stop alone (n_ok[].verdicts stays 0). */
+  for (i = 0; i < NRES_POLICY_SHARDS; i++)
+    ok += nres__load(&p->n_ok[i].stops) + nres__load(&p->n_ok[i].verdicts);
+  out->verdicts[NRES_OK] += ok;
+  out->stops[NRES_STOP_OK] += ok;
   for (i = 0; i < NRES_VERDICT_COUNT; i++)
     out->attempts += out->verdicts[i];
   for (i = 0; i < NRES_STOP_COUNT; i++)

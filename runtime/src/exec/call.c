@@ -27,18 +27,12 @@
 #include "core/shard.h"
 #include "exec/call.h"
 
-enum {
-  PHASE_IDLE = 0,     /* not begun */
-  PHASE_RUNNING,      /* attempts in flight; resume_at may be a hedge time */
-  PHASE_BACKOFF,      /* waiting out a retry delay */
-  PHASE_ADMIT,        /* waiting for a rate limiter or a bulkhead slot */
-  PHASE_DONE
-};
 
 #define NRES__ABANDONED 0xff   /* log flags of an attempt never classified */
 
-static void emit(nres_call_t *call, int type, int value, unsigned attempt,
-                 nres_time_t now, nres_time_t duration) {
+static NRES__COLD void emit(nres_call_t *call, int type, int value,
+                            unsigned attempt, nres_time_t now,
+                            nres_time_t duration) {
   nres_event_t ev;
 
   ev.type = (uint8_t) type;
@@ -95,32 +89,56 @@ static nres_rng_t *breaker_rng(nres_call_t *call, nres_time_t now,
   return scratch;
 }
 
-/* Refresh the policy's cached quantiles at most every
- * NRES__QUANTILE_REFRESH; one caller wins the refresh, the rest read. */
-static uint64_t quantile_samples(nres_policy_t *p, nres_time_t now) {
-  uint64_t next = nres__load(&p->quantile_next);
-  uint64_t samples;
-
-  if (now >= next &&
-      nres__cas(&p->quantile_next, &next,
-                nres_time_add(now, NRES__QUANTILE_REFRESH))) {
-    nres__store(&p->quantile_ceiling,
-                nres_estimator_quantile(p->estimator, now, p->ceiling_quantile,
-                                        &samples));
-    nres__store(&p->quantile_slow,
-                nres_estimator_quantile(p->estimator, now, 0.5, NULL));
-    nres__store(&p->quantile_hedge,
-                nres_estimator_quantile(p->estimator, now, p->hedge.quantile,
-                                        NULL));
-    /* Published last: whoever sees the count sees its quantiles. */
-    atomic_store_explicit(&p->quantile_samples, samples, memory_order_release);
-    return samples;
-  }
-  return atomic_load_explicit(&p->quantile_samples, memory_order_acquire);
-}
-
 static nres_time_t scaled(uint64_t value, double factor) {
   return nres__time_from_double((double) value * factor);
+}
+
+/* The decisions the executor takes from the latency estimator, cached in
+ * the policy and recomputed at most every NRES__QUANTILE_REFRESH (one
+ * caller wins the refresh, the rest read). Each cached word is whole on
+ * its own, scaled and floored already, so a reader needs one load:
+ * quantile_ceiling the measured attempt ceiling (NRES_TIME_NEVER until
+ * min_samples), quantile_slow the slow threshold (0 until min_samples),
+ * quantile_hedge the hedge delay (NRES_TIME_NEVER until
+ * hedge.min_samples); quantile_samples the sample count they came from. */
+static NRES__COLD void refresh_quantiles(nres_policy_t *p, nres_time_t now,
+                                         uint64_t next) {
+  uint64_t samples;
+  nres_time_t q;
+
+  if (!nres__cas(&p->quantile_next, &next,
+                 nres_time_add(now, NRES__QUANTILE_REFRESH)))
+    return;
+  q = nres_estimator_quantile(p->estimator, now, p->ceiling_quantile,
+                              &samples);
+  if (samples >= p->min_samples) {
+    q = scaled(q, p->ceiling_factor);
+    nres__store(&p->quantile_ceiling,
+                q < p->ceiling_floor ? p->ceiling_floor : q);
+    nres__store(&p->quantile_slow,
+                scaled(nres_estimator_quantile(p->estimator, now, 0.5, NULL),
+                       p->slow_factor));
+  } else {
+    nres__store(&p->quantile_ceiling, NRES_TIME_NEVER);
+    nres__store(&p->quantile_slow, 0);
+  }
+  nres__store(&p->quantile_hedge,
+              samples >= p->hedge.min_samples
+                  ? nres_estimator_quantile(p->estimator, now,
+                                            p->hedge.quantile, NULL)
+                  : NRES_TIME_NEVER);
+  nres__store(&p->quantile_samples, samples);
+}
+
+/* One of the cached words above (&p->quantile_*), refreshed first if
+ * stale. */
+static inline uint64_t quantile(nres_policy_t *p, nres_time_t now,
+                                _Atomic uint64_t *word) {
+  uint64_t next = nres__load(&p->quantile_next);
+
+  if (__builtin_expect(now >= next, 0))
+    refresh_quantiles(p, now, next);
+  return nres__load(word);
 }
 
 /* ----------------------------------------------------------- bookkeeping */
@@ -145,7 +163,43 @@ static void abandon(nres_call_t *call, unsigned slot, nres_time_t now) {
   COUNT(p, n_abandoned);
 }
 
-static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
+/* What a call still holds when it ends: attempts in flight (a hedge race's
+ * losers, a cancel), a bulkhead queue place, a budget token for a retry
+ * that never started. Given back here, off the path of a plain end. */
+static NRES__COLD void release_all(nres_call_t *call, nres_time_t now,
+                                   int stop) {
+  nres_policy_t *p = call->policy;
+  unsigned slot;
+
+  if (call->charged) {   /* the retry it paid for never started */
+    nres_budget_refund(p->budget);
+    call->charged = 0;
+  }
+  for (slot = 0; call->inflight; slot++)
+    if (call->inflight & (1u << slot)) {
+      /* A hedge race's loser has run at least this long: a censored
+       * sample, without which the estimator would only see the attempts
+       * fast enough to win, and the hedge quantile would sink (more
+       * hedges than the quantile says). */
+      if (stop == NRES_STOP_OK && p->estimator != NULL)
+        nres_estimator_record(p->estimator, now,
+                              nres_time_sub(now, call->slot[slot].start));
+      abandon(call, slot, now);
+    }
+  if (call->queued) {
+    nres_bulkhead_dequeue(p->bulkhead);
+    call->queued = 0;
+  }
+}
+
+/* A failed call of a policy with a fallback: marked for the driver. */
+static NRES__COLD void mark_fallback(nres_call_t *call) {
+  call->fallback = 1;
+  COUNT(call->policy, n_fallbacks);
+}
+
+static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
+                                    int stop) {
   nres_policy_t *p = call->policy;
   nres_action_t a;
 
@@ -157,34 +211,15 @@ static nres_action_t done(nres_call_t *call, nres_time_t now, int stop) {
   a.fallback = 0;
   a.attempt = call->attempts;
   a.at = NRES_TIME_NEVER;
-  if (__builtin_expect(call->inflight | call->queued | call->charged, 0)) {
-    unsigned slot;
-    if (call->charged) {   /* the retry it paid for never started */
-      nres_budget_refund(p->budget);
-      call->charged = 0;
-    }
-    for (slot = 0; call->inflight; slot++)
-      if (call->inflight & (1u << slot)) {
-        /* A hedge race's loser has run at least this long: a censored
-         * sample, without which the estimator would only see the
-         * attempts fast enough to win, and the hedge quantile would sink
-         * (more hedges than the quantile says). */
-        if (stop == NRES_STOP_OK && p->estimator != NULL)
-          nres_estimator_record(p->estimator, now,
-                                nres_time_sub(now, call->slot[slot].start));
-        abandon(call, slot, now);
-      }
-    if (call->queued) {
-      nres_bulkhead_dequeue(p->bulkhead);
-      call->queued = 0;
-    }
-  }
-  call->phase = PHASE_DONE;
+  if (__builtin_expect(call->inflight | call->queued | call->charged, 0))
+    release_all(call, now, stop);
+  call->phase = NRES__PHASE_DONE;
   call->stop = (uint8_t) stop;
   call->resume_at = NRES_TIME_NEVER;
-  if (p->fallback && stop != NRES_STOP_OK && stop != NRES_STOP_CANCELED) {
-    call->fallback = a.fallback = 1;
-    COUNT(p, n_fallbacks);
+  if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
+      stop != NRES_STOP_CANCELED) {
+    mark_fallback(call);
+    a.fallback = 1;
   }
   COUNT_SHARDED(p, n_stops, stop, NRES_STOP_OK, stops);
   EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
@@ -216,7 +251,7 @@ static nres_action_t wait_until(nres_call_t *call, int phase,
 static nres_action_t pending(nres_call_t *call) {
   nres_action_t a;
 
-  if (call->phase == PHASE_DONE || call->phase == PHASE_IDLE) {
+  if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE) {
     memset(&a, 0, sizeof(a));
     a.kind = NRES_DONE;
     a.stop = call->stop;
@@ -239,11 +274,8 @@ static nres_time_t next_hedge(nres_call_t *call, nres_time_t now) {
   if (!(p->private_flags & NRES__F_HEDGE) || call->throttled ||
       inflight_count(call) >= p->hedge.max || call->attempts >= p->attempts)
     return NRES_TIME_NEVER;
-  if (delay == 0) {
-    if (quantile_samples(p, now) < p->hedge.min_samples)
-      return NRES_TIME_NEVER;
-    delay = nres__load(&p->quantile_hedge);
-  }
+  if (delay == 0)
+    delay = quantile(p, now, &p->quantile_hedge);   /* NEVER: too few samples */
   delay = nres_time_add(now, delay);
   return delay < call->deadline ? delay : NRES_TIME_NEVER;
 }
@@ -276,11 +308,18 @@ static int rate_refuses(nres_call_t *call, nres_time_t now,
 /* A hedge that cannot start: keep waiting for the attempts in flight. */
 static nres_action_t skip(nres_call_t *call, int *skipped) {
   *skipped = 1;
-  return wait_until(call, PHASE_RUNNING, NRES_TIME_NEVER);
+  return wait_until(call, NRES__PHASE_RUNNING, NRES_TIME_NEVER);
+}
+
+static NRES__COLD void hedge_started(nres_call_t *call, unsigned number,
+                                     nres_time_t now) {
+  call->hedges++;
+  COUNT(call->policy, n_hedges);
+  EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
 }
 
 /* Start an admitted attempt in the first free slot, bounded by ceiling. */
-static nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
+static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
                                    int hedge, uint32_t permit,
                                    nres_time_t ceiling) {
   nres_policy_t *p = call->policy;
@@ -299,17 +338,15 @@ static nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
   *log_of(call, number) = (nres_attempt_rec_t) {
     now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
   };
-  if (hedge) {
-    call->hedges++;
-    COUNT(p, n_hedges);
-    EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
+  if (__builtin_expect(hedge, 0)) {
+    hedge_started(call, number, now);
   } else if (number > 1) {
     call->charged = 0;   /* the token is now used */
     call->retries++;
     COUNT(p, n_retries);
   }
 
-  call->phase = PHASE_RUNNING;
+  call->phase = NRES__PHASE_RUNNING;
   call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
                                                       : NRES_TIME_NEVER;
   a.kind = NRES_ATTEMPT;
@@ -326,11 +363,11 @@ static nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
  * end of the call: the running attempts go on, so *skipped is set and the
  * caller keeps waiting. */
-/* The admission gates in order: rate limiter, bulkhead (with its queue),
- * breaker. 1: the attempt may start (*permit may hold a probe permit).
- * 0: *refusal is what happens instead. */
-static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
-                      int *skipped, uint32_t *permit, nres_action_t *refusal) {
+/* The admission gates before the breaker: rate limiter, then bulkhead
+ * (with its queue). 1: the attempt may go on to the breaker. 0: *refusal
+ * is what happens instead. */
+static int pass_limits(nres_call_t *call, nres_time_t now, int hedge,
+                       int *skipped, nres_action_t *refusal) {
   nres_policy_t *p = call->policy;
   nres_time_t retry_after;
   nres_time_t wake;
@@ -343,7 +380,7 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
       return *refusal = skip(call, skipped), 0;
     if (retry_after <= p->limit_wait &&
         nres_time_add(now, retry_after) < call->deadline)
-      return *refusal = wait_until(call, PHASE_ADMIT,
+      return *refusal = wait_until(call, NRES__PHASE_ADMIT,
                                    nres_time_add(now, retry_after)), 0;
     return *refusal = reject(call, now, NRES_REJECT_RATE, NRES_STOP_LIMITED), 0;
   }
@@ -370,7 +407,7 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
       if (now >= call->queue_end || wake == NRES_TIME_NEVER)
         return *refusal = reject(call, now, NRES_REJECT_CONCURRENCY,
                                  NRES_STOP_LIMITED), 0;
-      return *refusal = wait_until(call, PHASE_ADMIT, wake), 0;
+      return *refusal = wait_until(call, NRES__PHASE_ADMIT, wake), 0;
     }
     if (call->queued) {
       nres_bulkhead_dequeue(p->bulkhead);
@@ -378,19 +415,22 @@ static int pass_gates(nres_call_t *call, nres_time_t now, int hedge,
     }
   }
 
-  if (p->breaker != NULL &&
-      nres_breaker_acquire(p->breaker, now, permit) != 0) {
-    if (p->bulkhead != NULL)
-      nres_bulkhead_release(p->bulkhead, 0, -1);
-    if (hedge)
-      return *refusal = skip(call, skipped), 0;
-    return *refusal = reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT), 0;
-  }
   return 1;
-
 }
 
-static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
+/* The breaker refused an attempt that holds a bulkhead slot if any. */
+static NRES__COLD nres_action_t breaker_refused(nres_call_t *call,
+                                                nres_time_t now, int hedge,
+                                                int *skipped) {
+  if (call->policy->bulkhead != NULL)
+    nres_bulkhead_release(call->policy->bulkhead, 0, -1);
+  if (hedge)
+    return skip(call, skipped);
+  return reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT);
+}
+
+
+static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
                            int *skipped) {
   nres_policy_t *p = call->policy;
   nres_time_t ceiling;
@@ -399,9 +439,16 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
 
   if (now >= call->deadline)
     return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
-  if ((p->private_flags & NRES__F_GATED) &&
-      !pass_gates(call, now, hedge, skipped, &permit, &a))
-    return a;
+  /* The admission gates in order: rate limiter, bulkhead, breaker (which
+   * may give a probe permit). */
+  if (p->private_flags & NRES__F_GATED) {
+    if ((p->private_flags & NRES__F_LIMITED) &&
+        !pass_limits(call, now, hedge, skipped, &a))
+      return a;
+    if (p->breaker != NULL &&
+        nres_breaker_acquire(p->breaker, now, &permit) != 0)
+      return breaker_refused(call, now, hedge, skipped);
+  }
 
   if (hedge && p->budget != NULL && spend(call, now) != 0) {
     if (permit)
@@ -415,61 +462,26 @@ static nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
   if (p->private_flags & NRES__F_BOUNDED) {
     if (p->attempt_timeout)
       ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
-    if ((p->private_flags & NRES__F_CEILING) &&
-        quantile_samples(p, now) >= p->min_samples) {
-      nres_time_t measured = scaled(nres__load(&p->quantile_ceiling),
-                                    p->ceiling_factor);
-      if (measured < p->ceiling_floor)
-        measured = p->ceiling_floor;
-      ceiling = nres_time_min(ceiling, nres_time_add(now, measured));
-    }
+    if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
+      ceiling = nres_time_min(ceiling,
+                              nres_time_add(now, quantile(p, now,
+                                                          &p->quantile_ceiling)));
   }
 
   return start_attempt(call, now, hedge, permit, ceiling);
 }
 
-static nres_action_t admit_next(nres_call_t *call, nres_time_t now) {
-  int skipped = 0;
-  return admit(call, now, 0, &skipped);
+static NRES__HOT nres_action_t admit_next(nres_call_t *call,
+                                          nres_time_t now) {
+  return admit(call, now, 0, NULL);   /* not a hedge: never skipped */
 }
 
 /* ---------------------------------------------------------------- begin */
 
-/* A call's fields before its first step (and a passthrough's record). */
-static void reset(nres_call_t *call, nres_policy_t *policy, nres_time_t now) {
-  call->policy = policy;
-  call->start = now;
-  call->deadline = NRES_TIME_NEVER;
-  call->resume_at = NRES_TIME_NEVER;
-  call->phase = PHASE_IDLE;
-  call->stop = NRES_STOP_NONE;
-  call->inflight = 0;
-  call->fallback = 0;
-  call->attempts = 0;
-  call->retries = 0;
-  call->hedges = 0;
-  call->queued = 0;
-  call->seeded = 0;
-  call->charged = 0;
-  call->throttled = 0;
-  call->criticality = NRES_CLASS_DEFAULT;
-  call->last = nres_verdict(NRES_OK);
-}
-
-nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
-                                    nres_time_t now, nres_time_t inbound,
-                                    int cls) {
-  reset(call, policy, now);
-  if (cls >= 0 && cls < NRES_CLASS_COUNT)
-    call->criticality = (uint8_t) cls;
-  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC)
-    return pending(call);   /* misuse: DONE with stop NONE */
-
-  if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
-      inbound == NRES_TIME_NEVER &&
-      !atomic_load_explicit(&policy->draining, memory_order_relaxed))
-    return start_attempt(call, now, 0, 0, NRES_TIME_NEVER);
-
+/* A call on a built policy, not a passthrough's shortcut, reset already:
+ * its deadline, then its first admission. */
+static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound) {
   if (policy->deadline)
     call->deadline = nres_time_add(now, policy->deadline);
   if (inbound < call->deadline)
@@ -479,6 +491,28 @@ nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
     return reject(call, now, NRES_REJECT_DRAINING, NRES_STOP_DRAINING);
   return admit_next(call, now);
+}
+
+nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
+                                    nres_time_t now, nres_time_t inbound,
+                                    int cls) {
+  nres__call_reset(call, policy, now);
+  if (cls >= 0 && cls < NRES_CLASS_COUNT)
+    call->criticality = (uint8_t) cls;
+  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC)
+    return pending(call);   /* misuse: DONE with stop NONE */
+
+  if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
+      inbound == NRES_TIME_NEVER &&
+      !atomic_load_explicit(&policy->draining, memory_order_relaxed))
+    return start_attempt(call, now, 0, 0, NRES_TIME_NEVER);
+  return begin(call, policy, now, inbound);
+}
+
+nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
+                               nres_time_t now) {
+  nres__call_reset(call, policy, now);
+  return begin(call, policy, now, NRES_TIME_NEVER);
 }
 
 nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
@@ -493,7 +527,7 @@ nres_action_t nres_call_begin(nres_call_t *call, nres_policy_t *policy,
 
 /* ---------------------------------------------------------------- decide */
 
-static nres_action_t retry(nres_call_t *call, nres_time_t now,
+static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
                            const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   nres_time_t delay;
@@ -502,8 +536,18 @@ static nres_action_t retry(nres_call_t *call, nres_time_t now,
     return done(call, now, NRES_STOP_ATTEMPTS);
   if (now >= call->deadline)
     return done(call, now, NRES_STOP_DEADLINE);
-  delay = nres_backoff_next(&p->backoff, &call->backoff, call->retries + 1u,
-                            v, call_rng(call));
+  if (p->backoff.kind == NRES_BACKOFF_NONE &&
+      !(v->flags & NRES_VF_RETRY_AFTER)) {
+    call->backoff.prev = 0;   /* nres_backoff_next's answer for kind NONE */
+    delay = 0;
+  } else {
+    /* The call's generator is seeded (a shared counter bumped) only for a
+     * policy that draws: a backoff with jitter, a breaker with break
+     * jitter (which takes the call's generator once seeded). */
+    delay = nres_backoff_next(&p->backoff, &call->backoff, call->retries + 1u,
+                              v, (p->private_flags & NRES__F_DRAWS)
+                                     ? call_rng(call) : NULL);
+  }
   if (delay > 0 && nres_time_add(now, delay) >= call->deadline)
     return done(call, now, NRES_STOP_DEADLINE);
   /* Self-imposed refusals neither spend nor deposit. The token is taken
@@ -517,38 +561,23 @@ static nres_action_t retry(nres_call_t *call, nres_time_t now,
   EMIT(call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
   if (delay == 0)
     return admit_next(call, now);
-  return wait_until(call, PHASE_BACKOFF, nres_time_add(now, delay));
+  return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 
-nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
-                               nres_time_t now, nres_verdict_t verdict) {
+/* ---------------------------------------------------------------- report */
+
+/* An attempt's outcome into the shared state that learns from outcomes:
+ * bulkhead (its slot and latency), breaker, latency estimator, hedge
+ * window (and the count of hedges that won). Only for policies with any
+ * of them (NRES__F_RECORDS). */
+static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
+                             const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
-  nres_time_t latency;
-  int self, kind = verdict.kind;
-  nres_attempt_rec_t *rec;
+  int kind = v->kind;
+  nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
+  int self = (v->flags & NRES_VF_SELF) || kind == NRES_CANCELED;
   nres_rng_t rng;
 
-  if (slot >= NRES_MAX_INFLIGHT || !(call->inflight & (1u << slot)) ||
-      kind >= NRES_VERDICT_COUNT) {
-    if (p != NULL)
-      COUNT(p, n_late);
-    return pending(call);
-  }
-
-  call->inflight &= (uint8_t) ~(1u << slot);
-  call->last = verdict;
-  rec = log_of(call, call->slot[slot].number);
-  rec->end = now;
-  rec->kind = (uint8_t) kind;
-  rec->flags = verdict.flags;
-
-  if (p->private_flags & NRES__F_PASSTHROUGH) {
-    nres__call_passthrough(call, p, verdict);
-    return pending(call);
-  }
-
-  latency = nres_time_sub(now, call->slot[slot].start);
-  self = (verdict.flags & NRES_VF_SELF) || kind == NRES_CANCELED;
   if (call->slot[slot].held) {
     nres_bulkhead_release(p->bulkhead, latency, self ? -1 : kind);
     call->slot[slot].held = 0;
@@ -560,8 +589,8 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     int slow = 0, entered;
     if (p->private_flags & NRES__F_SLOW) {
       nres_time_t threshold = p->slow_threshold;
-      if (threshold == 0 && quantile_samples(p, now) >= p->min_samples)
-        threshold = scaled(nres__load(&p->quantile_slow), p->slow_factor);
+      if (threshold == 0)   /* 0: too few samples */
+        threshold = quantile(p, now, &p->quantile_slow);
       slow = threshold != 0 && latency > threshold;
     }
     entered = nres_breaker_record(p->breaker, now, call->slot[slot].permit,
@@ -572,16 +601,41 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
   }
   if (kind == NRES_OK && p->estimator != NULL)
     nres_estimator_record(p->estimator, now, latency);
-  if ((p->private_flags & NRES__F_HEDGE) && !self)
-    nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
-  COUNT_SHARDED(p, n_verdicts, kind, NRES_OK, verdicts);
-  if (kind == NRES_OK && call->slot[slot].hedge)
-    COUNT(p, n_hedges_won);
-  EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now, latency);
+  if (p->private_flags & NRES__F_HEDGE) {
+    if (!self)
+      nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
+    if (kind == NRES_OK && call->slot[slot].hedge)
+      COUNT(p, n_hedges_won);
+  }
+}
+
+/* An attempt's outcome, checked already: record it, then decide. */
+static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
+                                      nres_time_t now,
+                                      const nres_verdict_t *v) {
+  nres_policy_t *p = call->policy;
+  int kind = v->kind;
+  nres_attempt_rec_t *rec;
+
+  call->inflight &= (uint8_t) ~(1u << slot);
+  call->last = *v;
+  rec = log_of(call, call->slot[slot].number);
+  rec->end = now;
+  rec->kind = (uint8_t) kind;
+  rec->flags = v->flags;
+
+  if (p->private_flags & NRES__F_RECORDS)
+    record(call, slot, now, v);
+  /* An OK verdict always ends its call with stop OK: done's count of the
+   * stop (n_ok[].stops) serves for both. */
+  if (kind != NRES_OK)
+    COUNT(p, n_verdicts[kind]);
+  EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now,
+       nres_time_sub(now, call->slot[slot].start));
 
   switch (kind) {
     case NRES_OK:
-      if (p->budget != NULL && !(verdict.flags & NRES_VF_SELF))
+      if (p->budget != NULL && !(v->flags & NRES_VF_SELF))
         nres_budget_deposit(p->budget);
       return done(call, now, NRES_STOP_OK);
     case NRES_CANCELED:
@@ -589,23 +643,46 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     case NRES_PERMANENT:
       return done(call, now, NRES_STOP_PERMANENT);
   }
-  if (kind == NRES_THROTTLED || (verdict.flags & NRES_VF_RETRY_AFTER))
+  if (kind == NRES_THROTTLED || (v->flags & NRES_VF_RETRY_AFTER))
     call->throttled = 1;   /* asked to slow down: no more hedges */
   if (call->inflight) {
     /* Others still run: wait for them, and for the next hedge if due. */
     if (call->resume_at == NRES_TIME_NEVER)
       call->resume_at = next_hedge(call, now);
-    return wait_until(call, PHASE_RUNNING, call->resume_at);
+    return wait_until(call, NRES__PHASE_RUNNING, call->resume_at);
   }
-  return retry(call, now, &verdict);
+  return retry(call, now, v);
+}
+
+nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
+                               nres_time_t now, nres_verdict_t verdict) {
+  nres_policy_t *p = call->policy;
+
+  if (slot >= NRES_MAX_INFLIGHT || !(call->inflight & (1u << slot)) ||
+      verdict.kind >= NRES_VERDICT_COUNT) {
+    if (p != NULL)
+      COUNT(p, n_late);
+    return pending(call);
+  }
+  if (p->private_flags & NRES__F_PASSTHROUGH) {
+    nres__call_passthrough(call, p, verdict);
+    return pending(call);
+  }
+  return report(call, slot, now, &verdict);
+}
+
+nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
+                                nres_time_t now, const nres_verdict_t *v) {
+  return report(call, slot, now, v);
 }
 
 const nres_attempt_t nres__passthrough_attempt = {
   1, 0, NRES_TIME_NEVER, NRES_TIME_NEVER
 };
 
-int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
-                           nres_verdict_t verdict) {
+/* A passthrough attempt that did not succeed: its stop and error, and the
+ * log's kind (an out-of-range kind reads as TRANSIENT). */
+int nres__passthrough_failed(nres_call_t *call, unsigned kind) {
   static const uint8_t stop_of[NRES_VERDICT_COUNT] = {
     NRES_STOP_OK, NRES_STOP_ATTEMPTS, NRES_STOP_ATTEMPTS, NRES_STOP_PERMANENT,
     NRES_STOP_CANCELED
@@ -613,17 +690,11 @@ int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
   static const int8_t error_of[NRES_VERDICT_COUNT] = { 0, 1, 1, 2, 3 };
   static const int errors[] = { 0, NRES_EATTEMPTS, NRES_EPERMANENT,
                                 NRES_ECANCELED };
-  unsigned kind = verdict.kind < NRES_VERDICT_COUNT ? verdict.kind
-                                                    : NRES_TRANSIENT;
 
-  reset(call, policy, 0);   /* a passthrough reads no clock */
-  call->phase = PHASE_DONE;
+  if (kind >= NRES_VERDICT_COUNT)
+    kind = NRES_TRANSIENT;
   call->stop = stop_of[kind];
-  call->attempts = 1;
-  call->last = verdict;
-  call->log[0] = (nres_attempt_rec_t) {
-    0, 0, 1, 0, 0, (uint8_t) kind, verdict.flags, 0
-  };
+  call->log[0].kind = (uint8_t) kind;
   return errors[error_of[kind]];
 }
 
@@ -631,12 +702,12 @@ nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {
   int skipped = 0;
 
   switch (call->phase) {
-    case PHASE_BACKOFF:
-    case PHASE_ADMIT:
+    case NRES__PHASE_BACKOFF:
+    case NRES__PHASE_ADMIT:
       if (now < call->resume_at)
         return pending(call);
       return admit_next(call, now);
-    case PHASE_RUNNING:
+    case NRES__PHASE_RUNNING:
       if (call->resume_at == NRES_TIME_NEVER || now < call->resume_at)
         return pending(call);
       call->resume_at = NRES_TIME_NEVER;
@@ -648,7 +719,7 @@ nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {
 }
 
 nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
-  if (call->phase == PHASE_DONE || call->phase == PHASE_IDLE)
+  if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
   return done(call, now, NRES_STOP_CANCELED);
 }

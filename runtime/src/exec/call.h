@@ -11,6 +11,22 @@
 
 #include "nres.h"
 
+/* Rare paths (failures, refusals, events, hedges) kept out of line, so the
+ * success path they branch off stays short and needs few registers. */
+#define NRES__COLD __attribute__((cold, noinline))
+/* A branch laid out as the fall-through path without making the other
+ * side cold (a plain __builtin_expect(x, 1) would: compiled for size). */
+#if defined(__has_builtin)
+# if __has_builtin(__builtin_expect_with_probability)
+#  define NRES__EVEN_ODDS(x) __builtin_expect_with_probability(!!(x), 1, 0.5)
+# endif
+#endif
+#ifndef NRES__EVEN_ODDS
+# define NRES__EVEN_ODDS(x) (x)
+#endif
+/* The steps of the success path, inlined into each step function. */
+#define NRES__HOT inline __attribute__((always_inline))
+
 /* What a driver tells an attempt about itself, from its ATTEMPT action. */
 static inline nres_attempt_t nres__attempt_of(nres_action_t act,
                                               nres_time_t now) {
@@ -23,12 +39,74 @@ static inline nres_attempt_t nres__attempt_of(nres_action_t act,
   return a;
 }
 
+/* nres_call_begin after its checks, for a driver that has checked the
+ * policy (built) and taken the passthrough shortcut itself if it could. */
+nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
+                               nres_time_t now);
+
+/* nres_call_report after its checks, for a driver whose reports answer
+ * its own ATTEMPT actions: the slot has an attempt in flight, the kind is
+ * in range, and the call is not a passthrough's (begun by the shortcut of
+ * nres_call_begin). */
+nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
+                                nres_time_t now, const nres_verdict_t *v);
+
+/* Where a call's machine is (nres_call_t.phase). */
+enum {
+  NRES__PHASE_IDLE = 0,     /* not begun */
+  NRES__PHASE_RUNNING,      /* attempts in flight; resume_at may be a hedge
+                               time */
+  NRES__PHASE_BACKOFF,      /* waiting out a retry delay */
+  NRES__PHASE_ADMIT,        /* waiting for a rate limiter or a bulkhead slot */
+  NRES__PHASE_DONE
+};
+
+/* A call's fields before its first step (and a passthrough's record). */
+static inline void nres__call_reset(nres_call_t *call, nres_policy_t *policy,
+                                    nres_time_t now) {
+  call->policy = policy;
+  call->start = now;
+  call->deadline = NRES_TIME_NEVER;
+  call->resume_at = NRES_TIME_NEVER;
+  call->phase = NRES__PHASE_IDLE;
+  call->stop = NRES_STOP_NONE;
+  call->inflight = 0;
+  call->fallback = 0;
+  call->attempts = 0;
+  call->retries = 0;
+  call->hedges = 0;
+  call->queued = 0;
+  call->seeded = 0;
+  call->charged = 0;
+  call->throttled = 0;
+  call->criticality = NRES_CLASS_DEFAULT;
+  call->last = nres_verdict(NRES_OK);
+}
+
 /* The attempt every passthrough call runs. */
 extern const nres_attempt_t nres__passthrough_attempt;
 
+/* The stop and the error of a passthrough attempt that did not succeed. */
+NRES__COLD int nres__passthrough_failed(nres_call_t *call, unsigned kind);
+
 /* Record the outcome of a passthrough call's only attempt; returns what
- * nres_run returns (0 or the stop reason's NRES_E*). */
-int nres__call_passthrough(nres_call_t *call, nres_policy_t *policy,
-                           nres_verdict_t verdict);
+ * nres_run returns (0 or the stop reason's NRES_E*). Inline: it is the
+ * whole of a passthrough call besides the attempt itself. */
+static inline int nres__call_passthrough(nres_call_t *call,
+                                         nres_policy_t *policy,
+                                         nres_verdict_t verdict) {
+  nres__call_reset(call, policy, 0);   /* a passthrough reads no clock */
+  call->phase = NRES__PHASE_DONE;
+  call->attempts = 1;
+  call->last = verdict;
+  call->log[0] = (nres_attempt_rec_t) {
+    0, 0, 1, 0, 0, verdict.kind, verdict.flags, 0
+  };
+  if (__builtin_expect(verdict.kind == NRES_OK, 1)) {
+    call->stop = NRES_STOP_OK;
+    return 0;
+  }
+  return nres__passthrough_failed(call, verdict.kind);
+}
 
 #endif /* NRES_EXEC_CALL_H */

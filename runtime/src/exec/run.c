@@ -8,13 +8,14 @@
 #include <time.h>
 
 #include "internal.h"
+#include "core/clock.h"
 #include "core/policy.h"
 #include "exec/call.h"
 
 static nres_time_t sleep_until(nres_time_t until) {
   nres_time_t now;
 
-  while ((now = nres_clock_now()) < until) {
+  while ((now = nres__clock_now()) < until) {
     struct timespec ts;
     ts.tv_sec = (time_t) ((until - now) / NRES_SEC);
     ts.tv_nsec = (long) ((until - now) % NRES_SEC);
@@ -35,24 +36,32 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
       policy->private_magic != NRES__POLICY_MAGIC)
     return NRES_EINVAL;
 
-  /* A passthrough is one attempt and nothing else (unless draining). */
-  if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
-      !atomic_load_explicit(&policy->draining, memory_order_relaxed))
+  /* A passthrough is one attempt and nothing else (unless draining).
+   * Laid out as the straight path (its whole cost is a few instructions,
+   * so a jump there and back would be a visible share of it), but with
+   * even odds: a plain "likely" would make the machine below cold code,
+   * compiled for size. */
+  if (NRES__EVEN_ODDS((policy->private_flags & NRES__F_PASSTHROUGH) &&
+                      !atomic_load_explicit(&policy->draining,
+                                            memory_order_relaxed)))
     return nres__call_passthrough(call, policy,
                                   fn(arg, &nres__passthrough_attempt));
 
   /* A policy that makes no decision on time needs no clock: its time
    * starts at 0 and moves only by the waits it asks for. */
   timeless = (policy->private_flags & NRES__F_TIMELESS) != 0;
-  now = timeless ? 0 : nres_clock_now();
-  act = nres_call_begin(call, policy, now);
+  now = timeless ? 0 : nres__clock_now();
+  act = nres__call_begin(call, policy, now);
   while (act.kind != NRES_DONE) {
     if (act.kind == NRES_ATTEMPT) {
       attempt = nres__attempt_of(act, now);
       verdict = fn(arg, &attempt);
       if (!timeless)
-        now = nres_clock_now();
-      act = nres_call_report(call, act.slot, now, verdict);
+        now = nres__clock_now();
+      if (__builtin_expect(verdict.kind >= NRES_VERDICT_COUNT, 0))
+        act = nres_call_report(call, act.slot, now, verdict);   /* misuse */
+      else
+        act = nres__call_report(call, act.slot, now, &verdict);
     } else {
       /* Nothing runs in the background here, so a WAIT always has an end;
        * one without would be a bug in the machine: end, never spin. */
@@ -61,7 +70,7 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
         return NRES_ESTATE;
       }
       if (timeless) {
-        sleep_until(nres_time_add(nres_clock_now(), act.at - now));
+        sleep_until(nres_time_add(nres__clock_now(), act.at - now));
         now = act.at;
       } else {
         now = sleep_until(act.at);
@@ -69,5 +78,5 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
       act = nres_call_resume(call, now);
     }
   }
-  return nres_stop_error(call->stop);
+  return call->stop == NRES_STOP_OK ? 0 : nres_stop_error(call->stop);
 }

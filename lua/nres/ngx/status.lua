@@ -105,20 +105,24 @@ end
 local EMPTY = "nres-empty-list-" .. tostring({}):sub(8)
 local EMPTY_JSON = ('"' .. EMPTY .. '"'):gsub("%p", "%%%0")   -- as a pattern
 
+-- Replace an empty list t[field] by the marker; remember where in emptied.
+-- (A function of its own, not a closure per call: a trace that reaches
+-- this from a hot caller must not meet a new function, which is NYI.)
+local function mark(emptied, t, field)
+  if next(t[field]) == nil then
+    emptied[#emptied + 1] = t
+    emptied[#emptied + 1] = field
+    t[field] = EMPTY
+  end
+end
+
 function _M.json(snap)
   local emptied = {}
-  local function mark(t, field)
-    if next(t[field]) == nil then
-      emptied[#emptied + 1] = t
-      emptied[#emptied + 1] = field
-      t[field] = EMPTY
-    end
-  end
   for _, group in pairs { snap.scopes, snap.limiters } do
-    for _, st in pairs(group) do mark(st, "keys") end
+    for _, st in pairs(group) do mark(emptied, st, "keys") end
   end
-  for _, u in pairs(snap.upstreams or {}) do mark(u, "peers") end
-  if snap.fleet then mark(snap.fleet, "entries") end
+  for _, u in pairs(snap.upstreams or {}) do mark(emptied, u, "peers") end
+  if snap.fleet then mark(emptied, snap.fleet, "entries") end
   local text = require("cjson.safe").encode(snap)
   for i = 1, #emptied, 2 do emptied[i][emptied[i + 1]] = {} end
   return (text:gsub(EMPTY_JSON, "[]"))

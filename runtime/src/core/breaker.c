@@ -32,7 +32,7 @@
  * window sit beside the word; they steer decisions but never decide a
  * transition on their own, so they can be updated without a lock.
  */
-#include "internal.h"
+#include "core/window.h"
 
 #define PROBE_ONE (1ull << 2)
 #define SUCCESS_ONE (1ull << 10)
@@ -328,13 +328,14 @@ static int record_closed(nres_breaker_t *breaker, nres_time_t now,
   return -1;
 }
 
-int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
-                        uint32_t permit, int outcome, int slow,
-                        nres_rng_t *rng) {
+/* Every outcome but a fast success of a closed breaker (below). Out of
+ * line, so that the common case saves no registers. */
+__attribute__((noinline)) static int record_other(nres_breaker_t *breaker,
+                                                  nres_time_t now,
+                                                  uint32_t permit, int outcome,
+                                                  int slow, nres_rng_t *rng) {
   int failed;
 
-  if (breaker == NULL)
-    return NRES_EINVAL;
   /* IGNORE, and anything unknown: free the permit so a half-open breaker
    * can never be left waiting for a probe that will not report. */
   if (outcome != NRES_BREAKER_SUCCESS && outcome != NRES_BREAKER_FAILURE) {
@@ -348,6 +349,27 @@ int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
   }
   return record_closed(breaker, now, outcome == NRES_BREAKER_FAILURE, slow,
                        rng);
+}
+
+int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
+                        uint32_t permit, int outcome, int slow,
+                        nres_rng_t *rng) {
+  if (breaker == NULL)
+    return NRES_EINVAL;
+  /* The common case, record_closed's success that cannot trip: clear the
+   * failure run if there is one, add a call to the window. */
+  if (__builtin_expect(permit == 0 && outcome == NRES_BREAKER_SUCCESS &&
+                           !slow,
+                       1)) {
+    if (STATE(nres__load(&breaker->word)) != NRES_BREAKER_CLOSED)
+      return -1;   /* it tripped while this call ran: old news */
+    if (nres__load(&breaker->consecutive) != 0)
+      nres__store(&breaker->consecutive, 0);
+    if (breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0)
+      nres__window_add(&breaker->window, now, NRES__WINDOW_CALL);
+    return -1;
+  }
+  return record_other(breaker, now, permit, outcome, slow, rng);
 }
 
 void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit) {

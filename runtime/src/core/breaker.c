@@ -32,7 +32,7 @@
  * window sit beside the word; they steer decisions but never decide a
  * transition on their own, so they can be updated without a lock.
  */
-#include "core/window.h"
+#include "core/breaker.h"
 
 #define PROBE_ONE (1ull << 2)
 #define SUCCESS_ONE (1ull << 10)
@@ -40,7 +40,7 @@
 #define UNTIL_MASK ((1ull << 38) - 1)
 #define UNTIL_HALF (1ull << 37)
 
-#define STATE(w) ((unsigned) ((w) & 3))
+#define STATE(w) NRES__BREAKER_STATE(w)
 #define PROBES(w) ((uint32_t) (((w) >> 2) & 0xff))
 #define SUCCESSES(w) ((uint32_t) (((w) >> 10) & 0xff))
 #define GEN(w) ((uint32_t) (((w) >> 18) & 0xff))
@@ -328,12 +328,11 @@ static int record_closed(nres_breaker_t *breaker, nres_time_t now,
   return -1;
 }
 
-/* Every outcome but a fast success of a closed breaker (below). Out of
- * line, so that the common case saves no registers. */
-__attribute__((noinline)) static int record_other(nres_breaker_t *breaker,
-                                                  nres_time_t now,
-                                                  uint32_t permit, int outcome,
-                                                  int slow, nres_rng_t *rng) {
+/* Every outcome but the common case (breaker.h). Out of line, so that the
+ * common case saves no registers. */
+__attribute__((noinline)) int nres__breaker_record_other(
+    nres_breaker_t *breaker, nres_time_t now, uint32_t permit, int outcome,
+    int slow, nres_rng_t *rng) {
   int failed;
 
   /* IGNORE, and anything unknown: free the permit so a half-open breaker
@@ -356,20 +355,7 @@ int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
                         nres_rng_t *rng) {
   if (breaker == NULL)
     return NRES_EINVAL;
-  /* The common case, record_closed's success that cannot trip: clear the
-   * failure run if there is one, add a call to the window. */
-  if (__builtin_expect(permit == 0 && outcome == NRES_BREAKER_SUCCESS &&
-                           !slow,
-                       1)) {
-    if (STATE(nres__load(&breaker->word)) != NRES_BREAKER_CLOSED)
-      return -1;   /* it tripped while this call ran: old news */
-    if (nres__load(&breaker->consecutive) != 0)
-      nres__store(&breaker->consecutive, 0);
-    if (breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0)
-      nres__window_add(&breaker->window, now, NRES__WINDOW_CALL);
-    return -1;
-  }
-  return record_other(breaker, now, permit, outcome, slow, rng);
+  return nres__breaker_record(breaker, now, permit, outcome, slow, rng);
 }
 
 void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit) {

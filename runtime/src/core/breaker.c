@@ -32,7 +32,7 @@
  * window sit beside the word; they steer decisions but never decide a
  * transition on their own, so they can be updated without a lock.
  */
-#include "internal.h"
+#include "core/breaker.h"
 
 #define PROBE_ONE (1ull << 2)
 #define SUCCESS_ONE (1ull << 10)
@@ -40,7 +40,7 @@
 #define UNTIL_MASK ((1ull << 38) - 1)
 #define UNTIL_HALF (1ull << 37)
 
-#define STATE(w) ((unsigned) ((w) & 3))
+#define STATE(w) NRES__BREAKER_STATE(w)
 #define PROBES(w) ((uint32_t) (((w) >> 2) & 0xff))
 #define SUCCESSES(w) ((uint32_t) (((w) >> 10) & 0xff))
 #define GEN(w) ((uint32_t) (((w) >> 18) & 0xff))
@@ -328,13 +328,13 @@ static int record_closed(nres_breaker_t *breaker, nres_time_t now,
   return -1;
 }
 
-int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
-                        uint32_t permit, int outcome, int slow,
-                        nres_rng_t *rng) {
+/* Every outcome but the common case (breaker.h). Out of line, so that the
+ * common case saves no registers. */
+__attribute__((noinline)) int nres__breaker_record_other(
+    nres_breaker_t *breaker, nres_time_t now, uint32_t permit, int outcome,
+    int slow, nres_rng_t *rng) {
   int failed;
 
-  if (breaker == NULL)
-    return NRES_EINVAL;
   /* IGNORE, and anything unknown: free the permit so a half-open breaker
    * can never be left waiting for a probe that will not report. */
   if (outcome != NRES_BREAKER_SUCCESS && outcome != NRES_BREAKER_FAILURE) {
@@ -348,6 +348,14 @@ int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
   }
   return record_closed(breaker, now, outcome == NRES_BREAKER_FAILURE, slow,
                        rng);
+}
+
+int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now,
+                        uint32_t permit, int outcome, int slow,
+                        nres_rng_t *rng) {
+  if (breaker == NULL)
+    return NRES_EINVAL;
+  return nres__breaker_record(breaker, now, permit, outcome, slow, rng);
 }
 
 void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit) {

@@ -59,19 +59,23 @@
 #define E_INDEX(e) ((uint32_t) ((e) >> 32) & 0x3ff)
 #define E_TAG(e) ((e) >> 42)
 
-uint32_t nres_hist_index(uint64_t value) {
+/* nres_hist_index, inline for record's common case. With e the top bit's
+ * position (>= SUB_BITS) and shift = e - SUB_BITS, the bucket is
+ * (e - SUB_BITS + 1) * 16 + the 4 bits below the top one; value >> shift
+ * is 16 + those 4 bits, so that is shift * 16 + (value >> shift). Below
+ * 16, value | 16 has its top bit at SUB_BITS: shift 0, bucket value. */
+static inline __attribute__((always_inline)) uint32_t hist_index(
+    uint64_t value) {
   uint32_t shift;
   uint32_t index;
 
-  if (value < NRES_HIST_SUB)
-    return (uint32_t) value;
-  /* With e the top bit's position (>= SUB_BITS) and shift = e - SUB_BITS,
-   * the bucket is (e - SUB_BITS + 1) * 16 + the 4 bits below the top one;
-   * value >> shift is 16 + those 4 bits, so that is shift * 16 +
-   * (value >> shift). */
-  shift = 63 - SUB_BITS - (uint32_t) __builtin_clzll(value);
+  shift = 63 - SUB_BITS - (uint32_t) __builtin_clzll(value | NRES_HIST_SUB);
   index = shift * NRES_HIST_SUB + (uint32_t) (value >> shift);
   return index < LAST_BUCKET ? index : LAST_BUCKET;
+}
+
+uint32_t nres_hist_index(uint64_t value) {
+  return hist_index(value);
 }
 
 uint64_t nres_hist_upper(uint32_t index) {
@@ -201,7 +205,7 @@ void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now,
    * would carry out of a full count into the bucket bits: then n's key
    * differs too. */
   k = nres__shard_if_taken();
-  index = nres_hist_index(latency);
+  index = hist_index(latency);
   if (k < NRES_SHARDS) {
     slot = &estimator->shard[k].entry[index % NRES_ESTIMATOR_PENDING];
     e = nres__load(slot);

@@ -33,12 +33,12 @@
  * multiple of 65536 slices (with the breaker's 3 s default width, 2.3 days)
  * would be taken for current. That is the price of one word per bucket.
  */
-#include "core/shard.h"
+#include "core/window.h"
 
 #define SLICE_MASK 0xffffull
-#define CALL_ONE (1ull << 16)
-#define FAILURE_ONE (1ull << 32)
-#define SLOW_ONE (1ull << 48)
+#define CALL_ONE NRES__WINDOW_CALL
+#define FAILURE_ONE NRES__WINDOW_FAILURE
+#define SLOW_ONE NRES__WINDOW_SLOW
 
 #define SLICE(w) ((uint16_t) ((w) & SLICE_MASK))
 #define CALLS(w) ((uint32_t) (((w) >> 16) & 0xffff))
@@ -60,10 +60,6 @@ int nres_window_init(nres_window_t *window, nres_time_t span,
       window->shard[i].reserved_[k] = 0;
   nres_window_clear(window);
   return 0;
-}
-
-static inline uint32_t rotate16(uint32_t x) {
-  return x >> 16 | x << 16;
 }
 
 /* Is a bucket holding w, on ring of `count`, ahead of slice s: a newer
@@ -96,11 +92,12 @@ static void ring_add(nres_window_t *window, uint64_t s, uint64_t inc) {
   }
 }
 
-/* An add the common case below does not cover (this thread has no shard
- * yet, its pending bucket holds another slice or is full, or the CAS
+/* An add the common case (window.h) does not cover (this thread has no
+ * shard yet, its pending bucket holds another slice or is full, or the CAS
  * lost). Out of line, so that the common case calls nothing. */
-__attribute__((noinline)) static void add_slow(nres_window_t *window,
-                                               uint64_t s, uint64_t inc) {
+__attribute__((noinline)) void nres__window_add_slow(nres_window_t *window,
+                                                     uint64_t s,
+                                                     uint64_t inc) {
   _Atomic uint64_t *p = &window->shard[nres__shard()].pending;
   uint64_t w = nres__load(p);
 
@@ -129,31 +126,9 @@ __attribute__((noinline)) static void add_slow(nres_window_t *window,
 
 void nres_window_add(nres_window_t *window, nres_time_t now, int failure,
                      int slow) {
-  uint64_t s;
-  uint64_t w;
-  uint64_t inc;
-  uint32_t d;
-  unsigned k;
-  _Atomic uint64_t *p;
-
-  s = now / window->width;
-  inc = CALL_ONE + (failure ? FAILURE_ONE : 0) + (slow ? SLOW_ONE : 0);
-  k = nres__shard_if_taken();
-  /* The common case: this shard's pending bucket is of slice s and not
-   * saturated, both in one test. The low 32 bits of w less s's low 16 are
-   * calls << 16 | 0 when the slice is s (nonzero low half otherwise);
-   * rotated by 16 that is calls, below 0xffff exactly when the slice is s
-   * and the bucket not full, 0xffff when it is full. */
-  if (k < NRES_SHARDS) {
-    p = &window->shard[k].pending;
-    w = nres__load(p);
-    d = rotate16((uint32_t) w - (uint16_t) s);
-    if (d < 0xffff && nres__cas(p, &w, w + inc))
-      return;
-    if (d == 0xffff)
-      return;   /* saturated: drop the whole sample */
-  }
-  add_slow(window, s, inc);
+  nres__window_add(window, now,
+                   CALL_ONE + (failure ? FAILURE_ONE : 0) +
+                       (slow ? SLOW_ONE : 0));
 }
 
 void nres_window_sum(const nres_window_t *window, nres_time_t now,

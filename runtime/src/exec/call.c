@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "core/breaker.h"
 #include "core/policy.h"
 #include "core/shard.h"
 #include "exec/call.h"
@@ -446,7 +447,7 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
         !pass_limits(call, now, hedge, skipped, &a))
       return a;
     if (p->breaker != NULL &&
-        nres_breaker_acquire(p->breaker, now, &permit) != 0)
+        nres__breaker_acquire(p->breaker, now, &permit) != 0)
       return breaker_refused(call, now, hedge, skipped);
   }
 

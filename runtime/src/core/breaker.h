@@ -1,0 +1,52 @@
+/* breaker.h - the breaker's common cases, inline for the executor: acquire
+ * while CLOSED (one load, no write) and a plain success of a call admitted
+ * while CLOSED (one load, and the window's one-CAS add). Every other case
+ * goes to breaker.c, which describes the state word. */
+#ifndef NRES_BREAKER_H
+#define NRES_BREAKER_H
+
+#include "core/window.h"
+
+#define NRES__BREAKER_STATE(w) ((unsigned) ((w) & 3))
+
+/* Every outcome but the inline common case of nres__breaker_record. */
+int nres__breaker_record_other(nres_breaker_t *breaker, nres_time_t now,
+                               uint32_t permit, int outcome, int slow,
+                               nres_rng_t *rng);
+
+/* nres_breaker_acquire, for a non-NULL breaker and permit. */
+static inline int nres__breaker_acquire(nres_breaker_t *breaker,
+                                        nres_time_t now, uint32_t *permit) {
+  if (__builtin_expect(NRES__BREAKER_STATE(nres__load(&breaker->word)) ==
+                           NRES_BREAKER_CLOSED,
+                       1)) {
+    *permit = 0;
+    return 0;
+  }
+  return nres_breaker_acquire(breaker, now, permit);
+}
+
+/* nres_breaker_record, for a non-NULL breaker. */
+static inline int nres__breaker_record(nres_breaker_t *breaker,
+                                       nres_time_t now, uint32_t permit,
+                                       int outcome, int slow,
+                                       nres_rng_t *rng) {
+  /* The common case, a success while closed that cannot trip (only
+   * failures and slow calls check the ratios): clear the failure run if
+   * there is one, add a call to the window. */
+  if (__builtin_expect(permit == 0 && outcome == NRES_BREAKER_SUCCESS &&
+                           !slow,
+                       1)) {
+    if (NRES__BREAKER_STATE(nres__load(&breaker->word)) !=
+        NRES_BREAKER_CLOSED)
+      return -1;   /* it tripped while this call ran: old news */
+    if (nres__load(&breaker->consecutive) != 0)
+      nres__store(&breaker->consecutive, 0);
+    if (breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0)
+      nres__window_add(&breaker->window, now, NRES__WINDOW_CALL);
+    return -1;
+  }
+  return nres__breaker_record_other(breaker, now, permit, outcome, slow, rng);
+}
+
+#endif /* NRES_BREAKER_H */

@@ -1,0 +1,47 @@
+/* window.h - the common case of nres_window_add, inline for the breaker's
+ * success path: this thread's pending bucket already holds the current
+ * slice and is not full, so the add is one CAS on the shard's own line.
+ * Everything else goes to nres__window_add_slow (window.c, which describes
+ * the bucket layout). */
+#ifndef NRES_WINDOW_H
+#define NRES_WINDOW_H
+
+#include "core/shard.h"
+
+#define NRES__WINDOW_CALL (1ull << 16)
+#define NRES__WINDOW_FAILURE (1ull << 32)
+#define NRES__WINDOW_SLOW (1ull << 48)
+
+/* Add inc (counts, slice bits 0) for slice s when the fast test fails. */
+void nres__window_add_slow(nres_window_t *window, uint64_t s, uint64_t inc);
+
+/* Add inc (NRES__WINDOW_* counts) at now. */
+static inline void nres__window_add(nres_window_t *window, nres_time_t now,
+                                    uint64_t inc) {
+  _Atomic uint64_t *p;
+  uint64_t s;
+  uint64_t w;
+  uint32_t d;
+  unsigned k;
+
+  s = now / window->width;
+  k = nres__shard_if_taken();
+  /* The pending bucket is of slice s and not saturated, both in one test.
+   * The low 32 bits of w less s's low 16 are calls << 16 | 0 when the
+   * slice is s (nonzero low half otherwise); rotated by 16 that is calls,
+   * below 0xffff exactly when the slice is s and the bucket not full,
+   * 0xffff when it is full. */
+  if (__builtin_expect(k < NRES_SHARDS, 1)) {
+    p = &window->shard[k].pending;
+    w = nres__load(p);
+    d = (uint32_t) w - (uint16_t) s;
+    d = d >> 16 | d << 16;
+    if (__builtin_expect(d < 0xffff, 1) && nres__cas(p, &w, w + inc))
+      return;
+    if (d == 0xffff)
+      return;   /* saturated: drop the whole sample */
+  }
+  nres__window_add_slow(window, s, inc);
+}
+
+#endif /* NRES_WINDOW_H */

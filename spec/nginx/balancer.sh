@@ -24,13 +24,15 @@
 #      log line; a scope no longer declared has its file removed;
 #   4b. criticality: with the budget below half, a sheddable request
 #      (X-Criticality) gets no retry while a default one still does;
-#   4c. nginx's own 502/504 carry X-Nres-Reason (the map in
-#      balancer.conf.in), the upstream's own do not: a second gateway with
-#      one peer (a plain nginx: /own502 and /own504 answer those, /close
-#      closes without a response, /slow answers after the attempt timeout)
-#      -> none, none, "upstream failed", "upstream timeout"; that peer
-#      stopped (connect refused) -> "upstream failed"; X-Deadline-Ms: 0
-#      keeps its one "deadline exceeded" (nres's own, not doubled);
+#   4c. nginx's own 502/504 carry X-Nres-Reason (error_page to the named
+#      locations in balancer.conf.in), the upstream's own do not: a second
+#      gateway with one peer (a plain nginx: /own502 and /own504 answer
+#      those, /close closes without a response, /slow answers after the
+#      attempt timeout) -> none, none, "upstream failed", "upstream
+#      timeout"; that peer stopped (connect refused) -> "upstream failed";
+#      each of nginx's own answers still counted once by gw.log (which the
+#      named locations run); X-Deadline-Ms: 0 keeps its one "deadline
+#      exceeded" (nres's own answer, not caught by error_page);
 #   5. error.log has no [error], [crit], [alert] or [emerg] line; the
 #      workers' jit.v logs show the phases compiled (no NYI in them).
 # Both nginx masters are stopped by pid on exit. Skipped (exit 0) only
@@ -293,8 +295,9 @@ admin_all "mode=healthy&reset=1"
 # ------------------------- 4c. X-Nres-Reason on nginx's own 502 / 504
 # Its own upstream and gateway (prefixes up2, gw2): connect errors and
 # timeouts log [error] lines, which section 5 must not find in gw's log.
-# $upstream_status cannot tell the cases apart ("502, 502, 502" for both
-# an upstream's own 502 and a refused connect), $upstream_header_time can.
+# error_page takes only the answers nginx makes itself; $upstream_status
+# could not tell them apart ("502, 502, 502" after three tries both for an
+# upstream's own 502 and for a refused connect).
 mapfile -t ports < <(nres_free_ports 2)
 p4=${ports[0]}; gw2_port=${ports[1]}
 mkdir -p "$work/up2" "$work/gw2" && chmod 777 "$work/up2" "$work/gw2"
@@ -332,21 +335,30 @@ reason() {
     "http://127.0.0.1:$gw2_port$p"
   [ "$(grep -ci '^x-nres-reason:' "$work/gw2/h")" -le 1 ] || fail "$p: X-Nres-Reason twice: $(cat "$work/gw2/h")"
 }
+calls() {
+  curl -sf "http://127.0.0.1:$gw2_port/nres/status" | json "key('upstreams', 'backend').calls"
+}
 declare -A want=([/own502]="502 []" [/own504]="504 []" [/close]="502 [upstream failed]"
   [/slow]="504 [upstream timeout]" [/ok]="404 []")
 got=""
 for p in /own502 /own504 /close /slow /ok; do
+  c0=$(calls)
   h=$(reason "$p")
   [ "$h" = "${want[$p]}" ] || fail "$p answered '$h', expected '${want[$p]}'"
+  c1=$(calls)
+  [ "$c1" = $((c0 + 1)) ] || fail "$p: gw.log counted $((c1 - c0)) calls for one request"
   got="$got $p: $h;"
 done
 h=$(reason /d0 -H "X-Deadline-Ms: 0")
 [ "$h" = "504 [deadline exceeded]" ] || fail "X-Deadline-Ms: 0 on gw2 answered '$h'"
 nres_stop_pid "$up2_master"
+c0=$(calls)
 h=$(reason /refused)
+c1=$(calls)
+[ "$c1" = $((c0 + 1)) ] || fail "/refused: gw.log counted $((c1 - c0)) calls for one request"
 [ "$h" = "502 [upstream failed]" ] || fail "a refused connect answered '$h', expected '502 [upstream failed]'"
 nres_stop_pid "$gw2_master"
-pass "X-Nres-Reason:$got /d0: 504 [deadline exceeded]; /refused: $h"
+pass "X-Nres-Reason, each request counted once by gw.log:$got /d0: 504 [deadline exceeded]; /refused: $h"
 
 # ------------------------------------------------------------ 5. logs
 nres_nginx_stop_all

@@ -367,7 +367,9 @@ local function exit_with(status, reason)
 end
 
 -- A state record for request `key` (from the free list when it can).
-local function new_state(key, stamp, u, deadline)
+-- idx, slot, upermit: the upstream's slot and breaker permit from the
+-- admission (-1, false, false without one).
+local function new_state(key, stamp, u, deadline, idx, slot, upermit)
   local r
   if nfree > 0 then
     r = free[nfree]
@@ -377,7 +379,7 @@ local function new_state(key, stamp, u, deadline)
     r = {}
   end
   r.stamp, r.u, r.deadline = stamp, u, deadline
-  r.idx, r.slot, r.upermit, r.cls = -1, false, false, false
+  r.idx, r.slot, r.upermit, r.cls = idx, slot, upermit, false
   r.tries, r.retries, r.t0 = 0, 0, 0
   r.peer, r.ppermit, r.reserved, r.budget_refused = false, false, false, false
   reqs[key] = r
@@ -429,21 +431,7 @@ function _M.access(uname)
     end
     upermit = permit_box[0]
   end
-  -- the request's state (new_state, written out: see above)
-  local key = tonumber(ffi_cast(uintptr_t, req))
-  local r
-  if nfree > 0 then
-    r = free[nfree]
-    free[nfree] = nil
-    nfree = nfree - 1
-  else
-    r = {}
-  end
-  r.stamp, r.u, r.deadline = start_time(req), u, deadline
-  r.idx, r.slot, r.upermit, r.cls = idx, slot, upermit, false
-  r.tries, r.retries, r.t0 = 0, 0, 0
-  r.peer, r.ppermit, r.reserved, r.budget_refused = false, false, false, false
-  reqs[key] = r
+  new_state(tonumber(ffi_cast(uintptr_t, req)), start_time(req), u, deadline, idx, slot, upermit)
   local v = tostring(floor((deadline - now) / 1e6))
   if set_header(req, "X-Deadline-Ms", 13, v, #v, nil, 0, 1, errmsg) < NGX_OK then
     error("nres.ngx: setting X-Deadline-Ms: " .. ffi_str(errmsg[0]))
@@ -489,7 +477,7 @@ function _M.balance(uname)
   local r = reqs[key]
   if r == nil or r.stamp ~= start_time(req) then
     -- no access handler ran (or a stale record): no admission, no retries
-    r = new_state(key, start_time(req), u, now + u.deadline)
+    r = new_state(key, start_time(req), u, now + u.deadline, -1, false, false)
   end
   local avoid
   if r.peer then avoid = retrying(u, r, req, now) end

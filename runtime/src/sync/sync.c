@@ -770,7 +770,10 @@ static int guarded(nres_sync_t *s, nres_time_t now,
   return rc;
 }
 
-int nres_sync_tick(nres_sync_t *sync, nres_time_t now) {
+/* A round or a probe asked for by the caller: refused while the agent's
+ * own thread runs them. */
+static int by_hand(nres_sync_t *sync, nres_time_t now,
+                   int (*fn)(nres_sync_t *, nres_time_t)) {
   int rc;
 
   if (sync == NULL)
@@ -780,24 +783,17 @@ int nres_sync_tick(nres_sync_t *sync, nres_time_t now) {
     pthread_mutex_unlock(&sync->mu);
     return NRES_EINVAL;
   }
-  rc = guarded(sync, now, round_locked);
+  rc = guarded(sync, now, fn);
   pthread_mutex_unlock(&sync->mu);
   return rc;
 }
 
-int nres_sync_probe(nres_sync_t *sync, nres_time_t now) {
-  int rc;
+int nres_sync_tick(nres_sync_t *sync, nres_time_t now) {
+  return by_hand(sync, now, round_locked);
+}
 
-  if (sync == NULL)
-    return NRES_EINVAL;
-  pthread_mutex_lock(&sync->mu);
-  if (sync->running) {
-    pthread_mutex_unlock(&sync->mu);
-    return NRES_EINVAL;
-  }
-  rc = guarded(sync, now, probe_locked);
-  pthread_mutex_unlock(&sync->mu);
-  return rc;
+int nres_sync_probe(nres_sync_t *sync, nres_time_t now) {
+  return by_hand(sync, now, probe_locked);
 }
 
 /* Wait (mutex held) until `t` or a stop: 1 if stopping. */

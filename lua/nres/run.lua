@@ -232,6 +232,10 @@ end
 
 -- A copy of info that no later failure overwrites.
 function _M.copy_info(info)
+  if type(info) ~= "table" or type(info.log) ~= "table" then
+    error("nres.copy_info: expected the info table of a failed p:run, got "
+          .. (type(info) == "table" and "a table without a log" or type(info)), 2)
+  end
   local c = {}
   for k, v in pairs(info) do c[k] = v end
   local log = {}

@@ -144,6 +144,15 @@ describe("reused info", function()
     expect.eq(kept.error, "down"); expect.eq(#kept.log, 3); expect.eq(info.error, "other")
     expect.truthy(kept.log[1] ~= info.log[1], "log entries copied")
   end)
+  it("nres.copy_info refuses what is not a failed call's info, by name", function()
+    for _, bad in ipairs { {}, 42, "info", { log = "x" } } do
+      local ok, err = pcall(nres.copy_info, bad)
+      expect.eq(ok, false)
+      expect.truthy(tostring(err):find("nres.copy_info: expected the info table of a failed p:run", 1, true), err)
+    end
+    local ok = pcall(nres.copy_info)
+    expect.eq(ok, false, "nil refused")
+  end)
   it("a failure inside a failing call's fallback gets its own info", function()
     local inner
     local q = virtual { base = "none" }

@@ -520,6 +520,24 @@ if pool_available() then describe("a pool cell", function()
   it("allocates nothing per job", function()
     expect.eq(r.heap_bytes_per_op, 0, "heap bytes/op")
   end)
+  it("nresrun.pool.init refuses a bad max_wait or an unknown field, by name", function()
+    local probe = write("pool_bad.lua", [[
+local pool = require("nresrun").pool
+for _, t in ipairs { { max_wait = -1 }, { max_wait = 0 / 0 }, { max_wait = 1e9 },
+                     { max_wait = "1" }, { max_wat = 1 } } do
+  local ok, err = pcall(pool.init, t)
+  print(ok, err)
+end
+os.exit(0)
+]])
+    local _, o = run(probe)
+    local n = 0
+    for line in o:gmatch("[^\n]+") do
+      n = n + 1
+      expect.truthy(line:find("^false\tnresrun.pool.init: max_w") , line)
+    end
+    expect.eq(n, 5, o)
+  end)
 end) end
 
 describe("a hedged cell", function()

@@ -82,7 +82,8 @@ _M.request, _M.proxy = cosocket.request, cosocket.proxy
 _M.limit, _M.limit_client = limiter.limit, limiter.limit_client
 _M.snapshot, _M.prometheus, _M.status = status.snapshot, status.prometheus, status.status
 _M.json = status.json
-_M.access, _M.balance, _M.log = balancer.access, balancer.balance, balancer.log
+_M.admit, _M.access, _M.refused = balancer.admit, balancer.access, balancer.refused
+_M.balance, _M.log = balancer.balance, balancer.log
 _M.region = files.configure
 
 -- init_worker_by_lua: seed this worker's random peer choices and, in

@@ -54,15 +54,16 @@
 -- shares the files. gw.init_worker() removes files no declaration uses.
 --
 -- Balancer mode (nres.ngx.balancer): nginx's proxy does the proxying to
--- an upstream block whose balancer_by_lua calls gw.balance(name); gw.access
--- (access_by_lua) admits, gw.log (log_by_lua) records. Peers, per-peer
--- ejection and latency-aware choice are there.
+-- an upstream block whose balancer_by_lua calls gw.balance(name); gw.admit
+-- (set_by_lua; or gw.access in access_by_lua) admits, gw.refused answers
+-- its refusals, gw.log (log_by_lua) records. Peers, per-peer ejection and
+-- latency-aware choice are there.
 --
 -- The modules, by job: nres.ngx.config (declarations), nres.ngx.region
 -- (a worker's policy per shared key), nres.ngx.cosocket (the cosocket
 -- proxy path: request, proxy), nres.ngx.limiter (limit, limit_client),
 -- nres.ngx.status (snapshot, prometheus, status), nres.ngx.balancer
--- (access, balance, log), nres.ngx.files (region files). This module is
+-- (admit, access, refused, balance, log), nres.ngx.files (region files). This module is
 -- their face.
 local config = require "nres.ngx.config"
 local region = require "nres.ngx.region"

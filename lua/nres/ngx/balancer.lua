@@ -4,16 +4,19 @@
 --   init_by_lua:      gw.scope("upstreams", { policy = "gateway" })
 --                     gw.upstream("backend", { scope = "upstreams",
 --                       peers = { "127.0.0.1:9001", "127.0.0.1:9002" } })
---   access_by_lua:    gw.access("backend")     -- admission
+--   set_by_lua:       $nres_deadline_ms = gw.admit("backend")   -- admission
+--                     (proxy_set_header X-Deadline-Ms $nres_deadline_ms;
+--                     "" when refused: return 599 -> @nres_refused ->
+--                     gw.refused(); or gw.access("backend") in access_by_lua)
 --   balancer_by_lua:  gw.balance("backend")    -- peer, timeouts, one more try?
 --   log_by_lua:       gw.log()                 -- the last try's outcome
 --
--- Admission (access): an inbound X-Deadline-Ms (a number of ms >= 0; other
--- values are ignored; 0 answers 504) shortens the policy's deadline; the
--- upstream's breaker (one per upstream key, in the scope's shared table)
--- refuses with 503 when open; X-Deadline-Ms is set on the request to the
--- time left (nginx sends the request headers once, so every try carries
--- the first try's value).
+-- Admission (admit): a named client limiter over its rate refuses with
+-- 429; an inbound X-Deadline-Ms (a number of ms >= 0; other values are
+-- ignored; 0 answers 504) shortens the policy's deadline; the upstream's
+-- breaker (one per upstream key, in the scope's shared table) refuses with
+-- 503 when open; the time left is X-Deadline-Ms upstream (nginx sends the
+-- request headers once, so every try carries the first try's value).
 --
 -- Each try (balance): the previous try's outcome, if any, comes from
 -- ngx.balancer.get_last_failure() and is recorded into that peer's breaker
@@ -330,8 +333,10 @@ end
 -- slot is looked up (its lease extended) once a second per worker, not
 -- per request. X-Criticality is read only when a retry token is asked for
 -- while the budget is under half full (the only time the class matters).
--- What is left per request: one header read, one header set, the
--- breakers', estimator's and budget's atomics, three clock reads.
+-- Admission runs in set_by_lua and returns X-Deadline-Ms for nginx's
+-- proxy_set_header (ngx.req.set_header costs three times that).
+-- What is left per request: one header read, the breakers', estimator's
+-- and budget's atomics, three clock reads.
 
 local ngx = ngx
 local ffi_str = ffi.string

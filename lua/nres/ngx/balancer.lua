@@ -447,6 +447,9 @@ function _M.admit(uname, lname, lkey)
   if u == nil or not u.balancer then
     error(bad("admit", "upstream", "an upstream declared with peers", uname), 2)
   end
+  if lname ~= nil and type(lkey) ~= "string" then
+    error(bad("admit", "key", "a string (the client's, e.g. ngx.var.remote_addr)", lkey), 2)
+  end
   if not R then bind() end
   local req = exdata()
   local key, stamp = tonumber(ffi_cast(uintptr_t, req)), start_time(req)

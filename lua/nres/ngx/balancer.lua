@@ -408,8 +408,9 @@ local function lookup(u, s, now)
   return u.sidx, u.sslot
 end
 
--- A refusal for request `key`: a record the balancer fails (ngx.ERROR,
--- nginx's 500) and gw.refused answers from (the error_page location).
+-- A refusal for request `key`: a record gw.refused answers from (the
+-- error_page 599 location; a config without the `if` line lets the
+-- request reach the balancer, which fails it: nginx's 500).
 -- Returns "" (set_by_lua's value: no X-Deadline-Ms header).
 local function refuse(key, stamp, u, status, reason, wait)
   local r = new_state(key, stamp, u, 0, -1, false, false)
@@ -439,9 +440,12 @@ end
 -- Returns X-Deadline-Ms's value (the time left in ms), or "" when the
 -- request is refused: limiter `lname` (optional) over its rate for `lkey`
 -- (429), inbound X-Deadline-Ms under 1 ms (504), the upstream's breaker
--- open (503). A refused request's balancer call fails it (nginx's 500,
--- before any upstream connection) and `error_page 500 = @nres_refused`
--- sends gw.refused()'s answer: the status, X-Nres-Reason and Retry-After.
+-- open (503). A refused request is answered by the location's
+--   if ($nres_deadline_ms = "") { return 599; }
+--   error_page 599 = @nres_refused;   # content_by_lua: gw.refused()
+-- with the status, X-Nres-Reason and Retry-After, the client's connection
+-- kept (without the `if` line the balancer fails it with nginx's 500,
+-- which closes it; no upstream connection either way).
 function _M.admit(uname, lname, lkey)
   local u = config.upstreams[uname]
   if u == nil or not u.balancer then
@@ -491,6 +495,10 @@ end
 -- refusal answered or X-Deadline-Ms set on the request). Returns true if
 -- the request goes on.
 function _M.access(uname)
+  local u = config.upstreams[uname]
+  if u == nil or not u.balancer then
+    error(bad("access", "upstream", "an upstream declared with peers", uname), 2)
+  end
   local v = _M.admit(uname)
   local req = exdata()
   if v == "" then
@@ -503,10 +511,9 @@ function _M.access(uname)
   return true
 end
 
--- content_by_lua of the error_page location for nginx's 500: a request
--- gw.admit refused gets its answer (429 with Retry-After, 503, 504; the
--- reason in X-Nres-Reason and the body); any other 500 of nginx's stays
--- a 500.
+-- content_by_lua of the error_page 599 location: a request gw.admit
+-- refused gets its answer (429 with Retry-After, 503, 504; the reason in
+-- X-Nres-Reason and the body); anything else sent there gets a 500.
 function _M.refused()
   if not R then bind() end
   local status, reason, wait = take_refusal(exdata())

@@ -16,10 +16,13 @@
 # the gateway's CPU that its own code decides.
 #   plain       nginx proxy_pass (bench/gateway/nginx.conf.in)
 #   balancer    balancer_by_lua setting the peer, nothing else
-#   phases      that, plus empty access_by_lua and log_by_lua blocks: what
+#   phases      that, plus a set_by_lua block returning a constant
+#               X-Deadline-Ms (sent upstream) and an empty log_by_lua: what
 #               lua-nginx-module costs before any nres code runs
 #   nres        nres balancer mode (bench/gateway/nres-balancer.conf.in)
-#   nres-base   the same on NRES_BENCH_BASE_LUA (a baseline Lua tree), if set
+#   nres-base   the same on NRES_BENCH_BASE_LUA (a baseline Lua tree), if set,
+#               rendered from NRES_BENCH_BASE_CONF (default: the same
+#               template; a baseline of another config shape needs its own)
 # Defaults N1=300 N2=2300; about 2 minutes.
 set -euo pipefail
 
@@ -39,6 +42,7 @@ nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; e
 [ -f "$lib" ] || { echo "no $lib: build first (cmake --build build)" >&2; exit 2; }
 export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 base_lua=${NRES_BENCH_BASE_LUA:-}
+base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}
 
 work=$(mktemp -d /tmp/nres-bench-cg.XXXXXX)
 chmod 755 "$work"
@@ -70,17 +74,20 @@ render() {
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;" ;;
     nres|nres-base|balancer|phases)
-      [ "$name" = nres-base ] && lua="$work/base/lua/?.lua;${jit_dir}?.lua"
-      nres_render "$here/nres-balancer.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+      local tpl=$here/nres-balancer.conf.in
+      [ "$name" = nres-base ] && lua="$work/base/lua/?.lua;${jit_dir}?.lua" && tpl=$base_conf
+      nres_render "$tpl" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" ;;
   esac
   case $name in
-    balancer|phases)
-      local acc="" log=""
-      [ "$name" = phases ] && acc="access_by_lua_block { }" && log="log_by_lua_block { }"
+    balancer)
+      sed -i -e "s|balancer_by_lua_block {.*}|$bal|" -e "/set_by_lua_block /d" \
+             -e '/if ($nres_deadline_ms/d' -e '/X-Deadline-Ms $nres_deadline_ms/d' \
+             -e "s|log_by_lua_block {.*}||" "$p/nginx.conf" ;;
+    phases)
       sed -i -e "s|balancer_by_lua_block {.*}|$bal|" \
-             -e "s|access_by_lua_block {.*}|$acc|" -e "s|log_by_lua_block {.*}|$log|" \
-             "$p/nginx.conf" ;;
+             -e 's|set_by_lua_block \$nres_deadline_ms {.*}|set_by_lua_block $nres_deadline_ms { return "5000" }|' \
+             -e "s|log_by_lua_block {.*}|log_by_lua_block { }|" "$p/nginx.conf" ;;
   esac
   sed -i 's/^worker_processes 2;/worker_processes 1; master_process off; daemon off;/' \
     "$p/nginx.conf"

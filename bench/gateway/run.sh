@@ -11,7 +11,9 @@
 # given; the full report's file is left alone). NRES_BENCH_BASE_LUA=DIR
 # (any mode) adds "nres-balancer-base": balancer mode again, on the Lua
 # tree DIR (e.g. `git archive` of another commit's lua/), so a change is
-# measured against its baseline in the same run.
+# measured against its baseline in the same run; NRES_BENCH_BASE_CONF=FILE
+# renders it from another nginx.conf template (a baseline whose config
+# shape differs, e.g. the commit's own bench/gateway/nres-balancer.conf.in).
 # NRES_BENCH_HREPS overrides HREPS. The healthy cells also record each
 # gateway's CPU per request (its processes' utime + stime over the run,
 # from /proc, divided by the requests: less sensitive to what else runs on
@@ -66,6 +68,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 base_lua=${NRES_BENCH_BASE_LUA:-}
+base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}
 if [ -n "$base_lua" ] && [ ! -f "$base_lua/nres/ngx.lua" ]; then
   echo "NRES_BENCH_BASE_LUA: no nres/ngx.lua under $base_lua" >&2; exit 2
 fi
@@ -151,7 +154,9 @@ $s3;"
         NEXT="proxy_next_upstream error timeout http_503; proxy_next_upstream_tries 3;" ;;
     nres-balancer|nres-balancer-base)
       local ld=$lua_dir; [ "$name" = nres-balancer-base ] && ld=$work/base/lua
-      nres_render "$here/nres-balancer.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+      local tpl=$here/nres-balancer.conf.in
+      [ "$name" = nres-balancer-base ] && tpl=$base_conf
+      nres_render "$tpl" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="$lua_peers" LUA="$ld/?.lua;${jit_dir}?.lua" ;;
     nres-cosocket)
       nres_render "$here/nres.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \

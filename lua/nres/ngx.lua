@@ -54,15 +54,16 @@
 -- shares the files. gw.init_worker() removes files no declaration uses.
 --
 -- Balancer mode (nres.ngx.balancer): nginx's proxy does the proxying to
--- an upstream block whose balancer_by_lua calls gw.balance(name); gw.access
--- (access_by_lua) admits, gw.log (log_by_lua) records. Peers, per-peer
--- ejection and latency-aware choice are there.
+-- an upstream block whose balancer_by_lua calls gw.balance(name); gw.admit
+-- (set_by_lua; or gw.access in access_by_lua) admits, gw.refused answers
+-- its refusals, gw.log (log_by_lua) records. Peers, per-peer ejection and
+-- latency-aware choice are there.
 --
 -- The modules, by job: nres.ngx.config (declarations), nres.ngx.region
 -- (a worker's policy per shared key), nres.ngx.cosocket (the cosocket
 -- proxy path: request, proxy), nres.ngx.limiter (limit, limit_client),
 -- nres.ngx.status (snapshot, prometheus, status), nres.ngx.balancer
--- (access, balance, log), nres.ngx.files (region files). This module is
+-- (admit, access, refused, balance, log), nres.ngx.files (region files). This module is
 -- their face.
 local config = require "nres.ngx.config"
 local region = require "nres.ngx.region"
@@ -82,7 +83,8 @@ _M.request, _M.proxy = cosocket.request, cosocket.proxy
 _M.limit, _M.limit_client = limiter.limit, limiter.limit_client
 _M.snapshot, _M.prometheus, _M.status = status.snapshot, status.prometheus, status.status
 _M.json = status.json
-_M.access, _M.balance, _M.log = balancer.access, balancer.balance, balancer.log
+_M.admit, _M.access, _M.refused = balancer.admit, balancer.access, balancer.refused
+_M.balance, _M.log = balancer.balance, balancer.log
 _M.region = files.configure
 
 -- init_worker_by_lua: seed this worker's random peer choices and, in

@@ -433,6 +433,12 @@ describe("nres.ngx region files and balancer mode", function()
       "nres.ngx.upstream: eject: breaker.failure_ratio: must be in [0, 1]")
     expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "h:1" }, panic = 1.5 }) end,
       "nres.ngx.upstream: panic: expected a share of healthy peers 0..1, got 1.5")
+    -- admission names what it was given wrong before it needs nginx
+    gw.upstream("b9", { scope = "ups", peers = { "h:1" } })
+    expect.error(function() gw.admit("nope") end,
+      'nres.ngx.admit: upstream: expected an upstream declared with peers, got "nope"')
+    expect.error(function() gw.admit("b9", "clients", nil) end,
+      "nres.ngx.admit: key: expected a string (the client's, e.g. ngx.var.remote_addr), got nil")
   end)
 
   it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()

@@ -6,8 +6,9 @@
 # balancer mode (spec/nginx/balancer.conf.in, 2 workers), on 127.0.0.1
 # high ports with their own prefixes; about 25 s:
 #   1. healthy: every answer 200, every peer used, X-Deadline-Ms on every
-#      upstream request; inbound X-Deadline-Ms: 0 -> 504 + X-Nres-Reason,
-#      a bad value ignored, 300 -> the upstream sees at most 300;
+#      upstream request; inbound X-Deadline-Ms: 0 -> 504 + X-Nres-Reason
+#      on a connection kept open, a bad value ignored, 300 -> the upstream
+#      sees at most 300; gw.admit with a limiter answers 429 + Retry-After;
 #   2. one peer down: every client request still succeeds (a retry never
 #      goes back to the peer that failed), the peer's failures are in the
 #      shared table and then it gets almost nothing (ejected, or avoided by
@@ -104,6 +105,28 @@ done
 [ "$(ups_all)" = 300 ] || fail "healthy: the peers saw $(ups_all) requests for 300"
 h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' -H "X-Deadline-Ms: 0" "$gw/d0")
 [ "$h" = "504 deadline exceeded" ] || fail "X-Deadline-Ms: 0 gave '$h', expected 504 deadline exceeded"
+# A refusal keeps the client's connection (gw.refused answers a 599, not
+# nginx's 500, which would close it): two on one connection, one connect.
+h=$(curl -s -w '%{http_code} %{num_connects}\n' -H "X-Deadline-Ms: 0" \
+  -o /dev/null "$gw/d0" -o /dev/null "$gw/d0" | paste -sd' ')
+[ "$h" = "504 1 504 0" ] || fail "two refusals on one connection: '$h', expected '504 1 504 0'"
+# gw.admit with a limiter (1/s, burst 1, one key): of 4 at once, 429s
+# with Retry-After >= 1 and X-Nres-Reason.
+r=$(curl -s -w '%{http_code} %header{retry-after} [%header{x-nres-reason}]\n' \
+  -o /dev/null "$gw/limited" -o /dev/null "$gw/limited" -o /dev/null "$gw/limited" \
+  -o /dev/null "$gw/limited")
+printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
+printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
+# gw.access (access_by_lua) admits the same way: 0 -> 504, else the time
+# left upstream.
+h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' -H "X-Deadline-Ms: 0" "$gw/via-access")
+[ "$h" = "504 deadline exceeded" ] || fail "/via-access with X-Deadline-Ms: 0 gave '$h'"
+admin_all "reset=1"
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 250" "$gw/via-access")
+d=0
+for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+[ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
+  fail "/via-access with X-Deadline-Ms: 250: $c, upstream saw $d"
 admin_all "reset=1"
 for bad in abc -5 1e400 ""; do
   c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: $bad" "$gw/bad")
@@ -119,7 +142,7 @@ for p in "$p1" "$p2" "$p3"; do
 done
 awk -v d="$dmax" 'BEGIN {exit !(d > 0 && d <= 300)}' ||
   fail "X-Deadline-Ms: 300 reached the upstream as $dmax"
-pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on every upstream request; inbound 0 -> 504, bad values ignored, 300 -> upstream saw $dmax"
+pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on every upstream request; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; admit's limiter: 429 + Retry-After"
 
 # ------------------------------------------------------- 2. one peer down
 # p1 and p3 made slower first, so the choice prefers p2 when it dies: its

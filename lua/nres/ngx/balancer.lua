@@ -4,16 +4,19 @@
 --   init_by_lua:      gw.scope("upstreams", { policy = "gateway" })
 --                     gw.upstream("backend", { scope = "upstreams",
 --                       peers = { "127.0.0.1:9001", "127.0.0.1:9002" } })
---   access_by_lua:    gw.access("backend")     -- admission
+--   set_by_lua:       $nres_deadline_ms = gw.admit("backend")   -- admission
+--                     (proxy_set_header X-Deadline-Ms $nres_deadline_ms;
+--                     "" when refused: return 599 -> @nres_refused ->
+--                     gw.refused(); or gw.access("backend") in access_by_lua)
 --   balancer_by_lua:  gw.balance("backend")    -- peer, timeouts, one more try?
 --   log_by_lua:       gw.log()                 -- the last try's outcome
 --
--- Admission (access): an inbound X-Deadline-Ms (a number of ms >= 0; other
--- values are ignored; 0 answers 504) shortens the policy's deadline; the
--- upstream's breaker (one per upstream key, in the scope's shared table)
--- refuses with 503 when open; X-Deadline-Ms is set on the request to the
--- time left (nginx sends the request headers once, so every try carries
--- the first try's value).
+-- Admission (admit): a named client limiter over its rate refuses with
+-- 429; an inbound X-Deadline-Ms (a number of ms >= 0; other values are
+-- ignored; 0 answers 504) shortens the policy's deadline; the upstream's
+-- breaker (one per upstream key, in the scope's shared table) refuses with
+-- 503 when open; the time left is X-Deadline-Ms upstream (nginx sends the
+-- request headers once, so every try carries the first try's value).
 --
 -- Each try (balance): the previous try's outcome, if any, comes from
 -- ngx.balancer.get_last_failure() and is recorded into that peer's breaker
@@ -62,7 +65,7 @@ local breaker_stats = ffi.new("nres_breaker_stats_t")   -- read through nres_bre
 local ffi_new, ffi_cast, ffi_sizeof = ffi.new, ffi.cast, ffi.sizeof
 local type, error, tonumber, tostring, pairs, ipairs, format =
   type, error, tonumber, tostring, pairs, ipairs, string.format
-local floor, random, min, max = math.floor, math.random, math.min, math.max
+local floor, ceil, random, min, max = math.floor, math.ceil, math.random, math.min, math.max
 
 ffi.cdef [[
 int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now, uint32_t *permit);
@@ -86,6 +89,7 @@ local bu_spend, bu_refund, bu_deposit = C.nres_budget_spend_class, C.nres_budget
 local criticality = config.criticality
 local est_record, est_quantile = C.nres_estimator_record, C.nres_estimator_quantile
 local bad, scopes, new_table = config.bad, config.scopes, config.new_table
+local limit = require("nres.ngx.limiter").limit
 
 local _M = {}
 
@@ -214,6 +218,7 @@ function _M.declare(name, opts)
   u.attempts = t.attempts or 1
   u.deadline = t.deadline * 1e9
   u.attempt_timeout = (t.attempt_timeout or t.deadline) * 1e9
+  u.deadline_ms = tostring(floor(u.deadline / 1e6))   -- X-Deadline-Ms, nothing inbound
   return u
 end
 
@@ -328,8 +333,10 @@ end
 -- slot is looked up (its lease extended) once a second per worker, not
 -- per request. X-Criticality is read only when a retry token is asked for
 -- while the budget is under half full (the only time the class matters).
--- What is left per request: one header read, one header set, the
--- breakers', estimator's and budget's atomics, three clock reads.
+-- Admission runs in set_by_lua and returns X-Deadline-Ms for nginx's
+-- proxy_set_header (ngx.req.set_header costs three times that).
+-- What is left per request: one header read, the breakers', estimator's
+-- and budget's atomics, three clock reads.
 
 local ngx = ngx
 local ffi_str = ffi.string
@@ -382,6 +389,7 @@ local function new_state(key, stamp, u, deadline, idx, slot, upermit)
   r.idx, r.slot, r.upermit, r.cls = idx, slot, upermit, false
   r.tries, r.retries, r.t0 = 0, 0, 0
   r.peer, r.ppermit, r.reserved, r.budget_refused = false, false, false, false
+  r.refused = false
   reqs[key] = r
   return r
 end
@@ -400,14 +408,59 @@ local function lookup(u, s, now)
   return u.sidx, u.sslot
 end
 
--- access_by_lua: admission. Returns true if the request goes on.
-function _M.access(uname)
+-- A refusal for request `key`: a record gw.refused answers from (the
+-- error_page 599 location; a config without the `if` line lets the
+-- request reach the balancer, which fails it: nginx's 500).
+-- Returns "" (set_by_lua's value: no X-Deadline-Ms header).
+local function refuse(key, stamp, u, status, reason, wait)
+  local r = new_state(key, stamp, u, 0, -1, false, false)
+  r.refused, r.reason, r.wait = status, reason, wait
+  return ""
+end
+
+-- The refusal recorded for the current request, taken (its record freed):
+-- status, reason, seconds to wait (429), or nil if there is none.
+local function take_refusal(req)
+  local key = tonumber(ffi_cast(uintptr_t, req))
+  local r = reqs[key]
+  if r == nil or r.stamp ~= start_time(req) or not r.refused then return nil end
+  reqs[key] = nil
+  r.u = false
+  if nfree < 1024 then
+    nfree = nfree + 1
+    free[nfree] = r
+  end
+  return r.refused, r.reason, r.wait
+end
+
+-- set_by_lua: admission, without a Lua phase of its own (set_by_lua runs
+-- on the main Lua thread: no coroutine, as access_by_lua makes).
+--   set_by_lua_block $nres_deadline_ms { return require("nres.ngx").admit("backend") }
+--   proxy_set_header X-Deadline-Ms $nres_deadline_ms;
+-- Returns X-Deadline-Ms's value (the time left in ms), or "" when the
+-- request is refused: limiter `lname` (optional) over its rate for `lkey`
+-- (429), inbound X-Deadline-Ms under 1 ms (504), the upstream's breaker
+-- open (503). A refused request is answered by the location's
+--   if ($nres_deadline_ms = "") { return 599; }
+--   error_page 599 = @nres_refused;   # content_by_lua: gw.refused()
+-- with the status, X-Nres-Reason and Retry-After, the client's connection
+-- kept (without the `if` line the balancer fails it with nginx's 500,
+-- which closes it; no upstream connection either way).
+function _M.admit(uname, lname, lkey)
   local u = config.upstreams[uname]
   if u == nil or not u.balancer then
-    error(bad("access", "upstream", "an upstream declared with peers", uname), 2)
+    error(bad("admit", "upstream", "an upstream declared with peers", uname), 2)
+  end
+  if lname ~= nil and type(lkey) ~= "string" then
+    error(bad("admit", "key", "a string (the client's, e.g. ngx.var.remote_addr)", lkey), 2)
   end
   if not R then bind() end
   local req = exdata()
+  local key, stamp = tonumber(ffi_cast(uintptr_t, req)), start_time(req)
+  if lname ~= nil then
+    local ok, wait = limit(lname, lkey)
+    if not ok then return refuse(key, stamp, u, 429, "rate limited", wait) end
+  end
   local s = u.scope
   local now = step_now()
   local deadline = now + u.deadline
@@ -415,7 +468,7 @@ function _M.access(uname)
   if rc == NGX_OK then
     local ms = tonumber(ffi_str(value_ptr[0], size_ptr[0]))
     if ms and ms >= 0 and ms <= 9007199254740991 then
-      if ms < 1 then return exit_with(504, "deadline exceeded") end
+      if ms < 1 then return refuse(key, stamp, u, 504, "deadline exceeded") end
       if now + ms * 1e6 < deadline then deadline = now + ms * 1e6 end
     end
   elseif rc ~= NGX_DECLINED then
@@ -427,16 +480,46 @@ function _M.access(uname)
   if idx >= 0 and s.breaker then
     if br_acquire(slot.breaker, now, permit_box) ~= 0 then
       sh_record(s.ptr, idx, STOP_CIRCUIT, 0, 0)
-      return exit_with(503, "circuit open")
+      return refuse(key, stamp, u, 503, "circuit open")
     end
     upermit = permit_box[0]
   end
-  new_state(tonumber(ffi_cast(uintptr_t, req)), start_time(req), u, deadline, idx, slot, upermit)
-  local v = tostring(floor((deadline - now) / 1e6))
+  new_state(key, stamp, u, deadline, idx, slot, upermit)
+  -- without an inbound deadline the time left is the policy's: its string
+  -- is made once (a number's tostring is a format and an interning)
+  if deadline - now == u.deadline then return u.deadline_ms end
+  return tostring(floor((deadline - now) / 1e6))
+end
+
+-- access_by_lua: admission in a phase of its own (gw.admit, then the
+-- refusal answered or X-Deadline-Ms set on the request). Returns true if
+-- the request goes on.
+function _M.access(uname)
+  local u = config.upstreams[uname]
+  if u == nil or not u.balancer then
+    error(bad("access", "upstream", "an upstream declared with peers", uname), 2)
+  end
+  local v = _M.admit(uname)
+  local req = exdata()
+  if v == "" then
+    local status, reason = take_refusal(req)
+    return exit_with(status, reason)
+  end
   if set_header(req, "X-Deadline-Ms", 13, v, #v, nil, 0, 1, errmsg) < NGX_OK then
     error("nres.ngx: setting X-Deadline-Ms: " .. ffi_str(errmsg[0]))
   end
   return true
+end
+
+-- content_by_lua of the error_page 599 location: a request gw.admit
+-- refused gets its answer (429 with Retry-After, 503, 504; the reason in
+-- X-Nres-Reason and the body); anything else sent there gets a 500.
+function _M.refused()
+  if not R then bind() end
+  local status, reason, wait = take_refusal(exdata())
+  if status == nil then return exit_with(500, "internal error") end
+  if status == 429 then ngx.header["Retry-After"] = max(1, ceil(wait)) end
+  return exit_with(status, reason)
 end
 
 -- The end of the try before this one (a retry): recorded into its peer.
@@ -476,8 +559,10 @@ function _M.balance(uname)
   local key = tonumber(ffi_cast(uintptr_t, req))
   local r = reqs[key]
   if r == nil or r.stamp ~= start_time(req) then
-    -- no access handler ran (or a stale record): no admission, no retries
+    -- no admission ran (or a stale record): no admission, no retries
     r = new_state(key, start_time(req), u, now + u.deadline, -1, false, false)
+  elseif r.refused then
+    return ngx.exit(ngx.ERROR)   -- nginx's 500: error_page -> gw.refused
   end
   local avoid
   if r.peer then avoid = retrying(u, r, req, now) end

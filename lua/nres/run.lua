@@ -113,13 +113,23 @@ end
 
 -- The free list keeps each record beside its owner, so taking one costs
 -- no lookup in `owners` (a hash on the record's address, on every call).
+-- One record and its owner wait in `spare` first: a call that is not
+-- nested in another takes and gives back that one, two upvalues instead of
+-- two array slots and a count (about 50 instructions a call in the trace).
 local free, free_owner, nfree = {}, {}, 0
+local spare_call, spare_owner = false, false
 -- A record and its owner table (other drivers may ignore the owner: a
 -- record they take anchors nothing and their own references keep the
 -- policy alive).
 local function take_call()
+  local call = spare_call
+  if call then
+    spare_call = false
+    return call, spare_owner
+  end
   if nfree > 0 then
-    local call, owner = free[nfree], free_owner[nfree]
+    local owner
+    call, owner = free[nfree], free_owner[nfree]
     free[nfree], free_owner[nfree] = nil, nil
     nfree = nfree - 1
     return call, owner
@@ -129,6 +139,10 @@ end
 local function give_call(call, owner)
   owner = owner or owners[address(call)]
   owner[1], owner[2] = false, false
+  if not spare_call then
+    spare_call, spare_owner = call, owner
+    return
+  end
   nfree = nfree + 1
   free[nfree], free_owner[nfree] = call, owner
 end

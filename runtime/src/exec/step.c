@@ -8,18 +8,18 @@
  * of uptime and to within 256 ns for Unix-epoch times: far below anything
  * a decision depends on.
  *
- * nres_step_sync_begin / nres_step_sync_report are the two steps of a
- * first-attempt success (nres_step_sync_resume, after a wait, answers in
- * their shape) for a driver that runs one attempt at a time (the
- * Lua face's p:run): the runtime's clock is read here when now < 0 (one
- * FFI call and a conversion fewer per read), the checks a driver answering
- * its own ATTEMPT actions needs no longer go through the exported,
- * interposable entry points (PLT, no inlining), and they answer in
- * registers (kind, slot and stop packed in the int returned, the time in
- * *at) instead of unpacking the action into an nres_step_t, of which such
- * a driver reads a few fields. Anything unusual - a class other than default, a
- * passthrough, misuse - takes the general path, so they answer exactly
- * what nres_step_begin_class / nres_step_report answer.
+ * nres_step_sync_begin and nres_step_sync_report are the two steps of a
+ * first-attempt success for a driver that runs one attempt at a time (the
+ * Lua face's p:run), one FFI call each; nres_step_sync_resume, after a
+ * wait, answers in their shape. They read the runtime's clock themselves
+ * when given now < 0 (an FFI call and a conversion fewer per read); they
+ * are flattened, so the executor's step and what it calls are compiled
+ * into them, as into the C sync driver (with LTO); and they answer in
+ * registers - kind, slot, hedge and stop packed in the int returned, the
+ * time in *at - instead of unpacking the action into an nres_step_t. A
+ * class other than default, a passthrough policy, a late report or misuse
+ * takes the general path, so they answer what nres_step_begin_class and
+ * nres_step_report answer.
  */
 #include <time.h>
 
@@ -89,6 +89,7 @@ static int packed(nres_action_t a, double *at) {
                 (uint32_t) a.hedge << 16 | (uint32_t) a.stop << 24);
 }
 
+__attribute__((flatten))
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
                          double now, int cls, double *at) {
   nres_time_t t = now_or_clock(now);
@@ -101,6 +102,7 @@ int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
   return packed(nres__call_begin(call, policy, t), at);
 }
 
+__attribute__((flatten))
 int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                           int kind, int flags, double retry_after,
                           double *at) {

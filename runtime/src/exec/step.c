@@ -90,6 +90,22 @@ static int packed(nres_action_t a, double *at) {
 }
 
 __attribute__((flatten))
+/* The sync steps' unusual cases, through the general steps: out of line,
+ * so flattening does not compile a second executor into each. */
+static NRES__COLD int sync_begin_general(nres_call_t *call,
+                                         nres_policy_t *policy,
+                                         nres_time_t now, int cls, double *at) {
+  return packed(nres_call_begin_class(call, policy, now, NRES_TIME_NEVER, cls),
+                at);
+}
+
+static NRES__COLD int sync_report_general(nres_call_t *call, unsigned slot,
+                                          nres_time_t now, nres_verdict_t v,
+                                          double *at) {
+  return packed(nres_call_report(call, slot, now, v), at);
+}
+
+__attribute__((flatten))
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
                          double now, int cls, double *at) {
   nres_time_t t = now_or_clock(now);
@@ -97,8 +113,7 @@ int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
   if (__builtin_expect(cls != NRES_CLASS_DEFAULT || policy == NULL ||
                        policy->private_magic != NRES__POLICY_MAGIC ||
                        (policy->private_flags & NRES__F_PASSTHROUGH), 0))
-    return packed(nres_call_begin_class(call, policy, t, NRES_TIME_NEVER, cls),
-                  at);
+    return sync_begin_general(call, policy, t, cls, at);
   return packed(nres__call_begin(call, policy, t), at);
 }
 
@@ -121,7 +136,7 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                        (unsigned) kind >= NRES_VERDICT_COUNT ||
                        (call->policy->private_flags & NRES__F_PASSTHROUGH),
                        0))
-    return packed(nres_call_report(call, slot, t, v), at);
+    return sync_report_general(call, slot, t, v, at);
   return packed(nres__call_report(call, slot, t, &v), at);
 }
 

@@ -89,7 +89,6 @@ static int packed(nres_action_t a, double *at) {
                 (uint32_t) a.hedge << 16 | (uint32_t) a.stop << 24);
 }
 
-__attribute__((flatten))
 /* The sync steps' unusual cases, through the general steps: out of line,
  * so flattening does not compile a second executor into each. */
 static NRES__COLD int sync_begin_general(nres_call_t *call,

@@ -185,6 +185,11 @@ int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind, int
                      double retry_after, nres_step_t *out);
 int nres_step_resume(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out);
+int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy, double now, int cls,
+                         double *at);
+int nres_step_sync_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,
+                          double retry_after, double *at);
+int nres_step_sync_resume(nres_call_t *call, double now, double *at);
 double nres_step_now(void);
 void nres_step_sleep(double ns);
 ]]

@@ -1,6 +1,8 @@
 -- nres.driver: where a Lua driver gets the time and how it waits.
 --
 -- A driver is a table { name, now = function() -> ns, sleep = function(ns) }.
+-- runtime_clock = true says `now` is the runtime's own clock (nres_step_now):
+-- p:run then lets C read it where it needs the time (no FFI call for it).
 -- The decisions are the same C state machine whatever the driver; only the
 -- clock and the wait differ:
 --   blocking  plain LuaJIT: the runtime's monotonic clock, a blocking sleep;
@@ -11,13 +13,15 @@ local _M = { _VERSION = "0.1.0" }
 
 local C = require("nres.cdef").C
 
-_M.blocking = { name = "blocking", now = C.nres_step_now, sleep = C.nres_step_sleep }
+_M.blocking = { name = "blocking", now = C.nres_step_now, sleep = C.nres_step_sleep,
+                runtime_clock = true }
 
 if type(ngx) == "table" and type(ngx.sleep) == "function" then
   local ngx_sleep = ngx.sleep
   _M.nginx = {
     name = "nginx",
     now = C.nres_step_now,
+    runtime_clock = true,
     -- ngx.sleep has millisecond resolution; 0 would spin: round up.
     sleep = function(ns) if ns > 0 then ngx_sleep(math.ceil(ns / 1e6) / 1e3) end end,
   }

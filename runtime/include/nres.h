@@ -1187,6 +1187,25 @@ NRES_EXTERN int nres_step_resume(nres_call_t *call, double now,
                                  nres_step_t *out);
 NRES_EXTERN int nres_step_cancel(nres_call_t *call, double now,
                                  nres_step_t *out);
+/* The two steps of a synchronous driver's call (one attempt at a time, no
+ * hedging), one FFI call each: nres_step_begin_class with no inherited
+ * deadline, and nres_step_report (nres_step_sync_resume: nres_step_resume,
+ * after a wait). now < 0 means "read the runtime's clock here"
+ * (nres_clock_now, what nres_step_now returns), for a driver on that
+ * clock. They answer the action packed, kind | slot << 8 | hedge << 16 |
+ * stop << 24 (nres_action_t's first four bytes), and its time
+ * (nres_action_t.at, -1 = never) in *at; an ATTEMPT's number is
+ * call->attempts, a DONE's fallback call->fallback. Their actions are the
+ * general steps': any unusual case (another class, a passthrough policy, a
+ * late report, misuse) goes through those. */
+NRES_EXTERN int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
+                                     double now, int cls, double *at);
+NRES_EXTERN int nres_step_sync_report(nres_call_t *call, unsigned slot,
+                                      double now, int kind, int flags,
+                                      double retry_after, double *at);
+NRES_EXTERN int nres_step_sync_resume(nres_call_t *call, double now,
+                                      double *at);
+
 /* nres_clock_now as a double, and a sleep of ns nanoseconds on it. */
 NRES_EXTERN double nres_step_now(void);
 NRES_EXTERN void nres_step_sleep(double ns);

@@ -327,6 +327,39 @@ describe("deadline propagation", function()
   end)
 end)
 
+describe("the runtime's clock", function()
+  -- The blocking driver's clock is the runtime's (runtime_clock): p:run
+  -- lets C read it in its steps instead of calling driver.now.
+  it("a call on it is timed by that clock", function()
+    local C = require("nres.cdef").C
+    local p = nres.policy { base = "trivial", deadline = 5 }
+    expect.eq(p.driver.runtime_clock, true)
+    expect.eq(p.timeless, false)
+    local t0 = C.nres_step_now() / 1e9
+    local r, reason, info = p:run(function() return nil, "down" end)
+    local t1 = C.nres_step_now() / 1e9
+    expect.eq(r, nil); expect.eq(reason, "attempts exhausted"); expect.eq(#info.log, 3)
+    local last = t0
+    for _, e in ipairs(info.log) do
+      expect.truthy(e.start >= last and e.finish >= e.start and e.finish <= t1,
+                    string.format("attempt %d: %.9f..%.9f within %.9f..%.9f",
+                                  e.attempt, e.start, e.finish, t0, t1))
+      last = e.finish
+    end
+  end)
+  it("a driver off it is asked the time", function()
+    local asked = 0
+    local d = nres.driver.virtual(5e9)
+    local now = d.now
+    d.now = function() asked = asked + 1; return now() end
+    local p = nres.policy { base = "trivial", deadline = 5 }:with_driver(d)
+    local r, reason, info = p:run(function() d.advance(1e6); return nil, "down" end)
+    expect.eq(reason, "attempts exhausted")
+    expect.eq(info.log[1].start, 5); expect.eq(info.log[3].finish, 5.003)
+    expect.truthy(asked >= 4, "asked " .. asked)
+  end)
+end)
+
 describe("the library", function()
   it("reports every path tried when it cannot be found", function()
     local cmd = "cd " .. os.getenv("PWD") .. " && NRES_LIB=/nonexistent/libnres.so "

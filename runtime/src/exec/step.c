@@ -7,10 +7,26 @@
  * reads as plain numbers. A double holds nanoseconds exactly for 104 days
  * of uptime and to within 256 ns for Unix-epoch times: far below anything
  * a decision depends on.
+ *
+ * nres_step_sync_begin and nres_step_sync_report are the two steps of a
+ * first-attempt success for a driver that runs one attempt at a time (the
+ * Lua face's p:run), one FFI call each; nres_step_sync_resume, after a
+ * wait, answers in their shape. They read the runtime's clock themselves
+ * when given now < 0 (an FFI call and a conversion fewer per read); they
+ * are flattened, so the executor's step and what it calls are compiled
+ * into them, as into the C sync driver (with LTO); and they answer in
+ * registers - kind, slot, hedge and stop packed in the int returned, the
+ * time in *at - instead of unpacking the action into an nres_step_t. A
+ * class other than default, a passthrough policy, a late report or misuse
+ * takes the general path, so they answer what nres_step_begin_class and
+ * nres_step_report answer.
  */
 #include <time.h>
 
 #include "internal.h"
+#include "core/clock.h"
+#include "core/policy.h"
+#include "exec/call.h"
 
 static nres_time_t from_ns(double ns) {
   return nres__time_from_double(ns);
@@ -57,6 +73,74 @@ int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind,
     v.retry_after = from_ns(retry_after);
   }
   return fill(out, call, nres_call_report(call, slot, from_ns(now), v));
+}
+
+/* now < 0: the runtime's clock (nres_clock_now, read inline). */
+static nres_time_t now_or_clock(double now) {
+  return now < 0 ? nres__clock_now() : from_ns(now);
+}
+
+/* The action as the sync steps answer it: *at, and its first four bytes
+ * (kind, slot, hedge, stop) as an int - on x86-64 the low half of the
+ * register it came back in, so packing it costs nothing. */
+static int packed(nres_action_t a, double *at) {
+  *at = to_ns(a.at);
+  return (int) ((uint32_t) a.kind | (uint32_t) a.slot << 8 |
+                (uint32_t) a.hedge << 16 | (uint32_t) a.stop << 24);
+}
+
+/* The sync steps' unusual cases, through the general steps: out of line,
+ * so flattening does not compile a second executor into each. */
+static NRES__COLD int sync_begin_general(nres_call_t *call,
+                                         nres_policy_t *policy,
+                                         nres_time_t now, int cls, double *at) {
+  return packed(nres_call_begin_class(call, policy, now, NRES_TIME_NEVER, cls),
+                at);
+}
+
+static NRES__COLD int sync_report_general(nres_call_t *call, unsigned slot,
+                                          nres_time_t now, nres_verdict_t v,
+                                          double *at) {
+  return packed(nres_call_report(call, slot, now, v), at);
+}
+
+__attribute__((flatten))
+int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
+                         double now, int cls, double *at) {
+  nres_time_t t = now_or_clock(now);
+
+  if (__builtin_expect(cls != NRES_CLASS_DEFAULT || policy == NULL ||
+                       policy->private_magic != NRES__POLICY_MAGIC ||
+                       (policy->private_flags & NRES__F_PASSTHROUGH), 0))
+    return sync_begin_general(call, policy, t, cls, at);
+  return packed(nres__call_begin(call, policy, t), at);
+}
+
+__attribute__((flatten))
+int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
+                          int kind, int flags, double retry_after,
+                          double *at) {
+  nres_verdict_t v = nres_verdict(kind);
+  nres_time_t t = now_or_clock(now);
+
+  v.flags = (uint8_t) (flags & ~NRES_VF_RETRY_AFTER);
+  if (retry_after >= 0) {
+    v.flags |= NRES_VF_RETRY_AFTER;
+    v.retry_after = from_ns(retry_after);
+  }
+  /* Late or foreign slots, kinds out of range and a passthrough's record
+   * are nres_call_report's to answer. */
+  if (__builtin_expect(slot >= NRES_MAX_INFLIGHT ||
+                       !(call->inflight & (1u << slot)) ||
+                       (unsigned) kind >= NRES_VERDICT_COUNT ||
+                       (call->policy->private_flags & NRES__F_PASSTHROUGH),
+                       0))
+    return sync_report_general(call, slot, t, v, at);
+  return packed(nres__call_report(call, slot, t, &v), at);
+}
+
+int nres_step_sync_resume(nres_call_t *call, double now, double *at) {
+  return packed(nres_call_resume(call, now_or_clock(now)), at);
 }
 
 int nres_step_resume(nres_call_t *call, double now, nres_step_t *out) {

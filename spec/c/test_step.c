@@ -1,0 +1,240 @@
+/* test_step.c - the binding steps of a synchronous driver
+ * (nres_step_sync_begin, _report, _resume) against the general ones.
+ *
+ * Two policies built alike are driven through the same verdicts, one by
+ * nres_step_begin_class / nres_step_report / nres_step_resume, the other by
+ * the sync steps, on a virtual clock: every action and every call record
+ * must read the same. Then what only the sync steps do: read the runtime's
+ * clock when told now < 0, and allocate nothing.
+ */
+#include <string.h>
+
+#include "nres_test.h"
+
+#define MS NRES_MSEC
+#define T0 ((nres_time_t) 1000 * NRES_SEC)
+
+/* A sync step's packed answer, unpacked as the general step writes it. */
+static void unpack(int packed, double at, nres_step_t *out) {
+  memset(out, 0, sizeof(*out));
+  out->kind = packed & 0xff;
+  out->slot = (packed >> 8) & 0xff;
+  out->hedge = (packed >> 16) & 0xff;
+  out->stop = (packed >> 24) & 0xff;
+  out->at = at;
+}
+
+static void same_action(const nres_step_t *general, int packed, double at,
+                        const char *where) {
+  nres_step_t sync;
+  unpack(packed, at, &sync);
+  if (general->kind != sync.kind || general->slot != sync.slot ||
+      general->hedge != sync.hedge || general->stop != sync.stop ||
+      general->at != sync.at)
+    fail_msg("%s: general kind %d slot %d hedge %d stop %d at %.0f; sync "
+             "kind %d slot %d hedge %d stop %d at %.0f", where, general->kind,
+             general->slot, general->hedge, general->stop, general->at,
+             sync.kind, sync.slot, sync.hedge, sync.stop, sync.at);
+}
+
+static void same_call(const nres_call_t *a, const nres_call_t *b) {
+  assert_int_equal(a->stop, b->stop);
+  assert_int_equal(a->fallback, b->fallback);
+  assert_int_equal(a->attempts, b->attempts);
+  assert_int_equal(a->retries, b->retries);
+  assert_int_equal(a->criticality, b->criticality);
+  assert_true(a->start == b->start);
+  assert_true(a->deadline == b->deadline);
+  assert_int_equal(a->last.kind, b->last.kind);
+  assert_int_equal(a->last.flags, b->last.flags);
+  for (unsigned i = 0; i < a->attempts && i < NRES_LOG_CAP; i++)
+    assert_memory_equal(nres_call_log(a, i), nres_call_log(b, i),
+                        sizeof(nres_attempt_rec_t));
+}
+
+typedef struct {
+  int kind, flags;
+  double retry_after;   /* ns, -1: none */
+} outcome_t;
+
+/* One call through both kinds of steps: attempts get `outcomes` in turn
+ * (the last repeats), each attempt lasts 3 ms, waits are slept exactly. */
+static void drive_both(nres_policy_t *pg, nres_policy_t *ps, int cls,
+                       const outcome_t *outcomes, int n) {
+  nres_call_t cg, cs;
+  nres_step_t st;
+  double now = (double) T0, at;
+  int act, turn = 0;
+
+  nres_step_begin_class(&cg, pg, now, -1, cls, &st);
+  act = nres_step_sync_begin(&cs, ps, now, cls, &at);
+  same_action(&st, act, at, "begin");
+  while (st.kind != NRES_DONE) {
+    if (st.kind == NRES_ATTEMPT) {
+      const outcome_t *o = &outcomes[turn < n ? turn : n - 1];
+      turn++;
+      now += 3.0 * MS;
+      nres_step_report(&cg, (unsigned) st.slot, now, o->kind, o->flags,
+                       o->retry_after, &st);
+      act = nres_step_sync_report(&cs, (unsigned) (act >> 8 & 0xff), now,
+                                  o->kind, o->flags, o->retry_after, &at);
+      same_action(&st, act, at, "report");
+    } else if (st.at < 0) {
+      /* A junk verdict leaves the attempt in flight: the call waits for
+       * a report that never comes. The driver gives up. */
+      nres_step_cancel(&cg, now, &st);
+      nres_step_cancel(&cs, now, &st);
+      break;
+    } else {
+      assert_true(st.at >= now);
+      now = st.at;
+      nres_step_resume(&cg, now, &st);
+      act = nres_step_sync_resume(&cs, now, &at);
+      same_action(&st, act, at, "resume");
+    }
+    assert_true(turn < 20);
+  }
+  same_call(&cg, &cs);
+}
+
+static void build_pair(nres_policy_t *pg, nres_policy_t *ps, int preset,
+                       uint32_t fallback) {
+  assert_int_equal(nres_policy_init(pg, preset), 0);
+  assert_int_equal(nres_policy_init(ps, preset), 0);
+  pg->fallback = ps->fallback = fallback;
+  assert_int_equal(nres_policy_build(pg), 0);
+  assert_int_equal(nres_policy_build(ps), 0);
+}
+
+static void sync_steps_answer_what_the_general_steps_answer(void **state) {
+  static const int presets[] = { NRES_PRESET_NONE, NRES_PRESET_TRIVIAL,
+                                 NRES_PRESET_DEFAULT };
+  static const outcome_t ok[] = { { NRES_OK, 0, -1 } };
+  static const outcome_t twice[] = { { NRES_TRANSIENT, 0, -1 },
+                                     { NRES_TRANSIENT, NRES_VF_TIMEOUT, -1 },
+                                     { NRES_OK, 0, -1 } };
+  static const outcome_t throttled[] = { { NRES_THROTTLED, 0, 7.0 * MS },
+                                         { NRES_OK, 0, -1 } };
+  static const outcome_t down[] = { { NRES_TRANSIENT, 0, -1 } };
+  static const outcome_t permanent[] = { { NRES_PERMANENT, 0, -1 } };
+  static const outcome_t canceled[] = { { NRES_CANCELED, 0, -1 } };
+  static const outcome_t junk[] = { { 9, 0, -1 } };   /* out of range */
+  static const struct { const outcome_t *o; int n; } runs[] = {
+    { ok, 1 }, { twice, 3 }, { throttled, 2 }, { down, 1 }, { permanent, 1 },
+    { canceled, 1 }, { junk, 1 }
+  };
+  (void) state;
+
+  for (size_t p = 0; p < sizeof(presets) / sizeof(presets[0]); p++)
+    for (uint32_t fallback = 0; fallback <= 1; fallback++) {
+      nres_policy_t pg, ps;
+      build_pair(&pg, &ps, presets[p], fallback);
+      /* Many calls, so the shared state (breaker, budget, estimator)
+       * moves alike in both policies: the breaker opens on `down`. */
+      for (int round = 0; round < 3; round++)
+        for (int cls = -1; cls <= NRES_CLASS_COUNT; cls++)
+          for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++)
+            drive_both(&pg, &ps, cls, runs[r].o, runs[r].n);
+    }
+}
+
+/* Misuse and late reports answer as the general steps do. */
+static void sync_steps_answer_misuse_as_the_general_steps_do(void **state) {
+  nres_policy_t pg, ps, unbuilt;
+  nres_call_t cg, cs;
+  nres_step_t st;
+  double at;
+  int act;
+  (void) state;
+
+  memset(&unbuilt, 0, sizeof(unbuilt));
+  nres_step_begin_class(&cg, &unbuilt, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
+  act = nres_step_sync_begin(&cs, &unbuilt, (double) T0, NRES_CLASS_DEFAULT, &at);
+  same_action(&st, act, at, "unbuilt policy");
+  assert_int_equal(st.kind, NRES_DONE);
+  nres_step_begin_class(&cg, NULL, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
+  act = nres_step_sync_begin(&cs, NULL, (double) T0, NRES_CLASS_DEFAULT, &at);
+  same_action(&st, act, at, "no policy");
+
+  build_pair(&pg, &ps, NRES_PRESET_DEFAULT, 0);
+  nres_step_begin_class(&cg, &pg, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
+  act = nres_step_sync_begin(&cs, &ps, (double) T0, NRES_CLASS_DEFAULT, &at);
+  same_action(&st, act, at, "begin");
+  /* A slot with nothing in flight, a slot out of range: late. */
+  nres_step_report(&cg, 3, (double) T0, NRES_OK, 0, -1, &st);
+  act = nres_step_sync_report(&cs, 3, (double) T0, NRES_OK, 0, -1, &at);
+  same_action(&st, act, at, "idle slot");
+  nres_step_report(&cg, 200, (double) T0, NRES_OK, 0, -1, &st);
+  act = nres_step_sync_report(&cs, 200, (double) T0, NRES_OK, 0, -1, &at);
+  same_action(&st, act, at, "slot out of range");
+  nres_step_report(&cg, 0, (double) T0 + MS, NRES_OK, 0, -1, &st);
+  act = nres_step_sync_report(&cs, 0, (double) T0 + MS, NRES_OK, 0, -1, &at);
+  same_action(&st, act, at, "end");
+  assert_int_equal(st.kind, NRES_DONE);
+  /* A report after the end: DONE again, same stop. */
+  nres_step_report(&cg, 0, (double) T0 + MS, NRES_TRANSIENT, 0, -1, &st);
+  act = nres_step_sync_report(&cs, 0, (double) T0 + MS, NRES_TRANSIENT, 0, -1, &at);
+  same_action(&st, act, at, "after the end");
+  assert_int_equal(st.stop, NRES_STOP_OK);
+  same_call(&cg, &cs);
+}
+
+/* now < 0: the steps read nres_clock_now themselves. */
+static void sync_steps_read_the_runtime_clock_when_now_is_negative(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_time_t before, after;
+  double at;
+  int act;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  before = nres_clock_now();
+  act = nres_step_sync_begin(&call, &p, -1, NRES_CLASS_DEFAULT, &at);
+  after = nres_clock_now();
+  assert_int_equal(act & 0xff, NRES_ATTEMPT);
+  assert_true(call.start >= before && call.start <= after);
+  /* The attempt's deadline: the default's attempt timeout from then. */
+  assert_true(at == (double) (call.start + p.attempt_timeout));
+  before = nres_clock_now();
+  act = nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
+  after = nres_clock_now();
+  assert_int_equal(act & 0xff, NRES_DONE);
+  assert_int_equal(act >> 24 & 0xff, NRES_STOP_OK);
+  assert_true(at == -1);
+  assert_true(nres_call_log(&call, 0)->end >= before &&
+              nres_call_log(&call, 0)->end <= after);
+}
+
+/* Steady state: a call through the sync steps allocates nothing. */
+static void sync_steps_allocate_nothing(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_step_t st;
+  double at;
+  int act;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  test_count_allocations();
+  for (int i = 0; i < 1000; i++) {
+    act = nres_step_sync_begin(&call, &p, -1, NRES_CLASS_DEFAULT, &at);
+    act = nres_step_sync_report(&call, (unsigned) (act >> 8 & 0xff), -1,
+                                i % 3 ? NRES_OK : NRES_TRANSIENT, 0, -1, &at);
+    if ((act & 0xff) != NRES_DONE)
+      nres_step_cancel(&call, (double) nres_clock_now(), &st);
+  }
+  assert_int_equal(atomic_load(&test_alloc_calls), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(sync_steps_answer_what_the_general_steps_answer),
+    cmocka_unit_test(sync_steps_answer_misuse_as_the_general_steps_do),
+    cmocka_unit_test(sync_steps_read_the_runtime_clock_when_now_is_negative),
+    cmocka_unit_test(sync_steps_allocate_nothing),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -319,26 +319,51 @@ static NRES__COLD void hedge_started(nres_call_t *call, unsigned number,
   EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
 }
 
+/* The slot and log record of attempt `number`, started at `now`. */
+static NRES__HOT void fill_slot(nres_call_t *call, unsigned slot,
+                                unsigned number, nres_time_t now, int hedge,
+                                uint32_t permit, nres_time_t ceiling,
+                                int held) {
+  call->slot[slot].start = now;
+  call->slot[slot].deadline = ceiling;
+  call->slot[slot].permit = permit;
+  call->slot[slot].number = (uint16_t) number;
+  call->slot[slot].hedge = (uint8_t) hedge;
+  call->slot[slot].held = (uint8_t) held;
+  *log_of(call, number) = (nres_attempt_rec_t) {
+    now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
+  };
+}
+
+/* The ATTEMPT action of a started attempt. */
+static NRES__HOT nres_action_t attempt_action(unsigned slot, int hedge,
+                                              unsigned number,
+                                              nres_time_t ceiling) {
+  nres_action_t a;
+
+  a.kind = NRES_ATTEMPT;
+  a.slot = (uint8_t) slot;
+  a.hedge = (uint8_t) hedge;
+  a.stop = 0;
+  a.cancel = 0;
+  a.fallback = 0;
+  a.attempt = (uint16_t) number;
+  a.at = ceiling;
+  return a;
+}
+
 /* Start an admitted attempt in the first free slot, bounded by ceiling. */
 static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
                                    int hedge, uint32_t permit,
                                    nres_time_t ceiling) {
   nres_policy_t *p = call->policy;
   unsigned slot, number;
-  nres_action_t a;
 
   slot = (unsigned) __builtin_ctz(~(unsigned) call->inflight);
   number = ++call->attempts;
   call->inflight |= (uint8_t) (1u << slot);
-  call->slot[slot].start = now;
-  call->slot[slot].deadline = ceiling;
-  call->slot[slot].permit = permit;
-  call->slot[slot].number = (uint16_t) number;
-  call->slot[slot].hedge = (uint8_t) hedge;
-  call->slot[slot].held = p->bulkhead != NULL;
-  *log_of(call, number) = (nres_attempt_rec_t) {
-    now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
-  };
+  fill_slot(call, slot, number, now, hedge, permit, ceiling,
+            p->bulkhead != NULL);
   if (__builtin_expect(hedge, 0)) {
     hedge_started(call, number, now);
   } else if (number > 1) {
@@ -350,15 +375,24 @@ static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
   call->phase = NRES__PHASE_RUNNING;
   call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
                                                       : NRES_TIME_NEVER;
-  a.kind = NRES_ATTEMPT;
-  a.slot = (uint8_t) slot;
-  a.hedge = (uint8_t) hedge;
-  a.stop = 0;
-  a.cancel = 0;
-  a.fallback = 0;
-  a.attempt = (uint16_t) number;
-  a.at = ceiling;
-  return a;
+  return attempt_action(slot, hedge, number, ceiling);
+}
+
+/* An attempt's deadline: the call's, the attempt timeout's, the measured
+ * ceiling's, whichever comes first. */
+static NRES__HOT nres_time_t attempt_ceiling(nres_policy_t *p, nres_time_t now,
+                                             nres_time_t deadline) {
+  nres_time_t ceiling = deadline;
+
+  if (p->private_flags & NRES__F_BOUNDED) {
+    if (p->attempt_timeout)
+      ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
+    if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
+      ceiling = nres_time_min(ceiling,
+                              nres_time_add(now, quantile(p, now,
+                                                          &p->quantile_ceiling)));
+  }
+  return ceiling;
 }
 
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
@@ -459,16 +493,7 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
     return skip(call, skipped);
   }
 
-  ceiling = call->deadline;
-  if (p->private_flags & NRES__F_BOUNDED) {
-    if (p->attempt_timeout)
-      ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
-    if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
-      ceiling = nres_time_min(ceiling,
-                              nres_time_add(now, quantile(p, now,
-                                                          &p->quantile_ceiling)));
-  }
-
+  ceiling = attempt_ceiling(p, now, call->deadline);
   return start_attempt(call, now, hedge, permit, ceiling);
 }
 
@@ -481,12 +506,11 @@ static NRES__HOT nres_action_t admit_next(nres_call_t *call,
 
 /* A call on a built policy, not a passthrough's shortcut, reset already:
  * its deadline, then its first admission. */
-static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
-                                     nres_time_t now, nres_time_t inbound) {
-  if (policy->deadline)
-    call->deadline = nres_time_add(now, policy->deadline);
-  if (inbound < call->deadline)
-    call->deadline = inbound;   /* an inherited deadline only tightens */
+static NRES__COLD nres_action_t begin_general(nres_call_t *call,
+                                              nres_policy_t *policy,
+                                              nres_time_t now,
+                                              nres_time_t deadline) {
+  call->deadline = deadline;
   nres_backoff_state_reset(&call->backoff);
 
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
@@ -494,26 +518,84 @@ static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
   return admit_next(call, now);
 }
 
+/* A call on a built policy, not a passthrough's shortcut: its deadline,
+ * then its first admission. The common case (no rate limiter or bulkhead,
+ * a closed breaker or none, time left, not draining) decides first and
+ * then writes the call once, as nres__call_reset and start_attempt would
+ * leave it (slot 0, attempt 1); any other case resets the call and takes
+ * the general path. */
+static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound,
+                                     int cls) {
+  nres_time_t deadline = NRES_TIME_NEVER, ceiling;
+  unsigned flags = policy->private_flags;
+  uint32_t permit = 0;
+
+  if (policy->deadline)
+    deadline = nres_time_add(now, policy->deadline);
+  if (inbound < deadline)
+    deadline = inbound;   /* an inherited deadline only tightens */
+  if (__builtin_expect((flags & (NRES__F_LIMITED | NRES__F_HEDGE)) ||
+                           now >= deadline ||
+                           atomic_load_explicit(&policy->draining,
+                                                memory_order_acquire) ||
+                           (policy->breaker != NULL &&
+                            NRES__BREAKER_STATE(nres__load(
+                                &policy->breaker->word)) !=
+                                NRES_BREAKER_CLOSED),
+                       0)) {
+    nres__call_reset(call, policy, now);
+    call->criticality = (uint8_t) cls;
+    return begin_general(call, policy, now, deadline);
+  }
+  ceiling = attempt_ceiling(policy, now, deadline);
+
+  call->policy = policy;
+  call->start = now;
+  call->deadline = deadline;
+  call->resume_at = NRES_TIME_NEVER;
+  call->phase = NRES__PHASE_RUNNING;
+  call->stop = NRES_STOP_NONE;
+  call->inflight = 1;
+  call->fallback = 0;
+  call->attempts = 1;
+  call->retries = 0;
+  call->hedges = 0;
+  call->queued = 0;
+  call->seeded = 0;
+  call->charged = 0;
+  call->throttled = 0;
+  call->criticality = (uint8_t) cls;
+  call->last = nres_verdict(NRES_OK);
+  nres_backoff_state_reset(&call->backoff);
+  fill_slot(call, 0, 1, now, 0, permit, ceiling, 0);
+  return attempt_action(0, 0, 1, ceiling);
+}
+
 nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
                                     nres_time_t now, nres_time_t inbound,
                                     int cls) {
-  nres__call_reset(call, policy, now);
-  if (cls >= 0 && cls < NRES_CLASS_COUNT)
+  if (cls < 0 || cls >= NRES_CLASS_COUNT)
+    cls = NRES_CLASS_DEFAULT;
+  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC) {
+    nres__call_reset(call, policy, now);
     call->criticality = (uint8_t) cls;
-  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC)
     return pending(call);   /* misuse: DONE with stop NONE */
+  }
 
   if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
       inbound == NRES_TIME_NEVER &&
-      !atomic_load_explicit(&policy->draining, memory_order_relaxed))
+      !atomic_load_explicit(&policy->draining, memory_order_relaxed)) {
+    nres__call_reset(call, policy, now);
+    call->criticality = (uint8_t) cls;
     return start_attempt(call, now, 0, 0, NRES_TIME_NEVER);
-  return begin(call, policy, now, inbound);
+  }
+  return begin(call, policy, now, inbound, cls);
 }
 
 nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
                                nres_time_t now) {
-  nres__call_reset(call, policy, now);
-  return begin(call, policy, now, NRES_TIME_NEVER);
+  return begin(call, policy, now, NRES_TIME_NEVER, NRES_CLASS_DEFAULT);
 }
 
 nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,

@@ -692,9 +692,10 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
   }
 }
 
-/* An attempt's outcome, checked already: record it, then decide. */
+/* An attempt's outcome, checked already: record it, then decide. number
+ * is the slot's attempt (call->slot[slot].number). */
 static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
-                                      nres_time_t now,
+                                      unsigned number, nres_time_t now,
                                       const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   int kind = v->kind;
@@ -702,7 +703,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
 
   call->inflight &= (uint8_t) ~(1u << slot);
   call->last = *v;
-  rec = log_of(call, call->slot[slot].number);
+  rec = log_of(call, number);
   rec->end = now;
   rec->kind = (uint8_t) kind;
   rec->flags = v->flags;
@@ -713,7 +714,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
    * stop (n_ok[].stops) serves for both. */
   if (kind != NRES_OK)
     COUNT(p, n_verdicts[kind]);
-  EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now,
+  EMIT(call, NRES_EV_ATTEMPT, kind, number, now,
        nres_time_sub(now, call->slot[slot].start));
 
   switch (kind) {
@@ -751,12 +752,13 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     nres__call_passthrough(call, p, verdict);
     return pending(call);
   }
-  return report(call, slot, now, &verdict);
+  return report(call, slot, call->slot[slot].number, now, &verdict);
 }
 
-nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
-                                nres_time_t now, const nres_verdict_t *v) {
-  return report(call, slot, now, v);
+NRES__HOT nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
+                                          unsigned number, nres_time_t now,
+                                          const nres_verdict_t *v) {
+  return report(call, slot, number, now, v);
 }
 
 const nres_attempt_t nres__passthrough_attempt = {

@@ -676,8 +676,12 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
         threshold = quantile(p, now, &p->quantile_slow);
       slow = threshold != 0 && latency > threshold;
     }
-    entered = nres_breaker_record(p->breaker, now, call->slot[slot].permit,
-                                  outcome, slow, breaker_rng(call, now, &rng));
+    entered = -1;
+    if (!nres__breaker_record_common(p->breaker, now, call->slot[slot].permit,
+                                     outcome, slow))
+      entered = nres__breaker_record_other(p->breaker, now,
+                                           call->slot[slot].permit, outcome,
+                                           slow, breaker_rng(call, now, &rng));
     call->slot[slot].permit = 0;
     if (entered >= 0)
       EMIT(call, NRES_EV_BREAKER, entered, call->slot[slot].number, now, 0);

@@ -593,8 +593,9 @@ nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
   return begin(call, policy, now, inbound, cls);
 }
 
-nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
-                               nres_time_t now) {
+NRES__HOT nres_action_t nres__call_begin(nres_call_t *call,
+                                         nres_policy_t *policy,
+                                         nres_time_t now) {
   return begin(call, policy, now, NRES_TIME_NEVER, NRES_CLASS_DEFAULT);
 }
 

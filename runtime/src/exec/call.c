@@ -58,18 +58,6 @@ static NRES__COLD void emit(nres_call_t *call, int type, int value,
       nres__add(&(policy)->field, 1);                                        \
   } while (0)
 
-/* policy->field[index] (n_verdicts[kind], n_stops[stop]); the OK one
- * (index == ok) goes to the thread's shard instead, as n_ok[].shard_field. */
-#define COUNT_SHARDED(policy, field, index, ok, shard_field)                 \
-  do {                                                                       \
-    if ((policy)->private_flags & NRES__F_TELEMETRY) {                       \
-      if ((index) == (ok))                                                   \
-        nres__add(&(policy)->n_ok[nres__shard()].shard_field, 1);            \
-      else                                                                   \
-        nres__add(&(policy)->field[index], 1);                               \
-    }                                                                        \
-  } while (0)
-
 static nres_rng_t *call_rng(nres_call_t *call) {
   if (!call->seeded) {
     uint64_t seq = nres__add(&call->policy->sequence, 1);
@@ -222,7 +210,16 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
     mark_fallback(call);
     a.fallback = 1;
   }
-  COUNT_SHARDED(p, n_stops, stop, NRES_STOP_OK, stops);
+  /* The stop (an OK one to the thread's shard, n_ok[].stops), and the
+   * call's retries in one add. */
+  if (p->private_flags & NRES__F_TELEMETRY) {
+    if (stop == NRES_STOP_OK)
+      nres__add(&p->n_ok[nres__shard()].stops, 1);
+    else
+      nres__add(&p->n_stops[stop], 1);
+    if (call->retries)
+      nres__add(&p->n_retries, call->retries);   /* one add a call */
+  }
   EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
        nres_time_sub(now, call->start));
   return a;
@@ -368,8 +365,7 @@ static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
     hedge_started(call, number, now);
   } else if (number > 1) {
     call->charged = 0;   /* the token is now used */
-    call->retries++;
-    COUNT(p, n_retries);
+    call->retries++;     /* counted in n_retries when the call ends */
   }
 
   call->phase = NRES__PHASE_RUNNING;
@@ -465,15 +461,14 @@ static NRES__COLD nres_action_t breaker_refused(nres_call_t *call,
 }
 
 
-static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
-                           int *skipped) {
+/* admit, once the call's deadline is known not to have passed. */
+static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
+                                           int hedge, int *skipped) {
   nres_policy_t *p = call->policy;
   nres_time_t ceiling;
   uint32_t permit = 0;
   nres_action_t a;
 
-  if (now >= call->deadline)
-    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
   /* The admission gates in order: rate limiter, bulkhead, breaker (which
    * may give a probe permit). */
   if (p->private_flags & NRES__F_GATED) {
@@ -495,6 +490,13 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
 
   ceiling = attempt_ceiling(p, now, call->deadline);
   return start_attempt(call, now, hedge, permit, ceiling);
+}
+
+static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now,
+                                     int hedge, int *skipped) {
+  if (now >= call->deadline)
+    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+  return admit_gates(call, now, hedge, skipped);
 }
 
 static NRES__HOT nres_action_t admit_next(nres_call_t *call,
@@ -644,7 +646,7 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
   }
   EMIT(call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
   if (delay == 0)
-    return admit_next(call, now);
+    return admit_gates(call, now, 0, NULL);   /* deadline checked above */
   return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 

@@ -724,18 +724,23 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
   EMIT(call, NRES_EV_ATTEMPT, kind, number, now,
        nres_time_sub(now, call->slot[slot].start));
 
-  switch (kind) {
-    case NRES_OK:
-      if (p->budget != NULL && !(v->flags & NRES_VF_SELF))
-        nres_budget_deposit(p->budget);
-      return done(call, now, NRES_STOP_OK);
-    case NRES_CANCELED:
-      return done(call, now, NRES_STOP_CANCELED);
-    case NRES_PERMANENT:
-      return done(call, now, NRES_STOP_PERMANENT);
+  /* The common failure, TRANSIENT without a retry-after, goes straight
+   * on to the retry below: one test. */
+  if (__builtin_expect(kind != NRES_TRANSIENT ||
+                           (v->flags & NRES_VF_RETRY_AFTER),
+                       1)) {
+    switch (kind) {
+      case NRES_OK:
+        if (p->budget != NULL && !(v->flags & NRES_VF_SELF))
+          nres_budget_deposit(p->budget);
+        return done(call, now, NRES_STOP_OK);
+      case NRES_CANCELED:
+        return done(call, now, NRES_STOP_CANCELED);
+      case NRES_PERMANENT:
+        return done(call, now, NRES_STOP_PERMANENT);
+    }
+    call->throttled = 1;   /* THROTTLED or told when: no more hedges */
   }
-  if (kind == NRES_THROTTLED || (v->flags & NRES_VF_RETRY_AFTER))
-    call->throttled = 1;   /* asked to slow down: no more hedges */
   if (call->inflight) {
     /* Others still run: wait for them, and for the next hedge if due. */
     if (call->resume_at == NRES_TIME_NEVER)

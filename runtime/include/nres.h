@@ -838,7 +838,8 @@ struct nres_counters_s {
   uint64_t calls;               /* calls ended */
   uint64_t attempts;            /* attempts ended (classified or
                                    abandoned) */
-  uint64_t retries;             /* attempts after a failure */
+  uint64_t retries;             /* attempts after a failure (added when
+                                   their call ends) */
   uint64_t hedges;              /* hedged attempts */
   uint64_t abandoned;           /* hedge losers canceled unclassified */
   uint64_t fallbacks;           /* failed calls handed to the fallback */

@@ -4,6 +4,8 @@
  * driver would, and checks the actions, the stop reason, the attempt log,
  * the permits given back and the counters. No real time passes.
  */
+#include <string.h>
+
 #include "nres_test.h"
 
 #define MS NRES_MSEC
@@ -1038,10 +1040,92 @@ static void the_cache_before_its_first_refresh_reads_too_few_samples(
   assert_int_equal(a.stop, NRES_STOP_OK);
 }
 
+/* n_retries counted once, when the call ends (the call's own retries,
+ * call.retries, count as they start). */
+static void retries_reach_the_counters_when_the_call_ends(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  build(trivial(&p));
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 1, transient());
+  a = nres_call_report(&call, a.slot, 2, transient());
+  assert_int_equal(a.attempt, 3);
+  assert_int_equal(call.retries, 2);
+  assert_int_equal(counters(&p).retries, 0);   /* still running */
+  a = nres_call_report(&call, a.slot, 3, transient());
+  assert_int_equal(a.stop, NRES_STOP_ATTEMPTS);
+  assert_int_equal(counters(&p).retries, 2);
+  a = nres_call_begin(&call, &p, 4);
+  a = nres_call_cancel(&call, 5);              /* canceled: no retries */
+  assert_int_equal(counters(&p).retries, 2);
+}
+
+/* A call's first attempt is started by one of two paths: written once
+ * when nothing can refuse it (here: trivial, breaker closed), or reset
+ * then admitted gate by gate (here: the same with a rate limiter that
+ * admits). Both leave the call alike, whatever it held before. */
+static void first_attempt_state_is_the_same_on_both_paths(void **state) {
+  nres_policy_t fast, gated;
+  nres_breaker_t br1, br2;
+  nres_ratelimit_t rl;
+  nres_call_t a, b;
+  nres_action_t x, y;
+  (void) state;
+
+  trivial(&fast);
+  trivial(&gated);
+  fast.deadline = gated.deadline = 2 * SEC;
+  fast.attempt_timeout = gated.attempt_timeout = 300 * MS;
+  use_breaker(&fast, &br1, 5, SEC);
+  use_breaker(&gated, &br2, 5, SEC);
+  assert_int_equal(nres_ratelimit_init(&rl, 1000, 1000), 0);
+  gated.ratelimit = &rl;
+  build(&fast);
+  build(&gated);
+  memset(&a, 0xa5, sizeof(a));
+  memset(&b, 0x5a, sizeof(b));
+  x = nres_call_begin_class(&a, &fast, 7 * SEC, 8 * SEC, NRES_CLASS_SHEDDABLE);
+  y = nres_call_begin_class(&b, &gated, 7 * SEC, 8 * SEC, NRES_CLASS_SHEDDABLE);
+  assert_memory_equal(&x, &y, sizeof(x));
+  assert_int_equal(x.kind, NRES_ATTEMPT);
+  assert_true(x.at == 7 * SEC + 300 * MS);
+  assert_true(a.policy == &fast && b.policy == &gated);
+  assert_true(a.start == b.start && a.deadline == b.deadline);
+  assert_true(a.deadline == 8 * SEC);   /* the inbound one, tighter */
+  assert_true(a.resume_at == b.resume_at);
+  assert_int_equal(a.phase, b.phase);
+  assert_int_equal(a.stop, b.stop);
+  assert_int_equal(a.inflight, b.inflight);
+  assert_int_equal(a.fallback, b.fallback);
+  assert_int_equal(a.attempts, b.attempts);
+  assert_int_equal(a.retries, b.retries);
+  assert_int_equal(a.hedges, b.hedges);
+  assert_int_equal(a.queued, b.queued);
+  assert_int_equal(a.seeded, b.seeded);
+  assert_int_equal(a.charged, b.charged);
+  assert_int_equal(a.throttled, b.throttled);
+  assert_int_equal(a.criticality, NRES_CLASS_SHEDDABLE);
+  assert_int_equal(a.criticality, b.criticality);
+  assert_memory_equal(&a.last, &b.last, sizeof(a.last));
+  assert_memory_equal(&a.backoff, &b.backoff, sizeof(a.backoff));
+  assert_memory_equal(&a.slot[0], &b.slot[0], sizeof(a.slot[0]));
+  assert_memory_equal(&a.log[0], &b.log[0], sizeof(a.log[0]));
+  x = nres_call_report(&a, x.slot, 7 * SEC + MS, ok());
+  y = nres_call_report(&b, y.slot, 7 * SEC + MS, ok());
+  assert_memory_equal(&x, &y, sizeof(x));
+  assert_int_equal(a.stop, NRES_STOP_OK);
+  assert_memory_equal(&a.log[0], &b.log[0], sizeof(a.log[0]));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(passthrough_is_one_attempt_without_bookkeeping),
     cmocka_unit_test(trivial_retries_at_once_until_ok),
+    cmocka_unit_test(retries_reach_the_counters_when_the_call_ends),
+    cmocka_unit_test(first_attempt_state_is_the_same_on_both_paths),
     cmocka_unit_test(attempts_exhausted_after_the_configured_count),
     cmocka_unit_test(permanent_and_canceled_are_never_retried),
     cmocka_unit_test(backoff_waits_and_early_resume_keeps_waiting),

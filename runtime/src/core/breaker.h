@@ -26,26 +26,38 @@ static inline int nres__breaker_acquire(nres_breaker_t *breaker,
   return nres_breaker_acquire(breaker, now, permit);
 }
 
-/* nres_breaker_record, for a non-NULL breaker. */
-static inline int nres__breaker_record(nres_breaker_t *breaker,
-                                       nres_time_t now, uint32_t permit,
-                                       int outcome, int slow,
-                                       nres_rng_t *rng) {
-  /* The common case, a success while closed that cannot trip (only
-   * failures and slow calls check the ratios): clear the failure run if
-   * there is one, add a call to the window. */
+/* The common case of nres_breaker_record, inline: a success while closed
+ * that cannot trip (only failures and slow calls check the ratios): clear
+ * the failure run if there is one, add a call to the window. 1 when it
+ * took the outcome (nres_breaker_record's answer is then -1), 0 when
+ * nres__breaker_record_other must. Apart so that a caller prepares the
+ * other case's generator only when it is needed. */
+static inline int nres__breaker_record_common(nres_breaker_t *breaker,
+                                              nres_time_t now,
+                                              uint32_t permit, int outcome,
+                                              int slow) {
   if (__builtin_expect(permit == 0 && outcome == NRES_BREAKER_SUCCESS &&
                            !slow,
                        1)) {
     if (NRES__BREAKER_STATE(nres__load(&breaker->word)) !=
         NRES_BREAKER_CLOSED)
-      return -1;   /* it tripped while this call ran: old news */
+      return 1;   /* it tripped while this call ran: old news */
     if (nres__load(&breaker->consecutive) != 0)
       nres__store(&breaker->consecutive, 0);
     if (breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0)
       nres__window_add(&breaker->window, now, NRES__WINDOW_CALL);
-    return -1;
+    return 1;
   }
+  return 0;
+}
+
+/* nres_breaker_record, for a non-NULL breaker. */
+static inline int nres__breaker_record(nres_breaker_t *breaker,
+                                       nres_time_t now, uint32_t permit,
+                                       int outcome, int slow,
+                                       nres_rng_t *rng) {
+  if (nres__breaker_record_common(breaker, now, permit, outcome, slow))
+    return -1;
   return nres__breaker_record_other(breaker, now, permit, outcome, slow, rng);
 }
 

@@ -58,18 +58,6 @@ static NRES__COLD void emit(nres_call_t *call, int type, int value,
       nres__add(&(policy)->field, 1);                                        \
   } while (0)
 
-/* policy->field[index] (n_verdicts[kind], n_stops[stop]); the OK one
- * (index == ok) goes to the thread's shard instead, as n_ok[].shard_field. */
-#define COUNT_SHARDED(policy, field, index, ok, shard_field)                 \
-  do {                                                                       \
-    if ((policy)->private_flags & NRES__F_TELEMETRY) {                       \
-      if ((index) == (ok))                                                   \
-        nres__add(&(policy)->n_ok[nres__shard()].shard_field, 1);            \
-      else                                                                   \
-        nres__add(&(policy)->field[index], 1);                               \
-    }                                                                        \
-  } while (0)
-
 static nres_rng_t *call_rng(nres_call_t *call) {
   if (!call->seeded) {
     uint64_t seq = nres__add(&call->policy->sequence, 1);
@@ -222,7 +210,16 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
     mark_fallback(call);
     a.fallback = 1;
   }
-  COUNT_SHARDED(p, n_stops, stop, NRES_STOP_OK, stops);
+  /* The stop (an OK one to the thread's shard, n_ok[].stops), and the
+   * call's retries in one add. */
+  if (p->private_flags & NRES__F_TELEMETRY) {
+    if (stop == NRES_STOP_OK)
+      nres__add(&p->n_ok[nres__shard()].stops, 1);
+    else
+      nres__add(&p->n_stops[stop], 1);
+    if (call->retries)
+      nres__add(&p->n_retries, call->retries);   /* one add a call */
+  }
   EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
        nres_time_sub(now, call->start));
   return a;
@@ -319,37 +316,28 @@ static NRES__COLD void hedge_started(nres_call_t *call, unsigned number,
   EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
 }
 
-/* Start an admitted attempt in the first free slot, bounded by ceiling. */
-static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
-                                   int hedge, uint32_t permit,
-                                   nres_time_t ceiling) {
-  nres_policy_t *p = call->policy;
-  unsigned slot, number;
-  nres_action_t a;
-
-  slot = (unsigned) __builtin_ctz(~(unsigned) call->inflight);
-  number = ++call->attempts;
-  call->inflight |= (uint8_t) (1u << slot);
+/* The slot and log record of attempt `number`, started at `now`. */
+static NRES__HOT void fill_slot(nres_call_t *call, unsigned slot,
+                                unsigned number, nres_time_t now, int hedge,
+                                uint32_t permit, nres_time_t ceiling,
+                                int held) {
   call->slot[slot].start = now;
   call->slot[slot].deadline = ceiling;
   call->slot[slot].permit = permit;
   call->slot[slot].number = (uint16_t) number;
   call->slot[slot].hedge = (uint8_t) hedge;
-  call->slot[slot].held = p->bulkhead != NULL;
+  call->slot[slot].held = (uint8_t) held;
   *log_of(call, number) = (nres_attempt_rec_t) {
     now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
   };
-  if (__builtin_expect(hedge, 0)) {
-    hedge_started(call, number, now);
-  } else if (number > 1) {
-    call->charged = 0;   /* the token is now used */
-    call->retries++;
-    COUNT(p, n_retries);
-  }
+}
 
-  call->phase = NRES__PHASE_RUNNING;
-  call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
-                                                      : NRES_TIME_NEVER;
+/* The ATTEMPT action of a started attempt. */
+static NRES__HOT nres_action_t attempt_action(unsigned slot, int hedge,
+                                              unsigned number,
+                                              nres_time_t ceiling) {
+  nres_action_t a;
+
   a.kind = NRES_ATTEMPT;
   a.slot = (uint8_t) slot;
   a.hedge = (uint8_t) hedge;
@@ -359,6 +347,48 @@ static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
   a.attempt = (uint16_t) number;
   a.at = ceiling;
   return a;
+}
+
+/* Start an admitted attempt in the first free slot, bounded by ceiling. */
+static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
+                                   int hedge, uint32_t permit,
+                                   nres_time_t ceiling) {
+  nres_policy_t *p = call->policy;
+  unsigned slot, number;
+
+  slot = (unsigned) __builtin_ctz(~(unsigned) call->inflight);
+  number = ++call->attempts;
+  call->inflight |= (uint8_t) (1u << slot);
+  fill_slot(call, slot, number, now, hedge, permit, ceiling,
+            p->bulkhead != NULL);
+  if (__builtin_expect(hedge, 0)) {
+    hedge_started(call, number, now);
+  } else if (number > 1) {
+    call->charged = 0;   /* the token is now used */
+    call->retries++;     /* counted in n_retries when the call ends */
+  }
+
+  call->phase = NRES__PHASE_RUNNING;
+  call->resume_at = (p->private_flags & NRES__F_HEDGE) ? next_hedge(call, now)
+                                                      : NRES_TIME_NEVER;
+  return attempt_action(slot, hedge, number, ceiling);
+}
+
+/* An attempt's deadline: the call's, the attempt timeout's, the measured
+ * ceiling's, whichever comes first. */
+static NRES__HOT nres_time_t attempt_ceiling(nres_policy_t *p, nres_time_t now,
+                                             nres_time_t deadline) {
+  nres_time_t ceiling = deadline;
+
+  if (p->private_flags & NRES__F_BOUNDED) {
+    if (p->attempt_timeout)
+      ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
+    if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
+      ceiling = nres_time_min(ceiling,
+                              nres_time_add(now, quantile(p, now,
+                                                          &p->quantile_ceiling)));
+  }
+  return ceiling;
 }
 
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
@@ -431,15 +461,14 @@ static NRES__COLD nres_action_t breaker_refused(nres_call_t *call,
 }
 
 
-static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
-                           int *skipped) {
+/* admit, once the call's deadline is known not to have passed. */
+static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
+                                           int hedge, int *skipped) {
   nres_policy_t *p = call->policy;
   nres_time_t ceiling;
   uint32_t permit = 0;
   nres_action_t a;
 
-  if (now >= call->deadline)
-    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
   /* The admission gates in order: rate limiter, bulkhead, breaker (which
    * may give a probe permit). */
   if (p->private_flags & NRES__F_GATED) {
@@ -459,17 +488,15 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
     return skip(call, skipped);
   }
 
-  ceiling = call->deadline;
-  if (p->private_flags & NRES__F_BOUNDED) {
-    if (p->attempt_timeout)
-      ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
-    if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
-      ceiling = nres_time_min(ceiling,
-                              nres_time_add(now, quantile(p, now,
-                                                          &p->quantile_ceiling)));
-  }
-
+  ceiling = attempt_ceiling(p, now, call->deadline);
   return start_attempt(call, now, hedge, permit, ceiling);
+}
+
+static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now,
+                                     int hedge, int *skipped) {
+  if (now >= call->deadline)
+    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+  return admit_gates(call, now, hedge, skipped);
 }
 
 static NRES__HOT nres_action_t admit_next(nres_call_t *call,
@@ -481,12 +508,11 @@ static NRES__HOT nres_action_t admit_next(nres_call_t *call,
 
 /* A call on a built policy, not a passthrough's shortcut, reset already:
  * its deadline, then its first admission. */
-static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
-                                     nres_time_t now, nres_time_t inbound) {
-  if (policy->deadline)
-    call->deadline = nres_time_add(now, policy->deadline);
-  if (inbound < call->deadline)
-    call->deadline = inbound;   /* an inherited deadline only tightens */
+static NRES__COLD nres_action_t begin_general(nres_call_t *call,
+                                              nres_policy_t *policy,
+                                              nres_time_t now,
+                                              nres_time_t deadline) {
+  call->deadline = deadline;
   nres_backoff_state_reset(&call->backoff);
 
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
@@ -494,26 +520,85 @@ static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
   return admit_next(call, now);
 }
 
+/* A call on a built policy, not a passthrough's shortcut: its deadline,
+ * then its first admission. The common case (no rate limiter or bulkhead,
+ * a closed breaker or none, time left, not draining) decides first and
+ * then writes the call once, as nres__call_reset and start_attempt would
+ * leave it (slot 0, attempt 1); any other case resets the call and takes
+ * the general path. */
+static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound,
+                                     int cls) {
+  nres_time_t deadline = NRES_TIME_NEVER, ceiling;
+  unsigned flags = policy->private_flags;
+  uint32_t permit = 0;
+
+  if (policy->deadline)
+    deadline = nres_time_add(now, policy->deadline);
+  if (inbound < deadline)
+    deadline = inbound;   /* an inherited deadline only tightens */
+  if (__builtin_expect((flags & (NRES__F_LIMITED | NRES__F_HEDGE)) ||
+                           now >= deadline ||
+                           atomic_load_explicit(&policy->draining,
+                                                memory_order_acquire) ||
+                           (policy->breaker != NULL &&
+                            NRES__BREAKER_STATE(nres__load(
+                                &policy->breaker->word)) !=
+                                NRES_BREAKER_CLOSED),
+                       0)) {
+    nres__call_reset(call, policy, now);
+    call->criticality = (uint8_t) cls;
+    return begin_general(call, policy, now, deadline);
+  }
+  ceiling = attempt_ceiling(policy, now, deadline);
+
+  call->policy = policy;
+  call->start = now;
+  call->deadline = deadline;
+  call->resume_at = NRES_TIME_NEVER;
+  call->phase = NRES__PHASE_RUNNING;
+  call->stop = NRES_STOP_NONE;
+  call->inflight = 1;
+  call->fallback = 0;
+  call->attempts = 1;
+  call->retries = 0;
+  call->hedges = 0;
+  call->queued = 0;
+  call->seeded = 0;
+  call->charged = 0;
+  call->throttled = 0;
+  call->criticality = (uint8_t) cls;
+  call->last = nres_verdict(NRES_OK);
+  nres_backoff_state_reset(&call->backoff);
+  fill_slot(call, 0, 1, now, 0, permit, ceiling, 0);
+  return attempt_action(0, 0, 1, ceiling);
+}
+
 nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
                                     nres_time_t now, nres_time_t inbound,
                                     int cls) {
-  nres__call_reset(call, policy, now);
-  if (cls >= 0 && cls < NRES_CLASS_COUNT)
+  if (cls < 0 || cls >= NRES_CLASS_COUNT)
+    cls = NRES_CLASS_DEFAULT;
+  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC) {
+    nres__call_reset(call, policy, now);
     call->criticality = (uint8_t) cls;
-  if (policy == NULL || policy->private_magic != NRES__POLICY_MAGIC)
     return pending(call);   /* misuse: DONE with stop NONE */
+  }
 
   if ((policy->private_flags & NRES__F_PASSTHROUGH) &&
       inbound == NRES_TIME_NEVER &&
-      !atomic_load_explicit(&policy->draining, memory_order_relaxed))
+      !atomic_load_explicit(&policy->draining, memory_order_relaxed)) {
+    nres__call_reset(call, policy, now);
+    call->criticality = (uint8_t) cls;
     return start_attempt(call, now, 0, 0, NRES_TIME_NEVER);
-  return begin(call, policy, now, inbound);
+  }
+  return begin(call, policy, now, inbound, cls);
 }
 
-nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
-                               nres_time_t now) {
-  nres__call_reset(call, policy, now);
-  return begin(call, policy, now, NRES_TIME_NEVER);
+NRES__HOT nres_action_t nres__call_begin(nres_call_t *call,
+                                         nres_policy_t *policy,
+                                         nres_time_t now) {
+  return begin(call, policy, now, NRES_TIME_NEVER, NRES_CLASS_DEFAULT);
 }
 
 nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
@@ -561,7 +646,7 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
   }
   EMIT(call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
   if (delay == 0)
-    return admit_next(call, now);
+    return admit_gates(call, now, 0, NULL);   /* deadline checked above */
   return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 
@@ -594,8 +679,12 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
         threshold = quantile(p, now, &p->quantile_slow);
       slow = threshold != 0 && latency > threshold;
     }
-    entered = nres_breaker_record(p->breaker, now, call->slot[slot].permit,
-                                  outcome, slow, breaker_rng(call, now, &rng));
+    entered = -1;
+    if (!nres__breaker_record_common(p->breaker, now, call->slot[slot].permit,
+                                     outcome, slow))
+      entered = nres__breaker_record_other(p->breaker, now,
+                                           call->slot[slot].permit, outcome,
+                                           slow, breaker_rng(call, now, &rng));
     call->slot[slot].permit = 0;
     if (entered >= 0)
       EMIT(call, NRES_EV_BREAKER, entered, call->slot[slot].number, now, 0);
@@ -610,9 +699,10 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
   }
 }
 
-/* An attempt's outcome, checked already: record it, then decide. */
+/* An attempt's outcome, checked already: record it, then decide. number
+ * is the slot's attempt (call->slot[slot].number). */
 static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
-                                      nres_time_t now,
+                                      unsigned number, nres_time_t now,
                                       const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   int kind = v->kind;
@@ -620,7 +710,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
 
   call->inflight &= (uint8_t) ~(1u << slot);
   call->last = *v;
-  rec = log_of(call, call->slot[slot].number);
+  rec = log_of(call, number);
   rec->end = now;
   rec->kind = (uint8_t) kind;
   rec->flags = v->flags;
@@ -631,21 +721,26 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
    * stop (n_ok[].stops) serves for both. */
   if (kind != NRES_OK)
     COUNT(p, n_verdicts[kind]);
-  EMIT(call, NRES_EV_ATTEMPT, kind, call->slot[slot].number, now,
+  EMIT(call, NRES_EV_ATTEMPT, kind, number, now,
        nres_time_sub(now, call->slot[slot].start));
 
-  switch (kind) {
-    case NRES_OK:
-      if (p->budget != NULL && !(v->flags & NRES_VF_SELF))
-        nres_budget_deposit(p->budget);
-      return done(call, now, NRES_STOP_OK);
-    case NRES_CANCELED:
-      return done(call, now, NRES_STOP_CANCELED);
-    case NRES_PERMANENT:
-      return done(call, now, NRES_STOP_PERMANENT);
+  /* The common failure, TRANSIENT without a retry-after, goes straight
+   * on to the retry below: one test. */
+  if (__builtin_expect(kind != NRES_TRANSIENT ||
+                           (v->flags & NRES_VF_RETRY_AFTER),
+                       1)) {
+    switch (kind) {
+      case NRES_OK:
+        if (p->budget != NULL && !(v->flags & NRES_VF_SELF))
+          nres_budget_deposit(p->budget);
+        return done(call, now, NRES_STOP_OK);
+      case NRES_CANCELED:
+        return done(call, now, NRES_STOP_CANCELED);
+      case NRES_PERMANENT:
+        return done(call, now, NRES_STOP_PERMANENT);
+    }
+    call->throttled = 1;   /* THROTTLED or told when: no more hedges */
   }
-  if (kind == NRES_THROTTLED || (v->flags & NRES_VF_RETRY_AFTER))
-    call->throttled = 1;   /* asked to slow down: no more hedges */
   if (call->inflight) {
     /* Others still run: wait for them, and for the next hedge if due. */
     if (call->resume_at == NRES_TIME_NEVER)
@@ -669,12 +764,13 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     nres__call_passthrough(call, p, verdict);
     return pending(call);
   }
-  return report(call, slot, now, &verdict);
+  return report(call, slot, call->slot[slot].number, now, &verdict);
 }
 
-nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
-                                nres_time_t now, const nres_verdict_t *v) {
-  return report(call, slot, now, v);
+NRES__HOT nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
+                                          unsigned number, nres_time_t now,
+                                          const nres_verdict_t *v) {
+  return report(call, slot, number, now, v);
 }
 
 const nres_attempt_t nres__passthrough_attempt = {

@@ -45,11 +45,13 @@ nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
                                nres_time_t now);
 
 /* nres_call_report after its checks, for a driver whose reports answer
- * its own ATTEMPT actions: the slot has an attempt in flight, the kind is
- * in range, and the call is not a passthrough's (begun by the shortcut of
- * nres_call_begin). */
+ * its own ATTEMPT actions: the slot has an attempt in flight, number is
+ * that attempt's (the action's attempt), the kind is in range, and the
+ * call is not a passthrough's (begun by the shortcut of nres_call_begin).
+ * A call's first action, when it is an ATTEMPT, is attempt 1 in slot 0. */
 nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
-                                nres_time_t now, const nres_verdict_t *v);
+                                unsigned number, nres_time_t now,
+                                const nres_verdict_t *v);
 
 /* Where a call's machine is (nres_call_t.phase). */
 enum {

@@ -24,11 +24,26 @@ static nres_time_t sleep_until(nres_time_t until) {
   return now;
 }
 
+/* Run the attempt of an ATTEMPT action (slot, attempt number: the
+ * action's) and report its verdict; *now becomes its end. */
+static inline __attribute__((always_inline)) nres_action_t run_attempt(
+    nres_call_t *call, nres_attempt_fn fn, void *arg, nres_action_t act,
+    unsigned slot, unsigned number, int timeless, nres_time_t *now) {
+  nres_attempt_t attempt = nres__attempt_of(act, *now);
+  nres_verdict_t verdict;
+
+  attempt.number = number;
+  verdict = fn(arg, &attempt);
+  if (!timeless)
+    *now = nres__clock_now();
+  if (__builtin_expect(verdict.kind >= NRES_VERDICT_COUNT, 0))
+    return nres_call_report(call, slot, *now, verdict);   /* misuse */
+  return nres__call_report(call, slot, number, *now, &verdict);
+}
+
 int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
              nres_call_t *call) {
-  nres_attempt_t attempt;
   nres_action_t act;
-  nres_verdict_t verdict;
   nres_time_t now;
   int timeless;
 
@@ -52,16 +67,14 @@ int nres_run(nres_policy_t *policy, nres_attempt_fn fn, void *arg,
   timeless = (policy->private_flags & NRES__F_TIMELESS) != 0;
   now = timeless ? 0 : nres__clock_now();
   act = nres__call_begin(call, policy, now);
+  /* The first attempt, peeled off the loop: attempt 1 in slot 0, which
+   * the compiler can then fold into the report. */
+  if (__builtin_expect(act.kind == NRES_ATTEMPT, 1))
+    act = run_attempt(call, fn, arg, act, 0, 1, timeless, &now);
   while (act.kind != NRES_DONE) {
     if (act.kind == NRES_ATTEMPT) {
-      attempt = nres__attempt_of(act, now);
-      verdict = fn(arg, &attempt);
-      if (!timeless)
-        now = nres__clock_now();
-      if (__builtin_expect(verdict.kind >= NRES_VERDICT_COUNT, 0))
-        act = nres_call_report(call, act.slot, now, verdict);   /* misuse */
-      else
-        act = nres__call_report(call, act.slot, now, &verdict);
+      act = run_attempt(call, fn, arg, act, act.slot, act.attempt, timeless,
+                        &now);
     } else {
       /* Nothing runs in the background here, so a WAIT always has an end;
        * one without would be a bug in the machine: end, never spin. */

@@ -136,7 +136,8 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                        (call->policy->private_flags & NRES__F_PASSTHROUGH),
                        0))
     return sync_report_general(call, slot, t, v, at);
-  return packed(nres__call_report(call, slot, t, &v), at);
+  return packed(nres__call_report(call, slot, call->slot[slot].number, t, &v),
+                at);
 }
 
 int nres_step_sync_resume(nres_call_t *call, double now, double *at) {

@@ -6,7 +6,7 @@
  * ATTEMPT (run one, bounded by a deadline), WAIT (until a time, or until an
  * attempt in flight ends) or DONE (with the reason).
  *
- * Order of operations, per attempt: rate limiter -> bulkhead (queue) ->
+ * Order of operations, per attempt: throttle -> rate limiter -> bulkhead (queue) ->
  * breaker admission -> attempt ceiling = min(attempt timeout, measured
  * ceiling, time left) -> run -> classify (the driver) -> record (log,
  * bulkhead, breaker, estimator, hedge window, telemetry) -> decide: OK
@@ -26,6 +26,7 @@
 #include "core/breaker.h"
 #include "core/policy.h"
 #include "core/shard.h"
+#include "core/throttle.h"
 #include "exec/call.h"
 
 
@@ -430,6 +431,25 @@ static NRES__COLD nres_action_t breaker_refused(nres_call_t *call,
   return reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT);
 }
 
+/* The throttle's odds are above 0: draw, unless the call comes back from
+ * waiting for a limiter or a queue place (it drew before it waited). */
+static NRES__COLD int throttle_refuses(nres_call_t *call, nres_time_t now) {
+  if (call->phase == NRES__PHASE_ADMIT)
+    return 0;
+  return nres_throttle_acquire(call->policy->throttle, now, call_rng(call)) != 0;
+}
+
+/* The throttle refused an attempt (nothing is held yet): a hedge is
+ * skipped, a first attempt ends the call (throttled locally), a retry
+ * ends it with the last attempt's error (attempts: its token goes back). */
+static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
+                                                 nres_time_t now, int hedge,
+                                                 int *skipped) {
+  if (hedge)
+    return skip(call, skipped);
+  return reject(call, now, NRES_REJECT_THROTTLE,
+                call->attempts == 0 ? NRES_STOP_THROTTLED : NRES_STOP_ATTEMPTS);
+}
 
 static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hedge,
                            int *skipped) {
@@ -440,6 +460,10 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
 
   if (now >= call->deadline)
     return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+  if (p->throttle != NULL &&
+      __builtin_expect(nres__throttle_odds(p->throttle, now) != 0, 0) &&
+      throttle_refuses(call, now))
+    return throttle_refused(call, now, hedge, skipped);
   /* The admission gates in order: rate limiter, bulkhead, breaker (which
    * may give a probe permit). */
   if (p->private_flags & NRES__F_GATED) {
@@ -600,6 +624,8 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
     if (entered >= 0)
       EMIT(call, NRES_EV_BREAKER, entered, call->slot[slot].number, now, 0);
   }
+  if (p->throttle != NULL && !self)   /* only an overload refusal is no accept */
+    nres__throttle_record(p->throttle, now, kind != NRES_THROTTLED);
   if (kind == NRES_OK && p->estimator != NULL)
     nres_estimator_record(p->estimator, now, latency);
   if (p->private_flags & NRES__F_HEDGE) {

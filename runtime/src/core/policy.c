@@ -170,7 +170,8 @@ int nres_policy_build(nres_policy_t *policy) {
     flags |= NRES__F_SLOW;
   if (policy->ratelimit != NULL || policy->bulkhead != NULL)
     flags |= NRES__F_LIMITED;
-  if ((flags & NRES__F_LIMITED) || policy->breaker != NULL)
+  if ((flags & NRES__F_LIMITED) || policy->breaker != NULL ||
+      policy->throttle != NULL)
     flags |= NRES__F_GATED;
   if (policy->backoff.kind == NRES_BACKOFF_DECORRELATED ||
       (policy->backoff.kind != NRES_BACKOFF_NONE &&

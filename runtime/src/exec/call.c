@@ -431,12 +431,16 @@ static NRES__COLD nres_action_t breaker_refused(nres_call_t *call,
   return reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT);
 }
 
-/* The throttle's odds are above 0: draw, unless the call comes back from
- * waiting for a limiter or a queue place (it drew before it waited). */
-static NRES__COLD int throttle_refuses(nres_call_t *call, nres_time_t now) {
-  if (call->phase == NRES__PHASE_ADMIT)
+/* Does the throttle refuse this attempt? No draw while its odds are 0,
+ * nor for a call back from waiting for a limiter or a queue place (it
+ * drew before it waited). */
+static inline int throttle_refuses(nres_call_t *call, nres_time_t now) {
+  nres_throttle_t *t = call->policy->throttle;
+
+  if (__builtin_expect(nres__throttle_odds(t, now) == 0, 1) ||
+      call->phase == NRES__PHASE_ADMIT)
     return 0;
-  return nres_throttle_acquire(call->policy->throttle, now, call_rng(call)) != 0;
+  return nres_throttle_acquire(t, now, call_rng(call)) != 0;
 }
 
 /* The throttle refused an attempt (nothing is held yet): a hedge is
@@ -460,13 +464,11 @@ static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now, int hed
 
   if (now >= call->deadline)
     return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
-  if (p->throttle != NULL &&
-      __builtin_expect(nres__throttle_odds(p->throttle, now) != 0, 0) &&
-      throttle_refuses(call, now))
-    return throttle_refused(call, now, hedge, skipped);
-  /* The admission gates in order: rate limiter, bulkhead, breaker (which
-   * may give a probe permit). */
+  /* The admission gates in order: throttle, rate limiter, bulkhead,
+   * breaker (which may give a probe permit). */
   if (p->private_flags & NRES__F_GATED) {
+    if (p->throttle != NULL && throttle_refuses(call, now))
+      return throttle_refused(call, now, hedge, skipped);
     if ((p->private_flags & NRES__F_LIMITED) &&
         !pass_limits(call, now, hedge, skipped, &a))
       return a;
@@ -594,9 +596,12 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
 /* An attempt's outcome into the shared state that learns from outcomes:
  * bulkhead (its slot and latency), breaker, latency estimator, hedge
  * window (and the count of hedges that won). Only for policies with any
- * of them (NRES__F_RECORDS). */
-static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
-                             const nres_verdict_t *v) {
+ * of them (NRES__F_RECORDS). Out of line: inlined, it made the steps too
+ * large for LTO to inline nres__call_begin into the drivers (+37
+ * instructions for trivial, which never records). */
+static __attribute__((noinline)) void record(nres_call_t *call,
+                                             unsigned slot, nres_time_t now,
+                                             const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   int kind = v->kind;
   nres_time_t latency = nres_time_sub(now, call->slot[slot].start);

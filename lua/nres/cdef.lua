@@ -211,6 +211,7 @@ typedef struct nres_shm_config_s {
   double budget_ratio, budget_min_per_sec, budget_capacity;
   nres_breaker_config_t breaker;
   double rate; uint32_t burst, reserved_;
+  double throttle_k; nres_time_t throttle_window; uint32_t throttle_buckets, reserved2_;
 } nres_shm_config_t;
 
 typedef struct nres_shm_slot_s {
@@ -220,6 +221,7 @@ typedef struct nres_shm_slot_s {
   nres_budget_t budget;
   nres_breaker_t breaker;
   nres_ratelimit_t ratelimit;
+  nres_throttle_t throttle;
 } nres_shm_slot_t;
 
 typedef struct nres_shm_stats_s {

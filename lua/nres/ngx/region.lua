@@ -40,6 +40,7 @@ local function rebuild(s, idx, gen)
   if s.budget then cp.budget = slot.budget end
   if s.breaker then cp.breaker = slot.breaker end
   if s.ratelimit then cp.ratelimit = slot.ratelimit end
+  if s.throttle then cp.throttle = slot.throttle end
   C.nres_policy_counters_reset(cp)
   local rc = C.nres_policy_build(cp)
   if rc ~= 0 then

@@ -930,7 +930,7 @@ typedef enum {
                              after 100 samples), budget (0.1 per success,
                              3/s floor), breaker (20 in a row or 90 % over
                              0.1 s with >= 8 calls; a probe every 0.55 s,
-                             no doubling) */
+                             no doubling), throttle (k 1.06 over 0.3 s) */
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */
@@ -962,8 +962,8 @@ typedef enum {
  * - A breaker with slow_ratio > 0 and slow_threshold 0 needs an estimator
  *   and slow_factor finite and > 0.
  * - Shared state it points at is checked too: a breaker's or bulkhead's
- *   config by the rules of its *_config_error ("breaker.window: ..."), an
- *   estimator's period > 0.
+ *   config by the rules of its *_config_error ("breaker.window: ..."), a
+ *   throttle's by nres_throttle_error, an estimator's period > 0.
  * Other fields take any value: min_samples, seed; telemetry and fallback
  * are read as booleans. */
 struct nres_policy_s {
@@ -1002,7 +1002,7 @@ struct nres_policy_s {
   nres_ratelimit_t *ratelimit;
   nres_bulkhead_t *bulkhead;
   nres_estimator_t *estimator;
-  nres_throttle_t *throttle;
+  nres_throttle_t *throttle;    /* client-side throttling; NULL: off */
   nres_event_cb on_event;
   void *event_data;
   struct {

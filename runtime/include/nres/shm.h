@@ -5,14 +5,15 @@
  * bucket, not one per worker. A shm table is a fixed table of slots in one
  * region of memory; each slot holds a key (an upstream host, a client id),
  * the state a scoped policy needs (a budget, a breaker, a rate limiter, a
- * throttle, all atomics and no pointers) and counters. Any process that maps the region
- * (nginx workers forked from the master that created it) finds a key's slot
- * and updates its state with atomics only: lookups, inserts and evictions
- * are compare-and-swaps on one word per slot, with no lock anywhere, so a
- * process killed at any instruction cannot wedge the others: an insert it
- * left half done is finished by the next lookup of its key, or its slot is
- * taken back when the claim's lease ends (spec/c/test_shm.c kills a process
- * at every step of the protocol, NRES_SHM_STEP_*, to prove it).
+ * throttle, all atomics and no pointers) and counters. Any process that
+ * maps the region (nginx workers forked from the master that created it)
+ * finds a key's slot and updates its state with atomics only: lookups,
+ * inserts and evictions are compare-and-swaps on one word per slot, with
+ * no lock anywhere, so a process killed at any instruction cannot wedge
+ * the others: an insert it left half done is finished by the next lookup
+ * of its key, or its slot is taken back when the claim's lease ends
+ * (spec/c/test_shm.c kills a process at every step of the protocol,
+ * NRES_SHM_STEP_*, to prove it).
  *
  * Bounds. A key is at most NRES_SHM_KEY_MAX bytes. The table holds `slots`
  * keys (a multiple of NRES_SHM_WAYS); a key lives in one of the

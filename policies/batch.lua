@@ -16,6 +16,8 @@ return {
   attempt_timeout = 120,
   -- A job's attempts are not cut at a multiple of the usual latency.
   ceiling = false,
+  -- No local refusals: a refused first attempt fails at once, and a job would rather wait (its budget bounds retries).
+  throttle = false,
   -- 20 % of successes, a floor of 1 a second: more retry room than the default.
   budget = { ratio = 0.2, min_per_sec = 1 },
   -- The default's trip rules, a probe every 2 s never doubled (30 s doubling to 10 min: 44 % in the outage).

@@ -4,7 +4,9 @@
 -- (10 % of successes, a floor of 3 retries per second) and a breaker that
 -- opens for an outage, not for a busy dependency (a throttled answer, a
 -- 429 or an "overloaded" that says so, is the dependency answering: it
--- never trips it). The values are held to
+-- never trips it) and a client-side throttle that refuses locally what an
+-- overloaded dependency would refuse (the SRE book's adaptive throttling;
+-- only throttled answers count against it). The values are held to
 -- bench/tournament.lua (ten scenarios, ten seeds; the table is
 -- bench/results/tournament-2026-12-01.md): never more than 0.5 points of
 -- success below no policy at all, at most 0.05 requests per call to a
@@ -43,6 +45,14 @@ return {
     probes = 1,
     -- Two probe successes close it: one lucky answer does not.
     successes = 2,
+  },
+  throttle = {
+    -- Sends an overloaded dependency ~1.06 x what it accepts: 1.08 gave 1.11 x capacity at a quarter of it.
+    k = 1.06,
+    -- 0.3 s: sending grows ~k-fold per window after an overload, so 1-2 s back (a 2 s window took 13-20 s).
+    window = 0.3,
+    -- 8 buckets of 37.5 ms, as the breaker's window slides.
+    buckets = 8,
   },
   -- No rate limit: a client-side limit cannot know the dependency's capacity.
   limiter = false,

@@ -9,7 +9,7 @@
 -- path tried.
 local ffi = require "ffi"
 
-local ABI_VERSION = 4
+local ABI_VERSION = 5
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -47,6 +47,11 @@ typedef struct nres_breaker_s {
   uint64_t trips, rejected; nres_window_t window;
 } nres_breaker_t;
 
+typedef struct nres_throttle_s {
+  double k; nres_time_t refresh; uint64_t next, odds, refused, reserved_[3];
+  nres_window_t window;
+} nres_throttle_t;
+
 typedef struct nres_ratelimit_s {
   nres_time_t interval, tolerance; uint64_t tat, refused;
 } nres_ratelimit_t;
@@ -75,7 +80,7 @@ typedef struct nres_hedge_s {
 
 typedef struct nres_counters_s {
   uint64_t calls, attempts, retries, hedges, abandoned, fallbacks, late;
-  uint64_t verdicts[5]; uint64_t stops[10]; uint64_t rejects[5];
+  uint64_t verdicts[5]; uint64_t stops[11]; uint64_t rejects[6];
   uint64_t hedges_won, class_rejects[3];
 } nres_counters_t;
 
@@ -87,13 +92,14 @@ typedef struct nres_policy_s {
   nres_time_t limit_wait; uint32_t fallback, reserved1_; uint64_t seed;
   nres_hedge_t hedge;
   nres_budget_t *budget; nres_breaker_t *breaker; nres_ratelimit_t *ratelimit;
-  nres_bulkhead_t *bulkhead; nres_estimator_t *estimator;
+  nres_bulkhead_t *bulkhead; nres_estimator_t *estimator; nres_throttle_t *throttle;
   void *on_event; void *event_data;
-  struct { nres_budget_t budget; nres_breaker_t breaker; nres_estimator_t estimator; } own;
+  struct { nres_budget_t budget; nres_breaker_t breaker; nres_estimator_t estimator;
+           nres_throttle_t throttle; } own;
   uint32_t private_flags, private_magic, draining;
   uint64_t sequence, quantile_next, quantile_samples, quantile_ceiling, quantile_slow,
            quantile_hedge;
-  uint64_t n_verdicts[5], n_stops[10], n_rejects[5];
+  uint64_t n_verdicts[5], n_stops[11], n_rejects[6];
   uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
   uint64_t n_hedges_won, n_class_rejects[3];
   struct { uint64_t verdicts, stops, reserved_[14]; } n_ok[8];
@@ -126,6 +132,9 @@ typedef struct nres_breaker_stats_s {
   uint64_t trips, rejected;
 } nres_breaker_stats_t;
 typedef struct nres_ratelimit_stats_s { nres_time_t tat; uint64_t refused; } nres_ratelimit_stats_t;
+typedef struct nres_throttle_stats_s {
+  uint32_t requests, accepts; uint64_t refused; double probability;
+} nres_throttle_stats_t;
 typedef struct nres_bulkhead_stats_s {
   uint32_t inflight, waiting, limit, reserved_; uint64_t limit_fp, refused;
   double recent, baseline; uint64_t refused_class[3];
@@ -158,6 +167,10 @@ int nres_breaker_state(const nres_breaker_t *breaker, nres_time_t now);
 void nres_breaker_isolate(nres_breaker_t *breaker);
 void nres_breaker_reset(nres_breaker_t *breaker);
 int nres_ratelimit_init(nres_ratelimit_t *limit, double rate, uint32_t burst);
+int nres_throttle_init(nres_throttle_t *throttle, double k, nres_time_t window, uint32_t buckets);
+const char *nres_throttle_error(double k, nres_time_t window, uint32_t buckets);
+void nres_throttle_stats(const nres_throttle_t *throttle, nres_time_t now,
+                         nres_throttle_stats_t *out);
 void nres_bulkhead_config_init(nres_bulkhead_config_t *config);
 int nres_bulkhead_init(nres_bulkhead_t *bulkhead, const nres_bulkhead_config_t *config);
 uint32_t nres_bulkhead_limit(const nres_bulkhead_t *bulkhead);
@@ -203,15 +216,17 @@ typedef struct nres_shm_config_s {
   double budget_ratio, budget_min_per_sec, budget_capacity;
   nres_breaker_config_t breaker;
   double rate; uint32_t burst, reserved_;
+  double throttle_k; nres_time_t throttle_window; uint32_t throttle_buckets, reserved2_;
 } nres_shm_config_t;
 
 typedef struct nres_shm_slot_s {
   uint64_t key[8];
   uint64_t ticket, created, calls, attempts, retries;
-  uint64_t stops[10];
+  uint64_t stops[11];
   nres_budget_t budget;
   nres_breaker_t breaker;
   nres_ratelimit_t ratelimit;
+  nres_throttle_t throttle;
 } nres_shm_slot_t;
 
 typedef struct nres_shm_stats_s {
@@ -277,6 +292,7 @@ local sizes = {
   "nres_breaker_t", "nres_ratelimit_t", "nres_bulkhead_t", "nres_estimator_t",
   "nres_counters_t", "nres_step_t", "nres_window_t", "nres_budget_stats_t",
   "nres_breaker_stats_t", "nres_ratelimit_stats_t", "nres_bulkhead_stats_t",
+  "nres_throttle_t", "nres_throttle_stats_t",
 }
 for kind = 0, #sizes do
   local name = sizes[kind]

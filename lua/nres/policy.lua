@@ -241,6 +241,13 @@ local function build(t)
     if br.slow_call then cp.slow_threshold = ns(br.slow_call) end
   end
 
+  local th = t.throttle
+  if type(th) == "table" then
+    local rc = C.nres_throttle_init(cp.own.throttle, th.k or 1.1, ns(th.window or 2), th.buckets or 8)
+    if rc ~= 0 then return nil, "throttle: " .. ffi_string(C.nres_strerror(rc)) end
+    cp.throttle = cp.own.throttle
+  end
+
   local l = t.limiter
   if type(l) == "table" then
     if l.rate then
@@ -426,7 +433,8 @@ local counters = ffi_new("nres_counters_t")
 local bstats = ffi_new("nres_bulkhead_stats_t")
 local stop_names = run.reasons
 local verdict_names = classify.names
-local reject_names = { [0] = "breaker", "budget", "rate", "concurrency", "draining" }
+local reject_names = { [0] = "breaker", "budget", "rate", "concurrency", "draining", "throttle" }
+local tstats = ffi_new("nres_throttle_stats_t")
 
 -- The policy's counters as a table.
 function _M.stats(self)
@@ -446,14 +454,21 @@ function _M.stats(self)
                          default = tonumber(counters.class_rejects[1]),
                          sheddable = tonumber(counters.class_rejects[2]) }
   for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
-  for i = 1, 9 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
-  for i = 0, 4 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
+  for i = 1, 10 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
+  for i = 0, 5 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
   local cp, now = self.cp, self.driver.now()   -- state lives on the driver's clock
   if cp.budget ~= nil then
     s.budget = C.nres_budget_level(cp.budget, now)
   end
   if cp.breaker ~= nil then
     s.breaker = ffi_string(C.nres_breaker_state_name(C.nres_breaker_state(cp.breaker, now)))
+  end
+  if cp.throttle ~= nil then
+    -- The throttle's window now (requests and accepts), the refusal
+    -- probability they give, and the attempts it refused locally.
+    C.nres_throttle_stats(cp.throttle, now, tstats)
+    s.throttle = { requests = tstats.requests, accepts = tstats.accepts,
+                   probability = tstats.probability, refused = tonumber(tstats.refused) }
   end
   if cp.bulkhead ~= nil then
     C.nres_bulkhead_stats(cp.bulkhead, bstats)

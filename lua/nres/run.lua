@@ -69,7 +69,7 @@ local gc_step = ffi_new("nres_step_t")
 local CLASS_NAMES = { [0] = "critical", "default", "sheddable" }
 
 local reasons = {}
-for i = 0, 9 do reasons[i] = ffi_string(C.nres_stop_name(i)) end
+for i = 0, 10 do reasons[i] = ffi_string(C.nres_stop_name(i)) end
 _M.reasons = reasons
 
 -- Call records. An nres_call_t must stay referenced for the whole call (it

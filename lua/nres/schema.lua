@@ -198,6 +198,11 @@ _M.policy = {
     probes = integer(1, 255),
     successes = integer(1, 255),
   },
+  throttle = section {
+    k = number(1, false, 1000, false, "a finite number from 1 to 1000"),
+    window = positive_duration,
+    buckets = integer(1, 16),
+  },
   limiter = section {
     rate = rate,
     burst = integer(1, 4294967295),
@@ -417,6 +422,14 @@ local function check_relations(problems, t)
       problems[#problems + 1] = "breaker.slow_call: has no effect without breaker.slow_ratio"
     end
   end
+  local th = t.throttle
+  if type(th) == "table" then
+    local buckets = th.buckets == nil and 8 or th.buckets
+    if pos(th.window) and integer(1, 16)(buckets) == nil and ns(th.window) < buckets then
+      problems[#problems + 1] = format("throttle.window: expected at least 1 ns per bucket (%d buckets), got %s",
+        buckets, describe(th.window))
+    end
+  end
   local l = t.limiter
   if type(l) == "table" then
     if l.rate == nil and l.concurrency == nil then
@@ -513,6 +526,6 @@ end
 
 -- Sections merged key by key when a policy extends a base.
 _M.sections = { backoff = true, ceiling = true, budget = true, breaker = true,
-                limiter = true, hedge = true, latency = true }
+                throttle = true, limiter = true, hedge = true, latency = true }
 
 return _M

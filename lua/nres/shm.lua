@@ -70,7 +70,7 @@ char *strerror(int errnum);
 local _M = { _VERSION = "0.1.0", KEY_MAX = 64, MAX_SLOTS = 2 ^ 20 }
 local mt = { __index = _M }
 
-_M.BUDGET, _M.BREAKER, _M.RATELIMIT = 1, 2, 4
+_M.BUDGET, _M.BREAKER, _M.RATELIMIT, _M.THROTTLE = 1, 2, 4, 8
 
 local acquire, record, limit = C.nres_shm_acquire, C.nres_shm_record, C.nres_shm_limit
 local EFULL, EBUSY, ELIMITED = -1009, -16, -1006
@@ -100,7 +100,8 @@ end
 
 -- shm.new{ slots, budget = { ratio, min_per_sec, capacity } or false,
 --          breaker = nres_breaker_config_t cdata (nres.policy's) or false,
---          limiter = { rate, burst } or false }
+--          limiter = { rate, burst } or false,
+--          throttle = { k, window (ns), buckets } or false }
 -- Returns the table, or raises error(msg, 2) on a bad configuration, or
 -- returns nil, err when the mapping fails.
 function _M.new(opts)
@@ -151,9 +152,27 @@ function _M.new(opts)
     cfg.rate = rate
     cfg.burst = burst
   end
+  local th = opts.throttle
+  if th then
+    if type(th) ~= "table" then
+      error(bad("throttle", "a table { k = n, window = ns, buckets = n } or false", th), 2)
+    end
+    local k, window, buckets = th.k or 1.06, th.window or 3e8, th.buckets or 8
+    if type(k) ~= "number" or not (k >= 1 and k <= 1000) then
+      error(bad("throttle.k", "a finite number from 1 to 1000", k), 2)
+    end
+    if type(buckets) ~= "number" or not (buckets >= 1 and buckets <= 16) or buckets % 1 ~= 0 then
+      error(bad("throttle.buckets", "an integer 1..16", buckets), 2)
+    end
+    if type(window) ~= "number" or not (window >= buckets and window < TWO64) then
+      error(bad("throttle.window", "nanoseconds (at least one per bucket, below 2^64)", window), 2)
+    end
+    cfg.flags = cfg.flags + _M.THROTTLE
+    cfg.throttle_k, cfg.throttle_window, cfg.throttle_buckets = k, window, buckets
+  end
   if C.nres_shm_size(cfg) == 0 then
-    error("nres.shm: the runtime refused the configuration (a budget, breaker or"
-          .. " limiter value out of range)", 2)
+    error("nres.shm: the runtime refused the configuration (a budget, breaker,"
+          .. " limiter or throttle value out of range)", 2)
   end
   local t = {
     slots = tonumber(cfg.slots + (8 - cfg.slots % 8) % 8),
@@ -237,7 +256,7 @@ local function try_attach(t, cfg, path, total)
   local size = ffi_sizeof("nres_shm_config_t")
   if ffi_string(have, size) ~= ffi_string(cfg, size) then
     C.munmap(mem, total)
-    return false, "another configuration (slots, budget, breaker or limiter)"
+    return false, "another configuration (slots, budget, breaker, limiter or throttle)"
   end
   own(t, mem, total)
   return true

@@ -32,7 +32,8 @@ local _M = { _VERSION = "0.1.0" }
 
 local MISSED_NS = 1e6
 local REJECTIONS = { ["circuit open"] = true, ["budget exhausted"] = true,
-                     ["rate limited"] = true, ["draining"] = true }
+                     ["rate limited"] = true, ["draining"] = true,
+                     ["throttled locally"] = true }
 
 -- The operation of an arm against the HTTP dependency server.
 local function make_http_op(cell, inst)

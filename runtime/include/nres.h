@@ -149,6 +149,7 @@ typedef struct nres_budget_s nres_budget_t;
 typedef struct nres_window_s nres_window_t;
 typedef struct nres_breaker_config_s nres_breaker_config_t;
 typedef struct nres_breaker_s nres_breaker_t;
+typedef struct nres_throttle_s nres_throttle_t;
 typedef struct nres_ratelimit_s nres_ratelimit_t;
 typedef struct nres_bulkhead_config_s nres_bulkhead_config_t;
 typedef struct nres_bulkhead_s nres_bulkhead_t;
@@ -541,6 +542,70 @@ NRES_EXTERN int nres_breaker_open_until(nres_breaker_t *breaker,
 NRES_EXTERN int nres_breaker_close_if(nres_breaker_t *breaker,
                                       nres_time_t until);
 
+/* --------------------------------------------------------------- throttle */
+
+/* Client-side adaptive throttling (the Google SRE book, "Handling
+ * Overload"). Over a sliding window it counts requests (attempts the
+ * policy wanted to send, the ones it refused itself included) and accepts
+ * (attempts the dependency answered with anything but an overload
+ * refusal: a THROTTLED verdict, such as a 429 or a 503 with Retry-After,
+ * is the one non-accept; a plain error or a timeout is the dependency
+ * answering, and the breaker's business). Before each attempt it refuses
+ * locally with probability max(0, (requests - k * accepts) /
+ * (requests + 1)), so in steady state the dependency gets about k times
+ * what it accepts, and nothing is refused while requests <= k * accepts.
+ * After an overload the traffic sent grows about k-fold per window, so
+ * the window is short (the presets: 0.3 s, back within 2 s).
+ * The probability is recomputed at most every `refresh` (min(10 ms, one
+ * bucket)) by one caller and cached, so an admission that refuses nothing
+ * is two loads and a compare; the draw comes from the caller's PRNG.
+ * Requests and accepts live in a window (calls: requests, failures:
+ * non-accepts); an attempt counts when it is answered, a local refusal
+ * when it is made. Shared by any number of threads and processes. */
+struct nres_throttle_s {
+  double k;                     /* >= 1: sent / accepted in steady state */
+  nres_time_t refresh;          /* how often the probability is recomputed */
+  NRES_ATOMIC(uint64_t) next;   /* when the cached probability is stale */
+  NRES_ATOMIC(uint64_t) odds;   /* refusal probability * 2^32; 0: none */
+  NRES_ATOMIC(uint64_t) refused;        /* attempts refused locally */
+  uint64_t reserved_[3];
+  nres_window_t window;         /* calls = requests, failures = non-accepts */
+};
+
+/* k finite in [1, 1000]; window > 0 (not NRES_TIME_INVALID) with
+ * window / buckets >= 1 ns; 1 <= buckets <= NRES_WINDOW_MAX_BUCKETS.
+ * NRES_EINVAL, the throttle untouched, otherwise. */
+NRES_EXTERN int nres_throttle_init(nres_throttle_t *throttle, double k,
+                                   nres_time_t window, uint32_t buckets);
+/* Why nres_throttle_init refuses these arguments, as "throttle.field:
+ * rule" (static), or NULL if it accepts them. */
+NRES_EXTERN const char *nres_throttle_error(double k, nres_time_t window,
+                                            uint32_t buckets);
+/* Before an attempt: 0 to send it, NRES_ETHROTTLED to refuse it locally
+ * (counted as a request and a non-accept). rng draws only when the
+ * probability is above 0. */
+NRES_EXTERN int nres_throttle_acquire(nres_throttle_t *throttle,
+                                      nres_time_t now, nres_rng_t *rng);
+/* An attempt sent was answered: accepted 1 for anything but an overload
+ * refusal (THROTTLED), 0 for one. */
+NRES_EXTERN void nres_throttle_record(nres_throttle_t *throttle,
+                                      nres_time_t now, int accepted);
+/* The refusal probability at `now`, in [0, 1) (recomputed from the
+ * window, not the cached value). */
+NRES_EXTERN double nres_throttle_probability(const nres_throttle_t *throttle,
+                                             nres_time_t now);
+
+typedef struct nres_throttle_stats_s {
+  uint32_t requests;            /* in the window */
+  uint32_t accepts;             /* in the window */
+  uint64_t refused;             /* refused locally, ever */
+  double probability;           /* nres_throttle_probability */
+} nres_throttle_stats_t;
+
+NRES_EXTERN void nres_throttle_stats(const nres_throttle_t *throttle,
+                                     nres_time_t now,
+                                     nres_throttle_stats_t *out);
+
 /* ------------------------------------------------------------- rate limit */
 
 /* GCRA rate limiter: `rate` admissions per second with a burst of `burst`
@@ -790,6 +855,7 @@ typedef enum {
   NRES_REJECT_RATE,
   NRES_REJECT_CONCURRENCY,
   NRES_REJECT_DRAINING,
+  NRES_REJECT_THROTTLE,         /* the client-side throttle (nres_throttle_t) */
   NRES_REJECT_COUNT
 } nres_reject_t;
 
@@ -818,6 +884,7 @@ struct nres_event_s {
   XX(LIMITED,    "rate limited")                                             \
   XX(CANCELED,   "canceled")                                                 \
   XX(DRAINING,   "draining")                                                 \
+  XX(THROTTLED,  "throttled locally")                                        \
 
 typedef enum {
 #define XX(name, _) NRES_STOP_ ## name,
@@ -864,7 +931,7 @@ typedef enum {
                              after 100 samples), budget (0.1 per success,
                              3/s floor), breaker (20 in a row or 90 % over
                              0.1 s with >= 8 calls; a probe every 0.55 s,
-                             no doubling) */
+                             no doubling), throttle (k 1.06 over 0.3 s) */
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */
@@ -896,8 +963,8 @@ typedef enum {
  * - A breaker with slow_ratio > 0 and slow_threshold 0 needs an estimator
  *   and slow_factor finite and > 0.
  * - Shared state it points at is checked too: a breaker's or bulkhead's
- *   config by the rules of its *_config_error ("breaker.window: ..."), an
- *   estimator's period > 0.
+ *   config by the rules of its *_config_error ("breaker.window: ..."), a
+ *   throttle's by nres_throttle_error, an estimator's period > 0.
  * Other fields take any value: min_samples, seed; telemetry and fallback
  * are read as booleans. */
 struct nres_policy_s {
@@ -936,12 +1003,14 @@ struct nres_policy_s {
   nres_ratelimit_t *ratelimit;
   nres_bulkhead_t *bulkhead;
   nres_estimator_t *estimator;
+  nres_throttle_t *throttle;    /* client-side throttling; NULL: off */
   nres_event_cb on_event;
   void *event_data;
   struct {
     nres_budget_t budget;
     nres_breaker_t breaker;
     nres_estimator_t estimator;
+    nres_throttle_t throttle;
   } own;
   /* private_: derived at build, and the counters. */
   uint32_t private_flags;
@@ -1231,6 +1300,8 @@ typedef enum {
   NRES_SIZEOF_BREAKER_STATS,
   NRES_SIZEOF_RATELIMIT_STATS,
   NRES_SIZEOF_BULKHEAD_STATS,
+  NRES_SIZEOF_THROTTLE,
+  NRES_SIZEOF_THROTTLE_STATS,
   NRES_SIZEOF_COUNT
 } nres_sizeof_t;
 

@@ -35,10 +35,11 @@ static void posix_codes_match_negated_errno(void **state) {
 static void stop_reasons_have_stable_names_and_codes(void **state) {
   static const char *const expected[] = {
     "running", "ok", "permanent", "attempts exhausted", "deadline exceeded",
-    "budget exhausted", "circuit open", "rate limited", "canceled", "draining"
+    "budget exhausted", "circuit open", "rate limited", "canceled", "draining",
+    "throttled locally"
   };
   (void) state;
-  assert_int_equal(NRES_STOP_COUNT, 10);
+  assert_int_equal(NRES_STOP_COUNT, 11);
   for (int i = 0; i < NRES_STOP_COUNT; i++)
     assert_string_equal(nres_stop_name(i), expected[i]);
   assert_string_equal(nres_stop_name(-1), "unknown");
@@ -48,6 +49,8 @@ static void stop_reasons_have_stable_names_and_codes(void **state) {
   assert_int_equal(nres_stop_error(NRES_STOP_NONE), NRES_EINVAL);
   assert_int_equal(nres_stop_error(NRES_STOP_CIRCUIT), NRES_ECIRCUIT);
   assert_int_equal(nres_stop_error(NRES_STOP_CANCELED), NRES_ECANCELED);
+  assert_int_equal(nres_stop_error(NRES_STOP_THROTTLED), NRES_ETHROTTLED);
+  assert_string_equal(nres_strerror(NRES_ETHROTTLED), "throttled locally");
   for (int i = NRES_STOP_PERMANENT; i < NRES_STOP_COUNT; i++)
     assert_string_not_equal(nres_err_name(nres_stop_error(i)), "UNKNOWN");
 }

@@ -78,7 +78,12 @@ static void config_and_sizes(void **state) {
   c.slots = NRES_SHM_MAX_SLOTS + 1;
   assert_int_equal(nres_shm_size(&c), 0);
   c = base_config(8);
-  c.flags = 8;
+  c.flags = 16;                                 /* no such state */
+  assert_int_equal(nres_shm_size(&c), 0);
+  c = base_config(8);
+  c.flags |= NRES_SHM_THROTTLE;                 /* the default preset's */
+  assert_true(nres_shm_size(&c) > 0);
+  c.throttle_k = 0.5;                           /* the throttle refuses it */
   assert_int_equal(nres_shm_size(&c), 0);
   c = base_config(8);
   c.budget_ratio = 0;                           /* budget refuses it */

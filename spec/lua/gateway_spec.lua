@@ -72,6 +72,22 @@ describe("nres.shm", function()
       "nres.shm: key: expected a string of 1..64 bytes, got 42")
   end)
 
+  it("keeps a throttle per key when asked, and refuses a bad one by field", function()
+    local t = shm.new{ slots = 8, throttle = { k = 1.06, window = 3e8, buckets = 8 } }
+    local i = t:acquire("k", T0, 1e9)
+    local th = t:slot(i).throttle
+    expect.eq(th.k, 1.06)
+    expect.eq(tonumber(th.window.width), 3e8 / 8)
+    expect.error(function() shm.new{ slots = 8, throttle = { k = 0.5 } } end,
+      "nres.shm: throttle.k: expected a finite number from 1 to 1000, got 0.5")
+    expect.error(function() shm.new{ slots = 8, throttle = { buckets = 17 } } end,
+      "nres.shm: throttle.buckets: expected an integer 1..16, got 17")
+    expect.error(function() shm.new{ slots = 8, throttle = { window = 4 } } end,
+      "nres.shm: throttle.window: expected nanoseconds (at least one per bucket, below 2^64), got 4")
+    expect.error(function() shm.new{ slots = 8, throttle = 2 } end,
+      "nres.shm: throttle: expected a table { k = n, window = ns, buckets = n } or false, got 2")
+  end)
+
   it("refuses a limiter burst or rate that C would truncate or wrap", function()
     for _, burst in ipairs{ -1, 0, 1.5, 2 ^ 32, 2 ^ 40, 0 / 0, math.huge } do
       expect.error(function() shm.new{ slots = 8, limiter = { rate = 1, burst = burst } } end,
@@ -351,7 +367,7 @@ describe("nres.shm files", function()
     -- another configuration: a new file at the path, the old mapping intact
     local c = assert(shm.new{ slots = 16, budget = { ratio = 0.2 }, file = path, extra = 100 })
     expect.eq(c.reused, false)
-    expect.eq(c.replaced, "another configuration (slots, budget, breaker or limiter)")
+    expect.eq(c.replaced, "another configuration (slots, budget, breaker, limiter or throttle)")
     expect.eq(c:key(i), nil, "fresh")
     expect.eq(a:key(i), "k", "processes on the old file keep it")
     local d = assert(shm.new{ slots = 24, budget = { ratio = 0.2 }, file = path, extra = 100 })

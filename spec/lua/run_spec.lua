@@ -104,6 +104,26 @@ describe("stop reasons", function()
     expect.eq(calls(), 2)
     expect.eq(p:stats().breaker, "open")
   end)
+  it("throttled locally, without calling fn, once the dependency refuses for overload", function()
+    local p, d = virtual { base = "none", telemetry = true, throttle = { k = 1, window = 10, buckets = 10 },
+                           classify = function(_, err) return err and "throttled" or "ok" end }
+    local fn, calls = flaky(1000, "429")
+    local reasons = {}
+    for _ = 1, 50 do
+      d.advance(20e6)   -- 20 ms apart: the odds are recomputed every 10 ms
+      local _, reason, info = p:run(fn)
+      reasons[reason] = (reasons[reason] or 0) + 1
+      if reason == "throttled locally" then expect.eq(info.attempts, 0) end
+    end
+    expect.truthy((reasons["throttled locally"] or 0) > 30, "most refused locally")
+    expect.eq(calls(), reasons["attempts exhausted"])
+    local st = p:stats()
+    expect.eq(st.stops["throttled locally"], reasons["throttled locally"])
+    expect.eq(st.rejects.throttle, reasons["throttled locally"])
+    expect.eq(st.throttle.refused, reasons["throttled locally"])
+    expect.eq(st.throttle.accepts, 0)
+    expect.truthy(st.throttle.probability > 0.9)
+  end)
   it("rate limited by the local limiter", function()
     local p = virtual { base = "none", limiter = { rate = 1, burst = 1 } }
     expect.eq(p:run(function() return 1 end), 1)

@@ -540,7 +540,7 @@ describe("tournament", function()
     for _, m in ipairs(misses) do seen[m.scenario .. " " .. m.target .. " " .. m.seed] = true end
     expect.truthy(seen["out dep req/arrival while down 3"])
     expect.truthy(seen["out recovery s 4"])
-    expect.truthy(seen["ov overload dep req/s (x offered) 3"])
+    expect.truthy(seen["ov overload dep req/s (x capacity) 3"])
     local md = tmod.markdown(doc, { misses = misses })
     expect.truthy(md:find("| none |", 1, true))
     expect.truthy(md:find("## Targets", 1, true))

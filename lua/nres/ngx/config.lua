@@ -87,12 +87,16 @@ function _M.scope(name, opts)
     budget = type(t.budget) == "table" and t.budget or false,
     breaker = type(t.breaker) == "table" and p.cp.own.breaker.config or false,
     limiter = type(l) == "table" and l.rate and { rate = l.rate, burst = l.burst or 1 } or false,
+    throttle = type(t.throttle) == "table" and {
+      k = p.cp.own.throttle.k, buckets = p.cp.own.throttle.window.count,
+      window = tonumber(p.cp.own.throttle.window.width) * p.cp.own.throttle.window.count } or false,
   }, name)
   local s = {
     name = name, policy = p, template = p.cp, shm = tbl, ptr = tbl.shm,
     hold = hold * 1e9, classify = p.classify,
     budget = type(t.budget) == "table", breaker = type(t.breaker) == "table",
     ratelimit = type(l) == "table" and l.rate ~= nil,
+    throttle = type(t.throttle) == "table",
     timeout_ms = (t.attempt_timeout or t.deadline) * 1000,
     cps = {}, gens = {}, overflow = 0,
     hedged = type(t.hedge) == "table", hedges_won = 0,

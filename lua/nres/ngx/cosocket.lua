@@ -396,7 +396,8 @@ end
 
 -- Content handler: request() and send the answer. A failure with an
 -- upstream response passes that response on; one without gets 503 (the
--- gateway refused: circuit open, budget exhausted, rate limited), 504 (out
+-- gateway refused: circuit open, budget exhausted, rate limited, throttled
+-- locally), 504 (out
 -- of time) or 502 (the upstream could not be reached). X-Nres-Reason says
 -- why a call failed.
 function _M.proxy(sname, uname, key)
@@ -427,7 +428,7 @@ function _M.proxy(sname, uname, key)
   if reason == "deadline exceeded" or err == "timeout" then
     ngx.status = 504
   elseif reason == "circuit open" or reason == "budget exhausted"
-      or reason == "rate limited" or reason == "draining" then
+      or reason == "rate limited" or reason == "draining" or reason == "throttled locally" then
     ngx.status = 503
   else
     ngx.status = 502

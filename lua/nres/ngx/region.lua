@@ -35,10 +35,12 @@ local function rebuild(s, idx, gen)
   if t.estimator == t.own.estimator then cp.estimator = cp.own.estimator end
   if t.budget == t.own.budget then cp.budget = cp.own.budget end
   if t.breaker == t.own.breaker then cp.breaker = cp.own.breaker end
+  if t.throttle == t.own.throttle then cp.throttle = cp.own.throttle end
   local slot = C.nres_shm_slot(s.ptr, idx)
   if s.budget then cp.budget = slot.budget end
   if s.breaker then cp.breaker = slot.breaker end
   if s.ratelimit then cp.ratelimit = slot.ratelimit end
+  if s.throttle then cp.throttle = slot.throttle end
   C.nres_policy_counters_reset(cp)
   local rc = C.nres_policy_build(cp)
   if rc ~= 0 then

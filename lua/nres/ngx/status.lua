@@ -24,7 +24,7 @@ local _M = {}
 
 local stop_names = reasons
 local BREAKER_STATES = { [0] = "closed", "open", "half-open", "isolated" }
-local REJECTS = { [0] = "breaker", "budget", "rate", "concurrency", "draining" }
+local REJECTS = { [0] = "breaker", "budget", "rate", "concurrency", "draining", "throttle" }
 
 local function by_refused(a, b) return a.rate_refused > b.rate_refused end
 
@@ -46,7 +46,7 @@ local function scope_status(s, now, worker_local, top)
         retries = tonumber(slot.retries), stops = {},
         lease = math.max(0, (lease - now) / 1e9),   -- s before it may be evicted
       }
-      for stop = 1, 9 do
+      for stop = 1, 10 do
         local n = tonumber(slot.stops[stop])
         if n > 0 then k.stops[stop_names[stop]] = n end
       end
@@ -72,7 +72,7 @@ local function scope_status(s, now, worker_local, top)
         local cp = s.cps and s.cps[i + 1]
         if cp ~= nil and s.gens[i + 1] == gen then
           local rej = {}
-          for r = 0, 4 do rej[REJECTS[r]] = tonumber(cp.n_rejects[r]) end
+          for r = 0, 5 do rej[REJECTS[r]] = tonumber(cp.n_rejects[r]) end
           k.this_worker = { rejects = rej, retries = tonumber(cp.n_retries),
                             hedges = tonumber(cp.n_hedges),
                             hedges_won = tonumber(cp.n_hedges_won),

@@ -31,7 +31,8 @@ local _M = { _VERSION = "0.1.0" }
 local hist_mod = require "nresrun.hist"
 local BUCKETS = hist_mod.BUCKETS
 local REJECTIONS = { ["circuit open"] = true, ["budget exhausted"] = true,
-                     ["rate limited"] = true, ["draining"] = true }
+                     ["rate limited"] = true, ["draining"] = true,
+                     ["throttled locally"] = true }
 local STATE_NAMES = {}
 for i = 0, 3 do STATE_NAMES[i] = ffi_string(C.nres_breaker_state_name(i)) end
 _M.state_names = STATE_NAMES

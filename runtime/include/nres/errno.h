@@ -28,5 +28,6 @@
   XX(EDRAINING,  -1008, "draining")                                          \
   XX(EFULL,      -1009, "no capacity left")                                  \
   XX(EABI,       -1010, "ABI version mismatch")                              \
+  XX(ETHROTTLED, -1011, "throttled locally")                                 \
 
 #endif /* NRES_ERRNO_H */

@@ -4,15 +4,16 @@
  * them must be open in all, and a retry budget or a rate limit must be one
  * bucket, not one per worker. A shm table is a fixed table of slots in one
  * region of memory; each slot holds a key (an upstream host, a client id),
- * the state a scoped policy needs (a budget, a breaker, a rate limiter, all
- * atomics and no pointers) and counters. Any process that maps the region
- * (nginx workers forked from the master that created it) finds a key's slot
- * and updates its state with atomics only: lookups, inserts and evictions
- * are compare-and-swaps on one word per slot, with no lock anywhere, so a
- * process killed at any instruction cannot wedge the others: an insert it
- * left half done is finished by the next lookup of its key, or its slot is
- * taken back when the claim's lease ends (spec/c/test_shm.c kills a process
- * at every step of the protocol, NRES_SHM_STEP_*, to prove it).
+ * the state a scoped policy needs (a budget, a breaker, a rate limiter, a
+ * throttle, all atomics and no pointers) and counters. Any process that
+ * maps the region (nginx workers forked from the master that created it)
+ * finds a key's slot and updates its state with atomics only: lookups,
+ * inserts and evictions are compare-and-swaps on one word per slot, with
+ * no lock anywhere, so a process killed at any instruction cannot wedge
+ * the others: an insert it left half done is finished by the next lookup
+ * of its key, or its slot is taken back when the claim's lease ends
+ * (spec/c/test_shm.c kills a process at every step of the protocol,
+ * NRES_SHM_STEP_*, to prove it).
  *
  * Bounds. A key is at most NRES_SHM_KEY_MAX bytes. The table holds `slots`
  * keys (a multiple of NRES_SHM_WAYS); a key lives in one of the
@@ -51,7 +52,8 @@ extern "C" {
 enum {
   NRES_SHM_BUDGET = 1,
   NRES_SHM_BREAKER = 2,
-  NRES_SHM_RATELIMIT = 4
+  NRES_SHM_RATELIMIT = 4,
+  NRES_SHM_THROTTLE = 8
 };
 
 typedef struct nres_shm_s nres_shm_t;  /* the region's header; opaque */
@@ -71,6 +73,10 @@ struct nres_shm_config_s {
   double rate;                  /* nres_ratelimit_init's arguments */
   uint32_t burst;
   uint32_t reserved_;
+  double throttle_k;            /* nres_throttle_init's arguments */
+  nres_time_t throttle_window;
+  uint32_t throttle_buckets;
+  uint32_t reserved2_;
 };
 
 /* One key's slot. The state and the counters are the caller's to use
@@ -87,6 +93,7 @@ struct nres_shm_slot_s {
   nres_budget_t budget;
   nres_breaker_t breaker;
   nres_ratelimit_t ratelimit;
+  nres_throttle_t throttle;
 };
 
 /* The table's own counters. */

@@ -13,6 +13,9 @@
 #include "internal.h"
 #include "core/policy.h"
 
+/* The default preset's throttle.k (policies/default.lua says why). */
+#define THROTTLE_K 1.06
+
 static int ratio_ok(double r, int zero_ok) {
   return isfinite(r) && r <= 1 && (r > 0 || (zero_ok && r == 0));
 }
@@ -45,7 +48,8 @@ int nres_policy_init(nres_policy_t *policy, int preset) {
     /* The values of policies/default.lua, chosen by bench/tournament.lua
      * (the reasons are there, one per field): cut hung attempts, not
      * queues; open for an outage, not for a busy dependency; probe every
-     * 0.55 s instead of doubling a long break. */
+     * 0.55 s instead of doubling a long break; send an overloaded
+     * dependency about THROTTLE_K x what it accepts. */
     policy->ceiling_factor = 5;
     policy->ceiling_quantile = 0.99;
     policy->ceiling_floor = 250 * NRES_MSEC;
@@ -60,8 +64,10 @@ int nres_policy_init(nres_policy_t *policy, int preset) {
     breaker.break_for = 550 * NRES_MSEC;
     breaker.break_max = 550 * NRES_MSEC;
     nres_breaker_init(&policy->own.breaker, &breaker);
+    nres_throttle_init(&policy->own.throttle, THROTTLE_K, 300 * NRES_MSEC, 8);
     policy->budget = &policy->own.budget;
     policy->breaker = &policy->own.breaker;
+    policy->throttle = &policy->own.throttle;
     policy->estimator = &policy->own.estimator;
   }
   return 0;
@@ -125,6 +131,12 @@ const char *nres_policy_error(const nres_policy_t *policy) {
         return "estimator: needed by breaker.slow_ratio with slow_threshold 0";
     }
   }
+  if (policy->throttle != NULL &&
+      (why = nres_throttle_error(policy->throttle->k,
+                                 policy->throttle->window.width *
+                                     policy->throttle->window.count,
+                                 policy->throttle->window.count)) != NULL)
+    return why;
   if (policy->bulkhead != NULL &&
       (why = nres_bulkhead_config_error(&policy->bulkhead->config)) != NULL)
     return why;
@@ -158,7 +170,8 @@ int nres_policy_build(nres_policy_t *policy) {
     flags |= NRES__F_SLOW;
   if (policy->ratelimit != NULL || policy->bulkhead != NULL)
     flags |= NRES__F_LIMITED;
-  if ((flags & NRES__F_LIMITED) || policy->breaker != NULL)
+  if ((flags & NRES__F_LIMITED) || policy->breaker != NULL ||
+      policy->throttle != NULL)
     flags |= NRES__F_GATED;
   if (policy->backoff.kind == NRES_BACKOFF_DECORRELATED ||
       (policy->backoff.kind != NRES_BACKOFF_NONE &&
@@ -166,14 +179,15 @@ int nres_policy_build(nres_policy_t *policy) {
       (policy->breaker != NULL && policy->breaker->config.break_jitter > 0))
     flags |= NRES__F_DRAWS;
   if (policy->bulkhead != NULL || policy->breaker != NULL ||
-      policy->estimator != NULL || (flags & NRES__F_HEDGE))
+      policy->estimator != NULL || policy->throttle != NULL ||
+      (flags & NRES__F_HEDGE))
     flags |= NRES__F_RECORDS;
   if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
       ((flags & NRES__F_HEDGE) && hedge->delay == 0))
     flags |= NRES__F_QUANTILES;
   if (!(flags & (NRES__F_BOUNDED | NRES__F_HEDGE | NRES__F_GATED)) &&
       policy->budget == NULL && policy->estimator == NULL &&
-      policy->on_event == NULL) {
+      policy->throttle == NULL && policy->on_event == NULL) {
     flags |= NRES__F_TIMELESS;
     if (policy->attempts == 1 && !policy->telemetry && !policy->fallback)
       flags |= NRES__F_PASSTHROUGH;

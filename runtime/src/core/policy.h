@@ -17,10 +17,12 @@ enum {
   NRES__F_SLOW = 32,         /* classify slow attempts for the breaker */
   NRES__F_QUANTILES = 64,    /* some decision reads the estimator */
   NRES__F_TIMELESS = 128,    /* no decision depends on the time */
-  NRES__F_GATED = 256,       /* a rate limiter, bulkhead or breaker admits */
-  NRES__F_RECORDS = 512,     /* a bulkhead, breaker, estimator or hedge
-                                window learns from each outcome */
-  NRES__F_LIMITED = 1024,    /* a rate limiter or bulkhead admits */
+  NRES__F_GATED = 256,       /* a throttle, rate limiter, bulkhead or breaker
+                                admits */
+  NRES__F_RECORDS = 512,     /* a bulkhead, breaker, estimator, throttle
+                                or hedge window learns from each outcome */
+  NRES__F_LIMITED = 1024,    /* a throttle, rate limiter or bulkhead admits
+                                (pass_limits) */
   NRES__F_DRAWS = 2048       /* a retry draws from the call's PRNG (backoff
                                 jitter; a breaker's break jitter uses it) */
 };

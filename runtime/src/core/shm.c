@@ -66,7 +66,7 @@
 #define SHM_MAGIC 0x316d687373657271ull   /* "qresshm1", little endian */
 /* Bumped whenever the header, the index or nres_shm_slot_t changes shape:
  * a region laid out by another build is refused, not misread. */
-#define SHM_VERSION 3u
+#define SHM_VERSION 4u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 
@@ -184,11 +184,12 @@ static int config_ok(const nres_shm_config_t *c) {
   nres_budget_t b;
   nres_breaker_t br;
   nres_ratelimit_t rl;
+  nres_throttle_t th;
 
   if (c == NULL || c->slots == 0 || c->slots > NRES_SHM_MAX_SLOTS)
     return 0;
   if (c->flags & ~(uint32_t) (NRES_SHM_BUDGET | NRES_SHM_BREAKER |
-                              NRES_SHM_RATELIMIT))
+                              NRES_SHM_RATELIMIT | NRES_SHM_THROTTLE))
     return 0;
   if ((c->flags & NRES_SHM_BUDGET) &&
       nres_budget_init(&b, c->budget_ratio, c->budget_min_per_sec,
@@ -198,6 +199,10 @@ static int config_ok(const nres_shm_config_t *c) {
     return 0;
   if ((c->flags & NRES_SHM_RATELIMIT) &&
       nres_ratelimit_init(&rl, c->rate, c->burst) != 0)
+    return 0;
+  if ((c->flags & NRES_SHM_THROTTLE) &&
+      nres_throttle_init(&th, c->throttle_k, c->throttle_window,
+                         c->throttle_buckets) != 0)
     return 0;
   return 1;
 }
@@ -214,6 +219,9 @@ void nres_shm_config_init(nres_shm_config_t *config) {
   nres_breaker_config_init(&config->breaker);
   config->rate = 100;
   config->burst = 1;
+  config->throttle_k = 1.06;   /* the default preset's, when flagged */
+  config->throttle_window = 300 * NRES_MSEC;
+  config->throttle_buckets = 8;
 }
 
 /* Layout for `slots` (already rounded): header, index, slots. */
@@ -388,6 +396,9 @@ static uint64_t fill(nres_shm_t *shm, uint32_t i, const uint64_t *k,
     nres_breaker_init(&s->breaker, &c->breaker);
   if (c->flags & NRES_SHM_RATELIMIT)
     nres_ratelimit_init(&s->ratelimit, c->rate, c->burst);
+  if (c->flags & NRES_SHM_THROTTLE)
+    nres_throttle_init(&s->throttle, c->throttle_k, c->throttle_window,
+                       c->throttle_buckets);
   return ticket;
 }
 

@@ -37,6 +37,8 @@ size_t nres_sizeof(int kind) {
     case NRES_SIZEOF_BREAKER_STATS: return sizeof(nres_breaker_stats_t);
     case NRES_SIZEOF_RATELIMIT_STATS: return sizeof(nres_ratelimit_stats_t);
     case NRES_SIZEOF_BULKHEAD_STATS: return sizeof(nres_bulkhead_stats_t);
+    case NRES_SIZEOF_THROTTLE: return sizeof(nres_throttle_t);
+    case NRES_SIZEOF_THROTTLE_STATS: return sizeof(nres_throttle_stats_t);
   }
   return 0;
 }

@@ -6,7 +6,7 @@
  * ATTEMPT (run one, bounded by a deadline), WAIT (until a time, or until an
  * attempt in flight ends) or DONE (with the reason).
  *
- * Order of operations, per attempt: rate limiter -> bulkhead (queue) ->
+ * Order of operations, per attempt: throttle -> rate limiter -> bulkhead (queue) ->
  * breaker admission -> attempt ceiling = min(attempt timeout, measured
  * ceiling, time left) -> run -> classify (the driver) -> record (log,
  * bulkhead, breaker, estimator, hedge window, telemetry) -> decide: OK
@@ -26,6 +26,7 @@
 #include "core/breaker.h"
 #include "core/policy.h"
 #include "core/shard.h"
+#include "core/throttle.h"
 #include "exec/call.h"
 
 
@@ -460,6 +461,29 @@ static NRES__COLD nres_action_t breaker_refused(nres_call_t *call,
   return reject(call, now, NRES_REJECT_BREAKER, NRES_STOP_CIRCUIT);
 }
 
+/* Does the throttle refuse this attempt? No draw while its odds are 0,
+ * nor for a call back from waiting for a limiter or a queue place (it
+ * drew before it waited). */
+static inline int throttle_refuses(nres_call_t *call, nres_time_t now) {
+  nres_throttle_t *t = call->policy->throttle;
+
+  if (__builtin_expect(nres__throttle_odds(t, now) == 0, 1) ||
+      call->phase == NRES__PHASE_ADMIT)
+    return 0;
+  return nres_throttle_acquire(t, now, call_rng(call)) != 0;
+}
+
+/* The throttle refused an attempt (nothing is held yet): a hedge is
+ * skipped, a first attempt ends the call (throttled locally), a retry
+ * ends it with the last attempt's error (attempts: its token goes back). */
+static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
+                                                 nres_time_t now, int hedge,
+                                                 int *skipped) {
+  if (hedge)
+    return skip(call, skipped);
+  return reject(call, now, NRES_REJECT_THROTTLE,
+                call->attempts == 0 ? NRES_STOP_THROTTLED : NRES_STOP_ATTEMPTS);
+}
 
 /* admit, once the call's deadline is known not to have passed. */
 static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
@@ -469,9 +493,11 @@ static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
   uint32_t permit = 0;
   nres_action_t a;
 
-  /* The admission gates in order: rate limiter, bulkhead, breaker (which
-   * may give a probe permit). */
+  /* The admission gates in order: throttle, rate limiter, bulkhead,
+   * breaker (which may give a probe permit). */
   if (p->private_flags & NRES__F_GATED) {
+    if (p->throttle != NULL && throttle_refuses(call, now))
+      return throttle_refused(call, now, hedge, skipped);
     if ((p->private_flags & NRES__F_LIMITED) &&
         !pass_limits(call, now, hedge, skipped, &a))
       return a;
@@ -522,7 +548,8 @@ static NRES__COLD nres_action_t begin_general(nres_call_t *call,
 
 /* A call on a built policy, not a passthrough's shortcut: its deadline,
  * then its first admission. The common case (no rate limiter or bulkhead,
- * a closed breaker or none, time left, not draining) decides first and
+ * a closed breaker or none, a throttle refusing nothing or none, time
+ * left, not draining) decides first and
  * then writes the call once, as nres__call_reset and start_attempt would
  * leave it (slot 0, attempt 1); any other case resets the call and takes
  * the general path. */
@@ -544,7 +571,9 @@ static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
                            (policy->breaker != NULL &&
                             NRES__BREAKER_STATE(nres__load(
                                 &policy->breaker->word)) !=
-                                NRES_BREAKER_CLOSED),
+                                NRES_BREAKER_CLOSED) ||
+                           (policy->throttle != NULL &&
+                            nres__throttle_odds(policy->throttle, now) != 0),
                        0)) {
     nres__call_reset(call, policy, now);
     call->criticality = (uint8_t) cls;
@@ -655,9 +684,12 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
 /* An attempt's outcome into the shared state that learns from outcomes:
  * bulkhead (its slot and latency), breaker, latency estimator, hedge
  * window (and the count of hedges that won). Only for policies with any
- * of them (NRES__F_RECORDS). */
-static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
-                             const nres_verdict_t *v) {
+ * of them (NRES__F_RECORDS). Out of line: inlined, it made the steps too
+ * large for LTO to inline nres__call_begin into the drivers (+37
+ * instructions for trivial, which never records). */
+static __attribute__((noinline)) void record(nres_call_t *call,
+                                             unsigned slot, nres_time_t now,
+                                             const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   int kind = v->kind;
   nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
@@ -689,6 +721,8 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot, nres_time_t now,
     if (entered >= 0)
       EMIT(call, NRES_EV_BREAKER, entered, call->slot[slot].number, now, 0);
   }
+  if (p->throttle != NULL && !self)   /* only an overload refusal is no accept */
+    nres__throttle_record(p->throttle, now, kind != NRES_THROTTLED);
   if (kind == NRES_OK && p->estimator != NULL)
     nres_estimator_record(p->estimator, now, latency);
   if (p->private_flags & NRES__F_HEDGE) {

@@ -35,6 +35,7 @@ typedef struct nres__http_slot_s {
   int64_t budget_cfg[3];             /* deposit, capacity, refill */
   nres_breaker_t breaker;
   nres_budget_t budget;
+  nres_throttle_t throttle;          /* of an own throttle */
   nres_policy_t retry;               /* the template, on this host's state */
   nres_policy_t once;                /* the same, attempts = 1 */
 } nres__http_slot_t;

@@ -131,6 +131,11 @@ static int same_template(const nres__http_slot_t *slot,
        slot->budget_cfg[1] != tmpl->own.budget.capacity ||
        slot->budget_cfg[2] != (int64_t) tmpl->own.budget.refill_per_sec))
     return 0;
+  if (tmpl->throttle == &tmpl->own.throttle &&
+      (slot->throttle.k != tmpl->own.throttle.k ||
+       slot->throttle.window.width != tmpl->own.throttle.window.width ||
+       slot->throttle.window.count != tmpl->own.throttle.window.count))
+    return 0;
   return 1;
 }
 
@@ -152,6 +157,8 @@ static void derive(nres__http_slot_t *slot, nres_policy_t *p,
     p->breaker = &slot->breaker;
   if (tmpl->budget == &tmpl->own.budget)
     p->budget = &slot->budget;
+  if (tmpl->throttle == &tmpl->own.throttle)
+    p->throttle = &slot->throttle;
   if (tmpl->estimator == &tmpl->own.estimator) {
     nres_estimator_init(&p->own.estimator, tmpl->own.estimator.period);
     p->estimator = &p->own.estimator;
@@ -179,6 +186,13 @@ static int derive_slot(nres__http_slot_t *slot, const nres_policy_t *tmpl) {
     nres__store(&slot->budget.refilled_at, 0);
     nres__store(&slot->budget.spent, 0);
     nres__store(&slot->budget.refused, 0);
+  }
+  if (tmpl->throttle == &tmpl->own.throttle) {
+    const nres_throttle_t *t = &tmpl->own.throttle;
+    if (nres_throttle_init(&slot->throttle, t->k,
+                           nres__mul_sat(t->window.width, t->window.count),
+                           t->window.count) != 0)
+      return NRES_EINVAL;
   }
   derive(slot, &slot->retry, tmpl);
   if ((rc = nres_policy_build(&slot->retry)) != 0)

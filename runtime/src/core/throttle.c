@@ -1,0 +1,124 @@
+/* throttle.c - client-side adaptive throttling: refuse locally what an
+ * overloaded dependency would refuse anyway.
+ *
+ * A retry budget bounds what retries add to the offered load; it cannot
+ * bring the load below it. When the offered load alone exceeds what the
+ * dependency can serve, every request beyond its capacity still travels
+ * to it, costs it the work of refusing, and comes back refused. The SRE
+ * book's client-side throttling ("Handling Overload") keeps, per client,
+ * requests (attempts wanted) and accepts (attempts the dependency did not
+ * refuse for overload) over the last couple of minutes - here a short
+ * window - and refuses locally with probability
+ *
+ *   max(0, (requests - k * accepts) / (requests + 1))
+ *
+ * Refused attempts count as requests, so the refusals rise until what is
+ * sent is about k * accepts: the dependency gets k times what it serves,
+ * a little more than its capacity, and sees at once when it has room
+ * again (accepts rise, the probability falls). Only an overload refusal
+ * (a THROTTLED verdict) is a non-accept: errors and timeouts are the
+ * dependency answering, and an outage is the breaker's to cut, so the two
+ * never cut the same traffic.
+ *
+ * Counts are an nres_window_t (calls = requests, failures = non-accepts),
+ * added when an attempt is answered or refused, so an attempt in flight is
+ * not a request yet: the counts trail by one latency. The probability is
+ * kept as odds in 2^-32 in one word, recomputed from the window at most
+ * every `refresh` by the caller that moves `next` (a CAS), so the usual
+ * admission reads two words and draws nothing.
+ */
+#include <math.h>
+
+#include "core/throttle.h"
+
+/* Most the cached odds are trusted: a window of fast traffic moves
+ * within milliseconds. */
+#define THROTTLE_REFRESH (10 * NRES_MSEC)
+#define K_MAX 1000.0
+
+const char *nres_throttle_error(double k, nres_time_t window,
+                                uint32_t buckets) {
+  if (!(k >= 1 && k <= K_MAX))   /* false for NaN too */
+    return "throttle.k: must be a finite number from 1 to 1000";
+  if (window == 0 || window == NRES_TIME_INVALID)
+    return "throttle.window: must be > 0";
+  if (buckets < 1 || buckets > NRES_WINDOW_MAX_BUCKETS)
+    return "throttle.buckets: must be 1..16";
+  if (window / buckets == 0)
+    return "throttle.window: below 1 ns per bucket";
+  return NULL;
+}
+
+int nres_throttle_init(nres_throttle_t *throttle, double k,
+                       nres_time_t window, uint32_t buckets) {
+  if (throttle == NULL || nres_throttle_error(k, window, buckets) != NULL)
+    return NRES_EINVAL;
+  throttle->k = k;
+  nres_window_init(&throttle->window, window, buckets);
+  throttle->refresh = nres_time_min(THROTTLE_REFRESH, throttle->window.width);
+  for (unsigned i = 0; i < NRES__ARRAY_SIZE(throttle->reserved_); i++)
+    throttle->reserved_[i] = 0;
+  nres__store(&throttle->next, 0);
+  nres__store(&throttle->odds, 0);
+  nres__store(&throttle->refused, 0);
+  return 0;
+}
+
+/* The refusal probability of these counts. */
+static double probability(double k, uint32_t requests, uint32_t failures) {
+  double excess = (double) requests - k * (double) (requests - failures);
+
+  return excess > 0 ? excess / ((double) requests + 1) : 0;
+}
+
+double nres_throttle_probability(const nres_throttle_t *throttle,
+                                 nres_time_t now) {
+  uint32_t requests, failures;
+
+  nres_window_sum(&throttle->window, now, &requests, &failures, NULL);
+  return probability(throttle->k, requests, failures);
+}
+
+__attribute__((noinline)) void nres__throttle_refresh(nres_throttle_t *throttle,
+                                                      nres_time_t now) {
+  uint64_t next = nres__load(&throttle->next);
+  double p;
+
+  if (now < next ||
+      !nres__cas(&throttle->next, &next, nres_time_add(now, throttle->refresh)))
+    return;   /* another caller refreshes */
+  p = nres_throttle_probability(throttle, now);
+  /* p < 1 always (the + 1), so the odds fit below 2^32. */
+  nres__store(&throttle->odds, (uint64_t) ldexp(p, 32));
+}
+
+int nres_throttle_acquire(nres_throttle_t *throttle, nres_time_t now,
+                          nres_rng_t *rng) {
+  uint64_t odds;
+
+  if (throttle == NULL || rng == NULL)
+    return NRES_EINVAL;
+  odds = nres__throttle_odds(throttle, now);
+  if (__builtin_expect(odds == 0, 1) || (nres_rng_next(rng) >> 32) >= odds)
+    return 0;
+  nres__throttle_record(throttle, now, 0);   /* a request, not accepted */
+  nres__add(&throttle->refused, 1);
+  return NRES_ETHROTTLED;
+}
+
+void nres_throttle_record(nres_throttle_t *throttle, nres_time_t now,
+                          int accepted) {
+  nres__throttle_record(throttle, now, accepted);
+}
+
+void nres_throttle_stats(const nres_throttle_t *throttle, nres_time_t now,
+                         nres_throttle_stats_t *out) {
+  nres_throttle_t *t = (nres_throttle_t *) throttle;   /* loads only */
+  uint32_t requests, failures;
+
+  nres_window_sum(&t->window, now, &requests, &failures, NULL);
+  out->requests = requests;
+  out->accepts = requests - failures;
+  out->refused = nres__load(&t->refused);
+  out->probability = probability(t->k, requests, failures);
+}

@@ -1,0 +1,29 @@
+/* throttle.h - the client-side throttle's common cases, inline for the
+ * executor: the admission that refuses nothing (two loads and a compare,
+ * while the cached probability is 0) and an answer's count (the window's
+ * one-CAS add). The rest, and what the throttle is, is in throttle.c. */
+#ifndef NRES_THROTTLE_H
+#define NRES_THROTTLE_H
+
+#include "core/window.h"
+
+/* Recompute the cached refusal odds if `now` is past their refresh time
+ * (one caller wins; the others read the old odds). */
+void nres__throttle_refresh(nres_throttle_t *throttle, nres_time_t now);
+
+/* The refusal probability * 2^32 at now; 0: send without a draw. */
+static inline uint64_t nres__throttle_odds(nres_throttle_t *throttle,
+                                           nres_time_t now) {
+  if (__builtin_expect(now >= nres__load(&throttle->next), 0))
+    nres__throttle_refresh(throttle, now);
+  return nres__load(&throttle->odds);
+}
+
+/* nres_throttle_record: a request, and a non-accept unless accepted. */
+static inline void nres__throttle_record(nres_throttle_t *throttle,
+                                         nres_time_t now, int accepted) {
+  nres__window_add(&throttle->window, now,
+                   NRES__WINDOW_CALL + (accepted ? 0 : NRES__WINDOW_FAILURE));
+}
+
+#endif /* NRES_THROTTLE_H */

@@ -1,0 +1,283 @@
+/* test_throttle.c - the client-side throttle (core/throttle.c) on a
+ * virtual clock, alone and inside the executor.
+ *
+ * The probability formula max(0, (requests - k * accepts) / (requests + 1))
+ * on known counts; counts leaving the window; what is an accept (OK,
+ * transient errors, timeouts) and what is not (THROTTLED); the steady
+ * state it exists for (sent ~ k x accepted when the dependency accepts a
+ * fixed share); argument checks; the executor's hook (a refused first
+ * attempt stops THROTTLED, a refused retry stops ATTEMPTS with its token
+ * given back, no allocation); and 2 threads sharing one throttle (run this
+ * one under TSan too).
+ */
+#include <math.h>
+
+#include "nres_test.h"
+
+#define T0 NRES_SEC   /* virtual clocks start at 1 s, not at the epoch */
+
+static nres_throttle_stats_t stats(const nres_throttle_t *t, nres_time_t now) {
+  nres_throttle_stats_t st;
+  nres_throttle_stats(t, now, &st);
+  return st;
+}
+
+static void probability_follows_the_formula(void **state) {
+  nres_throttle_t t;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_throttle_init(&t, 2, 10 * NRES_SEC, 10), 0);
+  assert_true(nres_throttle_probability(&t, T0) == 0);
+  /* 10 requests, 3 accepted: (10 - 2 * 3) / 11. */
+  for (i = 0; i < 10; i++)
+    nres_throttle_record(&t, T0, i < 3);
+  assert_true(fabs(nres_throttle_probability(&t, T0) - 4.0 / 11) < 1e-12);
+  assert_int_equal(stats(&t, T0).requests, 10);
+  assert_int_equal(stats(&t, T0).accepts, 3);
+  /* 5 more accepted: 15 - 2 * 8 < 0, nothing refused. */
+  for (i = 0; i < 5; i++)
+    nres_throttle_record(&t, T0, 1);
+  assert_true(nres_throttle_probability(&t, T0) == 0);
+}
+
+static void nothing_is_refused_while_accepts_keep_up(void **state) {
+  nres_throttle_t t;
+  nres_rng_t rng;
+  int i;
+
+  (void) state;
+  nres_rng_seed(&rng, 1);
+  assert_int_equal(nres_throttle_init(&t, 1.1, NRES_SEC, 8), 0);
+  /* 5 % refused by the dependency: requests <= 1.1 x accepts. */
+  for (i = 0; i < 1000; i++) {
+    nres_time_t now = T0 + (nres_time_t) i * NRES_MSEC / 2;
+    assert_int_equal(nres_throttle_acquire(&t, now, &rng), 0);
+    nres_throttle_record(&t, now, i % 20 != 0);
+  }
+  assert_int_equal(stats(&t, T0 + NRES_SEC / 2).refused, 0);
+}
+
+static void counts_leave_the_window(void **state) {
+  nres_throttle_t t;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_throttle_init(&t, 1, NRES_SEC, 4), 0);
+  for (i = 0; i < 100; i++)
+    nres_throttle_record(&t, T0, 0);
+  assert_true(nres_throttle_probability(&t, T0) > 0.98);
+  assert_true(nres_throttle_probability(&t, T0 + NRES_SEC / 2) > 0.98);
+  /* A window and a bucket later the refusals are gone. */
+  assert_true(nres_throttle_probability(&t, T0 + NRES_SEC + NRES_SEC / 4) == 0);
+  assert_int_equal(stats(&t, T0 + 2 * NRES_SEC).requests, 0);
+}
+
+/* Through the executor: which verdicts are accepts. */
+static void only_throttled_answers_are_no_accept(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_verdict_t v;
+  static const int kinds[] = { NRES_OK, NRES_TRANSIENT, NRES_PERMANENT,
+                               NRES_THROTTLED };
+  unsigned i;
+
+  (void) state;
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+  p.attempts = 1;
+  assert_int_equal(nres_throttle_init(&p.own.throttle, 1, 10 * NRES_SEC, 10), 0);
+  p.throttle = &p.own.throttle;
+  assert_int_equal(nres_policy_build(&p), 0);
+  for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    a = nres_call_begin(&call, &p, T0);
+    assert_int_equal(a.kind, NRES_ATTEMPT);
+    v = nres_verdict(kinds[i]);
+    nres_call_report(&call, a.slot, T0, v);
+  }
+  /* A timeout is the dependency answering late, not refusing. */
+  a = nres_call_begin(&call, &p, T0);
+  v = nres_verdict(NRES_TRANSIENT);
+  v.flags = NRES_VF_TIMEOUT;
+  nres_call_report(&call, a.slot, T0, v);
+  /* A canceled call is nobody's answer. */
+  a = nres_call_begin(&call, &p, T0);
+  nres_call_cancel(&call, T0);
+  assert_int_equal(stats(p.throttle, T0).requests, 5);
+  assert_int_equal(stats(p.throttle, T0).accepts, 4);
+}
+
+/* A dependency that serves 500 calls/s of 2000 and refuses the rest:
+ * what reaches it settles near k x what it accepts, and the refusals are
+ * counted and stop calls. */
+static void sends_about_k_times_what_is_accepted(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_counters_t c;
+  uint64_t sent = 0, accepted = 0;
+  int i, taken = 0;
+
+  (void) state;
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+  p.attempts = 1;
+  assert_int_equal(nres_throttle_init(&p.own.throttle, 1.1, NRES_SEC, 8), 0);
+  p.throttle = &p.own.throttle;
+  assert_int_equal(nres_policy_build(&p), 0);
+  for (i = 0; i < 40000; i++) {   /* 20 s at 2000 calls/s */
+    nres_time_t now = T0 + (nres_time_t) i * NRES_MSEC / 2;
+    if (i % 20 == 0)   /* 5 per 10 ms, the rest refused */
+      taken = 0;
+    a = nres_call_begin(&call, &p, now);
+    if (a.kind != NRES_ATTEMPT) {
+      assert_int_equal(call.stop, NRES_STOP_THROTTLED);
+      continue;
+    }
+    int take = taken < 5;
+    taken += take;
+    if (i >= 4000) {   /* after the first 2 s */
+      sent++;
+      accepted += (uint64_t) take;
+    }
+    nres_call_report(&call, a.slot, now,
+                     nres_verdict(take ? NRES_OK : NRES_THROTTLED));
+  }
+  /* No queue: a 10 ms slot sent fewer than 5 leaves some unused (~73 %). */
+  assert_true(accepted > 36000 / 4 * 0.65);
+  assert_true((double) sent > (double) accepted * 1.05);
+  assert_true((double) sent < (double) accepted * 1.15);
+  nres_policy_counters(&p, &c);
+  assert_int_equal(c.stops[NRES_STOP_THROTTLED], c.rejects[NRES_REJECT_THROTTLE]);
+  assert_true(c.stops[NRES_STOP_THROTTLED] > 20000);
+  assert_int_equal(stats(p.throttle, T0).refused, c.rejects[NRES_REJECT_THROTTLE]);
+}
+
+/* A policy with a throttle that refuses everything it may: a first
+ * attempt stops THROTTLED, a retry ATTEMPTS with its budget token back. */
+static void refused_retry_ends_with_the_last_error(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_budget_stats_t bs;
+  int i, retry_refused = 0, first_refused = 0;
+  uint64_t retries = 0;
+
+  (void) state;
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.breaker = NULL;
+  p.backoff.kind = NRES_BACKOFF_NONE;
+  assert_int_equal(nres_throttle_init(&p.own.throttle, 1, 10 * NRES_SEC, 10), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  test_count_allocations();
+  for (i = 0; i < 200; i++) {
+    a = nres_call_begin(&call, &p, T0 + (nres_time_t) i * NRES_MSEC);
+    while (a.kind == NRES_ATTEMPT)
+      a = nres_call_report(&call, a.slot, T0 + (nres_time_t) i * NRES_MSEC,
+                           nres_verdict(NRES_THROTTLED));
+    assert_int_equal(a.kind, NRES_DONE);
+    retries += call.retries;
+    if (call.stop == NRES_STOP_THROTTLED) {
+      assert_int_equal(call.attempts, 0);
+      first_refused++;
+    } else if (call.stop == NRES_STOP_ATTEMPTS && call.attempts < 3) {
+      assert_int_equal(call.last.kind, NRES_THROTTLED);   /* its error */
+      retry_refused++;
+    }
+  }
+  assert_int_equal(test_alloc_calls, 0);
+  assert_true(first_refused > 0);
+  assert_true(retry_refused > 0);
+  /* A refused retry's token went back: spent = retries that ran. */
+  nres_budget_stats(p.budget, &bs);
+  assert_int_equal(bs.spent, retries);
+}
+
+static void bad_arguments_are_refused(void **state) {
+  nres_throttle_t t;
+  nres_policy_t p;
+  nres_rng_t rng;
+
+  (void) state;
+  assert_int_equal(nres_throttle_init(NULL, 1.1, NRES_SEC, 8), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, 0.9, NRES_SEC, 8), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, NAN, NRES_SEC, 8), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, INFINITY, NRES_SEC, 8), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, 1.1, 0, 8), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, 1.1, NRES_TIME_INVALID, 8), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, 1.1, NRES_SEC, 0), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, 1.1, NRES_SEC, 17), NRES_EINVAL);
+  assert_int_equal(nres_throttle_init(&t, 1.1, 4, 8), NRES_EINVAL);
+  assert_string_equal(nres_throttle_error(0.5, NRES_SEC, 8),
+                      "throttle.k: must be a finite number from 1 to 1000");
+  assert_string_equal(nres_throttle_error(1.1, 0, 8), "throttle.window: must be > 0");
+  assert_string_equal(nres_throttle_error(1.1, NRES_SEC, 20), "throttle.buckets: must be 1..16");
+  assert_null(nres_throttle_error(1.1, NRES_SEC, 8));
+  assert_int_equal(nres_throttle_init(&t, 1.1, NRES_SEC, 8), 0);
+  nres_rng_seed(&rng, 1);
+  assert_int_equal(nres_throttle_acquire(NULL, T0, &rng), NRES_EINVAL);
+  assert_int_equal(nres_throttle_acquire(&t, T0, NULL), NRES_EINVAL);
+  /* A policy pointing at a broken throttle is refused, naming it. */
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.own.throttle.k = 0.5;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  assert_string_equal(nres_policy_error(&p),
+                      "throttle.k: must be a finite number from 1 to 1000");
+}
+
+/* Two threads on one throttle, every answer a refusal: the counts add up
+ * (TSan: no race on the shared words). */
+typedef struct {
+  nres_throttle_t *t;
+  _Atomic nres_time_t *clock;
+  uint64_t seed;
+  unsigned refused;
+} worker_t;
+
+static void *worker(void *arg) {
+  worker_t *w = arg;
+  nres_rng_t rng;
+  int i;
+
+  nres_rng_seed(&rng, w->seed);
+  for (i = 0; i < 20000; i++) {
+    nres_time_t now = atomic_fetch_add(w->clock, NRES_USEC * 50);
+    if (nres_throttle_acquire(w->t, now, &rng) != 0) {
+      w->refused++;
+      continue;
+    }
+    nres_throttle_record(w->t, now, 0);
+  }
+  return NULL;
+}
+
+static void two_threads_share_one_throttle(void **state) {
+  nres_throttle_t t;
+  _Atomic nres_time_t clock = T0;
+  worker_t w[2] = { { &t, &clock, 1, 0 }, { &t, &clock, 2, 0 } };
+  pthread_t th[2];
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_throttle_init(&t, 1.5, NRES_SEC / 2, 8), 0);
+  for (i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, worker, &w[i]), 0);
+  for (i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  assert_int_equal(stats(&t, clock).refused, w[0].refused + w[1].refused);
+  assert_true(w[0].refused > 0 && w[1].refused > 0);
+  assert_true(w[0].refused + w[1].refused > 40000 * 0.9);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(probability_follows_the_formula),
+    cmocka_unit_test(nothing_is_refused_while_accepts_keep_up),
+    cmocka_unit_test(counts_leave_the_window),
+    cmocka_unit_test(only_throttled_answers_are_no_accept),
+    cmocka_unit_test(sends_about_k_times_what_is_accepted),
+    cmocka_unit_test(refused_retry_ends_with_the_last_error),
+    cmocka_unit_test(bad_arguments_are_refused),
+    cmocka_unit_test(two_threads_share_one_throttle),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

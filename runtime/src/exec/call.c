@@ -474,15 +474,15 @@ static inline int throttle_refuses(nres_call_t *call, nres_time_t now) {
 }
 
 /* The throttle refused an attempt (nothing is held yet): a hedge is
- * skipped, a first attempt ends the call (throttled locally), a retry
- * ends it with the last attempt's error (attempts: its token goes back). */
+ * skipped; a first attempt or a retry ends the call "throttled locally",
+ * as the budget's refusal ends it "budget exhausted" (a retry's token goes
+ * back; the last attempt's verdict stays in call->last). */
 static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
                                                  nres_time_t now, int hedge,
                                                  int *skipped) {
   if (hedge)
     return skip(call, skipped);
-  return reject(call, now, NRES_REJECT_THROTTLE,
-                call->attempts == 0 ? NRES_STOP_THROTTLED : NRES_STOP_ATTEMPTS);
+  return reject(call, now, NRES_REJECT_THROTTLE, NRES_STOP_THROTTLED);
 }
 
 /* admit, once the call's deadline is known not to have passed. */

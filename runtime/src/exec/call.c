@@ -573,7 +573,7 @@ static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
                                 &policy->breaker->word)) !=
                                 NRES_BREAKER_CLOSED) ||
                            (policy->throttle != NULL &&
-                            nres__throttle_odds(policy->throttle, now) != 0),
+                            nres__throttle_due(policy->throttle, now)),
                        0)) {
     nres__call_reset(call, policy, now);
     call->criticality = (uint8_t) cls;

@@ -48,7 +48,7 @@ typedef struct nres_breaker_s {
 } nres_breaker_t;
 
 typedef struct nres_throttle_s {
-  double k; nres_time_t refresh; uint64_t next, odds, refused, reserved_[3];
+  double k; nres_time_t refresh; uint64_t next, odds, refused, due, reserved_[2];
   nres_window_t window;
 } nres_throttle_t;
 

@@ -568,7 +568,10 @@ struct nres_throttle_s {
   NRES_ATOMIC(uint64_t) next;   /* when the cached probability is stale */
   NRES_ATOMIC(uint64_t) odds;   /* refusal probability * 2^32; 0: none */
   NRES_ATOMIC(uint64_t) refused;        /* attempts refused locally */
-  uint64_t reserved_[3];
+  /* When a call must look at the throttle: `next` while the odds are 0,
+   * 0 while they are above 0. Before that, a call's one load. */
+  NRES_ATOMIC(uint64_t) due;
+  uint64_t reserved_[2];
   nres_window_t window;         /* calls = requests, failures = non-accepts */
 };
 

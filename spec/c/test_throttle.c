@@ -7,7 +7,8 @@
  * state it exists for (sent ~ k x accepted when the dependency accepts a
  * fixed share); argument checks; the executor's hook (a refused first
  * attempt stops THROTTLED, a refused retry stops ATTEMPTS with its token
- * given back, no allocation); and 2 threads sharing one throttle (run this
+ * given back, no allocation; a first admission's one-word test sees the
+ * odds rise at the refresh); and 2 threads sharing one throttle (run this
  * one under TSan too).
  */
 #include <math.h>
@@ -105,6 +106,52 @@ static void only_throttled_answers_are_no_accept(void **state) {
   nres_call_cancel(&call, T0);
   assert_int_equal(stats(p.throttle, T0).requests, 5);
   assert_int_equal(stats(p.throttle, T0).accepts, 4);
+}
+
+/* A call's first admission reads one word, `due`: the refresh time while
+ * the odds are 0, 0 while they are above 0. So odds that rise are seen
+ * by the first call at or past the refresh, as when it read next and
+ * odds, and once they are above 0 every first attempt is drawn for. */
+static void first_admission_sees_rising_odds_at_the_refresh(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_throttle_t *t;
+  nres_time_t now;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+  p.attempts = 1;
+  assert_int_equal(nres_throttle_init(&p.own.throttle, 1, 10 * NRES_SEC, 10), 0);
+  p.throttle = t = &p.own.throttle;
+  assert_int_equal(nres_policy_build(&p), 0);
+  assert_int_equal(atomic_load(&t->due), 0);   /* due at once: refresh */
+  /* 10 throttled answers within one refresh period: the cached odds
+   * stay 0 and `due` the refresh time. */
+  for (i = 0; i < 10; i++) {
+    now = T0 + (nres_time_t) i * NRES_MSEC;
+    a = nres_call_begin(&call, &p, now);
+    assert_int_equal(a.kind, NRES_ATTEMPT);
+    assert_int_equal(atomic_load(&t->odds), 0);
+    assert_int_equal(atomic_load(&t->due), T0 + 10 * NRES_MSEC);
+    nres_call_report(&call, a.slot, now, nres_verdict(NRES_THROTTLED));
+  }
+  /* The first call at the refresh sees 10 requests, none accepted. */
+  now = T0 + 10 * NRES_MSEC;
+  a = nres_call_begin(&call, &p, now);
+  assert_int_equal(atomic_load(&t->odds),
+                   (uint64_t) ldexp(10.0 / 11, 32));
+  assert_int_equal(atomic_load(&t->due), 0);
+  if (a.kind == NRES_ATTEMPT)
+    nres_call_report(&call, a.slot, now, nres_verdict(NRES_OK));
+  /* Past the window the odds are 0 again, and `due` the next refresh. */
+  now = T0 + 11 * NRES_SEC;
+  a = nres_call_begin(&call, &p, now);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  assert_int_equal(atomic_load(&t->odds), 0);
+  assert_int_equal(atomic_load(&t->due), now + 10 * NRES_MSEC);
+  nres_call_report(&call, a.slot, now, nres_verdict(NRES_OK));
 }
 
 /* A dependency that serves 500 calls/s of 2000 and refuses the rest:
@@ -279,6 +326,7 @@ int main(void) {
     cmocka_unit_test(nothing_is_refused_while_accepts_keep_up),
     cmocka_unit_test(counts_leave_the_window),
     cmocka_unit_test(only_throttled_answers_are_no_accept),
+    cmocka_unit_test(first_admission_sees_rising_odds_at_the_refresh),
     cmocka_unit_test(sends_about_k_times_what_is_accepted),
     cmocka_unit_test(refused_retry_ends_throttled_locally),
     cmocka_unit_test(bad_arguments_are_refused),

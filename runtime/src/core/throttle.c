@@ -25,7 +25,9 @@
  * not a request yet: the counts trail by one latency. The probability is
  * kept as odds in 2^-32 in one word, recomputed from the window at most
  * every `refresh` by the caller that moves `next` (a CAS), so the usual
- * admission reads two words and draws nothing.
+ * admission reads two words and draws nothing; a call's first admission
+ * reads one (`due`: `next` while the odds are 0, else 0) and goes the
+ * gated way only when it is due.
  */
 #include <math.h>
 
@@ -61,6 +63,7 @@ int nres_throttle_init(nres_throttle_t *throttle, double k,
   nres__store(&throttle->next, 0);
   nres__store(&throttle->odds, 0);
   nres__store(&throttle->refused, 0);
+  nres__store(&throttle->due, 0);
   return 0;
 }
 
@@ -81,15 +84,18 @@ double nres_throttle_probability(const nres_throttle_t *throttle,
 
 __attribute__((noinline)) void nres__throttle_refresh(nres_throttle_t *throttle,
                                                       nres_time_t now) {
-  uint64_t next = nres__load(&throttle->next);
+  uint64_t next = nres__load(&throttle->next), odds;
   double p;
 
   if (now < next ||
       !nres__cas(&throttle->next, &next, nres_time_add(now, throttle->refresh)))
     return;   /* another caller refreshes */
   p = nres_throttle_probability(throttle, now);
-  /* p < 1 always (the + 1), so the odds fit below 2^32. */
-  nres__store(&throttle->odds, (uint64_t) ldexp(p, 32));
+  /* p < 1 always (the + 1), so the odds fit below 2^32. The odds before
+   * `due`: a call that sees the new `due` sees these odds. */
+  odds = (uint64_t) ldexp(p, 32);
+  nres__store(&throttle->odds, odds);
+  nres__store(&throttle->due, odds != 0 ? 0 : nres__load(&throttle->next));
 }
 
 int nres_throttle_acquire(nres_throttle_t *throttle, nres_time_t now,

@@ -1,7 +1,8 @@
 /* throttle.h - the client-side throttle's common cases, inline for the
- * executor: the admission that refuses nothing (two loads and a compare,
- * while the cached probability is 0) and an answer's count (the window's
- * one-CAS add). The rest, and what the throttle is, is in throttle.c. */
+ * executor: the first admission's test (one load and a compare while the
+ * cached probability is 0 and fresh), the admission that refuses nothing
+ * (two loads and a compare) and an answer's count (the window's one-CAS
+ * add). The rest, and what the throttle is, is in throttle.c. */
 #ifndef NRES_THROTTLE_H
 #define NRES_THROTTLE_H
 
@@ -10,6 +11,13 @@
 /* Recompute the cached refusal odds if `now` is past their refresh time
  * (one caller wins; the others read the old odds). */
 void nres__throttle_refresh(nres_throttle_t *throttle, nres_time_t now);
+
+/* Must an attempt at `now` look at the throttle (refresh its odds, or
+ * draw against them)? No while the odds are 0 and fresh: one load. */
+static inline int nres__throttle_due(nres_throttle_t *throttle,
+                                     nres_time_t now) {
+  return now >= nres__load(&throttle->due);
+}
 
 /* The refusal probability * 2^32 at now; 0: send without a draw. */
 static inline uint64_t nres__throttle_odds(nres_throttle_t *throttle,

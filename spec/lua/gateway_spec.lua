@@ -88,6 +88,19 @@ describe("nres.shm", function()
       "nres.shm: throttle: expected a table { k = n, window = ns, buckets = n } or false, got 2")
   end)
 
+  it("refuses a field it does not read rather than ignore it", function()
+    expect.error(function() shm.new{ slots = 8, throttle = { k = 2, windw = 1e9 } } end,
+      "nres.shm: throttle.windw: unknown field (valid: buckets, k, window)")
+    expect.error(function() shm.new{ slots = 8, throttle = { 2 } } end,
+      "nres.shm: throttle.[1]: unknown field (valid: buckets, k, window)")
+    expect.error(function() shm.new{ slots = 8, throtle = { k = 2 } } end,
+      "nres.shm: throtle: unknown field (valid: breaker, budget, extra, file, limiter, slots, throttle)")
+    expect.error(function() shm.new{ slots = 8, budget = { ratio = 0.1, capacty = 5 } } end,
+      "nres.shm: budget.capacty: unknown field (valid: capacity, min_per_sec, ratio)")
+    expect.error(function() shm.new{ slots = 8, limiter = { rate = 5, brust = 9 } } end,
+      "nres.shm: limiter.brust: unknown field (valid: burst, rate)")
+  end)
+
   it("refuses a limiter burst or rate that C would truncate or wrap", function()
     for _, burst in ipairs{ -1, 0, 1.5, 2 ^ 32, 2 ^ 40, 0 / 0, math.huge } do
       expect.error(function() shm.new{ slots = 8, limiter = { rate = 1, burst = burst } } end,

@@ -336,6 +336,19 @@ describe("nres.ngx scopes", function()
     expect.error(function() gw.limiter("bad", { rate = 0 }) end,
       "nres.ngx.limiter: rate: expected admissions per second (> 0), got 0")
   end)
+
+  it("limit no empty key (as limit_req), and name a key that is no string", function()
+    gw.limiter("anon", { rate = 1, burst = 1, slots = 8 })
+    for _ = 1, 3 do expect.eq(gw.limit("anon", ""), true) end
+    expect.eq(gw.limiters.anon.overflow, 0)   -- the table is not full
+    expect.eq(gw.limit("anon", "x"), true)
+    expect.eq(gw.limit("anon", "x"), false)
+    for _, k in ipairs { 42, false } do
+      expect.error(function() gw.limit("anon", k) end,
+        "nres.ngx.limit: key: expected a string, got " .. tostring(k))
+    end
+    expect.error(function() gw.limit("anon") end, "nres.ngx.limit: key: expected a string, got nil")
+  end)
 end)
 
 -- --------------------------------------------- region files, balancer mode
@@ -468,6 +481,17 @@ describe("nres.ngx region files and balancer mode", function()
       'nres.ngx.admit: upstream: expected an upstream declared with peers, got "nope"')
     expect.error(function() gw.admit("b9", "clients", nil) end,
       "nres.ngx.admit: key: expected a string (the client's, e.g. ngx.var.remote_addr), got nil")
+    expect.error(function() gw.admit("b9", "clients", 7) end,
+      "nres.ngx.admit: key: expected a string (the client's, e.g. ngx.var.remote_addr), got 7")
+    for _, l in ipairs { "nope", 5, false } do
+      expect.error(function() gw.admit("b9", l, "k") end,
+        "nres.ngx.admit: limiter: expected a limiter declared with gw.limiter, or nil, got "
+        .. (type(l) == "string" and '"' .. l .. '"' or tostring(l)))
+    end
+    -- a key without a limiter limited nothing, unsaid
+    expect.error(function() gw.admit("b9", nil, "10.0.0.1") end,
+      'nres.ngx.admit: key: expected nil without a limiter (the second argument), which it'
+      .. ' is for, got "10.0.0.1"')
   end)
 
   it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()

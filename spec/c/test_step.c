@@ -215,6 +215,37 @@ static void steps_refuse_a_kind_out_of_range_whatever_its_low_byte(void **state)
   }
 }
 
+/* Flag bits a caller may not set are dropped: -1 with a retry-after
+ * made 0xff, the log's mark of an abandoned attempt. */
+static void steps_keep_only_the_callers_flags(void **state) {
+  static const struct { int flags; uint8_t kept; } cases[] = {
+    { -1, NRES_VF_SELF | NRES_VF_TIMEOUT | NRES_VF_RETRY_AFTER },
+    { 0x100 | NRES_VF_TIMEOUT, NRES_VF_TIMEOUT | NRES_VF_RETRY_AFTER },
+    { 0xf8, NRES_VF_RETRY_AFTER },
+  };
+  nres_policy_t pg, ps;
+  nres_call_t cg, cs;
+  nres_step_t st;
+  double at;
+  (void) state;
+
+  build_pair(&pg, &ps, NRES_PRESET_DEFAULT, 0);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    nres_step_begin_class(&cg, &pg, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
+    nres_step_sync_begin(&cs, &ps, (double) T0, NRES_CLASS_DEFAULT, &at);
+    nres_step_report(&cg, 0, (double) T0 + MS, NRES_THROTTLED, cases[i].flags,
+                     5.0 * MS, &st);
+    nres_step_sync_report(&cs, 0, (double) T0 + MS, NRES_THROTTLED,
+                          cases[i].flags, 5.0 * MS, &at);
+    assert_int_equal(cg.last.flags, cases[i].kept);
+    assert_int_equal(cs.last.flags, cases[i].kept);
+    assert_int_equal(nres_call_log(&cg, 0)->flags, cases[i].kept);
+    assert_int_equal(nres_call_log(&cs, 0)->flags, cases[i].kept);
+    nres_step_cancel(&cg, (double) T0 + MS, &st);
+    nres_step_cancel(&cs, (double) T0 + MS, &st);
+  }
+}
+
 /* now < 0: the steps read nres_clock_now themselves. */
 static void sync_steps_read_the_runtime_clock_when_now_is_negative(void **state) {
   nres_policy_t p;
@@ -270,6 +301,7 @@ int main(void) {
     cmocka_unit_test(sync_steps_answer_what_the_general_steps_answer),
     cmocka_unit_test(sync_steps_answer_misuse_as_the_general_steps_do),
     cmocka_unit_test(steps_refuse_a_kind_out_of_range_whatever_its_low_byte),
+    cmocka_unit_test(steps_keep_only_the_callers_flags),
     cmocka_unit_test(sync_steps_read_the_runtime_clock_when_now_is_negative),
     cmocka_unit_test(sync_steps_allocate_nothing),
   };

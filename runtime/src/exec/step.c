@@ -39,6 +39,11 @@ static nres_verdict_t verdict_of(int kind) {
   return nres_verdict((unsigned) kind < NRES_VERDICT_COUNT ? kind : 0xff);
 }
 
+/* The verdict flags a caller may set; NRES_VF_RETRY_AFTER goes with
+ * retry_after, and any other bit is dropped (0xff in the log reads as an
+ * abandoned attempt). */
+#define CALLER_FLAGS (NRES_VF_SELF | NRES_VF_TIMEOUT)
+
 static double to_ns(nres_time_t t) {
   return t == NRES_TIME_NEVER ? -1.0 : (double) t;
 }
@@ -74,7 +79,7 @@ int nres_step_begin_class(nres_call_t *call, nres_policy_t *policy,
 int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind,
                      int flags, double retry_after, nres_step_t *out) {
   nres_verdict_t v = verdict_of(kind);
-  v.flags = (uint8_t) (flags & ~NRES_VF_RETRY_AFTER);
+  v.flags = (uint8_t) (flags & CALLER_FLAGS);
   if (retry_after >= 0) {
     v.flags |= NRES_VF_RETRY_AFTER;
     v.retry_after = from_ns(retry_after);
@@ -131,7 +136,7 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
   nres_verdict_t v = nres_verdict(kind);
   nres_time_t t = now_or_clock(now);
 
-  v.flags = (uint8_t) (flags & ~NRES_VF_RETRY_AFTER);
+  v.flags = (uint8_t) (flags & CALLER_FLAGS);
   if (retry_after >= 0) {
     v.flags |= NRES_VF_RETRY_AFTER;
     v.retry_after = from_ns(retry_after);

@@ -7,6 +7,7 @@
  * must read the same. Then what only the sync steps do: read the runtime's
  * clock when told now < 0, and allocate nothing.
  */
+#include <math.h>
 #include <string.h>
 
 #include "nres_test.h"
@@ -119,9 +120,14 @@ static void sync_steps_answer_what_the_general_steps_answer(void **state) {
   static const outcome_t permanent[] = { { NRES_PERMANENT, 0, -1 } };
   static const outcome_t canceled[] = { { NRES_CANCELED, 0, -1 } };
   static const outcome_t junk[] = { { 9, 0, -1 } };   /* out of range */
+  /* retry-after NaN (none), +inf (never: the backoff's max), -inf (none) */
+  static const outcome_t odd_wait[] = { { NRES_THROTTLED, 0, NAN },
+                                        { NRES_THROTTLED, 0, INFINITY },
+                                        { NRES_THROTTLED, 0, -INFINITY },
+                                        { NRES_OK, 0, -1 } };
   static const struct { const outcome_t *o; int n; } runs[] = {
     { ok, 1 }, { twice, 3 }, { throttled, 2 }, { down, 1 }, { permanent, 1 },
-    { canceled, 1 }, { junk, 1 }
+    { canceled, 1 }, { junk, 1 }, { odd_wait, 4 }
   };
   (void) state;
 

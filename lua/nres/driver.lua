@@ -73,6 +73,18 @@ function _M.check(d)
      or type(d.sleep) ~= "function" and type(d.sleep) ~= "cdata" then
     return nil, "expected a driver table { now = function() -> ns, sleep = function(ns) }"
   end
+  -- p:run lets C read its own clock on such a driver and never asks `now`:
+  -- on any other clock the call's times and the driver's waits would mix
+  -- two clocks (a virtual driver slept for hours of its own time).
+  local rc = d.runtime_clock
+  if rc ~= nil and rc ~= false and rc ~= true then
+    return nil, "runtime_clock: expected true, false or nil, got "
+                .. (type(rc) == "string" and string.format("%q", rc) or tostring(rc))
+  end
+  if rc and d.now ~= C.nres_step_now then
+    return nil, "runtime_clock: true needs now = the runtime's clock (nres.driver.blocking.now);"
+                .. " this driver's now is another function: drop runtime_clock"
+  end
   return d
 end
 

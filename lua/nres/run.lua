@@ -369,6 +369,17 @@ local function wait(driver, on_event, delay)
   return nil
 end
 
+-- After a wait until `at` that began at `before`: nil if the driver's
+-- clock reached `at` or at least moved (an early wake-up waits again),
+-- else the error of a clock that stands still (a frozen or NaN `now`):
+-- the call would ask to wait again for ever.
+local function stalled(before, at, after)
+  if after >= at or after > before then return nil end
+  return format("nres: driver.sleep: the driver's clock did not move (now() = %s before sleeping until %s,"
+                .. " %s after): the call would wait for ever", tostring(before), tostring(at),
+                tostring(after))
+end
+
 -- Hedged calls: attempts side by side. A hedged policy (hedge = { at, max })
 -- needs a driver that can run them, with three more functions:
 --   spawn(fn, arg) -> task    start fn(arg) beside the caller (it runs until
@@ -531,8 +542,11 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
         give_call(call, owner)
         error("nres: the executor asked to wait forever with nothing in flight", 2)
       end
-      cb, cb_err = wait(driver, on_event, at - now())
+      local before = now()
+      cb, cb_err = wait(driver, on_event, at - before)
       if cb ~= nil then break end
+      cb_err = stalled(before, at, now())
+      if cb_err ~= nil then cb = "driver.sleep"; break end
     end
 
     if rec ~= nil then
@@ -670,9 +684,12 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
         give_call(call, owner)
         error("nres: the executor asked to wait forever with nothing in flight", 2)
       end
-      cb, cb_err = wait(driver, on_event, at - (timeless and t or now()))
+      local before = timeless and t or now()
+      cb, cb_err = wait(driver, on_event, at - before)
       if cb ~= nil then break end
       t = timeless and at or now()
+      cb_err = not timeless and stalled(before, at, t) or nil
+      if cb_err ~= nil then cb = "driver.sleep"; break end
       act = sync_resume(call, t, sync_at)
     end
   end

@@ -98,6 +98,29 @@ local function ns(v, field)
   return v
 end
 
+-- Refuse a field of table t (named `where`) that shm.new does not read:
+-- a misspelt throttle.windw or throtle would otherwise be ignored,
+-- leaving the default in force unsaid.
+local function only(where, t, allowed)
+  for k in pairs(t) do
+    if not allowed[k] then
+      local names = {}
+      for name in pairs(allowed) do names[#names + 1] = name end
+      table.sort(names)
+      error(format("nres.shm: %s%s: unknown field (valid: %s)", where,
+                   type(k) == "string" and k or "[" .. tostring(k) .. "]",
+                   table.concat(names, ", ")), 3)
+    end
+  end
+end
+local FIELDS = {
+  [""] = { slots = true, budget = true, breaker = true, limiter = true,
+           throttle = true, file = true, extra = true },
+  budget = { ratio = true, min_per_sec = true, capacity = true },
+  limiter = { rate = true, burst = true },
+  throttle = { k = true, window = true, buckets = true },
+}
+
 -- shm.new{ slots, budget = { ratio, min_per_sec, capacity } or false,
 --          breaker = nres_breaker_config_t cdata (nres.policy's) or false,
 --          limiter = { rate, burst } or false,
@@ -107,6 +130,10 @@ end
 function _M.new(opts)
   if type(opts) ~= "table" then
     error("bad argument #1 to 'new' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  only("", opts, FIELDS[""])
+  for _, name in ipairs { "budget", "limiter", "throttle" } do
+    if type(opts[name]) == "table" then only(name .. ".", opts[name], FIELDS[name]) end
   end
   local cfg = ffi_new("nres_shm_config_t")
   C.nres_shm_config_init(cfg)

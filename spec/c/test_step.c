@@ -7,6 +7,7 @@
  * must read the same. Then what only the sync steps do: read the runtime's
  * clock when told now < 0, and allocate nothing.
  */
+#include <math.h>
 #include <string.h>
 
 #include "nres_test.h"
@@ -119,9 +120,14 @@ static void sync_steps_answer_what_the_general_steps_answer(void **state) {
   static const outcome_t permanent[] = { { NRES_PERMANENT, 0, -1 } };
   static const outcome_t canceled[] = { { NRES_CANCELED, 0, -1 } };
   static const outcome_t junk[] = { { 9, 0, -1 } };   /* out of range */
+  /* retry-after NaN (none), +inf (never: the backoff's max), -inf (none) */
+  static const outcome_t odd_wait[] = { { NRES_THROTTLED, 0, NAN },
+                                        { NRES_THROTTLED, 0, INFINITY },
+                                        { NRES_THROTTLED, 0, -INFINITY },
+                                        { NRES_OK, 0, -1 } };
   static const struct { const outcome_t *o; int n; } runs[] = {
     { ok, 1 }, { twice, 3 }, { throttled, 2 }, { down, 1 }, { permanent, 1 },
-    { canceled, 1 }, { junk, 1 }
+    { canceled, 1 }, { junk, 1 }, { odd_wait, 4 }
   };
   (void) state;
 
@@ -156,6 +162,14 @@ static void sync_steps_answer_misuse_as_the_general_steps_do(void **state) {
   act = nres_step_sync_begin(&cs, NULL, (double) T0, NRES_CLASS_DEFAULT, &at);
   same_action(&st, act, at, "no policy");
 
+  /* A resume before any begin (a zeroed record): nothing to do. */
+  memset(&cg, 0, sizeof(cg));
+  memset(&cs, 0, sizeof(cs));
+  nres_step_resume(&cg, (double) T0, &st);
+  act = nres_step_sync_resume(&cs, (double) T0, &at);
+  same_action(&st, act, at, "resume before begin");
+  assert_int_not_equal(st.kind, NRES_ATTEMPT);
+
   build_pair(&pg, &ps, NRES_PRESET_DEFAULT, 0);
   nres_step_begin_class(&cg, &pg, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
   act = nres_step_sync_begin(&cs, &ps, (double) T0, NRES_CLASS_DEFAULT, &at);
@@ -177,6 +191,65 @@ static void sync_steps_answer_misuse_as_the_general_steps_do(void **state) {
   same_action(&st, act, at, "after the end");
   assert_int_equal(st.stop, NRES_STOP_OK);
   same_call(&cg, &cs);
+}
+
+/* A kind out of range is a junk verdict whatever its low byte: kind 256
+ * is not OK, kind 257 not TRANSIENT (the verdict keeps the kind in a
+ * byte). Both steps leave the attempt in flight, as for kind 9. */
+static void steps_refuse_a_kind_out_of_range_whatever_its_low_byte(void **state) {
+  static const int kinds[] = { 256, 256 + NRES_TRANSIENT, -256, 0x7fffff00 };
+  nres_policy_t pg, ps;
+  nres_call_t cg, cs;
+  nres_step_t st;
+  double at;
+  int act;
+  (void) state;
+
+  build_pair(&pg, &ps, NRES_PRESET_DEFAULT, 0);
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    nres_step_begin_class(&cg, &pg, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
+    act = nres_step_sync_begin(&cs, &ps, (double) T0, NRES_CLASS_DEFAULT, &at);
+    nres_step_report(&cg, 0, (double) T0 + MS, kinds[i], 0, -1, &st);
+    act = nres_step_sync_report(&cs, 0, (double) T0 + MS, kinds[i], 0, -1, &at);
+    same_action(&st, act, at, "kind out of range");
+    assert_int_not_equal(st.kind, NRES_DONE);
+    assert_int_equal(cg.attempts, 1);
+    assert_int_equal(cg.inflight, 1);
+    assert_int_equal(cs.inflight, 1);
+    nres_step_cancel(&cg, (double) T0 + MS, &st);
+    nres_step_cancel(&cs, (double) T0 + MS, &st);
+  }
+}
+
+/* Flag bits a caller may not set are dropped: -1 with a retry-after
+ * made 0xff, the log's mark of an abandoned attempt. */
+static void steps_keep_only_the_callers_flags(void **state) {
+  static const struct { int flags; uint8_t kept; } cases[] = {
+    { -1, NRES_VF_SELF | NRES_VF_TIMEOUT | NRES_VF_RETRY_AFTER },
+    { 0x100 | NRES_VF_TIMEOUT, NRES_VF_TIMEOUT | NRES_VF_RETRY_AFTER },
+    { 0xf8, NRES_VF_RETRY_AFTER },
+  };
+  nres_policy_t pg, ps;
+  nres_call_t cg, cs;
+  nres_step_t st;
+  double at;
+  (void) state;
+
+  build_pair(&pg, &ps, NRES_PRESET_DEFAULT, 0);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    nres_step_begin_class(&cg, &pg, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
+    nres_step_sync_begin(&cs, &ps, (double) T0, NRES_CLASS_DEFAULT, &at);
+    nres_step_report(&cg, 0, (double) T0 + MS, NRES_THROTTLED, cases[i].flags,
+                     5.0 * MS, &st);
+    nres_step_sync_report(&cs, 0, (double) T0 + MS, NRES_THROTTLED,
+                          cases[i].flags, 5.0 * MS, &at);
+    assert_int_equal(cg.last.flags, cases[i].kept);
+    assert_int_equal(cs.last.flags, cases[i].kept);
+    assert_int_equal(nres_call_log(&cg, 0)->flags, cases[i].kept);
+    assert_int_equal(nres_call_log(&cs, 0)->flags, cases[i].kept);
+    nres_step_cancel(&cg, (double) T0 + MS, &st);
+    nres_step_cancel(&cs, (double) T0 + MS, &st);
+  }
 }
 
 /* now < 0: the steps read nres_clock_now themselves. */
@@ -233,6 +306,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(sync_steps_answer_what_the_general_steps_answer),
     cmocka_unit_test(sync_steps_answer_misuse_as_the_general_steps_do),
+    cmocka_unit_test(steps_refuse_a_kind_out_of_range_whatever_its_low_byte),
+    cmocka_unit_test(steps_keep_only_the_callers_flags),
     cmocka_unit_test(sync_steps_read_the_runtime_clock_when_now_is_negative),
     cmocka_unit_test(sync_steps_allocate_nothing),
   };

@@ -223,6 +223,26 @@ describe("callbacks at other points", function()
     expect.eq(n, 1)
     expect.eq(held(p), 0, "permits")
   end)
+  it("a driver whose clock stands still cancels the waiting call (no endless wait)", function()
+    for _, frozen in ipairs { 5e9, 0 / 0 } do
+      local sleeps = 0
+      local d = { name = "frozen", now = function() return frozen end, sleep = function()
+        sleeps = sleeps + 1
+        if sleeps > 50 then error("slept 50 times") end   -- the old endless loop
+      end }
+      local p = nres.policy { base = "none", attempts = 3, limiter = { concurrency = 1 },
+        backoff = { kind = "constant", base = 1, max = 1, jitter = "none" } }:with_driver(d)
+      local n = 0
+      local res, reason, info = p:run(function() n = n + 1; return nil, "down" end)
+      expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(info.callback, "driver.sleep")
+      expect.eq(info.error, string.format("nres: driver.sleep: the driver's clock did not move"
+        .. " (now() = %s before sleeping until %s, %s after): the call would wait for ever",
+        tostring(frozen), tostring(frozen == frozen and frozen + 1e9 or 1e9),   -- NaN reads as 0
+        tostring(frozen)))
+      expect.eq(n, 1); expect.eq(sleeps, 1)
+      expect.eq(held(p), 0, "permits")
+    end
+  end)
   it("admit refusing with a reason that is not a string is junk", function()
     local p = nres.policy { base = "none", admit = function() return false, { "x" } end }
                 :with_driver(nres.driver.virtual())

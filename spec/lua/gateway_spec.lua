@@ -88,6 +88,19 @@ describe("nres.shm", function()
       "nres.shm: throttle: expected a table { k = n, window = ns, buckets = n } or false, got 2")
   end)
 
+  it("refuses a field it does not read rather than ignore it", function()
+    expect.error(function() shm.new{ slots = 8, throttle = { k = 2, windw = 1e9 } } end,
+      "nres.shm: throttle.windw: unknown field (valid: buckets, k, window)")
+    expect.error(function() shm.new{ slots = 8, throttle = { 2 } } end,
+      "nres.shm: throttle.[1]: unknown field (valid: buckets, k, window)")
+    expect.error(function() shm.new{ slots = 8, throtle = { k = 2 } } end,
+      "nres.shm: throtle: unknown field (valid: breaker, budget, extra, file, limiter, slots, throttle)")
+    expect.error(function() shm.new{ slots = 8, budget = { ratio = 0.1, capacty = 5 } } end,
+      "nres.shm: budget.capacty: unknown field (valid: capacity, min_per_sec, ratio)")
+    expect.error(function() shm.new{ slots = 8, limiter = { rate = 5, brust = 9 } } end,
+      "nres.shm: limiter.brust: unknown field (valid: burst, rate)")
+  end)
+
   it("refuses a limiter burst or rate that C would truncate or wrap", function()
     for _, burst in ipairs{ -1, 0, 1.5, 2 ^ 32, 2 ^ 40, 0 / 0, math.huge } do
       expect.error(function() shm.new{ slots = 8, limiter = { rate = 1, burst = burst } } end,
@@ -323,6 +336,19 @@ describe("nres.ngx scopes", function()
     expect.error(function() gw.limiter("bad", { rate = 0 }) end,
       "nres.ngx.limiter: rate: expected admissions per second (> 0), got 0")
   end)
+
+  it("limit no empty key (as limit_req), and name a key that is no string", function()
+    gw.limiter("anon", { rate = 1, burst = 1, slots = 8 })
+    for _ = 1, 3 do expect.eq(gw.limit("anon", ""), true) end
+    expect.eq(gw.limiters.anon.overflow, 0)   -- the table is not full
+    expect.eq(gw.limit("anon", "x"), true)
+    expect.eq(gw.limit("anon", "x"), false)
+    for _, k in ipairs { 42, false } do
+      expect.error(function() gw.limit("anon", k) end,
+        "nres.ngx.limit: key: expected a string, got " .. tostring(k))
+    end
+    expect.error(function() gw.limit("anon") end, "nres.ngx.limit: key: expected a string, got nil")
+  end)
 end)
 
 -- --------------------------------------------- region files, balancer mode
@@ -455,6 +481,17 @@ describe("nres.ngx region files and balancer mode", function()
       'nres.ngx.admit: upstream: expected an upstream declared with peers, got "nope"')
     expect.error(function() gw.admit("b9", "clients", nil) end,
       "nres.ngx.admit: key: expected a string (the client's, e.g. ngx.var.remote_addr), got nil")
+    expect.error(function() gw.admit("b9", "clients", 7) end,
+      "nres.ngx.admit: key: expected a string (the client's, e.g. ngx.var.remote_addr), got 7")
+    for _, l in ipairs { "nope", 5, false } do
+      expect.error(function() gw.admit("b9", l, "k") end,
+        "nres.ngx.admit: limiter: expected a limiter declared with gw.limiter, or nil, got "
+        .. (type(l) == "string" and '"' .. l .. '"' or tostring(l)))
+    end
+    -- a key without a limiter limited nothing, unsaid
+    expect.error(function() gw.admit("b9", nil, "10.0.0.1") end,
+      'nres.ngx.admit: key: expected nil without a limiter (the second argument), which it'
+      .. ' is for, got "10.0.0.1"')
   end)
 
   it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()

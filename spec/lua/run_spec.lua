@@ -367,6 +367,23 @@ describe("the runtime's clock", function()
       last = e.finish
     end
   end)
+  it("a driver that says runtime_clock must mean it", function()
+    local p = nres.policy { base = "trivial", deadline = 5 }
+    local d = nres.driver.virtual(5e9)
+    d.runtime_clock = "yes"
+    expect.error(function() p:with_driver(d) end,
+      "bad argument #1 to 'with_driver' (runtime_clock: expected true, false or nil, got \"yes\")")
+    -- A virtual clock that claims to be the runtime's: p:run would time
+    -- the call by one clock and sleep on the other.
+    d.runtime_clock = true
+    expect.error(function() p:with_driver(d) end,
+      "bad argument #1 to 'with_driver' (runtime_clock: true needs now = the runtime's clock"
+      .. " (nres.driver.blocking.now); this driver's now is another function: drop runtime_clock)")
+    d.runtime_clock = false
+    expect.eq(p:with_driver(d).driver, d)
+    local b = { now = nres.driver.blocking.now, sleep = nres.driver.blocking.sleep, runtime_clock = true }
+    expect.eq(p:with_driver(b).driver, b)
+  end)
   it("a driver off it is asked the time", function()
     local asked = 0
     local d = nres.driver.virtual(5e9)

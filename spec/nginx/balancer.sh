@@ -128,9 +128,18 @@ for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max 
 [ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
   fail "/via-access with X-Deadline-Ms: 250: $c, upstream saw $d"
 admin_all "reset=1"
-for bad in abc -5 1e400 ""; do
+for bad in abc -5 1e400 "" nan inf -inf "5, 100" 9007199254740993; do
   c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: $bad" "$gw/bad")
   [ "$c" = 200 ] || fail "X-Deadline-Ms: '$bad' gave $c, expected it ignored (200)"
+done
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 0.5" "$gw/bad")
+[ "$c" = 504 ] || fail "X-Deadline-Ms: 0.5 (under 1 ms) gave $c, expected 504"
+# Two X-Deadline-Ms headers: nginx before 1.23 reads the first, later ones
+# join them ("0, 300": not a number, ignored); never an error either way.
+for pair in "0 300" "300 0"; do
+  first=${pair% *} second=${pair#* }
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: $first" -H "X-Deadline-Ms: $second" "$gw/bad")
+  case $c in 200|504) ;; *) fail "X-Deadline-Ms: $first and $second gave $c, expected 200 or 504" ;; esac
 done
 admin_all "reset=1"
 c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 300" "$gw/short")
@@ -358,8 +367,9 @@ reason() {
     "http://127.0.0.1:$gw2_port$p"
   [ "$(grep -ci '^x-nres-reason:' "$work/gw2/h")" -le 1 ] || fail "$p: X-Nres-Reason twice: $(cat "$work/gw2/h")"
 }
+# calls: the upstream's calls so far (0 before its first request makes its slot).
 calls() {
-  curl -sf "http://127.0.0.1:$gw2_port/nres/status" | json "key('upstreams', 'backend').calls"
+  curl -sf "http://127.0.0.1:$gw2_port/nres/status" | json "key('upstreams', 'backend').calls or 0"
 }
 # counted_once PATH C0: gw.log runs after the answer is sent (and the
 # status request may reach the other worker first): wait for the count to

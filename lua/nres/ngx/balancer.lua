@@ -451,8 +451,16 @@ function _M.admit(uname, lname, lkey)
   if u == nil or not u.balancer then
     error(bad("admit", "upstream", "an upstream declared with peers", uname), 2)
   end
-  if lname ~= nil and type(lkey) ~= "string" then
-    error(bad("admit", "key", "a string (the client's, e.g. ngx.var.remote_addr)", lkey), 2)
+  if lname ~= nil then
+    if config.limiters[lname] == nil then
+      error(bad("admit", "limiter", "a limiter declared with gw.limiter, or nil", lname), 2)
+    end
+    if type(lkey) ~= "string" then
+      error(bad("admit", "key", "a string (the client's, e.g. ngx.var.remote_addr)", lkey), 2)
+    end
+  elseif lkey ~= nil then
+    error(bad("admit", "key", "nil without a limiter (the second argument), which it is for",
+              lkey), 2)
   end
   if not R then bind() end
   local req = exdata()

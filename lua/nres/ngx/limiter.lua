@@ -20,11 +20,15 @@ local wait_box = ffi_new("double[1]")
 
 -- One admission for `key` (e.g. the client address) from limiter `name`:
 -- true, or false and the seconds until one would be allowed. A full table
--- admits (and counts the overflow): the limiter never fails closed.
+-- admits (and counts the overflow): the limiter never fails closed. An
+-- empty key (a header the client did not send) is not limited, as
+-- nginx's limit_req does not account it, and is no overflow. A key
+-- longer than a slot's 64 bytes is limited under its MD5.
 function _M.limit(name, key)
   local s = limiters[name]
   if s == nil then error(bad("limit", "limiter", "a limiter declared with gw.limiter", name), 2) end
-  if #key > 64 then key = ngx.md5(key) end
+  if type(key) ~= "string" then error(bad("limit", "key", "a string", key), 2) end
+  if #key > 64 then key = ngx.md5(key) elseif key == "" then return true end
   local now = step_now()
   local idx = sh_acquire(s.ptr, key, #key, now, s.hold, gen_box)
   if idx < 0 then

@@ -32,6 +32,18 @@ static nres_time_t from_ns(double ns) {
   return nres__time_from_double(ns);
 }
 
+/* The verdict of a report's kind: nres_verdict keeps the kind in a byte,
+ * so a kind out of range (256 would read as OK) becomes one the report
+ * refuses as junk, whatever its low byte. */
+static nres_verdict_t verdict_of(int kind) {
+  return nres_verdict((unsigned) kind < NRES_VERDICT_COUNT ? kind : 0xff);
+}
+
+/* The verdict flags a caller may set; NRES_VF_RETRY_AFTER goes with
+ * retry_after, and any other bit is dropped (0xff in the log reads as an
+ * abandoned attempt). */
+#define CALLER_FLAGS (NRES_VF_SELF | NRES_VF_TIMEOUT)
+
 static double to_ns(nres_time_t t) {
   return t == NRES_TIME_NEVER ? -1.0 : (double) t;
 }
@@ -66,8 +78,8 @@ int nres_step_begin_class(nres_call_t *call, nres_policy_t *policy,
 
 int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind,
                      int flags, double retry_after, nres_step_t *out) {
-  nres_verdict_t v = nres_verdict(kind);
-  v.flags = (uint8_t) (flags & ~NRES_VF_RETRY_AFTER);
+  nres_verdict_t v = verdict_of(kind);
+  v.flags = (uint8_t) (flags & CALLER_FLAGS);
   if (retry_after >= 0) {
     v.flags |= NRES_VF_RETRY_AFTER;
     v.retry_after = from_ns(retry_after);
@@ -99,8 +111,9 @@ static NRES__COLD int sync_begin_general(nres_call_t *call,
 }
 
 static NRES__COLD int sync_report_general(nres_call_t *call, unsigned slot,
-                                          nres_time_t now, nres_verdict_t v,
-                                          double *at) {
+                                          nres_time_t now, int kind,
+                                          nres_verdict_t v, double *at) {
+  v.kind = verdict_of(kind).kind;
   return packed(nres_call_report(call, slot, now, v), at);
 }
 
@@ -123,7 +136,7 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
   nres_verdict_t v = nres_verdict(kind);
   nres_time_t t = now_or_clock(now);
 
-  v.flags = (uint8_t) (flags & ~NRES_VF_RETRY_AFTER);
+  v.flags = (uint8_t) (flags & CALLER_FLAGS);
   if (retry_after >= 0) {
     v.flags |= NRES_VF_RETRY_AFTER;
     v.retry_after = from_ns(retry_after);
@@ -135,7 +148,7 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                        (unsigned) kind >= NRES_VERDICT_COUNT ||
                        (call->policy->private_flags & NRES__F_PASSTHROUGH),
                        0))
-    return sync_report_general(call, slot, t, v, at);
+    return sync_report_general(call, slot, t, kind, v, at);
   return packed(nres__call_report(call, slot, call->slot[slot].number, t, &v),
                 at);
 }

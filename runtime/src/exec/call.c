@@ -581,23 +581,7 @@ static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
   }
   ceiling = attempt_ceiling(policy, now, deadline);
 
-  call->policy = policy;
-  call->start = now;
-  call->deadline = deadline;
-  call->resume_at = NRES_TIME_NEVER;
-  call->phase = NRES__PHASE_RUNNING;
-  call->stop = NRES_STOP_NONE;
-  call->inflight = 1;
-  call->fallback = 0;
-  call->attempts = 1;
-  call->retries = 0;
-  call->hedges = 0;
-  call->queued = 0;
-  call->seeded = 0;
-  call->charged = 0;
-  call->throttled = 0;
-  call->criticality = (uint8_t) cls;
-  call->last = nres_verdict(NRES_OK);
+  nres__call_write(call, policy, now, deadline, NRES__PHASE_RUNNING, 1, cls);
   nres_backoff_state_reset(&call->backoff);
   fill_slot(call, 0, 1, now, 0, permit, ceiling, 0);
   return attempt_action(0, 0, 1, ceiling);

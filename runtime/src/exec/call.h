@@ -63,26 +63,37 @@ enum {
   NRES__PHASE_DONE
 };
 
-/* A call's fields before its first step (and a passthrough's record). */
-static inline void nres__call_reset(nres_call_t *call, nres_policy_t *policy,
-                                    nres_time_t now) {
+/* Every field of a call's header, written once: nres__call_reset's
+ * values, or a call whose first attempt is already decided (begin's
+ * common case: RUNNING, attempt 1 in flight). Inline with constants, so
+ * each writer compiles to its own stores. */
+static inline void nres__call_write(nres_call_t *call, nres_policy_t *policy,
+                                    nres_time_t now, nres_time_t deadline,
+                                    int phase, unsigned attempts, int cls) {
   call->policy = policy;
   call->start = now;
-  call->deadline = NRES_TIME_NEVER;
+  call->deadline = deadline;
   call->resume_at = NRES_TIME_NEVER;
-  call->phase = NRES__PHASE_IDLE;
+  call->phase = (uint8_t) phase;
   call->stop = NRES_STOP_NONE;
-  call->inflight = 0;
+  call->inflight = (uint8_t) attempts;   /* 0, or attempt 1 in slot 0 */
   call->fallback = 0;
-  call->attempts = 0;
+  call->attempts = (uint16_t) attempts;
   call->retries = 0;
   call->hedges = 0;
   call->queued = 0;
   call->seeded = 0;
   call->charged = 0;
   call->throttled = 0;
-  call->criticality = NRES_CLASS_DEFAULT;
+  call->criticality = (uint8_t) cls;
   call->last = nres_verdict(NRES_OK);
+}
+
+/* A call's fields before its first step (and a passthrough's record). */
+static inline void nres__call_reset(nres_call_t *call, nres_policy_t *policy,
+                                    nres_time_t now) {
+  nres__call_write(call, policy, now, NRES_TIME_NEVER, NRES__PHASE_IDLE, 0,
+                   NRES_CLASS_DEFAULT);
 }
 
 /* The attempt every passthrough call runs. */

@@ -26,16 +26,24 @@ static inline int nres__breaker_acquire(nres_breaker_t *breaker,
   return nres_breaker_acquire(breaker, now, permit);
 }
 
+/* Does the breaker count calls in its window (a ratio to trip on)? A
+ * policy keeps the answer in its flags (NRES__F_BREAKER_WINDOW). */
+static inline int nres__breaker_windowed(const nres_breaker_t *breaker) {
+  return breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0;
+}
+
 /* The common case of nres_breaker_record, inline: a success while closed
  * that cannot trip (only failures and slow calls check the ratios): clear
- * the failure run if there is one, add a call to the window. 1 when it
- * took the outcome (nres_breaker_record's answer is then -1), 0 when
- * nres__breaker_record_other must. Apart so that a caller prepares the
- * other case's generator only when it is needed. */
+ * the failure run if there is one, add a call to the window if windowed
+ * (nres__breaker_windowed's answer). k is the calling thread's
+ * nres__shard_if_taken. 1 when it took the outcome (nres_breaker_record's
+ * answer is then -1), 0 when nres__breaker_record_other must. Apart so
+ * that a caller prepares the other case's generator only when it is
+ * needed. */
 static inline int nres__breaker_record_common(nres_breaker_t *breaker,
-                                              nres_time_t now,
+                                              unsigned k, nres_time_t now,
                                               uint32_t permit, int outcome,
-                                              int slow) {
+                                              int slow, int windowed) {
   if (__builtin_expect(permit == 0 && outcome == NRES_BREAKER_SUCCESS &&
                            !slow,
                        1)) {
@@ -44,8 +52,8 @@ static inline int nres__breaker_record_common(nres_breaker_t *breaker,
       return 1;   /* it tripped while this call ran: old news */
     if (nres__load(&breaker->consecutive) != 0)
       nres__store(&breaker->consecutive, 0);
-    if (breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0)
-      nres__window_add(&breaker->window, now, NRES__WINDOW_CALL);
+    if (windowed)
+      nres__window_add_in(&breaker->window, k, now, NRES__WINDOW_CALL);
     return 1;
   }
   return 0;
@@ -56,7 +64,9 @@ static inline int nres__breaker_record(nres_breaker_t *breaker,
                                        nres_time_t now, uint32_t permit,
                                        int outcome, int slow,
                                        nres_rng_t *rng) {
-  if (nres__breaker_record_common(breaker, now, permit, outcome, slow))
+  if (nres__breaker_record_common(breaker, nres__shard_if_taken(), now,
+                                  permit, outcome, slow,
+                                  nres__breaker_windowed(breaker)))
     return -1;
   return nres__breaker_record_other(breaker, now, permit, outcome, slow, rng);
 }

@@ -44,6 +44,7 @@
  */
 #include <math.h>
 
+#include "core/estimator.h"
 #include "core/shard.h"
 
 #define SUB_BITS 4    /* log2(NRES_HIST_SUB) */
@@ -189,14 +190,15 @@ __attribute__((noinline)) static void record_slow(nres_estimator_t *estimator,
   }
 }
 
-/* Inline into the executor (LTO): it runs on every successful call. */
-__attribute__((always_inline)) inline void nres_estimator_record(
-    nres_estimator_t *estimator, nres_time_t now, nres_time_t latency) {
+/* Inline into the executor (LTO): it runs on every successful call. k is
+ * the calling thread's nres__shard_if_taken. */
+__attribute__((always_inline)) inline void nres__estimator_record_in(
+    nres_estimator_t *estimator, unsigned k, nres_time_t now,
+    nres_time_t latency) {
   _Atomic uint64_t *slot;
   uint64_t e;
   uint64_t n;
   uint32_t index;
-  unsigned k;
 
   /* The common case: this shard's entry already counts this bucket in
    * this period. The key's period is now / period, where record_slow takes
@@ -205,7 +207,6 @@ __attribute__((always_inline)) inline void nres_estimator_record(
    * does it right). One more sample
    * would carry out of a full count into the bucket bits: then n's key
    * differs too. */
-  k = nres__shard_if_taken();
   index = hist_index(latency);
   if (k < NRES_SHARDS) {
     slot = &estimator->shard[k].entry[index % NRES_ESTIMATOR_PENDING];
@@ -217,6 +218,11 @@ __attribute__((always_inline)) inline void nres_estimator_record(
       return;
   }
   record_slow(estimator, now, latency);
+}
+
+void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now,
+                           nres_time_t latency) {
+  nres__estimator_record_in(estimator, nres__shard_if_taken(), now, latency);
 }
 
 nres_time_t nres_estimator_quantile(const nres_estimator_t *estimator,

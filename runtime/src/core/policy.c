@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "core/breaker.h"
 #include "core/policy.h"
 
 /* The default preset's throttle.k (policies/default.lua says why). */
@@ -182,6 +183,10 @@ int nres_policy_build(nres_policy_t *policy) {
       policy->estimator != NULL || policy->throttle != NULL ||
       (flags & NRES__F_HEDGE))
     flags |= NRES__F_RECORDS;
+  if (policy->bulkhead == NULL && !(flags & (NRES__F_SLOW | NRES__F_HEDGE)))
+    flags |= NRES__F_SHORT_RECORD;
+  if (policy->breaker != NULL && nres__breaker_windowed(policy->breaker))
+    flags |= NRES__F_BREAKER_WINDOW;
   if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
       ((flags & NRES__F_HEDGE) && hedge->delay == 0))
     flags |= NRES__F_QUANTILES;

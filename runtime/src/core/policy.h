@@ -23,8 +23,13 @@ enum {
                                 or hedge window learns from each outcome */
   NRES__F_LIMITED = 1024,    /* a throttle, rate limiter or bulkhead admits
                                 (pass_limits) */
-  NRES__F_DRAWS = 2048       /* a retry draws from the call's PRNG (backoff
+  NRES__F_DRAWS = 2048,      /* a retry draws from the call's PRNG (backoff
                                 jitter; a breaker's break jitter uses it) */
+  NRES__F_SHORT_RECORD = 4096,   /* an OK outcome may take record()'s short
+                                    way: no bulkhead place, no slow-call or
+                                    hedge accounting */
+  NRES__F_BREAKER_WINDOW = 8192  /* the breaker counts calls in its window
+                                    (nres__breaker_windowed) */
 };
 
 /* How often the quantiles the executor uses are recomputed. */

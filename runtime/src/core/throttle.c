@@ -107,14 +107,15 @@ int nres_throttle_acquire(nres_throttle_t *throttle, nres_time_t now,
   odds = nres__throttle_odds(throttle, now);
   if (__builtin_expect(odds == 0, 1) || (nres_rng_next(rng) >> 32) >= odds)
     return 0;
-  nres__throttle_record(throttle, now, 0);   /* a request, not accepted */
+  /* a request, not accepted */
+  nres__throttle_record(throttle, nres__shard_if_taken(), now, 0);
   nres__add(&throttle->refused, 1);
   return NRES_ETHROTTLED;
 }
 
 void nres_throttle_record(nres_throttle_t *throttle, nres_time_t now,
                           int accepted) {
-  nres__throttle_record(throttle, now, accepted);
+  nres__throttle_record(throttle, nres__shard_if_taken(), now, accepted);
 }
 
 void nres_throttle_stats(const nres_throttle_t *throttle, nres_time_t now,

@@ -15,17 +15,17 @@
 /* Add inc (counts, slice bits 0) for slice s when the fast test fails. */
 void nres__window_add_slow(nres_window_t *window, uint64_t s, uint64_t inc);
 
-/* Add inc (NRES__WINDOW_* counts) at now. */
-static inline void nres__window_add(nres_window_t *window, nres_time_t now,
-                                    uint64_t inc) {
+/* Add inc (NRES__WINDOW_* counts) at now, for the thread of shard k
+ * (nres__shard_if_taken: a caller adding to several windows reads it
+ * once). */
+static inline void nres__window_add_in(nres_window_t *window, unsigned k,
+                                       nres_time_t now, uint64_t inc) {
   _Atomic uint64_t *p;
   uint64_t s;
   uint64_t w;
   uint32_t d;
-  unsigned k;
 
   s = now / window->width;
-  k = nres__shard_if_taken();
   /* The pending bucket is of slice s and not saturated, both in one test.
    * The low 32 bits of w less s's low 16 are calls << 16 | 0 when the
    * slice is s (nonzero low half otherwise); rotated by 16 that is calls,
@@ -42,6 +42,12 @@ static inline void nres__window_add(nres_window_t *window, nres_time_t now,
       return;   /* saturated: drop the whole sample */
   }
   nres__window_add_slow(window, s, inc);
+}
+
+/* Add inc (NRES__WINDOW_* counts) at now. */
+static inline void nres__window_add(nres_window_t *window, nres_time_t now,
+                                    uint64_t inc) {
+  nres__window_add_in(window, nres__shard_if_taken(), now, inc);
 }
 
 #endif /* NRES_WINDOW_H */

@@ -24,6 +24,7 @@
 
 #include "internal.h"
 #include "core/breaker.h"
+#include "core/estimator.h"
 #include "core/policy.h"
 #include "core/shard.h"
 #include "core/throttle.h"
@@ -678,6 +679,7 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
   int kind = v->kind;
   nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
   int self = (v->flags & NRES_VF_SELF) || kind == NRES_CANCELED;
+  unsigned k = nres__shard_if_taken();
   nres_rng_t rng;
 
   if (call->slot[slot].held) {
@@ -696,8 +698,9 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
       slow = threshold != 0 && latency > threshold;
     }
     entered = -1;
-    if (!nres__breaker_record_common(p->breaker, now, call->slot[slot].permit,
-                                     outcome, slow))
+    if (!nres__breaker_record_common(p->breaker, k, now,
+                                     call->slot[slot].permit, outcome, slow,
+                                     p->private_flags & NRES__F_BREAKER_WINDOW))
       entered = nres__breaker_record_other(p->breaker, now,
                                            call->slot[slot].permit, outcome,
                                            slow, breaker_rng(call, now, &rng));
@@ -706,9 +709,9 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
       EMIT(call, NRES_EV_BREAKER, entered, call->slot[slot].number, now, 0);
   }
   if (p->throttle != NULL && !self)   /* only an overload refusal is no accept */
-    nres__throttle_record(p->throttle, now, kind != NRES_THROTTLED);
+    nres__throttle_record(p->throttle, k, now, kind != NRES_THROTTLED);
   if (kind == NRES_OK && p->estimator != NULL)
-    nres_estimator_record(p->estimator, now, latency);
+    nres__estimator_record_in(p->estimator, k, now, latency);
   if (p->private_flags & NRES__F_HEDGE) {
     if (!self)
       nres_window_add(&p->hedge.window, now, kind == NRES_TRANSIENT, 0);
@@ -718,9 +721,10 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
 }
 
 /* record_any, with a short way for the usual answer (OK, not the
- * caller's own, no bulkhead place held, no probe permit, no slow-call or
- * hedge accounting): what record_any does then, without its register
- * saves and tests (callgrind: default 366 -> 339 instructions a call).
+ * caller's own, no probe permit, a policy without bulkhead, slow-call or
+ * hedge accounting: NRES__F_SHORT_RECORD): what record_any does then,
+ * without its register saves and tests, reading the thread's shard index
+ * once for the three shared words it writes.
  * Out of line: inlined, the two made the steps too large for LTO to
  * inline nres__call_begin into the drivers (+11 instructions for
  * trivial, which never records). */
@@ -728,19 +732,20 @@ static __attribute__((noinline)) void record(nres_call_t *call,
                                              unsigned slot, nres_time_t now,
                                              const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
+  unsigned k = nres__shard_if_taken();   /* NRES_SHARDS: record_any's */
 
   if (__builtin_expect(v->kind == NRES_OK && !(v->flags & NRES_VF_SELF) &&
-                           !(p->private_flags &
-                             (NRES__F_SLOW | NRES__F_HEDGE)) &&
-                           !call->slot[slot].held && !call->slot[slot].permit,
+                           (p->private_flags & NRES__F_SHORT_RECORD) &&
+                           !call->slot[slot].permit && k < NRES_SHARDS,
                        1)) {
     nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
     if (p->breaker != NULL)
-      nres__breaker_record_common(p->breaker, now, 0, NRES_BREAKER_SUCCESS, 0);
+      nres__breaker_record_common(p->breaker, k, now, 0, NRES_BREAKER_SUCCESS,
+                                  0, p->private_flags & NRES__F_BREAKER_WINDOW);
     if (p->throttle != NULL)
-      nres__throttle_record(p->throttle, now, 1);
+      nres__throttle_record(p->throttle, k, now, 1);
     if (p->estimator != NULL)
-      nres_estimator_record(p->estimator, now, latency);
+      nres__estimator_record_in(p->estimator, k, now, latency);
     return;
   }
   record_any(call, slot, now, v);

@@ -358,7 +358,9 @@ static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
   nres_policy_t *p = call->policy;
   unsigned slot, number;
 
-  slot = (unsigned) __builtin_ctz(~(unsigned) call->inflight);
+  /* A first attempt or a retry starts with none in flight (begin, retry
+   * and resume after a wait all follow the end of the last): slot 0. */
+  slot = hedge ? (unsigned) __builtin_ctz(~(unsigned) call->inflight) : 0;
   number = ++call->attempts;
   call->inflight |= (uint8_t) (1u << slot);
   fill_slot(call, slot, number, now, hedge, permit, ceiling,
@@ -723,14 +725,15 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
 /* record_any, with a short way for the usual answer (OK, not the
  * caller's own, no probe permit, a policy without bulkhead, slow-call or
  * hedge accounting: NRES__F_SHORT_RECORD): what record_any does then,
- * without its register saves and tests, reading the thread's shard index
- * once for the three shared words it writes.
- * Out of line: inlined, the two made the steps too large for LTO to
- * inline nres__call_begin into the drivers (+11 instructions for
- * trivial, which never records). */
-static __attribute__((noinline)) void record(nres_call_t *call,
-                                             unsigned slot, nres_time_t now,
-                                             const nres_verdict_t *v) {
+ * without its tests, reading the thread's shard index once for the three
+ * shared words it writes. Inline: the sync driver compiles a copy of its
+ * loop for policies that record and one for those that do not (report's
+ * `records`), so that the registers this takes cost nothing to a policy
+ * that never records (inlined into the one loop, it cost trivial 9
+ * instructions a call, retry-twice 19; out of line, it cost default
+ * 16). */
+static NRES__HOT void record(nres_call_t *call, unsigned slot,
+                             nres_time_t now, const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   unsigned k = nres__shard_if_taken();   /* NRES_SHARDS: record_any's */
 
@@ -752,10 +755,12 @@ static __attribute__((noinline)) void record(nres_call_t *call,
 }
 
 /* An attempt's outcome, checked already: record it, then decide. number
- * is the slot's attempt (call->slot[slot].number). */
+ * is the slot's attempt (call->slot[slot].number); records is whether the
+ * policy records outcomes (NRES__F_RECORDS), a constant where the caller
+ * has compiled a copy for each answer. */
 static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
                                       unsigned number, nres_time_t now,
-                                      const nres_verdict_t *v) {
+                                      const nres_verdict_t *v, int records) {
   nres_policy_t *p = call->policy;
   int kind = v->kind;
   nres_attempt_rec_t *rec;
@@ -767,7 +772,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
   rec->kind = (uint8_t) kind;
   rec->flags = v->flags;
 
-  if (p->private_flags & NRES__F_RECORDS)
+  if (records)
     record(call, slot, now, v);
   /* An OK verdict always ends its call with stop OK: done's count of the
    * stop (n_ok[].stops) serves for both. */
@@ -816,13 +821,15 @@ nres_action_t nres_call_report(nres_call_t *call, unsigned slot,
     nres__call_passthrough(call, p, verdict);
     return pending(call);
   }
-  return report(call, slot, call->slot[slot].number, now, &verdict);
+  return report(call, slot, call->slot[slot].number, now, &verdict,
+                (p->private_flags & NRES__F_RECORDS) != 0);
 }
 
 NRES__HOT nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
                                           unsigned number, nres_time_t now,
-                                          const nres_verdict_t *v) {
-  return report(call, slot, number, now, v);
+                                          const nres_verdict_t *v,
+                                          int records) {
+  return report(call, slot, number, now, v, records);
 }
 
 const nres_attempt_t nres__passthrough_attempt = {

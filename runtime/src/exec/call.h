@@ -48,10 +48,13 @@ nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
  * its own ATTEMPT actions: the slot has an attempt in flight, number is
  * that attempt's (the action's attempt), the kind is in range, and the
  * call is not a passthrough's (begun by the shortcut of nres_call_begin).
- * A call's first action, when it is an ATTEMPT, is attempt 1 in slot 0. */
+ * A call's first action, when it is an ATTEMPT, is attempt 1 in slot 0.
+ * records: whether the policy records outcomes (private_flags &
+ * NRES__F_RECORDS, as 0 or 1); a driver may compile a copy of its loop
+ * for each answer, passing a constant. */
 nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
                                 unsigned number, nres_time_t now,
-                                const nres_verdict_t *v);
+                                const nres_verdict_t *v, int records);
 
 /* Where a call's machine is (nres_call_t.phase). */
 enum {

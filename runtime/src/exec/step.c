@@ -149,7 +149,9 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                        (call->policy->private_flags & NRES__F_PASSTHROUGH),
                        0))
     return sync_report_general(call, slot, t, kind, v, at);
-  return packed(nres__call_report(call, slot, call->slot[slot].number, t, &v),
+  return packed(nres__call_report(
+                    call, slot, call->slot[slot].number, t, &v,
+                    (call->policy->private_flags & NRES__F_RECORDS) != 0),
                 at);
 }
 

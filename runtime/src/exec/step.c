@@ -149,9 +149,14 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                        (call->policy->private_flags & NRES__F_PASSTHROUGH),
                        0))
     return sync_report_general(call, slot, t, kind, v, at);
-  return packed(nres__call_report(
-                    call, slot, call->slot[slot].number, t, &v,
-                    (call->policy->private_flags & NRES__F_RECORDS) != 0),
+  /* One copy of the report for a policy that records outcomes, one for a
+   * policy that does not (as the sync driver's loops, exec/run.c). */
+  if (call->policy->private_flags & NRES__F_RECORDS)
+    return packed(nres__call_report(call, slot, call->slot[slot].number, t,
+                                    &v, 1),
+                  at);
+  return packed(nres__call_report(call, slot, call->slot[slot].number, t, &v,
+                                  0),
                 at);
 }
 

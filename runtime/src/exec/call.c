@@ -48,9 +48,12 @@ static NRES__COLD void emit(nres_call_t *call, int type, int value,
   call->policy->on_event(&ev, call->policy->event_data);
 }
 
-#define EMIT(call, ...)                                                      \
+/* An event of `call`, whose policy is `policy` (call->policy, passed in
+ * a register where the caller has it: a call's byte fields may alias it,
+ * so after storing one the compiler would load call->policy again). */
+#define EMIT(policy, call, ...)                                              \
   do {                                                                       \
-    if ((call)->policy->on_event != NULL)                                    \
+    if ((policy)->on_event != NULL)                                          \
       emit((call), __VA_ARGS__);                                             \
   } while (0)
 
@@ -222,7 +225,7 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
     if (call->retries)
       nres__add(&p->n_retries, call->retries);   /* one add a call */
   }
-  EMIT(call, NRES_EV_DONE, stop, call->attempts, now,
+  EMIT(p, call, NRES_EV_DONE, stop, call->attempts, now,
        nres_time_sub(now, call->start));
   return a;
 }
@@ -231,7 +234,7 @@ static nres_action_t reject(nres_call_t *call, nres_time_t now, int source,
                             int stop) {
   COUNT(call->policy, n_rejects[source]);
   COUNT(call->policy, n_class_rejects[call->criticality]);
-  EMIT(call, NRES_EV_REJECT, source, call->attempts, now, 0);
+  EMIT(call->policy, call, NRES_EV_REJECT, source, call->attempts, now, 0);
   return done(call, now, stop);
 }
 
@@ -315,7 +318,7 @@ static NRES__COLD void hedge_started(nres_call_t *call, unsigned number,
                                      nres_time_t now) {
   call->hedges++;
   COUNT(call->policy, n_hedges);
-  EMIT(call, NRES_EV_HEDGE, 0, number, now, 0);
+  EMIT(call->policy, call, NRES_EV_HEDGE, 0, number, now, 0);
 }
 
 /* The slot and log record of attempt `number`, started at `now`. */
@@ -660,7 +663,7 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
       return reject(call, now, NRES_REJECT_BUDGET, NRES_STOP_BUDGET);
     call->charged = 1;
   }
-  EMIT(call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
+  EMIT(p, call, NRES_EV_RETRY, v->kind, call->attempts, now, delay);
   if (delay == 0)
     return admit_gates(call, now, 0, NULL);   /* deadline checked above */
   return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
@@ -708,7 +711,8 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
                                            slow, breaker_rng(call, now, &rng));
     call->slot[slot].permit = 0;
     if (entered >= 0)
-      EMIT(call, NRES_EV_BREAKER, entered, call->slot[slot].number, now, 0);
+      EMIT(p, call, NRES_EV_BREAKER, entered, call->slot[slot].number, now,
+           0);
   }
   if (p->throttle != NULL && !self)   /* only an overload refusal is no accept */
     nres__throttle_record(p->throttle, k, now, kind != NRES_THROTTLED);
@@ -778,7 +782,7 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
    * stop (n_ok[].stops) serves for both. */
   if (kind != NRES_OK)
     COUNT(p, n_verdicts[kind]);
-  EMIT(call, NRES_EV_ATTEMPT, kind, number, now,
+  EMIT(p, call, NRES_EV_ATTEMPT, kind, number, now,
        nres_time_sub(now, call->slot[slot].start));
 
   /* The common failure, TRANSIENT without a retry-after, goes straight

@@ -385,17 +385,16 @@ static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
  * ceiling's, whichever comes first. */
 static NRES__HOT nres_time_t attempt_ceiling(nres_policy_t *p, nres_time_t now,
                                              nres_time_t deadline) {
-  nres_time_t ceiling = deadline;
+  nres_time_t bound;
 
-  if (p->private_flags & NRES__F_BOUNDED) {
-    if (p->attempt_timeout)
-      ceiling = nres_time_min(ceiling, nres_time_add(now, p->attempt_timeout));
-    if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
-      ceiling = nres_time_min(ceiling,
-                              nres_time_add(now, quantile(p, now,
-                                                          &p->quantile_ceiling)));
-  }
-  return ceiling;
+  if (!(p->private_flags & NRES__F_BOUNDED))
+    return deadline;
+  /* The shorter of the two bounds, then one saturating add (the same as
+   * the earlier of now + each: the add only grows with what is added). */
+  bound = p->attempt_timeout ? p->attempt_timeout : NRES_TIME_NEVER;
+  if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
+    bound = nres_time_min(bound, quantile(p, now, &p->quantile_ceiling));
+  return nres_time_min(deadline, nres_time_add(now, bound));
 }
 
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the

@@ -116,7 +116,7 @@ r=$(curl -s -w '%{http_code} %header{retry-after} [%header{x-nres-reason}]\n' \
   -o /dev/null "$gw/limited" -o /dev/null "$gw/limited" -o /dev/null "$gw/limited" \
   -o /dev/null "$gw/limited")
 grep -q '^200 ' <<<"$r" || fail "/limited: no request admitted: $r"
-printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
+grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' <<<"$r" || fail "/limited: no 429 with Retry-After: $r"
 # gw.access (access_by_lua) admits the same way: 0 -> 504, else the time
 # left upstream.
 h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' -H "X-Deadline-Ms: 0" "$gw/via-access")

@@ -47,9 +47,9 @@ return {
     successes = 2,
   },
   throttle = {
-    -- Sends an overloaded dependency ~1.06 x what it accepts: 1.08 gave 1.11 x capacity at a quarter of it.
-    k = 1.06,
-    -- 0.3 s: sending grows ~k-fold per window after an overload, so 1-2 s back (a 2 s window took 13-20 s).
+    -- Sends ~1.03 x what it accepts: 1.06 sent a quarter capacity 1.10-1.12 x, 1.02 lost 0.1 point at half of it.
+    k = 1.03,
+    -- 0.3 s, sliding: the odds follow an overload within a window; the throttle's room brings sending back after it.
     window = 0.3,
     -- 8 buckets of 37.5 ms, as the breaker's window slides.
     buckets = 8,

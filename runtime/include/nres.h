@@ -935,7 +935,7 @@ typedef enum {
                              after 100 samples), budget (0.1 per success,
                              3/s floor), breaker (20 in a row or 90 % over
                              0.1 s with >= 8 calls; a probe every 0.55 s,
-                             no doubling), throttle (k 1.06 over 0.3 s) */
+                             no doubling), throttle (k 1.03 over 0.3 s) */
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */

@@ -31,7 +31,7 @@ local accepted = {
   -- 20 in a row still trip the breaker now and then (0.5 s with the
   -- dependency idle), and the served count of a dependency at capacity
   -- varies by ~0.1 point from run to run with the order of its service
-  -- times: 0.06-0.20 points below none on seeds 1-3 (bench/README.md);
+  -- times: 0.01-0.20 points below none on seeds 1-3 (bench/README.md);
   -- the general margin (none's - 0.5 points) holds.
   ["overload-mute success >= none (capacity phase)"] = function(m) return m.got >= m.want - 0.003 end,
   -- The throttle counts only refusals that say so, so the offered load

@@ -48,7 +48,7 @@
  * defers (exec/call.c) ask again and keep the requests counted high: without
  * room the default took 29-46 s to come back after overload-deep. Quiet
  * spells shorter than 0.8 s come and go within an overload, and growth
- * from 0.3-0.6 s of quiet sent overload-deep 1.11-1.16 x its capacity
+ * from 0.3-0.6 s of quiet sent overload-deep 1.10-1.16 x its capacity
  * (bench/README.md, the tournament). */
 #define ROOM_QUIET (800 * NRES_MSEC)
 #define ROOM_GROWTH 5.0

@@ -496,7 +496,8 @@ static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
   if (hedge)
     return skip(call, skipped);
   v.flags = NRES_VF_SELF;
-  if ((unsigned) call->attempts + call->deferred + 1u < p->attempts)
+  if ((unsigned) call->attempts + call->deferred + 1u < p->attempts &&
+      call->deferred < UINT8_MAX)   /* its counter's bound */
     delay = nres_backoff_next(&p->backoff, &call->backoff,
                               call->retries + call->deferred + 1u, &v,
                               (p->private_flags & NRES__F_DRAWS)

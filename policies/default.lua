@@ -6,7 +6,8 @@
 -- 429 or an "overloaded" that says so, is the dependency answering: it
 -- never trips it) and a client-side throttle that refuses locally what an
 -- overloaded dependency would refuse (the SRE book's adaptive throttling;
--- only throttled answers count against it). The values are held to
+-- only throttled answers count against it; a call it refuses waits the
+-- throttled backoff and asks again while it has tries left). The values are held to
 -- bench/tournament.lua (ten scenarios, ten seeds; the table is
 -- bench/results/tournament-2026-12-01.md): never more than 0.5 points of
 -- success below no policy at all, at most 0.05 requests per call to a
@@ -47,9 +48,9 @@ return {
     successes = 2,
   },
   throttle = {
-    -- Sends an overloaded dependency ~1.06 x what it accepts: 1.08 gave 1.11 x capacity at a quarter of it.
-    k = 1.06,
-    -- 0.3 s: sending grows ~k-fold per window after an overload, so 1-2 s back (a 2 s window took 13-20 s).
+    -- Sends ~1.03 x what it accepts: 1.06 sent a quarter capacity up to 1.12 x, 1.02 lost 0.11 points at half.
+    k = 1.03,
+    -- 0.3 s, sliding: the odds follow an overload within a window; the throttle's room brings sending back after it.
     window = 0.3,
     -- 8 buckets of 37.5 ms, as the breaker's window slides.
     buckets = 8,

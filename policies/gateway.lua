@@ -1,15 +1,17 @@
 -- gateway: for a proxy in front of upstreams, where the client is waiting.
 -- The default's breaker and ceiling (an upstream that is down is skipped
 -- within ~50 ms and probed every ~0.55 s; a busy one is left alone) with
--- a short backoff, a tight deadline and the HTTP classifier. Held to
+-- a short backoff (after a throttled answer the default's, Retry-After
+-- honoured up to 2 s), a tight deadline and the HTTP classifier. Held to
 -- bench/tournament.lua like the default (bench/results/tournament-2026-12-01.md).
 return {
   base = "http",
   -- Two retries, as the default.
   attempts = 3,
-  -- 50 ms doubling to 250 ms: fits the client's wait (from 25 ms, 0.052 req/call reached the blip).
-  backoff = { kind = "exponential", base = 0.05, factor = 2, max = 0.25,
-              jitter = "full", throttled_base = 0.5 },
+  -- 50 ms doubling (from 25 ms, 0.052 req/call reached the blip); after a throttled answer or refusal 1 s
+  -- doubling, as the default's (max 0.25 s cut it to 0.25 s: 0.1-0.4 points below none in overload).
+  backoff = { kind = "exponential", base = 0.05, factor = 2, max = 2,
+              jitter = "full", throttled_base = 1 },
   -- The client waits about this long at most.
   deadline = 5,
   -- An upstream attempt longer than 2 s is of no use to a waiting client.

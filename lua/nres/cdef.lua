@@ -48,7 +48,7 @@ typedef struct nres_breaker_s {
 } nres_breaker_t;
 
 typedef struct nres_throttle_s {
-  double k; nres_time_t refresh; uint64_t next, odds, refused, due, reserved_[2];
+  double k; nres_time_t refresh; uint64_t next, odds, refused, due, refused_at, reserved_[1];
   nres_window_t window;
 } nres_throttle_t;
 
@@ -112,7 +112,7 @@ typedef struct nres_attempt_rec_s {
 typedef struct nres_call_s {
   nres_policy_t *policy; nres_time_t start, deadline, resume_at;
   uint8_t phase, stop, inflight, fallback; uint16_t attempts, retries, hedges;
-  uint8_t queued, seeded, charged, throttled, criticality, reserved_; nres_time_t queue_end;
+  uint8_t queued, seeded, charged, throttled, criticality, deferred; nres_time_t queue_end;
   nres_verdict_t last; nres_backoff_state_t backoff; nres_rng_t rng;
   struct { nres_time_t start, deadline; uint32_t permit; uint16_t number;
            uint8_t hedge, held; } slot[4];

@@ -184,7 +184,7 @@ function _M.new(opts)
     if type(th) ~= "table" then
       error(bad("throttle", "a table { k = n, window = ns, buckets = n } or false", th), 2)
     end
-    local k, window, buckets = th.k or 1.06, th.window or 3e8, th.buckets or 8
+    local k, window, buckets = th.k or 1.03, th.window or 3e8, th.buckets or 8
     if type(k) ~= "number" or not (k >= 1 and k <= 1000) then
       error(bad("throttle.k", "a finite number from 1 to 1000", k), 2)
     end

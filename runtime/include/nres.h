@@ -571,7 +571,8 @@ struct nres_throttle_s {
   /* When a call must look at the throttle: `next` while the odds are 0,
    * 0 while they are above 0. Before that, a call's one load. */
   NRES_ATOMIC(uint64_t) due;
-  uint64_t reserved_[2];
+  NRES_ATOMIC(uint64_t) refused_at;   /* the dependency's last refusal */
+  uint64_t reserved_[1];
   nres_window_t window;         /* calls = requests, failures = non-accepts */
 };
 
@@ -934,7 +935,7 @@ typedef enum {
                              after 100 samples), budget (0.1 per success,
                              3/s floor), breaker (20 in a row or 90 % over
                              0.1 s with >= 8 calls; a probe every 0.55 s,
-                             no doubling), throttle (k 1.06 over 0.3 s) */
+                             no doubling), throttle (k 1.03 over 0.3 s) */
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */
@@ -1155,7 +1156,8 @@ struct nres_call_s {
   uint8_t throttled;            /* 1: the dependency asked us to slow
                                    down: no more hedges */
   uint8_t criticality;          /* nres_class_t, set by begin */
-  uint8_t reserved_;
+  uint8_t deferred;             /* attempts the throttle refused and the
+                                   call waited out as throttled answers */
   nres_time_t queue_end;        /* when a queued wait gives up */
   nres_verdict_t last;          /* the last verdict reported */
   nres_backoff_state_t backoff;

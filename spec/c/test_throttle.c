@@ -8,8 +8,10 @@
  * fixed share); argument checks; the executor's hook (a refused first
  * attempt stops THROTTLED, a refused retry stops ATTEMPTS with its token
  * given back, no allocation; a first admission's one-word test sees the
- * odds rise at the refresh); and 2 threads sharing one throttle (run this
- * one under TSan too).
+ * odds rise at the refresh; a refused call with tries left and a backoff
+ * waits and asks again); room (k grows once the dependency has refused
+ * nothing for 0.8 s); and 2 threads sharing one throttle (run this one
+ * under TSan too).
  */
 #include <math.h>
 
@@ -244,6 +246,81 @@ static void refused_retry_ends_throttled_locally(void **state) {
   assert_int_equal(bs.spent, retries);
 }
 
+/* Room: k grows by 5 per second once the dependency has refused nothing
+ * for 0.8 s; a refusal here (acquire) is not the dependency's and does not
+ * end the quiet, a refusal it said (record, not accepted) does. */
+static void room_grows_k_after_a_quiet_spell(void **state) {
+  nres_throttle_t t;
+  nres_rng_t rng;
+  int i;
+
+  (void) state;
+  nres_rng_seed(&rng, 1);
+  assert_int_equal(nres_throttle_init(&t, 1, 100 * NRES_SEC, 10), 0);
+  for (i = 0; i < 10; i++)   /* 10 requests, 3 accepted, at T0 */
+    nres_throttle_record(&t, T0, i < 3);
+  assert_true(fabs(nres_throttle_probability(&t, T0) - 7.0 / 11) < 1e-12);
+  assert_true(fabs(nres_throttle_probability(&t, T0 + 800 * NRES_MSEC) -
+                   7.0 / 11) < 1e-12);
+  /* Refused here at 0.9 s: one request more, not accepted, quiet goes on. */
+  while (nres_throttle_acquire(&t, T0 + 900 * NRES_MSEC, &rng) == 0)
+    nres_throttle_record(&t, T0 + 900 * NRES_MSEC, 1);
+  /* At 1 s: k = 1 + 5 x 0.2 = 2. */
+  {
+    nres_throttle_stats_t st = stats(&t, T0 + NRES_SEC);
+    double want = ((double) st.requests - 2.0 * st.accepts) / (st.requests + 1);
+    assert_true(fabs(st.probability - (want > 0 ? want : 0)) < 1e-9);
+    assert_true(st.probability < nres_throttle_probability(&t, T0 + 900 * NRES_MSEC));
+  }
+  /* At 1.8 s k = 6: nothing refused. */
+  assert_true(nres_throttle_probability(&t, T0 + 1800 * NRES_MSEC) == 0);
+  /* A refusal the dependency said starts the quiet again. */
+  nres_throttle_record(&t, T0 + 1800 * NRES_MSEC, 0);
+  assert_true(nres_throttle_probability(&t, T0 + 1900 * NRES_MSEC) > 0.5);
+}
+
+/* A call the throttle refuses, with tries left and a backoff, waits a
+ * throttled backoff and asks again (call.deferred counts the waits) instead
+ * of failing; its tries are bounded by attempts (two waits, then the third
+ * refusal stops it THROTTLED), it spends no budget token and allocates
+ * nothing, and only its end counts as a rejection. */
+static void refused_call_waits_and_asks_again(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_counters_t c;
+  nres_budget_stats_t bs;
+  nres_time_t now = T0;
+  int i, waits = 0;
+
+  (void) state;
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.breaker = NULL;
+  assert_int_equal(nres_throttle_init(&p.own.throttle, 1, 100 * NRES_SEC, 10), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  for (i = 0; i < 1000; i++)   /* odds 1000/1001 */
+    nres_throttle_record(p.throttle, T0, 0);
+  test_count_allocations();
+  a = nres_call_begin(&call, &p, now);
+  while (a.kind == NRES_WAIT) {
+    assert_int_equal(call.attempts, 0);
+    assert_true(a.at > now && a.at <= now + 2 * NRES_SEC);   /* 1 s, doubling */
+    waits++;
+    assert_int_equal(call.deferred, waits);
+    now = a.at;
+    a = nres_call_resume(&call, now);
+  }
+  assert_int_equal(test_alloc_calls, 0);
+  assert_int_equal(waits, 2);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(call.stop, NRES_STOP_THROTTLED);
+  nres_budget_stats(p.budget, &bs);
+  assert_int_equal(bs.spent, 0);
+  nres_policy_counters(&p, &c);
+  assert_int_equal(c.rejects[NRES_REJECT_THROTTLE], 1);
+  assert_int_equal(stats(p.throttle, now).refused, 3);
+}
+
 static void bad_arguments_are_refused(void **state) {
   nres_throttle_t t;
   nres_policy_t p;
@@ -329,6 +406,8 @@ int main(void) {
     cmocka_unit_test(first_admission_sees_rising_odds_at_the_refresh),
     cmocka_unit_test(sends_about_k_times_what_is_accepted),
     cmocka_unit_test(refused_retry_ends_throttled_locally),
+    cmocka_unit_test(room_grows_k_after_a_quiet_spell),
+    cmocka_unit_test(refused_call_waits_and_asks_again),
     cmocka_unit_test(bad_arguments_are_refused),
     cmocka_unit_test(two_threads_share_one_throttle),
   };

@@ -2,7 +2,10 @@
 -- assertions: bench/tournament.lua's ten scenarios on seeds 1-3 (the
 -- benchmark runs ten), every target of nresrun.sim.tournament.targets for
 -- default, http and gateway, on a virtual clock, so the same numbers every
--- run. One scenario misses a target and is asserted at the bound it does
+-- run. In overload and overload-deep, success is at least none's on
+-- every seed (a call the throttle refuses waits and asks again; the
+-- throttle's room brings sending back after the overload). One scenario,
+-- overload-mute, misses two targets and is asserted at the bounds it does
 -- meet, so that it cannot get worse unseen (bench/README.md, the
 -- tournament section, says why). Checks that the targets can fail: the
 -- old default (5 failures in a row, a 15 s break doubling to 2 min, ratio
@@ -22,22 +25,18 @@ local SEEDS = { 1, 2, 3 }
 local TARGETED = { default = true, http = true, gateway = true }
 
 -- Misses the spec accepts, up to a bound: scenario .. " " .. target -> test.
+-- Only overload-mute's: its refusals look like failures, so nothing tells
+-- the presets the dependency is overloaded.
 local accepted = {
-  -- Refusals that look like failures: 20 in a row still trip the breaker
-  -- now and then (0.5 s with the dependency idle), 0.1-0.35 points below
-  -- none; the general margin (none's - 0.5 points) holds.
-  ["overload-mute success >= none - 0.2 pt (capacity phase)"] = function(m) return m.got >= m.want - 0.003 end,
-  -- Refusals that look like failures: the throttle counts only refusals
-  -- that say so, so the offered load reaches the dependency; retries add
-  -- at most 10 % to it (the budget).
+  -- 20 in a row still trip the breaker now and then (0.5 s with the
+  -- dependency idle), and the served count of a dependency at capacity
+  -- varies by ~0.1 point from run to run with the order of its service
+  -- times: 0.01-0.20 points below none on seeds 1-3 (bench/README.md);
+  -- the general margin (none's - 0.5 points) holds.
+  ["overload-mute success >= none (capacity phase)"] = function(m) return m.got >= m.want - 0.003 end,
+  -- The throttle counts only refusals that say so, so the offered load
+  -- reaches the dependency; retries add at most 10 % to it (the budget).
   ["overload-mute overload dep req/s (x capacity)"] = function(m) return m.got <= 1.1 * m.offered end,
-  -- A dependency sent 1.06 x its capacity idles now and then where one sent
-  -- the whole offered load does not: it serves 1-4 requests/s less, and
-  -- sending grows ~1.06-fold per 0.3 s window after the overload. Seeds
-  -- 1-3: up to 0.47 points below none's (gateway; default 0.21); none's -
-  -- 0.5 holds (bench/README.md: seed 5 of ten misses it by 0.07, gateway).
-  ["overload success >= none - 0.2 pt (capacity phase)"] = function(m) return m.got >= m.want - 0.003 end,
-  ["overload-deep success >= none - 0.2 pt (capacity phase)"] = function(m) return m.got >= m.want - 0.003 end,
 }
 
 describe("tournament targets", function()

@@ -15,7 +15,7 @@
 #include "core/policy.h"
 
 /* The default preset's throttle.k (policies/default.lua says why). */
-#define THROTTLE_K 1.06
+#define THROTTLE_K 1.03
 
 static int ratio_ok(double r, int zero_ok) {
   return isfinite(r) && r <= 1 && (r > 0 || (zero_ok && r == 0));

@@ -219,7 +219,7 @@ void nres_shm_config_init(nres_shm_config_t *config) {
   nres_breaker_config_init(&config->breaker);
   config->rate = 100;
   config->burst = 1;
-  config->throttle_k = 1.06;   /* the default preset's, when flagged */
+  config->throttle_k = 1.03;   /* the default preset's, when flagged */
   config->throttle_window = 300 * NRES_MSEC;
   config->throttle_buckets = 8;
 }

@@ -14,8 +14,13 @@
  *
  * Refused attempts count as requests, so the refusals rise until what is
  * sent is about k * accepts: the dependency gets k times what it serves,
- * a little more than its capacity, and sees at once when it has room
- * again (accepts rise, the probability falls). Only an overload refusal
+ * a little more than its capacity. When it has room again accepts rise,
+ * but sending grows only k-fold per window that way; so once the
+ * dependency has refused nothing for a while (`refused_at`, the time of
+ * its last refusal) k itself grows with the quiet (room, below). A local
+ * refusal is not a failed call: the executor waits a throttled backoff and
+ * asks again while the call has tries left (exec/call.c, throttle_refused).
+ * Only an overload refusal
  * (a THROTTLED verdict) is a non-accept: errors and timeouts are the
  * dependency answering, and an outage is the breaker's to cut, so the two
  * never cut the same traffic.
@@ -37,6 +42,16 @@
  * within milliseconds. */
 #define THROTTLE_REFRESH (10 * NRES_MSEC)
 #define K_MAX 1000.0
+/* Room: once the dependency has refused nothing for ROOM_QUIET, k grows
+ * by ROOM_GROWTH per second more of quiet. The odds alone let sending grow
+ * only k-fold per window after an overload, and the calls the throttle
+ * defers (exec/call.c) ask again and keep the requests counted high: without
+ * room the default took 29-46 s to come back after overload-deep. Quiet
+ * spells shorter than 0.8 s come and go within an overload, and growth
+ * from 0.3-0.6 s of quiet sent overload-deep 1.10-1.16 x its capacity
+ * (bench/README.md, the tournament). */
+#define ROOM_QUIET (800 * NRES_MSEC)
+#define ROOM_GROWTH 5.0
 
 const char *nres_throttle_error(double k, nres_time_t window,
                                 uint32_t buckets) {
@@ -64,14 +79,28 @@ int nres_throttle_init(nres_throttle_t *throttle, double k,
   nres__store(&throttle->odds, 0);
   nres__store(&throttle->refused, 0);
   nres__store(&throttle->due, 0);
+  nres__store(&throttle->refused_at, 0);
   return 0;
 }
 
-/* The refusal probability of these counts. */
-static double probability(double k, uint32_t requests, uint32_t failures) {
-  double excess = (double) requests - k * (double) (requests - failures);
+/* The refusal probability of these counts, k raised by room. */
+static double probability(double k, uint32_t requests, uint32_t failures,
+                          double room) {
+  double accepts = (double) (requests - failures);
+  double excess = (double) requests - (k + room) * accepts;
 
   return excess > 0 ? excess / ((double) requests + 1) : 0;
+}
+
+/* What room adds to k at now: 0 until the dependency's last refusal is
+ * ROOM_QUIET old. */
+static double room(const nres_throttle_t *throttle, nres_time_t now) {
+  nres_throttle_t *t = (nres_throttle_t *) throttle;   /* loads only */
+  uint64_t at = nres__load(&t->refused_at);
+
+  if (now <= at || now - at <= ROOM_QUIET)
+    return 0;
+  return ROOM_GROWTH * (double) (now - at - ROOM_QUIET) / (double) NRES_SEC;
 }
 
 double nres_throttle_probability(const nres_throttle_t *throttle,
@@ -79,7 +108,7 @@ double nres_throttle_probability(const nres_throttle_t *throttle,
   uint32_t requests, failures;
 
   nres_window_sum(&throttle->window, now, &requests, &failures, NULL);
-  return probability(throttle->k, requests, failures);
+  return probability(throttle->k, requests, failures, room(throttle, now));
 }
 
 __attribute__((noinline)) void nres__throttle_refresh(nres_throttle_t *throttle,
@@ -107,8 +136,9 @@ int nres_throttle_acquire(nres_throttle_t *throttle, nres_time_t now,
   odds = nres__throttle_odds(throttle, now);
   if (__builtin_expect(odds == 0, 1) || (nres_rng_next(rng) >> 32) >= odds)
     return 0;
-  /* a request, not accepted */
-  nres__throttle_record(throttle, nres__shard_if_taken(), now, 0);
+  /* A request, not accepted, refused here: not the dependency's refusal. */
+  nres__window_add_in(&throttle->window, nres__shard_if_taken(), now,
+                      NRES__WINDOW_CALL + NRES__WINDOW_FAILURE);
   nres__add(&throttle->refused, 1);
   return NRES_ETHROTTLED;
 }
@@ -127,5 +157,5 @@ void nres_throttle_stats(const nres_throttle_t *throttle, nres_time_t now,
   out->requests = requests;
   out->accepts = requests - failures;
   out->refused = nres__load(&t->refused);
-  out->probability = probability(t->k, requests, failures);
+  out->probability = probability(t->k, requests, failures, room(throttle, now));
 }

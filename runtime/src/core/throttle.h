@@ -27,14 +27,17 @@ static inline uint64_t nres__throttle_odds(nres_throttle_t *throttle,
   return nres__load(&throttle->odds);
 }
 
-/* nres_throttle_record: a request, and a non-accept unless accepted;
- * k is the calling thread's nres__shard_if_taken. */
+/* nres_throttle_record: a request, and a non-accept unless accepted (the
+ * dependency refused it: its time is kept); k is the calling thread's
+ * nres__shard_if_taken. */
 static inline void nres__throttle_record(nres_throttle_t *throttle,
                                          unsigned k, nres_time_t now,
                                          int accepted) {
   nres__window_add_in(&throttle->window, k, now,
                       NRES__WINDOW_CALL +
                           (accepted ? 0 : NRES__WINDOW_FAILURE));
+  if (!accepted)
+    nres__store(&throttle->refused_at, now);
 }
 
 #endif /* NRES_THROTTLE_H */

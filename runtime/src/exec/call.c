@@ -479,15 +479,39 @@ static inline int throttle_refuses(nres_call_t *call, nres_time_t now) {
 }
 
 /* The throttle refused an attempt (nothing is held yet): a hedge is
- * skipped; a first attempt or a retry ends the call "throttled locally",
- * as the budget's refusal ends it "budget exhausted" (a retry's token goes
- * back; the last attempt's verdict stays in call->last). */
+ * skipped. A first attempt or a retry is refused as the dependency would
+ * have refused it, so the call does what a throttled answer makes it do:
+ * while its tries (attempts and earlier local refusals) leave one more, it
+ * waits a throttled backoff and asks again (call->deferred counts these),
+ * so a call refused just before the dependency has room again is served
+ * then instead of failed (bench/README.md, the tournament: the throttle's
+ * odds trail the dependency's recovery by a few windows). Its last try, or
+ * one whose backoff would end past the deadline, ends it "throttled
+ * locally", as the budget's refusal ends it "budget exhausted" (a retry's
+ * token goes back; the last attempt's verdict stays in call->last). The
+ * dependency saw nothing: no budget is spent, and the breaker and the
+ * throttle's counts are as the refusal left them. */
 static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
                                                  nres_time_t now, int hedge,
                                                  int *skipped) {
+  nres_policy_t *p = call->policy;
+  nres_verdict_t v = nres_verdict(NRES_THROTTLED);
+  nres_time_t delay = 0;
+
   if (hedge)
     return skip(call, skipped);
-  return reject(call, now, NRES_REJECT_THROTTLE, NRES_STOP_THROTTLED);
+  v.flags = NRES_VF_SELF;
+  if ((unsigned) call->attempts + call->deferred + 1u < p->attempts &&
+      call->deferred < UINT8_MAX)   /* its counter's bound */
+    delay = nres_backoff_next(&p->backoff, &call->backoff,
+                              call->retries + call->deferred + 1u, &v,
+                              (p->private_flags & NRES__F_DRAWS)
+                                  ? call_rng(call) : NULL);
+  if (delay == 0 || nres_time_add(now, delay) >= call->deadline)
+    return reject(call, now, NRES_REJECT_THROTTLE, NRES_STOP_THROTTLED);
+  call->deferred++;
+  call->throttled = 1;   /* asked to slow down: no hedges */
+  return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 
 /* admit, once the call's deadline is known not to have passed. */

@@ -89,6 +89,7 @@ static inline void nres__call_write(nres_call_t *call, nres_policy_t *policy,
   call->charged = 0;
   call->throttled = 0;
   call->criticality = (uint8_t) cls;
+  call->deferred = 0;
   call->last = nres_verdict(NRES_OK);
 }
 

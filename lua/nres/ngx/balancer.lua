@@ -77,6 +77,16 @@ int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
 int nres_budget_spend_class(nres_budget_t *budget, nres_time_t now, int cls);
 void nres_budget_refund(nres_budget_t *budget);
 void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now, nres_time_t latency);
+typedef struct nres_gw_config_s {
+  const char *name; const char *key; void *scope; void *peers;
+  nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
+  uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
+  int choice; double panic; int budget, breaker;
+} nres_gw_config_t;
+typedef struct nres_gw_upstream_s nres_gw_upstream_t;
+nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
+void nres_gw_upstream_free(nres_gw_upstream_t *u);
+void nres_gw_register(nres_gw_upstream_t *u);
 ]]
 
 local step_now = C.nres_step_now
@@ -141,6 +151,27 @@ local function eject_config(e)
   return cfg
 end
 
+-- The upstream's C twin (runtime/include/nres/gateway.h), registered by
+-- name for the nginx module (ngx_http_nres_module: nres_balancer), which
+-- decides with libnres's functions on the same shared tables. Freed (and
+-- unregistered) with this Lua state.
+local function register(u, s, ests)
+  local names = ffi_new("const char *[?]", u.n)
+  local slots = ffi_new("uint32_t[?]", u.n)
+  for i = 1, u.n do names[i - 1], slots[i - 1] = u.peer[i], u.idx[i] end
+  local cfg = ffi_new("nres_gw_config_t", {
+    name = u.name, key = u.key, scope = s.ptr, peers = u.ptr, estimators = ests,
+    peer_names = names, peer_slots = slots, npeers = u.n, attempts = u.attempts,
+    deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
+    choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
+    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0 })
+  local g = C.nres_gw_upstream_new(cfg)
+  if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
+  g = ffi.gc(g, C.nres_gw_upstream_free)
+  C.nres_gw_register(g)
+  return g
+end
+
 -- gw.upstream(name, { peers = { "host:port", ... }, scope = "upstreams",
 --   choice = "p2c" | "round-robin", panic = 0.5, eject = { ... },
 --   key = name (the upstream's key in the scope) }), from nres.ngx.config.
@@ -152,6 +183,7 @@ function _M.declare(name, opts)
             .. " panic, eject, key, got an unknown field", 0)
     end
   end
+  if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
   local list = opts.peers
   if type(list) ~= "table" or #list < 1 or #list > 256 then
     error(bad("upstream", "peers", "a list of 1..256 \"host:port\"",
@@ -219,6 +251,7 @@ function _M.declare(name, opts)
   u.deadline = t.deadline * 1e9
   u.attempt_timeout = (t.attempt_timeout or t.deadline) * 1e9
   u.deadline_ms = tostring(floor(u.deadline / 1e6))   -- X-Deadline-Ms, nothing inbound
+  u.gw = register(u, s, ests)
   return u
 end
 

@@ -172,7 +172,9 @@ NRES_EXTERN int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
 NRES_EXTERN void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
 /* The call's end with the response status (0: none): an unfinished try
  * ended with it, a held token given back, the upstream's breaker told,
- * the budget credited on success, the call counted in the scope. */
+ * the budget credited on success, the call counted in the scope. A call
+ * that made no try (answered by a later phase) is not judged: its permit
+ * of the upstream's breaker is given back, nothing is counted. */
 NRES_EXTERN void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
                                      nres_time_t now, int status);
 

@@ -160,6 +160,14 @@ void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r) {
 void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
                          int status) {
   int failed = status >= 500 || status == 0;
+  if (r->slot != NULL && r->tries == 0) {
+    /* never reached the upstream (refused by a later phase, answered
+     * locally): nothing to judge it by, nothing to count */
+    if (r->has_upermit)
+      nres_breaker_release(&r->slot->breaker, r->upermit);
+    r->has_upermit = 0;
+    r->slot = NULL;
+  }
   if (r->slot != NULL) {
     if (r->reserved) {
       nres_budget_refund(&r->slot->budget);

@@ -29,3 +29,12 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
   add_custom_target(nres_ngx_module ALL DEPENDS ${ngx_module})
   set(NRES_NGX_MODULE ${ngx_module})
 endif()
+
+# spec/nginx/cbalancer.sh: the module in a real nginx (like nginx_balancer
+# for the Lua balancer: run alone, RUN_SERIAL).
+if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
+  add_test(NAME nginx_cbalancer
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/cbalancer.sh
+                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
+  set_tests_properties(nginx_cbalancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+endif()

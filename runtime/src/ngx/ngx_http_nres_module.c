@@ -3,7 +3,7 @@
  * (nres/gateway.h), in C.
  *
  *   load_module .../ngx_http_lua_module.so;
- *   load_module .../ngx_http_nres_module.so;    # after the Lua module
+ *   load_module .../ngx_http_nres_module.so;
  *   init_by_lua_block {                         # declarations stay in Lua
  *     gw.scope("upstreams", { policy = "gateway" })
  *     gw.upstream("backend", { scope = "upstreams", peers = { ... } })
@@ -20,8 +20,9 @@
  *
  * The upstream's state is what gw.upstream made in init_by_lua (shared
  * regions, found by name in libnres's registry in this module's
- * postconfiguration, which runs after the Lua module's: load this module
- * after it). Peers' addresses are parsed then, once. Per request: the
+ * postconfiguration, which runs after the Lua module's: nginx orders the
+ * Lua module, a filter, before plain modules such as this one, whatever
+ * the load_module order; checked). Peers' addresses are parsed then, once. Per request: the
  * admission (preaccess) keeps the request's state in its pool; each try
  * (peer get) picks a peer, sets the try's timeouts from the time left
  * and grants one more try (pc->tries) if the policy, the time and the
@@ -474,6 +475,8 @@ static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
   int i = nres_gw_pick(gw, now, ctx->last, &permit, &has_permit);
   ngx_msec_t t = (ngx_msec_t)nres_gw_try_begin(gw, &ctx->req, now, i, permit, has_permit);
   ngx_addr_t *a = &ctx->scf->addrs[i];
+  pc->cached = 0;   /* keepalive's get sets it when it has a connection */
+  pc->connection = NULL;
   pc->sockaddr = a->sockaddr;
   pc->socklen = a->socklen;
   pc->name = &a->name;

@@ -196,13 +196,15 @@ u1=$(ups_all)
 pass "reload in an outage: the new workers' nres_admit refused 200 of 200 (breaker kept open), 0 upstream requests"
 
 # --------------- 4. criticality: sheddable retries only from the upper half
-admin_all "mode=every&n=2&reset=1"
+admin_all "mode=healthy&reset=1"
 sleep 4.2   # the upstream's breaker (break_for 4) lets probes in again
 for _ in $(seq 1 50); do
   load 10 2 /recover >/dev/null
   [ "$(up_field "$(status)" breaker)" = closed ] && break
+  sleep 0.2
 done
 [ "$(up_field "$(status)" breaker)" = closed ] || fail "the upstream's breaker did not close: $(status)"
+admin_all "mode=every&n=2&reset=1"
 level() { status | json "key('upstreams', 'backend').budget"; }
 below_half() {
   lvl=$(level)

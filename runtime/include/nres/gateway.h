@@ -129,6 +129,12 @@ NRES_EXTERN nres_gw_upstream_t *nres_gw_find(const char *name, size_t len);
 NRES_EXTERN void nres_gw_registry_clear(void);
 /* Seed this process's random choices (a worker, once forked). */
 NRES_EXTERN void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
+/* sizeof nres_gw_upstream_t (which 0), nres_gw_peer_t (1),
+ * nres_gw_request_t (2), for bindings that declare them (0 otherwise). */
+NRES_EXTERN size_t nres_gw_struct_size(int which);
+/* This process's view of the peers (breaker states, p75 latencies, panic)
+ * brought up to now; nres_gw_pick does it when the view is 50 ms old. */
+NRES_EXTERN void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
 
 /* ------------------------------------------------------- per request */
 

@@ -19,7 +19,7 @@
 /* Each peer's breaker state and p75 latency; with no try in the
  * estimator's windows the last estimate fades (halved about every 1.7 s),
  * so an avoided slow peer is tried again, not flooded. */
-static void refresh(nres_gw_upstream_t *u, nres_time_t now) {
+void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now) {
   uint32_t healthy = 0;
   u->checked = now;
   for (uint32_t i = 0; i < u->n; i++) {
@@ -57,7 +57,7 @@ int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *pe
                  int *has_permit) {
   int n = (int)u->n;
   if (now - u->checked > REFRESH || now < u->checked)
-    refresh(u, now);
+    nres_gw_refresh(u, now);
   *permit = 0;
   *has_permit = 0;
   if (n == 1) {

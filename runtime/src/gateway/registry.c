@@ -110,3 +110,12 @@ void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed) {
   nres_rng_seed(&u->rng, seed);
   u->checked = 0;
 }
+
+size_t nres_gw_struct_size(int which) {
+  switch (which) {
+  case 0: return sizeof(nres_gw_upstream_t);
+  case 1: return sizeof(nres_gw_peer_t);
+  case 2: return sizeof(nres_gw_request_t);
+  default: return 0;
+  }
+}

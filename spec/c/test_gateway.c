@@ -1,12 +1,14 @@
 /* test_gateway.c - the balancer's decisions (runtime/src/gateway): the
  * registry, admission (inbound deadline, the upstream's breaker), peer
  * choice (never the peer that just failed, ejection, panic), retries
- * (attempts, the budget's token held and given back) and what a call
- * leaves in the shared tables; no allocation per request. */
+ * (attempts, the budget's token held and given back), what a call
+ * leaves in the shared tables, client limiters; no allocation per
+ * request. */
 #include "nres_test.h"
 #include "nres/gateway.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define MS 1000000ull
@@ -204,6 +206,52 @@ static void test_ejection_and_panic(void **state) {
   unmake(&f);
 }
 
+/* A client limiter: one admission a second per key (burst 1), an empty
+ * key unlimited, a full table admitting; found by name until cleared. */
+static void test_limiter(void **state) {
+  (void)state;
+  nres_shm_config_t cfg;
+  nres_shm_config_init(&cfg);
+  cfg.slots = 8;
+  cfg.flags = NRES_SHM_RATELIMIT;
+  cfg.rate = 1;
+  cfg.burst = 1;
+  nres_shm_t *t;
+  assert_int_equal(nres_shm_new(&cfg, &t), 0);
+  nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
+  assert_non_null(l);
+  nres_gw_limiter_register(l);
+  assert_ptr_equal(nres_gw_limiter_find("clients", 7), l);
+  nres_time_t now = 100 * SEC, wait = 0;
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 0);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 1);
+  assert_true(wait > 0 && wait <= SEC);
+  assert_int_equal(nres_gw_limit(l, "b", 1, now, &wait), 0);   /* another key */
+  assert_int_equal(nres_gw_limit(l, "", 0, now, &wait), 0);    /* no key */
+  assert_int_equal(nres_gw_limit(l, "a", 1, now + SEC, &wait), 0);
+  /* a full table (8 keys leased) admits and counts the overflow */
+  char key[8];
+  for (int i = 0; i < 16; i++) {
+    snprintf(key, sizeof key, "k%d", i);
+    nres_gw_limit(l, key, strlen(key), now, &wait);
+  }
+  assert_true(l->overflow > 0);
+  nres_gw_registry_clear();
+  assert_null(nres_gw_limiter_find("clients", 7));
+  nres_gw_limiter_register(l);
+  nres_gw_limiter_free(l);   /* unregisters */
+  assert_null(nres_gw_limiter_find("clients", 7));
+  nres_shm_config_t plain;
+  nres_shm_config_init(&plain);
+  plain.slots = 8;
+  plain.flags = NRES_SHM_BUDGET;
+  nres_shm_t *u;
+  assert_int_equal(nres_shm_new(&plain, &u), 0);
+  assert_null(nres_gw_limiter_new("x", u, SEC));   /* no rate limit in it */
+  nres_shm_free(u);
+  nres_shm_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_registry),
@@ -211,6 +259,7 @@ int main(void) {
     cmocka_unit_test(test_retry_elsewhere),
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
+    cmocka_unit_test(test_limiter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,14 +3,15 @@
 # module (ngx_http_nres_module.so: nres_balancer, nres_admit,
 # $nres_deadline_ms; no Lua phase per request), what spec/nginx/balancer.sh
 # checks for the Lua balancer, in about 25 s:
-#   0. hostile configurations: nres_balancer naming no gw.upstream fails
-#      the start with its name, file and line; nres_balancer outside an
-#      upstream block, nres_admit without a name: nginx -t fails naming it;
+#   0. hostile configurations: nres_balancer naming no gw.upstream, or
+#      nres_admit naming no gw.limiter, fails the start with the name, file
+#      and line; a limiter without a key, nres_balancer outside an upstream
+#      block, nres_admit without a name: nginx -t fails naming it;
 #   1. healthy (three peers, spec/nginx/cbalancer.conf.in, 2 workers):
 #      every answer 200, every peer used, X-Deadline-Ms on every upstream
 #      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
 #      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
-#      upstream; Lua's client limiter beside it answers 429; a location
+#      upstream; nres_admit's client limiter answers 429 + Retry-After; a location
 #      without nres_admit still balances; /nres/status counts C-mode calls;
 #   2. one peer down: every request still succeeds (a retry never goes back
 #      to the peer that failed), its failures in the shared table, then it
@@ -64,6 +65,16 @@ out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad
       -c "$work/gw/bad1.conf" 2>&1) && fail "an unknown upstream name started: $out"
 printf '%s' "$out" | grep -q 'nres_balancer "nosuch": expected an upstream declared with peers in init_by_lua.*bad1.conf:[0-9]' ||
   fail "unknown upstream name: unclear error: $out"
+sed 's/limiter=tight/limiter=nosuch/' "$work/gw/nginx.conf" >"$work/gw/bad5.conf"
+out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad.log" \
+      -c "$work/gw/bad5.conf" 2>&1) && fail "an unknown limiter name started: $out"
+printf '%s' "$out" | grep -q 'nres_admit limiter=nosuch: expected a limiter declared in init_by_lua.*bad5.conf:[0-9]' ||
+  fail "unknown limiter name: unclear error: $out"
+sed 's/ "key=one client"//' "$work/gw/nginx.conf" >"$work/gw/bad6.conf"
+out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad6.conf" 2>&1) &&
+  fail "nres_admit with a limiter and no key passed nginx -t"
+printf '%s' "$out" | grep -q 'nres_admit: expected limiter=NAME and key=VALUE together.*got a limiter without a key' ||
+  fail "a limiter without a key: unclear error: $out"
 sed 's/^      nres_admit backend;   #.*/      nres_balancer;/' "$work/gw/nginx.conf" >"$work/gw/bad3.conf"
 out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad3.conf" 2>&1) &&
   fail "nres_balancer in a location passed nginx -t"
@@ -74,7 +85,7 @@ out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad4.conf" 2>
   fail "nres_admit without a name passed nginx -t"
 printf '%s' "$out" | grep -q 'invalid number of arguments in "nres_admit" directive' ||
   fail "nres_admit without a name: unclear error: $out"
-pass "hostile configurations: unknown upstream (at start, with file:line), directive place and arguments"
+pass "hostile configurations: unknown upstream or limiter (at start, with file:line), a limiter without a key, directive place and arguments"
 
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_nginx_start "$work/gw" "$work/gw/nginx.conf"
@@ -144,7 +155,7 @@ printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
 printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
 c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
 [ "$c" = 200 ] || fail "a location without nres_admit gave $c"
-pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; Lua's limiter beside: 429 + Retry-After"
+pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After"
 
 # ------------------------------------------------------- 2. one peer down
 admin "$p1" "mode=healthy&delay=5&reset=1" >/dev/null

@@ -124,17 +124,49 @@ NRES_EXTERN void nres_gw_upstream_free(nres_gw_upstream_t *u);
 NRES_EXTERN void nres_gw_register(nres_gw_upstream_t *u);
 /* The upstream registered as name (len bytes), or NULL. */
 NRES_EXTERN nres_gw_upstream_t *nres_gw_find(const char *name, size_t len);
-/* Forget every registration (nothing is freed): the nginx module calls it
- * when a configuration starts, before its init_by_lua declares again. */
+/* Forget every registration, upstreams and limiters (nothing is freed):
+ * the nginx module calls it when a configuration starts, before its
+ * init_by_lua declares again. */
 NRES_EXTERN void nres_gw_registry_clear(void);
 /* Seed this process's random choices (a worker, once forked). */
 NRES_EXTERN void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
 /* sizeof nres_gw_upstream_t (which 0), nres_gw_peer_t (1),
- * nres_gw_request_t (2), for bindings that declare them (0 otherwise). */
+ * nres_gw_request_t (2), nres_gw_limiter_t (3), for bindings that declare
+ * them (0 otherwise). */
 NRES_EXTERN size_t nres_gw_struct_size(int which);
 /* This process's view of the peers (breaker states, p75 latencies, panic)
  * brought up to now; nres_gw_pick does it when the view is 50 ms old. */
 NRES_EXTERN void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
+
+/* ------------------------------------------------------ client limiters */
+
+
+/* A named client rate limiter (gw.limiter): one key per client in a
+ * shared table whose slots keep a rate limiter. */
+typedef struct nres_gw_limiter_s nres_gw_limiter_t;
+struct nres_gw_limiter_s {
+  nres_gw_limiter_t *next;      /* the registry's list */
+  char name[NRES_GW_NAME_MAX + 1];
+  nres_shm_t *table;
+  nres_time_t hold;             /* a key's lease (ns) */
+  uint64_t overflow;            /* this process's admissions with the
+                                   table full (admitted unlimited) */
+};
+
+/* A limiter on `table` (NULL: bad arguments, or no memory), registered
+ * by nres_gw_limiter_register; freeing unregisters it. */
+NRES_EXTERN nres_gw_limiter_t *nres_gw_limiter_new(const char *name, nres_shm_t *table,
+                                                   nres_time_t hold);
+NRES_EXTERN void nres_gw_limiter_free(nres_gw_limiter_t *l);
+NRES_EXTERN void nres_gw_limiter_register(nres_gw_limiter_t *l);
+NRES_EXTERN nres_gw_limiter_t *nres_gw_limiter_find(const char *name, size_t len);
+/* One admission for `key` (len bytes, at most NRES_SHM_KEY_MAX: a longer
+ * key is the caller's to shorten, e.g. to its MD5): 0, or 1 and *wait (ns)
+ * until one would be allowed. An empty key is not limited (as nginx's
+ * limit_req does not account it); a full table admits (counted in
+ * overflow): the limiter never fails closed. */
+NRES_EXTERN int nres_gw_limit(nres_gw_limiter_t *l, const char *key, size_t len,
+                              nres_time_t now, nres_time_t *wait);
 
 /* ------------------------------------------------------- per request */
 

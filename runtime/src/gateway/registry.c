@@ -1,5 +1,5 @@
-/* registry.c - gateway upstreams: made from a declaration's figures, found
- * by name.
+/* registry.c - gateway upstreams and client limiters: made from a
+ * declaration's figures, found by name.
  *
  * The Lua balancer declares an upstream in init_by_lua (nginx's master)
  * and registers it here; the nginx module finds it by name in its
@@ -15,6 +15,7 @@
 #include "internal.h"
 
 static nres_gw_upstream_t *registry;
+static nres_gw_limiter_t *limiters;
 
 static int name_ok(const char *s) {
   return s != NULL && s[0] != '\0' && strlen(s) <= NRES_GW_NAME_MAX;
@@ -92,6 +93,13 @@ void nres_gw_registry_clear(void) {
     u = next;
   }
   registry = NULL;
+  nres_gw_limiter_t *l = limiters;
+  while (l != NULL) {
+    nres_gw_limiter_t *next = l->next;
+    l->next = NULL;
+    l = next;
+  }
+  limiters = NULL;
 }
 
 void nres_gw_upstream_free(nres_gw_upstream_t *u) {
@@ -116,6 +124,52 @@ size_t nres_gw_struct_size(int which) {
   case 0: return sizeof(nres_gw_upstream_t);
   case 1: return sizeof(nres_gw_peer_t);
   case 2: return sizeof(nres_gw_request_t);
+  case 3: return sizeof(nres_gw_limiter_t);
   default: return 0;
   }
+}
+
+nres_gw_limiter_t *nres_gw_limiter_new(const char *name, nres_shm_t *table, nres_time_t hold) {
+  if (!name_ok(name) || table == NULL ||
+      !(nres_shm_config(table)->flags & NRES_SHM_RATELIMIT))
+    return NULL;
+  nres_gw_limiter_t *l = nres__calloc(1, sizeof *l);
+  if (l == NULL)
+    return NULL;
+  strcpy(l->name, name);
+  l->table = table;
+  l->hold = hold;
+  return l;
+}
+
+void nres_gw_limiter_register(nres_gw_limiter_t *l) {
+  for (nres_gw_limiter_t **at = &limiters; *at != NULL; at = &(*at)->next) {
+    if (strcmp((*at)->name, l->name) == 0) {
+      l->next = (*at)->next;
+      (*at)->next = NULL;
+      *at = l;
+      return;
+    }
+  }
+  l->next = limiters;
+  limiters = l;
+}
+
+nres_gw_limiter_t *nres_gw_limiter_find(const char *name, size_t len) {
+  for (nres_gw_limiter_t *l = limiters; l != NULL; l = l->next)
+    if (strlen(l->name) == len && memcmp(l->name, name, len) == 0)
+      return l;
+  return NULL;
+}
+
+void nres_gw_limiter_free(nres_gw_limiter_t *l) {
+  if (l == NULL)
+    return;
+  for (nres_gw_limiter_t **at = &limiters; *at != NULL; at = &(*at)->next) {
+    if (*at == l) {
+      *at = l->next;
+      break;
+    }
+  }
+  nres__free(l);
 }

@@ -12,6 +12,7 @@
  *                      # (a placeholder server: the peers are gw.upstream's)
  *   location / {
  *     nres_admit backend;                        # preaccess: 504/503 refusals
+ *     # or: nres_admit backend limiter=clients key=$binary_remote_addr;  (+429)
  *     proxy_set_header X-Deadline-Ms $nres_deadline_ms;
  *     proxy_next_upstream error timeout http_500 http_502 http_503 http_504;
  *     proxy_next_upstream_tries 0;
@@ -35,6 +36,7 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
+#include <ngx_md5.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -42,10 +44,12 @@
 #include "nres.h"
 #include "nres/gateway.h"
 
-/* A name to find in the registry after init_by_lua, and where it is kept. */
+/* A name to find in the registry after init_by_lua, and where it is kept:
+ * an upstream (gw.upstream with peers) or a client limiter (gw.limiter). */
 typedef struct {
   ngx_str_t name;
-  nres_gw_upstream_t **target;
+  void **target;
+  ngx_uint_t limiter;
   ngx_str_t file;
   ngx_uint_t line;
   const char *directive;
@@ -66,6 +70,8 @@ typedef struct {
 typedef struct {
   nres_gw_upstream_t **gw;      /* nres_admit's upstream (found after
                                    init_by_lua; inherited), or NULL */
+  nres_gw_limiter_t **limiter;  /* its client limiter, or NULL */
+  ngx_http_complex_value_t *key;   /* the client's key for it */
 } ngx_http_nres_loc_conf_t;
 
 /* One request's state (its pool). */
@@ -94,7 +100,7 @@ static ngx_command_t ngx_http_nres_commands[] = {
   { ngx_string("nres_balancer"), NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1,
     ngx_http_nres_balancer, NGX_HTTP_SRV_CONF_OFFSET, 0, NULL },
   { ngx_string("nres_admit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF
-    | NGX_CONF_TAKE1, ngx_http_nres_admit, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL },
+    | NGX_CONF_TAKE123, ngx_http_nres_admit, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL },
   ngx_null_command
 };
 
@@ -140,18 +146,21 @@ static void *ngx_http_nres_create_loc_conf(ngx_conf_t *cf) {
 static char *ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
   (void)cf;
   ngx_http_nres_loc_conf_t *prev = parent, *conf = child;
-  if (conf->gw == NULL)
+  if (conf->gw == NULL) {
     conf->gw = prev->gw;
+    conf->limiter = prev->limiter;
+    conf->key = prev->key;
+  }
   return NGX_CONF_OK;
 }
 
 /* Remember `name` to be found after init_by_lua ran, into *target. */
-static char *ngx_http_nres_ref(ngx_conf_t *cf, ngx_str_t name, nres_gw_upstream_t **target,
-                               const char *directive) {
+static char *ngx_http_nres_ref(ngx_conf_t *cf, ngx_str_t name, void **target,
+                               ngx_uint_t limiter, const char *directive) {
   if (name.len == 0 || name.len > NRES_GW_NAME_MAX) {
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "%s: upstream name: expected 1..%d bytes, got \"%V\"", directive,
-                       NRES_GW_NAME_MAX, &name);
+                       "%s: %s name: expected 1..%d bytes, got \"%V\"", directive,
+                       limiter ? "limiter" : "upstream", NRES_GW_NAME_MAX, &name);
     return NGX_CONF_ERROR;
   }
   ngx_http_nres_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
@@ -160,6 +169,7 @@ static char *ngx_http_nres_ref(ngx_conf_t *cf, ngx_str_t name, nres_gw_upstream_
     return NGX_CONF_ERROR;
   ref->name = name;
   ref->target = target;
+  ref->limiter = limiter;
   ref->file = cf->conf_file->file.name;
   ref->line = cf->conf_file->line;
   ref->directive = directive;
@@ -191,19 +201,60 @@ static char *ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *co
   if (slot == NULL)
     return NGX_CONF_ERROR;
   *slot = scf;
-  return ngx_http_nres_ref(cf, scf->name, &scf->gw, "nres_balancer");
+  return ngx_http_nres_ref(cf, scf->name, (void **)&scf->gw, 0, "nres_balancer");
 }
 
+/* nres_admit UPSTREAM [limiter=NAME key=VALUE]: admission; with a client
+ * limiter (gw.limiter's NAME) asked first for the key's value (e.g.
+ * $binary_remote_addr): 429 with Retry-After over its rate. */
 static char *ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
   (void)cmd;
   ngx_http_nres_loc_conf_t *lcf = conf;
   ngx_str_t *value = cf->args->elts;
   if (lcf->gw != NULL)
     return "is duplicate";
+  ngx_str_t lname = ngx_null_string, key = ngx_null_string;
+  for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
+    if (ngx_strncmp(value[i].data, "limiter=", 8) == 0) {
+      lname.data = value[i].data + 8;
+      lname.len = value[i].len - 8;
+    } else if (ngx_strncmp(value[i].data, "key=", 4) == 0) {
+      key.data = value[i].data + 4;
+      key.len = value[i].len - 4;
+    } else {
+      ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                         "nres_admit: expected limiter=NAME or key=VALUE, got \"%V\"",
+                         &value[i]);
+      return NGX_CONF_ERROR;
+    }
+  }
+  if ((lname.data == NULL) != (key.data == NULL) || (key.data != NULL && key.len == 0)) {
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "nres_admit: expected limiter=NAME and key=VALUE together (the "
+                       "client's key, e.g. key=$binary_remote_addr), got %s",
+                       lname.data == NULL ? "a key without a limiter"
+                       : key.data == NULL ? "a limiter without a key" : "an empty key");
+    return NGX_CONF_ERROR;
+  }
   lcf->gw = ngx_pcalloc(cf->pool, sizeof *lcf->gw);
   if (lcf->gw == NULL)
     return NGX_CONF_ERROR;
-  return ngx_http_nres_ref(cf, value[1], lcf->gw, "nres_admit");
+  if (lname.data != NULL) {
+    lcf->limiter = ngx_pcalloc(cf->pool, sizeof *lcf->limiter);
+    lcf->key = ngx_pcalloc(cf->pool, sizeof *lcf->key);
+    if (lcf->limiter == NULL || lcf->key == NULL)
+      return NGX_CONF_ERROR;
+    ngx_http_compile_complex_value_t ccv;
+    ngx_memzero(&ccv, sizeof ccv);
+    ccv.cf = cf;
+    ccv.value = &key;
+    ccv.complex_value = lcf->key;
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
+      return NGX_CONF_ERROR;
+    if (ngx_http_nres_ref(cf, lname, (void **)lcf->limiter, 1, "nres_admit") != NGX_CONF_OK)
+      return NGX_CONF_ERROR;
+  }
+  return ngx_http_nres_ref(cf, value[1], (void **)lcf->gw, 0, "nres_admit");
 }
 
 /* ------------------------------------------------- after init_by_lua */
@@ -267,15 +318,24 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
     return NGX_OK;
   ngx_http_nres_ref_t *ref = mcf->refs.elts;
   for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {
-    nres_gw_upstream_t *gw = nres_gw_find((const char *)ref[i].name.data, ref[i].name.len);
-    if (gw == NULL) {
+    const char *name = (const char *)ref[i].name.data;
+    void *found = ref[i].limiter ? (void *)nres_gw_limiter_find(name, ref[i].name.len)
+                                 : (void *)nres_gw_find(name, ref[i].name.len);
+    if (found == NULL && ref[i].limiter) {
+      ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                    "%s limiter=%V: expected a limiter declared in init_by_lua "
+                    "(gw.limiter(\"%V\", { rate = ... })), got none of that name in %V:%ui",
+                    ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line);
+      return NGX_ERROR;
+    }
+    if (found == NULL) {
       ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                     "%s \"%V\": expected an upstream declared with peers in init_by_lua "
                     "(gw.upstream(\"%V\", { peers = ... })), got none of that name in %V:%ui",
                     ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line);
       return NGX_ERROR;
     }
-    *ref[i].target = gw;
+    *ref[i].target = found;
   }
   ngx_http_nres_srv_conf_t **scf = mcf->balancers.elts;
   for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++)
@@ -296,7 +356,7 @@ static ngx_int_t ngx_http_nres_init_process(ngx_cycle_t *cycle) {
     return NGX_OK;
   ngx_http_nres_ref_t *ref = mcf->refs.elts;
   for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++)
-    if (*ref[i].target != NULL)
+    if (!ref[i].limiter && *ref[i].target != NULL)
       nres_gw_seed(*ref[i].target, (uint64_t)ngx_pid * 2654435761u + nres_clock_now() + i);
   return NGX_OK;
 }
@@ -390,17 +450,31 @@ static int ngx_http_nres_class(ngx_http_request_t *r) {
 
 /* A refusal: the status, X-Nres-Reason and the reason as the body; the
  * client's connection kept. */
-static ngx_int_t ngx_http_nres_refuse(ngx_http_request_t *r, ngx_uint_t status) {
+static ngx_int_t ngx_http_nres_refuse(ngx_http_request_t *r, ngx_uint_t status,
+                                      nres_time_t wait) {
   static ngx_str_t deadline = ngx_string("deadline exceeded");
   static ngx_str_t circuit = ngx_string("circuit open");
+  static ngx_str_t limited = ngx_string("rate limited");
   static ngx_str_t type = ngx_string("text/plain");
-  ngx_str_t *reason = status == NRES_GW_DEADLINE ? &deadline : &circuit;
+  ngx_str_t *reason = status == NRES_GW_DEADLINE ? &deadline
+                      : status == NRES_GW_CIRCUIT ? &circuit : &limited;
   ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
   if (h == NULL)
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   h->hash = 1;
   ngx_str_set(&h->key, "X-Nres-Reason");
   h->value = *reason;
+  if (status == NGX_HTTP_TOO_MANY_REQUESTS) {   /* whole seconds, at least 1 */
+    h = ngx_list_push(&r->headers_out.headers);
+    u_char *p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (h == NULL || p == NULL)
+      return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    uint64_t secs = (wait + 999999999u) / 1000000000u;
+    h->hash = 1;
+    ngx_str_set(&h->key, "Retry-After");
+    h->value.data = p;
+    h->value.len = ngx_sprintf(p, "%uL", secs > 0 ? secs : 1) - p;
+  }
   u_char *body = ngx_pnalloc(r->pool, reason->len + 1);
   if (body == NULL)
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -425,10 +499,31 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
   if (ctx == NULL)
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   nres_time_t now = nres_clock_now();
+  if (lcf->limiter != NULL) {
+    ngx_str_t key;
+    if (ngx_http_complex_value(r, lcf->key, &key) != NGX_OK)
+      return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    u_char md5hex[32];
+    if (key.len > NRES_SHM_KEY_MAX) {   /* limited under its MD5, as in Lua */
+      ngx_md5_t md5;
+      u_char digest[16];
+      ngx_md5_init(&md5);
+      ngx_md5_update(&md5, key.data, key.len);
+      ngx_md5_final(digest, &md5);
+      ngx_hex_dump(md5hex, digest, 16);
+      key.data = md5hex;
+      key.len = 32;
+    }
+    nres_time_t wait = 0;
+    if (nres_gw_limit(*lcf->limiter, (const char *)key.data, key.len, now, &wait) != 0) {
+      ctx->gw = NULL;
+      return ngx_http_nres_refuse(r, NGX_HTTP_TOO_MANY_REQUESTS, wait);
+    }
+  }
   int rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
   if (rc != NRES_GW_ADMITTED) {
     ctx->gw = NULL;   /* refused: no call to end */
-    return ngx_http_nres_refuse(r, (ngx_uint_t)rc);
+    return ngx_http_nres_refuse(r, (ngx_uint_t)rc, 0);
   }
   ctx->left_ms = nres_gw_left_ms(&ctx->req, now);
   ctx->cln->handler = ngx_http_nres_end;   /* the call's end armed */

@@ -12,7 +12,9 @@
 #      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
 #      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
 #      upstream; nres_admit's client limiter answers 429 + Retry-After; a location
-#      without nres_admit still balances; /nres/status counts C-mode calls;
+#      without nres_admit still balances; an internal redirect to a location
+#      that proxies keeps the first admission (its X-Deadline-Ms, one
+#      call); /nres/status counts C-mode calls;
 #   2. one peer down: every request still succeeds (a retry never goes back
 #      to the peer that failed), its failures in the shared table, then it
 #      gets almost nothing (ejected or avoided);
@@ -155,7 +157,17 @@ printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
 printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
 c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
 [ "$c" = 200 ] || fail "a location without nres_admit gave $c"
-pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After"
+# an internal redirect keeps the admission: X-Deadline-Ms from it, one call
+admin_all "reset=1"
+r0=$(up_field "$(status)" calls)
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "Connection: close" -H "X-Deadline-Ms: 250" "$gw/redirected")
+d=0
+for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+[ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
+  fail "a redirected request: $c, the upstream saw X-Deadline-Ms $d (expected 1..250)"
+for _ in $(seq 1 40); do r1=$(up_field "$(status)" calls); [ "$r1" -gt "$r0" ] && break; sleep 0.05; done
+[ $((r1 - r0)) = 1 ] || fail "a redirected request counted $((r1 - r0)) calls"
+pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission"
 
 # ------------------------------------------------------- 2. one peer down
 admin "$p1" "mode=healthy&delay=5&reset=1" >/dev/null

@@ -30,8 +30,10 @@
  * retry budget allow; each try's end (peer free) is recorded into its
  * peer; the call's end (the pool's cleanup, after the log phase, so an
  * error_page redirect cannot lose it) tells the upstream's breaker and
- * budget and counts the call. No heap allocation: the state and a copy of
- * the upstream conf (the try's timeouts) are in the request's pool.
+ * budget and counts the call; an internal redirect, which clears module
+ * ctxs, finds the admission again through that cleanup. No heap
+ * allocation: the state and a copy of the upstream conf (the try's
+ * timeouts) are in the request's pool.
  */
 #include <ngx_config.h>
 #include <ngx_core.h>
@@ -387,6 +389,23 @@ static ngx_http_nres_ctx_t *ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw
   return ctx;
 }
 
+/* The request's state: its module ctx, or, after an internal redirect
+ * (which clears the ctx), the admission its pool's cleanup still holds:
+ * a redirected request goes on under its first admission. NULL if none. */
+static ngx_http_nres_ctx_t *ngx_http_nres_get_ctx(ngx_http_request_t *r) {
+  ngx_http_nres_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_nres_module);
+  if (ctx != NULL)
+    return ctx;
+  for (ngx_pool_cleanup_t *c = r->pool->cleanup; c != NULL; c = c->next) {
+    if (c->handler == ngx_http_nres_end && ((ngx_http_nres_ctx_t *)c->data)->r == r) {
+      ctx = c->data;
+      ngx_http_set_ctx(r, ctx, ngx_http_nres_module);
+      return ctx;
+    }
+  }
+  return NULL;
+}
+
 /* The client's X-Deadline-Ms (the first one), a number of ms; NaN if
  * absent or not a number (ignored, as the Lua balancer does). */
 static double ngx_http_nres_inbound_ms(ngx_http_request_t *r) {
@@ -492,7 +511,7 @@ static ngx_int_t ngx_http_nres_refuse(ngx_http_request_t *r, ngx_uint_t status,
 /* nres_admit: admission, before access (as limit_req). */
 static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
   ngx_http_nres_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_nres_module);
-  if (lcf->gw == NULL || ngx_http_get_module_ctx(r, ngx_http_nres_module) != NULL)
+  if (lcf->gw == NULL || ngx_http_nres_get_ctx(r) != NULL)
     return NGX_DECLINED;
   nres_gw_upstream_t *gw = *lcf->gw;
   ngx_http_nres_ctx_t *ctx = ngx_http_nres_new_ctx(r, gw);
@@ -534,7 +553,7 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
 static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
                                                  ngx_http_variable_value_t *v, uintptr_t data) {
   (void)data;
-  ngx_http_nres_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_nres_module);
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
   if (ctx == NULL || ctx->left_ms < 0) {
     v->not_found = 1;
     return NGX_OK;
@@ -616,7 +635,7 @@ static void ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_u
  * without admission (the policy's deadline, no retries). */
 static ngx_int_t ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us) {
   ngx_http_nres_srv_conf_t *scf = ngx_http_conf_upstream_srv_conf(us, ngx_http_nres_module);
-  ngx_http_nres_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_nres_module);
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
   if (ctx == NULL || ctx->gw != scf->gw) {
     ctx = ngx_http_nres_new_ctx(r, scf->gw);
     if (ctx == NULL)

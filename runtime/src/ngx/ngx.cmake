@@ -19,7 +19,7 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
     DEPENDS ${ngx_dir}/config ${ngx_dir}/configure.sh ${NRES_NGINX_SRC}/conf_flags
     COMMENT "Configuring nginx for ngx_http_nres_module (once)")
   add_custom_command(OUTPUT ${ngx_module}
-    COMMAND make -s -f objs/Makefile modules
+    COMMAND ${CMAKE_COMMAND} -E env MAKEFLAGS= make -s -f objs/Makefile modules
     COMMAND ${CMAKE_COMMAND} -E copy objs/ngx_http_nres_module.so ${ngx_module}
     WORKING_DIRECTORY ${ngx_tree}
     DEPENDS ${ngx_tree}/objs/Makefile ${ngx_dir}/ngx_http_nres_module.c

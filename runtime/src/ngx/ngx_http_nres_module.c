@@ -23,7 +23,9 @@
  * regions, found by name in libnres's registry in this module's
  * postconfiguration, which runs after the Lua module's: nginx orders the
  * Lua module, a filter, before plain modules such as this one, whatever
- * the load_module order; checked). Peers' addresses are parsed then, once. Per request: the
+ * the load_module order; checked). The peers' addresses are parsed then,
+ * once. nginx -t runs no init_by_lua, so the names are checked at start
+ * and reload. Per request: the
  * admission (preaccess) keeps the request's state in its pool; each try
  * (peer get) picks a peer, sets the try's timeouts from the time left
  * and grants one more try (pc->tries) if the policy, the time and the

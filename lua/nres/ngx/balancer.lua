@@ -504,8 +504,9 @@ local function retrying(g, r, req, now)
     gw_abandon(g, r.req)
     return -1
   end
-  return gw_try_end(g, r.req, now, R.FAILURE[st] == "failed" and 1 or 0,
-                    R.int_out[0] == 504 and 1 or 0)
+  local i = gw_try_end(g, r.req, now, R.FAILURE[st] == "failed" and 1 or 0,
+                       R.int_out[0] == 504 and 1 or 0)
+  return i
 end
 
 local try
@@ -575,7 +576,10 @@ function _M.log()
     free[nfree] = r
   end
   if r.refused then return end   -- a refusal nobody answered: nothing began
-  return gw_end(u.gw, r.req, step_now(), resp_status(req))
+  -- Not `return gw_end(...)`: a trace cannot record a tail call of a C
+  -- function leaving the phase's frame ("leaving loop in root trace at
+  -- ffi.meta.__call": blacklisted after 5 tries, log ran interpreted).
+  gw_end(u.gw, r.req, step_now(), resp_status(req))
 end
 
 -- ------------------------------------------------------------- status

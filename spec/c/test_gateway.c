@@ -252,6 +252,18 @@ static void test_limiter(void **state) {
   nres_shm_free(t);
 }
 
+static void test_class(void **state) {
+  (void)state;
+  assert_int_equal(nres_gw_class("critical", 8), NRES_CLASS_CRITICAL);
+  assert_int_equal(nres_gw_class("CRITICAL_PLUS", 13), NRES_CLASS_CRITICAL);
+  assert_int_equal(nres_gw_class("Sheddable", 9), NRES_CLASS_SHEDDABLE);
+  assert_int_equal(nres_gw_class("sheddable_plus", 14), NRES_CLASS_SHEDDABLE);
+  assert_int_equal(nres_gw_class("default", 7), NRES_CLASS_DEFAULT);
+  assert_int_equal(nres_gw_class("sheddable", 8), NRES_CLASS_DEFAULT);   /* "sheddabl" */
+  assert_int_equal(nres_gw_class("bulk", 4), NRES_CLASS_DEFAULT);
+  assert_int_equal(nres_gw_class(NULL, 0), NRES_CLASS_DEFAULT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_registry),
@@ -260,6 +272,7 @@ int main(void) {
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
     cmocka_unit_test(test_limiter),
+    cmocka_unit_test(test_class),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

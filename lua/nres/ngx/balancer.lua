@@ -53,8 +53,9 @@
 --
 -- Criticality: a retry token is spent by class (nres_budget_spend_class:
 -- a sheddable request only while the bucket is at least half full); the
--- class comes from X-Criticality (nres.ngx.config.criticality), read only
--- when a token is asked for under half a bucket. The header goes upstream
+-- class comes from X-Criticality (nres_gw_class, the classes of
+-- nres.ngx.config.criticality), read only when a token is asked for under
+-- half a bucket. The header goes upstream
 -- as the client sent it, like every other header nginx's proxy passes.
 --
 -- The decisions themselves are libnres's (runtime/include/nres/gateway.h),
@@ -115,6 +116,7 @@ int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now
 void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
 void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
                          int status);
+int nres_gw_class(const char *value, size_t len);
 ]]
 
 -- The declarations above mirror runtime/include/nres/gateway.h: checked.
@@ -135,7 +137,7 @@ local gw_admit, gw_unadmitted, gw_left_ms = C.nres_gw_admit, C.nres_gw_unadmitte
 local gw_pick, gw_try_begin, gw_grant = C.nres_gw_pick, C.nres_gw_try_begin, C.nres_gw_grant
 local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
   C.nres_gw_request_end
-local criticality = config.criticality
+local gw_class = C.nres_gw_class
 local est_quantile = C.nres_estimator_quantile
 local bad, scopes, new_table = config.bad, config.scopes, config.new_table
 local limit = require("nres.ngx.limiter").limit
@@ -345,15 +347,6 @@ local function bind()
     R.NGX_OK, R.NGX_DECLINED, R.value_ptr, R.size_ptr, R.errmsg, R.lowcase, R.uintptr_t
 end
 
--- Request header `name` (a variable name such as "http_x_criticality"),
--- or nil. Off the hot path (the hot path inlines it).
-local function header(req, name)
-  local rc = var_get(req, name, #name, lowcase, 0, value_ptr, size_ptr, errmsg)
-  if rc == NGX_OK then return ffi_str(value_ptr[0], size_ptr[0]) end
-  if rc ~= NGX_DECLINED then error("nres.ngx: $" .. name .. ": " .. ffi_str(errmsg[0])) end
-  return nil
-end
-
 local function exit_with(status, reason)
   ngx.header["X-Nres-Reason"] = reason
   ngx.status = status
@@ -551,8 +544,13 @@ function try(u, g, r, req, now, i)
     error("nres.ngx: set_timeouts: " .. ffi_str(errmsg[0]))
   end
   local more = gw_grant(g, r.req, now, -1)
-  if more == NEED_CLASS then
-    more = gw_grant(g, r.req, now, (criticality(header(req, "http_x_criticality"))))
+  if more == NEED_CLASS then   -- X-Criticality's class, read in place
+    local rc = var_get(req, "http_x_criticality", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
+    if rc ~= NGX_OK and rc ~= NGX_DECLINED then
+      error("nres.ngx: $http_x_criticality: " .. ffi_str(errmsg[0]))
+    end
+    local cls = rc == NGX_OK and gw_class(value_ptr[0], size_ptr[0]) or gw_class(nil, 0)
+    more = gw_grant(g, r.req, now, cls)
   end
   if more == 1 and set_more_tries(req, 1, errmsg) ~= NGX_OK then
     error("nres.ngx: set_more_tries: " .. ffi_str(errmsg[0]))

@@ -201,6 +201,10 @@ NRES_EXTERN uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t 
  * ask again with it (nres_class_t). */
 NRES_EXTERN int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r,
                               nres_time_t now, int cls);
+/* The class (nres_class_t) of an X-Criticality value (len bytes; NULL: no
+ * header): critical or critical_plus, default, sheddable or
+ * sheddable_plus, in any case; anything else is NRES_CLASS_DEFAULT. */
+NRES_EXTERN int nres_gw_class(const char *value, size_t len);
 /* The end of r's current try: recorded into its peer (breaker, estimator,
  * counters); failed: connect error, timeout or a 5xx. Returns the peer. */
 NRES_EXTERN int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r,

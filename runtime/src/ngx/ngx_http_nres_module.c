@@ -439,33 +439,23 @@ static double ngx_http_nres_inbound_ms(ngx_http_request_t *r) {
   }
 }
 
-/* The request's criticality from X-Criticality (nres_class_t): critical
- * (and critical_plus), default, sheddable (and sheddable_plus); anything
- * else or none is default. */
+/* The request's criticality from X-Criticality (nres_gw_class; default
+ * without the header). */
 static int ngx_http_nres_class(ngx_http_request_t *r) {
-  static const struct { const char *name; size_t len; int cls; } classes[] = {
-    { "critical", 8, NRES_CLASS_CRITICAL }, { "critical_plus", 13, NRES_CLASS_CRITICAL },
-    { "default", 7, NRES_CLASS_DEFAULT }, { "sheddable", 9, NRES_CLASS_SHEDDABLE },
-    { "sheddable_plus", 14, NRES_CLASS_SHEDDABLE } };
   ngx_list_part_t *part = &r->headers_in.headers.part;
   ngx_table_elt_t *h = part->elts;
   for (ngx_uint_t i = 0;; i++) {
     if (i >= part->nelts) {
       if (part->next == NULL)
-        return NRES_CLASS_DEFAULT;
+        return nres_gw_class(NULL, 0);
       part = part->next;
       h = part->elts;
       i = 0;
       if (part->nelts == 0)
         continue;
     }
-    if (h[i].key.len == 13 && ngx_strncmp(h[i].lowcase_key, "x-criticality", 13) == 0) {
-      for (size_t k = 0; k < sizeof classes / sizeof classes[0]; k++)
-        if (h[i].value.len == classes[k].len &&
-            ngx_strncasecmp(h[i].value.data, (u_char *)classes[k].name, classes[k].len) == 0)
-          return classes[k].cls;
-      return NRES_CLASS_DEFAULT;
-    }
+    if (h[i].key.len == 13 && ngx_strncmp(h[i].lowcase_key, "x-criticality", 13) == 0)
+      return nres_gw_class((const char *)h[i].value.data, h[i].value.len);
   }
 }
 

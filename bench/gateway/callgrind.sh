@@ -20,10 +20,14 @@
 #               X-Deadline-Ms (sent upstream) and an empty log_by_lua: what
 #               lua-nginx-module costs before any nres code runs
 #   nres        nres balancer mode (bench/gateway/nres-balancer.conf.in)
+#   nres-module the same through the nginx module (bench/gateway/
+#               nres-module.conf.in: no Lua phase per request), when
+#               ngx_http_nres_module.so is built beside the library
 #   nres-base   the same on NRES_BENCH_BASE_LUA (a baseline Lua tree), if set,
 #               rendered from NRES_BENCH_BASE_CONF (default: the same
 #               template; a baseline of another config shape needs its own)
-# Defaults N1=300 N2=2300; about 2 minutes.
+# Defaults N1=300 N2=2300; about 3 minutes. NRES_CG_VARIANTS="plain nres"
+# narrows a run.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -43,6 +47,8 @@ nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; e
 export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 base_lua=${NRES_BENCH_BASE_LUA:-}
 base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}
+module=$(dirname "$NRES_LIB")/ngx_http_nres_module.so
+[ -f "$module" ] || module=""
 
 work=$(mktemp -d /tmp/nres-bench-cg.XXXXXX)
 chmod 755 "$work"
@@ -78,6 +84,9 @@ render() {
       [ "$name" = nres-base ] && lua="$work/base/lua/?.lua;${jit_dir}?.lua" && tpl=$base_conf
       nres_render "$tpl" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" ;;
+    nres-module)
+      nres_render "$here/nres-module.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+        PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" MODULE="$module" ;;
   esac
   case $name in
     balancer)
@@ -117,6 +126,8 @@ instructions() {
 }
 
 variants="plain balancer phases nres"
+[ -n "$module" ] && variants="$variants nres-module"
+variants=${NRES_CG_VARIANTS:-$variants}
 if [ -n "$base_lua" ]; then
   mkdir -p "$work/base" && cp -r "$base_lua" "$work/base/lua" && cp -r "$repo/policies" "$work/base/"
   variants="$variants nres-base"

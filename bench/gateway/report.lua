@@ -20,7 +20,7 @@ for line in io.lines(tsv) do
 end
 
 local gateways = { "nginx-plain", "nginx-retry", "nginx-retry-mf0", "haproxy", "nres-balancer",
-                   "nres-balancer-base", "nres-cosocket" }
+                   "nres-balancer-base", "nres-module", "nres-cosocket" }
 local labels = {
   ["nginx-plain"] = "nginx proxy_pass",
   ["nginx-retry"] = "nginx next_upstream x3 (passive checks)",
@@ -28,6 +28,7 @@ local labels = {
   haproxy = "HAProxy retries 2, redispatch, observe layer7",
   ["nres-balancer"] = "nres balancer mode (gateway preset, 20 % budget)",
   ["nres-balancer-base"] = "nres balancer mode, baseline Lua tree (NRES_BENCH_BASE_LUA)",
+  ["nres-module"] = "nres balancer mode, nginx module (same policy, no Lua phase)",
   ["nres-cosocket"] = "nres cosocket mode (gateway preset, 20 % budget)",
 }
 local single = { "healthy", "every4", "every2", "down" }

@@ -6,7 +6,7 @@
 #   bash bench/gateway/run.sh --healthy [--out FILE.md]   # the throughput check only
 #
 # --healthy: only the healthy one-upstream throughput comparison (nginx
-# proxy_pass and nres balancer mode, HREPS=9 interleaved runs of D=2 s
+# proxy_pass, nres balancer mode and the nginx module, HREPS=9 interleaved runs of D=2 s
 # each, about 1 minute), printed as a summary (and written to --out, if
 # given; the full report's file is left alone). NRES_BENCH_BASE_LUA=DIR
 # (any mode) adds "nres-balancer-base": balancer mode again, on the Lua
@@ -32,6 +32,10 @@
 #                     checks with observe layer7 + on-error mark-down
 #   nres-balancer     nginx's proxy + nres balancer mode (the "gateway"
 #                     preset; peers with ejection and latency-aware choice)
+#   nres-module       balancer mode through the nginx module
+#                     (ngx_http_nres_module.so, built beside the library:
+#                     no Lua phase per request; same policy); left out
+#                     when the module is not built
 #   nres-cosocket     nginx + nres cosocket mode (the "gateway" preset; one
 #                     host:port, so no pool scenarios)
 # One upstream (a single upstream; nginx-retry lists it 3 times, since
@@ -78,6 +82,10 @@ done
 nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; exit 2; }
 [ -f "$lib" ] || { echo "no $lib: build first (cmake --build build)" >&2; exit 2; }
 export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+# the nginx module, built beside the library (runtime/src/ngx): an arm
+# of its own when present
+module=$(dirname "$NRES_LIB")/ngx_http_nres_module.so
+[ -f "$module" ] || module=""
 
 work=$(mktemp -d /tmp/nres-bench-gw.XXXXXX)
 chmod 755 "$work"
@@ -98,6 +106,10 @@ trap cleanup EXIT
 mkdir -p "$work/src"
 cp -r "$repo/lua" "$repo/policies" "$work/src/"
 cp "$NRES_LIB" "$work/src/libnres.so"
+# The module links the build's libnres (its rpath), and must share it with
+# the Lua declarations (one registry): the module arm runs on the build's
+# library and module as they are, not on the snapshot (build_lib).
+build_lib=$NRES_LIB
 [ -n "$base_lua" ] && mkdir -p "$work/base" && cp -r "$base_lua" "$work/base/lua" &&
   cp -r "$work/src/policies" "$work/base/"   # the same policies
 export NRES_LIB=$work/src/libnres.so
@@ -158,6 +170,10 @@ $s3;"
       [ "$name" = nres-balancer-base ] && tpl=$base_conf
       nres_render "$tpl" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="$lua_peers" LUA="$ld/?.lua;${jit_dir}?.lua" ;;
+    nres-module)
+      nres_render "$here/nres-module.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+        PEERS="$lua_peers" LUA="$lua_dir/?.lua;${jit_dir}?.lua" \
+        MODULE="$module" ;;
     nres-cosocket)
       nres_render "$here/nres.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         UPSTREAM_PORT="$p1" LUA="$lua_dir/?.lua;${jit_dir}?.lua" ;;
@@ -171,7 +187,11 @@ $s3;"
       nres_wait_http "$gw/warm"
       return ;;
   esac
-  nres_nginx_start "$p" "$p/nginx.conf"
+  if [ "$name" = nres-module ]; then
+    NRES_LIB=$build_lib nres_nginx_start "$p" "$p/nginx.conf"
+  else
+    nres_nginx_start "$p" "$p/nginx.conf"
+  fi
   gw_pid=$(cat "$p/nginx.pid")
   nres_wait_http "$gw/warm"
 }
@@ -267,11 +287,12 @@ reload_cell() {
 # development; a report of a narrowed run says "no figure" where it lacks).
 single=${NRES_BENCH_SINGLE-healthy every4 every2 down}
 pools=${NRES_BENCH_POOLS-pool-healthy pool-every2 pool-down1 pool-slow}
-gateways=${NRES_BENCH_GATEWAYS-nginx-plain nginx-retry nginx-retry-mf0 haproxy nres-balancer nres-cosocket}
+mod_arm=""; [ -n "$module" ] && mod_arm=" nres-module"
+gateways=${NRES_BENCH_GATEWAYS-nginx-plain nginx-retry nginx-retry-mf0 haproxy nres-balancer$mod_arm nres-cosocket}
 extra=${NRES_BENCH_EXTRA-blip reload}
 if [ -n "$healthy_only" ]; then
   single=healthy; pools=""; extra=""
-  gateways=${NRES_BENCH_GATEWAYS-nginx-plain nres-balancer}
+  gateways=${NRES_BENCH_GATEWAYS-nginx-plain nres-balancer$mod_arm}
 fi
 [ -n "$base_lua" ] && gateways="$gateways nres-balancer-base"
 started=$(date +%s)

@@ -16,6 +16,7 @@ local gw = require "nres.ngx"
 local C = require("nres.cdef").C
 
 ffi.cdef [[
+int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
 int fork(void);
 int waitpid(int pid, int *status, int options);
 void _exit(int status);

@@ -16,7 +16,9 @@
 #                                   itself)
 # A block without a marker fails the test: nothing a user copies goes
 # untested by accident. For the nginx block only these are substituted:
-# /path/to/nres (the checkout), 127.0.0.1:8000 (the gateway's listen),
+# /path/to/nres/build (BUILD_DIR: the nginx module's block is passed over
+# when it has no ngx_http_nres_module.so), /path/to/nres (the checkout),
+# 127.0.0.1:8000 (the gateway's listen),
 # 127.0.0.1:8080 or port = 8080 (the upstream, e.g. a balancer peer: a
 # depserver started here).
 set -euo pipefail
@@ -143,8 +145,13 @@ run_nginx() {   # FILE LINE
   grep -q '127.0.0.1:8000' "$1" || { fail "README.md:$2 (nginx): no 'listen 127.0.0.1:8000'"; return; }
   grep -q 'port = 8080\|127\.0\.0\.1:8080' "$1" ||
     { fail "README.md:$2 (nginx): no upstream '127.0.0.1:8080' or 'port = 8080'"; return; }
+  if grep -q 'ngx_http_nres_module\.so' "$1" && [ ! -f "$build/ngx_http_nres_module.so" ]; then
+    pass "README.md:$2 (nginx) skipped: no $build/ngx_http_nres_module.so (needs nginx-dev)"
+    return
+  fi
   mkdir -p "$conf"
-  sed -e "s|/path/to/nres|$repo|g" -e "s|127\.0\.0\.1:8000|127.0.0.1:$gw_port|g" \
+  sed -e "s|/path/to/nres/build|$build|g" \
+      -e "s|/path/to/nres|$repo|g" -e "s|127\.0\.0\.1:8000|127.0.0.1:$gw_port|g" \
       -e "s|port = 8080|port = $up_port|g" -e "s|127\.0\.0\.1:8080|127.0.0.1:$up_port|g" \
       "$1" >"$conf/nginx.conf"
   "$build/nres-depserver" --no-stdin --port "$up_port" </dev/null >"$conf/depserver.log" 2>&1 &

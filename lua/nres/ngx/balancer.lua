@@ -53,9 +53,15 @@
 --
 -- Criticality: a retry token is spent by class (nres_budget_spend_class:
 -- a sheddable request only while the bucket is at least half full); the
--- class comes from X-Criticality (nres.ngx.config.criticality), read only
--- when a token is asked for under half a bucket. The header goes upstream
+-- class comes from X-Criticality (nres_gw_class, the classes of
+-- nres.ngx.config.criticality), read only when a token is asked for under
+-- half a bucket. The header goes upstream
 -- as the client sent it, like every other header nginx's proxy passes.
+--
+-- The decisions themselves are libnres's (runtime/include/nres/gateway.h),
+-- shared with the nginx module (ngx_http_nres_module: the same mode with
+-- no Lua phase per request); this module declares the upstreams (and
+-- registers them by name for the module) and runs the phases.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
 local config = require "nres.ngx.config"
@@ -65,44 +71,90 @@ local breaker_stats = ffi.new("nres_breaker_stats_t")   -- read through nres_bre
 local ffi_new, ffi_cast, ffi_sizeof = ffi.new, ffi.cast, ffi.sizeof
 local type, error, tonumber, tostring, pairs, ipairs, format =
   type, error, tonumber, tostring, pairs, ipairs, string.format
-local floor, ceil, random, min, max = math.floor, math.ceil, math.random, math.min, math.max
+local floor, ceil, max = math.floor, math.ceil, math.max
 
 ffi.cdef [[
-int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now, uint32_t *permit);
-int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now, uint32_t permit,
-                        int outcome, int slow, nres_rng_t *rng);
-void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
-void nres_budget_deposit(nres_budget_t *budget);
-int nres_budget_spend(nres_budget_t *budget, nres_time_t now);
-int nres_budget_spend_class(nres_budget_t *budget, nres_time_t now, int cls);
-void nres_budget_refund(nres_budget_t *budget);
-void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now, nres_time_t latency);
+int nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
+typedef struct nres_gw_config_s {
+  const char *name; const char *key; void *scope; void *peers;
+  nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
+  uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
+  int choice; double panic; int budget, breaker;
+} nres_gw_config_t;
+typedef struct nres_gw_peer_s {
+  nres_breaker_t *breaker; nres_estimator_t *estimator; uint32_t slot, inflight;
+  double cost; int state; char name[65];
+} nres_gw_peer_t;
+typedef struct nres_gw_upstream_s {
+  struct nres_gw_upstream_s *next; char name[65]; char key[65];
+  void *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
+  uint32_t attempts, n; int choice, budget, breaker; double panic;
+  int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
+  uint64_t overflow; nres_rng_t rng; nres_gw_peer_t peer[?];
+} nres_gw_upstream_t;
+typedef struct nres_gw_request_s {
+  nres_time_t deadline, t0; void *slot; int32_t idx, peer; uint32_t upermit, ppermit;
+  uint8_t has_upermit, has_ppermit, reserved, budget_refused; int8_t cls; uint8_t reserved_[3];
+  uint32_t tries, retries;
+} nres_gw_request_t;
+nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
+void nres_gw_upstream_free(nres_gw_upstream_t *u);
+void nres_gw_register(nres_gw_upstream_t *u);
+void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
+size_t nres_gw_struct_size(int which);
+void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
+int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, double inbound_ms);
+void nres_gw_unadmitted(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now);
+int64_t nres_gw_left_ms(const nres_gw_request_t *r, nres_time_t now);
+int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *permit,
+                 int *has_permit);
+uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
+                           int i, uint32_t permit, int has_permit);
+int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, int cls);
+int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
+                    int failed, int timed_out);
+void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
+void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
+                         int status);
+int nres_gw_class(const char *value, size_t len);
 ]]
 
+-- The declarations above mirror runtime/include/nres/gateway.h: checked.
+for which, ct in pairs { [0] = "nres_gw_upstream_t", "nres_gw_peer_t", "nres_gw_request_t" } do
+  local ours = which == 0 and ffi.sizeof(ct, 0) or ffi.sizeof(ct)
+  if tonumber(C.nres_gw_struct_size(which)) ~= ours then
+    error(format("nres.ngx.balancer: %s is %d bytes in %s but %d here; the library and"
+      .. " the Lua module are out of step", ct, tonumber(C.nres_gw_struct_size(which)),
+      cdef.path, ours), 0)
+  end
+end
+
 local step_now = C.nres_step_now
-local sh_acquire, sh_record, sh_slot = C.nres_shm_acquire, C.nres_shm_record, C.nres_shm_slot
-local br_acquire, br_record, br_release = C.nres_breaker_acquire, C.nres_breaker_record,
-  C.nres_breaker_release
-local br_state = C.nres_breaker_state
-local bu_spend, bu_refund, bu_deposit = C.nres_budget_spend_class, C.nres_budget_refund,
-  C.nres_budget_deposit
-local criticality = config.criticality
-local est_record, est_quantile = C.nres_estimator_record, C.nres_estimator_quantile
+local sh_acquire, sh_slot = C.nres_shm_acquire, C.nres_shm_slot
+local br_release, br_state = C.nres_breaker_release, C.nres_breaker_state
+local gw_admit, gw_unadmitted, gw_left_ms = C.nres_gw_admit, C.nres_gw_unadmitted,
+  C.nres_gw_left_ms
+local gw_pick, gw_try_begin, gw_grant = C.nres_gw_pick, C.nres_gw_try_begin, C.nres_gw_grant
+local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
+  C.nres_gw_request_end
+local gw_class = C.nres_gw_class
+local est_quantile = C.nres_estimator_quantile
 local bad, scopes, new_table = config.bad, config.scopes, config.new_table
 local limit = require("nres.ngx.limiter").limit
 
 local _M = {}
 
-local STOP_OK, STOP_ATTEMPTS, STOP_DEADLINE, STOP_CIRCUIT = 1, 3, 4, 6
+local STOP_OK, STOP_DEADLINE = 1, 4
 local EST_SIZE = ffi_sizeof("nres_estimator_t")
 local EST_PERIOD = 1e9          -- ns per estimator window (two are read)
-local REFRESH = 50e6            -- ns between a worker's looks at peer states
 local NEVER = 2 ^ 64            -- a lease that never ends (nres.shm)
+local NEED_CLASS = -1           -- nres_gw_grant: read the criticality, ask again
+local NAN = 0 / 0               -- no inbound deadline
 
 local permit_box = ffi_new("uint32_t[1]")
+local has_box = ffi_new("int[1]")
 local gen_box = ffi_new("uint32_t[1]")
 local samples_box = ffi_new("uint64_t[1]")
-local rng = ffi_new("nres_rng_t")
 
 local EJECT = { consecutive = 5, ratio = 0.25, min_calls = 10, window = 5, buckets = 5,
                 break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3 }
@@ -141,6 +193,27 @@ local function eject_config(e)
   return cfg
 end
 
+-- The upstream's C twin (runtime/include/nres/gateway.h), registered by
+-- name for the nginx module (ngx_http_nres_module: nres_balancer), which
+-- decides with libnres's functions on the same shared tables. Freed (and
+-- unregistered) with this Lua state.
+local function register(u, s, ests)
+  local names = ffi_new("const char *[?]", u.n)
+  local slots = ffi_new("uint32_t[?]", u.n)
+  for i = 1, u.n do names[i - 1], slots[i - 1] = u.peer[i], u.idx[i] end
+  local cfg = ffi_new("nres_gw_config_t", {
+    name = u.name, key = u.key, scope = s.ptr, peers = u.ptr, estimators = ests,
+    peer_names = names, peer_slots = slots, npeers = u.n, attempts = u.attempts,
+    deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
+    choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
+    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0 })
+  local g = C.nres_gw_upstream_new(cfg)
+  if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
+  g = ffi.gc(g, C.nres_gw_upstream_free)
+  C.nres_gw_register(g)
+  return g
+end
+
 -- gw.upstream(name, { peers = { "host:port", ... }, scope = "upstreams",
 --   choice = "p2c" | "round-robin", panic = 0.5, eject = { ... },
 --   key = name (the upstream's key in the scope) }), from nres.ngx.config.
@@ -152,6 +225,7 @@ function _M.declare(name, opts)
             .. " panic, eject, key, got an unknown field", 0)
     end
   end
+  if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
   local list = opts.peers
   if type(list) ~= "table" or #list < 1 or #list > 256 then
     error(bad("upstream", "peers", "a list of 1..256 \"host:port\"",
@@ -177,9 +251,7 @@ function _M.declare(name, opts)
   local n = #list
   local u = {
     name = name, key = key, scope = s, n = n, choice = choice, panic = panic,
-    hosts = {}, ports = {}, peer = {}, idx = {}, br = {}, est = {},
-    inflight = {}, cost = {}, state = {}, rr = 0, checked = -1e18, panicking = false,
-    balancer = true, lookup_at = -1e18, sidx = -1, sslot = false,
+    hosts = {}, ports = {}, peer = {}, idx = {}, br = {}, est = {}, balancer = true,
   }
   local seen = {}
   for i, p in ipairs(list) do
@@ -192,7 +264,6 @@ function _M.declare(name, opts)
     if seen[p] then error(bad("upstream", "peers[" .. i .. "]", "a peer listed once", p), 0) end
     seen[p] = true
     u.hosts[i], u.ports[i], u.peer[i] = host, port, p
-    u.inflight[i], u.cost[i], u.state[i] = 0, 0, 0
   end
   -- The peers' table: two slots per peer (room to add a few without a new
   -- layout), each key leased for ever; estimators after it, one per slot.
@@ -218,104 +289,20 @@ function _M.declare(name, opts)
   u.attempts = t.attempts or 1
   u.deadline = t.deadline * 1e9
   u.attempt_timeout = (t.attempt_timeout or t.deadline) * 1e9
-  u.deadline_ms = tostring(floor(u.deadline / 1e6))   -- X-Deadline-Ms, nothing inbound
+  u.deadline_left = floor(u.deadline / 1e6)   -- X-Deadline-Ms, nothing inbound
+  u.deadline_ms = tostring(u.deadline_left)
+  u.gw = register(u, s, ests)
   return u
 end
 
 -- ---------------------------------------------------------- peer choice
-
--- This worker's view of the peers, at most REFRESH old: closed or not,
--- latency estimate (ns), and whether the pool is in panic.
-local function refresh(u, now)
-  u.checked = now
-  local healthy = 0
-  for i = 1, u.n do
-    local st = br_state(u.br[i], now)
-    u.state[i] = st
-    if st == 0 then healthy = healthy + 1 end
-    if u.n > 1 then   -- one peer: no choice to make, no estimate to read
-      local q = est_quantile(u.est[i], now, 0.75, samples_box)
-      if samples_box[0] > 0 then
-        u.cost[i] = tonumber(q)
-      else
-        -- No try in the estimator's windows (1-2 s): the last estimate,
-        -- fading (halved about every 1.7 s), so an avoided slow peer is
-        -- not flooded the moment its samples age out, yet is tried again.
-        u.cost[i] = u.cost[i] * 0.98
-      end
-    end
-  end
-  u.panicking = healthy < u.panic * u.n
-end
-
-local function score(u, i) return (u.cost[i] + 1e5) * (u.inflight[i] + 1) end
-
--- Admit peer i: its breaker's permit, or nil if ejected. In panic every
--- peer is admitted without asking (permit false: nothing to record).
-local function admit(u, i, now)
-  if u.panicking then return false end
-  if br_acquire(u.br[i], now, permit_box) ~= 0 then return nil end
-  return permit_box[0]
-end
-
--- A peer other than `avoid` (when there is another): index, permit.
-local function pick(u, now, avoid)
-  if now - u.checked > REFRESH then refresh(u, now) end
-  local n = u.n
-  if n == 1 then return 1, admit(u, 1, now) or false end
-  if u.choice == "p2c" then
-    local a = random(n)
-    if a == avoid then a = a % n + 1 end
-    local b = random(n - 1)
-    if b >= a then b = b + 1 end
-    if b == avoid then
-      b = b % n + 1
-      if b == a then b = b % n + 1 end
-      if b == avoid then b = a end
-    end
-    if score(u, b) < score(u, a) then a, b = b, a end
-    local p = admit(u, a, now)
-    if p ~= nil then return a, p end
-    if b ~= a then
-      p = admit(u, b, now)
-      if p ~= nil then return b, p end
-    end
-  end
-  -- Round-robin (or both choices ejected): the next admitted peer.
-  local start = u.rr
-  for k = 1, n do
-    local i = (start + k - 1) % n + 1
-    if i ~= avoid then
-      local p = admit(u, i, now)
-      if p ~= nil then u.rr = i; return i, p end
-    end
-  end
-  -- Nobody admitted but `avoid` (or nobody at all): `avoid` if it is, else
-  -- the cheapest peer, unasked (no self-inflicted total outage).
-  if avoid then
-    local p = admit(u, avoid, now)
-    if p ~= nil then return avoid, p end
-  end
-  local best = 1
-  for i = 2, n do if score(u, i) < score(u, best) then best = i end end
-  if best == avoid and n > 1 then best = best % n + 1 end
-  return best, false
-end
-_M.pick = pick   -- for tests
-
--- The end of the current try of request state r: recorded into its peer.
-local function finish(u, r, now, failed, timed_out)
-  local i = r.peer
-  u.inflight[i] = u.inflight[i] - 1
-  local lat = now - r.t0
-  local permit = r.ppermit
-  if permit then
-    br_record(u.br[i], now, permit, failed and 1 or 0, 0, rng)
-  end
-  est_record(u.est[i], now, failed and max(lat, u.attempt_timeout) or lat)
-  sh_record(u.ptr, u.idx[i], failed and (timed_out and STOP_DEADLINE or STOP_ATTEMPTS) or STOP_OK,
-            1, r.tries > 1 and 1 or 0)
-  r.peer = false
+--
+-- libnres decides (runtime/src/gateway/pick.c): the same code the nginx
+-- module runs. For tests: a peer other than `avoid` (1-based), and its
+-- breaker's permit, or false (panic, or nobody admitted: taken unasked).
+function _M.pick(u, now, avoid)
+  local i = gw_pick(u.gw, now, avoid and avoid - 1 or -1, permit_box, has_box)
+  return i + 1, has_box[0] ~= 0 and permit_box[0] or false
 end
 
 -- ------------------------------------------------------------ the phases
@@ -325,7 +312,11 @@ end
 -- compiles into one trace: the nginx calls are direct FFI calls
 -- (nres.ngx.request says why), and the hot path calls no function of its
 -- own that could have compiled first (a recorded trace stops at such a
--- call and the rest of the caller runs interpreted). The request's state
+-- call and the rest of the caller runs interpreted). The decisions are
+-- libnres's (nres/gateway.h: admit, pick, try start and end, grant, call
+-- end), the functions the nginx module (ngx_http_nres_module) calls: one
+-- FFI call each, their state in the request record's nres_gw_request_t
+-- and the upstream's nres_gw_upstream_t. The request's state
 -- is a record from this worker's free list, found by the request's
 -- address (with its start time, so a record left by a request whose log
 -- phase never ran - an internal redirect to a location without gw.log -
@@ -346,7 +337,6 @@ local set_peer, set_timeouts, set_more_tries
 local NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t
 local reqs = {}             -- request address -> state record (this worker)
 local free, nfree = {}, 0   -- state records to reuse
-local LOOKUP_EVERY = 1e9    -- ns between a worker's lookups of an upstream's slot
 
 local function bind()
   R = require("nres.ngx.request").bind()
@@ -357,15 +347,6 @@ local function bind()
     R.NGX_OK, R.NGX_DECLINED, R.value_ptr, R.size_ptr, R.errmsg, R.lowcase, R.uintptr_t
 end
 
--- Request header `name` (a variable name such as "http_x_criticality"),
--- or nil. Off the hot path (the hot path inlines it).
-local function header(req, name)
-  local rc = var_get(req, name, #name, lowcase, 0, value_ptr, size_ptr, errmsg)
-  if rc == NGX_OK then return ffi_str(value_ptr[0], size_ptr[0]) end
-  if rc ~= NGX_DECLINED then error("nres.ngx: $" .. name .. ": " .. ffi_str(errmsg[0])) end
-  return nil
-end
-
 local function exit_with(status, reason)
   ngx.header["X-Nres-Reason"] = reason
   ngx.status = status
@@ -373,47 +354,27 @@ local function exit_with(status, reason)
   return ngx.exit(status)
 end
 
--- A state record for request `key` (from the free list when it can).
--- idx, slot, upermit: the upstream's slot and breaker permit from the
--- admission (-1, false, false without one).
-local function new_state(key, stamp, u, deadline, idx, slot, upermit)
+-- A state record for request `key` (from the free list when it can): its
+-- upstream and its libnres state (nres_gw_request_t, reset by admission).
+local function new_state(key, stamp, u)
   local r
   if nfree > 0 then
     r = free[nfree]
     free[nfree] = nil
     nfree = nfree - 1
   else
-    r = {}
+    r = { req = ffi_new("nres_gw_request_t") }
   end
-  r.stamp, r.u, r.deadline = stamp, u, deadline
-  r.idx, r.slot, r.upermit, r.cls = idx, slot, upermit, false
-  r.tries, r.retries, r.t0 = 0, 0, 0
-  r.peer, r.ppermit, r.reserved, r.budget_refused = false, false, false, false
-  r.refused = false
+  r.stamp, r.u, r.refused = stamp, u, false
   reqs[key] = r
   return r
 end
 
--- The upstream's slot in its scope's table, looked up (and its lease
--- extended) at most once a second per worker; every time while the
--- table is full (-1: the call runs without shared state).
-local function lookup(u, s, now)
-  local idx = sh_acquire(s.ptr, u.key, #u.key, now, s.hold, gen_box)
-  if idx >= 0 then
-    u.sidx, u.sslot, u.lookup_at = idx, sh_slot(s.ptr, idx), now + LOOKUP_EVERY
-  else
-    u.sidx, u.sslot = -1, false
-    s.overflow = s.overflow + 1
-  end
-  return u.sidx, u.sslot
-end
-
--- A refusal for request `key`: a record gw.refused answers from (the
+-- A refusal for request record r: the record gw.refused answers from (the
 -- error_page 599 location; a config without the `if` line lets the
 -- request reach the balancer, which fails it: nginx's 500).
 -- Returns "" (set_by_lua's value: no X-Deadline-Ms header).
-local function refuse(key, stamp, u, status, reason, wait)
-  local r = new_state(key, stamp, u, 0, -1, false, false)
+local function refuse(r, status, reason, wait)
   r.refused, r.reason, r.wait = status, reason, wait
   return ""
 end
@@ -440,7 +401,8 @@ end
 -- Returns X-Deadline-Ms's value (the time left in ms), or "" when the
 -- request is refused: limiter `lname` (optional) over its rate for `lkey`
 -- (429), inbound X-Deadline-Ms under 1 ms (504), the upstream's breaker
--- open (503). A refused request is answered by the location's
+-- open (503; nres_gw_admit). A refused request is answered by the
+-- location's
 --   if ($nres_deadline_ms = "") { return 599; }
 --   error_page 599 = @nres_refused;   # content_by_lua: gw.refused()
 -- with the status, X-Nres-Reason and Retry-After, the client's connection
@@ -464,43 +426,30 @@ function _M.admit(uname, lname, lkey)
   end
   if not R then bind() end
   local req = exdata()
-  local key, stamp = tonumber(ffi_cast(uintptr_t, req)), start_time(req)
+  local r = new_state(tonumber(ffi_cast(uintptr_t, req)), start_time(req), u)
   if lname ~= nil then
     local ok, wait = limit(lname, lkey)
-    if not ok then return refuse(key, stamp, u, 429, "rate limited", wait) end
+    if not ok then return refuse(r, 429, "rate limited", wait) end
   end
-  local s = u.scope
   local now = step_now()
-  local deadline = now + u.deadline
+  local ms = NAN
   local rc = var_get(req, "http_x_deadline_ms", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
   if rc == NGX_OK then
-    local ms = tonumber(ffi_str(value_ptr[0], size_ptr[0]))
-    if ms and ms >= 0 and ms <= 9007199254740991 then
-      if ms < 1 then return refuse(key, stamp, u, 504, "deadline exceeded") end
-      if now + ms * 1e6 < deadline then deadline = now + ms * 1e6 end
-    end
+    ms = tonumber(ffi_str(value_ptr[0], size_ptr[0])) or NAN
   elseif rc ~= NGX_DECLINED then
     error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
   end
-  local idx, slot = u.sidx, u.sslot
-  if now >= u.lookup_at then idx, slot = lookup(u, s, now) end
-  local upermit = false
-  if idx >= 0 and s.breaker then
-    if br_acquire(slot.breaker, now, permit_box) ~= 0 then
-      sh_record(s.ptr, idx, STOP_CIRCUIT, 0, 0)
-      return refuse(key, stamp, u, 503, "circuit open")
-    end
-    upermit = permit_box[0]
-  end
-  new_state(key, stamp, u, deadline, idx, slot, upermit)
+  local verdict = gw_admit(u.gw, r.req, now, ms)
+  if verdict == 504 then return refuse(r, 504, "deadline exceeded") end
+  if verdict == 503 then return refuse(r, 503, "circuit open") end
+  local left = tonumber(gw_left_ms(r.req, now))
   -- without an inbound deadline the time left is the policy's: its string
   -- is made once (a number's tostring is a format and an interning)
-  if deadline - now == u.deadline then return u.deadline_ms end
+  if left == u.deadline_left then return u.deadline_ms end
   -- Not `return tostring(...)`: a trace cannot record a tail call of a
-  -- builtin returning past its start (NYI "return to lower frame"), which
-  -- a side trace entered in new_state would do.
-  local ms = tostring(floor((deadline - now) / 1e6))
-  return ms
+  -- builtin returning past its start (NYI "return to lower frame").
+  local v = tostring(left)
+  return v
 end
 
 -- access_by_lua: admission in a phase of its own (gw.admit, then the
@@ -535,25 +484,21 @@ function _M.refused()
 end
 
 -- The end of the try before this one (a retry): recorded into its peer.
--- Returns the peer to avoid, or false when this is no retry: the request
--- came back to the balancer in a new upstream session (an internal
+-- Returns the peer to avoid (0-based), or -1 when this is no retry: the
+-- request came back to the balancer in a new upstream session (an internal
 -- redirect, e.g. error_page to a location proxying to this upstream, with
 -- no gw.log in between); its unfinished try is let go unjudged (permit
 -- released, in-flight count and reserved token given back) and the
 -- request goes on under its first admission (deadline, upstream permit).
-local function retrying(u, r, req, now)
+local function retrying(g, r, req, now)
   local st = R.last_failure(req, R.int_out, errmsg)
   if st < 0 then error("nres.ngx: get_last_failure: " .. ffi_str(errmsg[0])) end
-  local i = r.peer
   if st == 0 then
-    u.inflight[i] = u.inflight[i] - 1
-    if r.ppermit then br_release(u.br[i], r.ppermit) end
-    if r.reserved and r.slot then bu_refund(r.slot.budget) end
-    r.peer, r.reserved = false, false
-    return false
+    gw_abandon(g, r.req)
+    return -1
   end
-  finish(u, r, now, R.FAILURE[st] == "failed", R.int_out[0] == 504)
-  if r.reserved then r.reserved = false; r.retries = r.retries + 1 end
+  local i = gw_try_end(g, r.req, now, R.FAILURE[st] == "failed" and 1 or 0,
+                       R.int_out[0] == 504 and 1 or 0)
   return i
 end
 
@@ -570,67 +515,49 @@ function _M.balance(uname)
   local now = step_now()
   local key = tonumber(ffi_cast(uintptr_t, req))
   local r = reqs[key]
+  local g = u.gw
   if r == nil or r.stamp ~= start_time(req) then
     -- no admission ran (or a stale record): no admission, no retries
-    r = new_state(key, start_time(req), u, now + u.deadline, -1, false, false)
+    r = new_state(key, start_time(req), u)
+    gw_unadmitted(g, r.req, now)
   elseif r.refused then
     return ngx.exit(ngx.ERROR)   -- nginx's 500: error_page -> gw.refused
   end
-  local avoid
-  if r.peer then avoid = retrying(u, r, req, now) end
-  -- pick may have compiled as a trace of its own (it can get hot first):
-  -- what follows it is a function of its own, so that it runs compiled too.
-  return try(u, r, req, now, pick(u, now, avoid))
+  local avoid = -1
+  if r.req.peer >= 0 then avoid = retrying(g, r, req, now) end
+  return try(u, g, r, req, now, gw_pick(g, now, avoid, permit_box, has_box))
 end
 
--- The rest of balance: try peer i (its breaker's permit, or false).
-function try(u, r, req, now, i, permit)
-  local host = u.hosts[i]
-  if set_peer(req, host, #host, u.ports[i], errmsg) ~= NGX_OK then
-    if permit then br_release(u.br[i], permit) end
-    ngx.log(ngx.ERR, "nres: set_current_peer ", u.peer[i], ": ", ffi_str(errmsg[0]))
+-- The rest of balance: try peer i (0-based; its breaker's permit in the
+-- boxes): the peer set, its timeouts from the time left, one more try if
+-- libnres grants it (X-Criticality read only when it asks).
+function try(u, g, r, req, now, i)
+  local permit, has = permit_box[0], has_box[0]
+  local host = u.hosts[i + 1]
+  if set_peer(req, host, #host, u.ports[i + 1], errmsg) ~= NGX_OK then
+    if has ~= 0 then br_release(u.br[i + 1], permit) end
+    ngx.log(ngx.ERR, "nres: set_current_peer ", u.peer[i + 1], ": ", ffi_str(errmsg[0]))
     return ngx.exit(ngx.ERROR)
   end
-  r.peer, r.ppermit, r.t0 = i, permit, now
-  local tries = r.tries + 1
-  r.tries = tries
-  u.inflight[i] = u.inflight[i] + 1
-  local left = r.deadline - now
-  local t = min(u.attempt_timeout, left)
-  if t < 1e6 then t = 1e6 end
-  t = floor(t / 1e6)   -- ms
+  local t = tonumber(gw_try_begin(g, r.req, now, i, permit, has))
   if set_timeouts(req, t, t, t, errmsg) ~= NGX_OK then
     error("nres.ngx: set_timeouts: " .. ffi_str(errmsg[0]))
   end
-  -- One more try, if the policy, the time and the budget allow.
-  -- A half-open probe of the upstream's breaker (permit > 0) gets no retry:
-  -- one request tells whether it recovered.
-  local slot = r.slot
-  if tries < u.attempts and left > 2e6 and slot and (not r.upermit or r.upermit == 0) then
-    local grant = true
-    if u.scope.budget then
-      -- The class matters only under half a budget: X-Criticality is read
-      -- then (nres_budget_spend_class refuses a sheddable request there).
-      local b = slot.budget
-      local cls = r.cls
-      if not cls then
-        if b.tokens * 2 >= b.capacity then
-          cls = 1
-        else
-          cls = criticality(header(req, "http_x_criticality"))
-          r.cls = cls
-        end
-      end
-      grant = bu_spend(b, now, cls) == 0
-      if grant then r.reserved = true else r.budget_refused = true end
+  local more = gw_grant(g, r.req, now, -1)
+  if more == NEED_CLASS then   -- X-Criticality's class, read in place
+    local rc = var_get(req, "http_x_criticality", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
+    if rc ~= NGX_OK and rc ~= NGX_DECLINED then
+      error("nres.ngx: $http_x_criticality: " .. ffi_str(errmsg[0]))
     end
-    if grant and set_more_tries(req, 1, errmsg) ~= NGX_OK then
-      error("nres.ngx: set_more_tries: " .. ffi_str(errmsg[0]))
-    end
+    local cls = rc == NGX_OK and gw_class(value_ptr[0], size_ptr[0]) or gw_class(nil, 0)
+    more = gw_grant(g, r.req, now, cls)
+  end
+  if more == 1 and set_more_tries(req, 1, errmsg) ~= NGX_OK then
+    error("nres.ngx: set_more_tries: " .. ffi_str(errmsg[0]))
   end
 end
 
--- log_by_lua: the call's outcome, and the last try's.
+-- log_by_lua: the call's outcome, and the last try's (nres_gw_request_end).
 function _M.log()
   if not R then bind() end
   local req = exdata()
@@ -639,33 +566,18 @@ function _M.log()
   if r == nil then return end
   reqs[key] = nil
   if r.stamp ~= start_time(req) then return end   -- another request's
-  local now = step_now()
-  local status = resp_status(req)
-  local failed = status >= 500 or status == 0
-  local u, slot = r.u, r.slot
-  if slot then
-    if r.reserved then bu_refund(slot.budget); r.reserved = false end
-    local s = u.scope
-    local upermit = r.upermit
-    if upermit then
-      br_record(slot.breaker, now, upermit, failed and 1 or 0, 0, rng)
-    end
-    if not failed and s.budget then bu_deposit(slot.budget) end
-    local stop = STOP_OK
-    if failed then
-      if status == 504 then stop = STOP_DEADLINE
-      elseif r.budget_refused then stop = 5   -- budget exhausted
-      else stop = STOP_ATTEMPTS end
-    end
-    sh_record(s.ptr, r.idx, stop, r.tries, r.retries)
-  end
-  -- back to the free list (nothing runs between this and finish)
-  r.u, r.slot = false, false
+  local u = r.u
+  -- back to the free list (nothing runs between this and the end)
+  r.u = false
   if nfree < 1024 then
     nfree = nfree + 1
     free[nfree] = r
   end
-  if r.peer then return finish(u, r, now, failed, status == 504) end
+  if r.refused then return end   -- a refusal nobody answered: nothing began
+  -- Not `return gw_end(...)`: a trace cannot record a tail call of a C
+  -- function leaving the phase's frame ("leaving loop in root trace at
+  -- ffi.meta.__call": blacklisted after 5 tries, log ran interpreted).
+  gw_end(u.gw, r.req, step_now(), resp_status(req))
 end
 
 -- ------------------------------------------------------------- status
@@ -677,6 +589,7 @@ function _M.status(now)
   local out = {}
   for name, u in pairs(config.upstreams) do
     if u.balancer then
+      local g = u.gw
       local peers = {}
       for i = 1, u.n do
         local slot = sh_slot(u.ptr, u.idx[i])
@@ -693,22 +606,29 @@ function _M.status(now)
           timeouts = tonumber(slot.stops[STOP_DEADLINE]),
           latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,
           latency_samples = tonumber(samples_box[0]),
-          inflight_this_worker = u.inflight[i],
+          inflight_this_worker = tonumber(g.peer[i - 1].inflight),
         }
       end
-      refresh(u, now)
+      C.nres_gw_refresh(g, now)
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
-                    panicking = u.panicking, peers = peers }
+                    panicking = g.panicking ~= 0, peers = peers }
     end
   end
   return out
 end
 
--- Seed this worker's random choices and break jitter (init_worker).
+-- Seed this worker's random choices and break jitter (init_worker): each
+-- upstream's libnres state is this worker's copy since the fork.
 function _M.seed()
   local pid = ngx and ngx.worker.pid() or 1
   math.randomseed(pid * 7919 + floor(step_now() % 1e9))
-  rng.state = pid * 2654435761 + 1
+  local k = 0
+  for _, u in pairs(config.upstreams) do
+    if u.balancer then
+      k = k + 1
+      C.nres_gw_seed(u.gw, pid * 2654435761 + floor(step_now() % 1e9) + k)
+    end
+  end
 end
 
 return _M

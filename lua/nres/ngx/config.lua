@@ -145,6 +145,7 @@ function _M.limiter(name, opts)
                                     limiter = { rate = opts.rate, burst = burst } }, name)
   local s = { name = name, shm = tbl, ptr = tbl.shm, rate = opts.rate, burst = burst,
               hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0 }
+  require("nres.ngx.limiter").register(s)
   limiters[name] = s
   return s
 end

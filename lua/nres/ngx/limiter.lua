@@ -5,38 +5,58 @@ local cdef = require "nres.cdef"
 local config = require "nres.ngx.config"
 
 local C = cdef.C
-local ffi_new = ffi.new
+local ffi_gc = ffi.gc
 local error, ceil = error, math.ceil
 local step_now = C.nres_step_now
-local sh_acquire, sh_limit = C.nres_shm_acquire, C.nres_shm_limit
 local bad, limiters = config.bad, config.limiters
+
+ffi.cdef [[
+typedef struct nres_gw_limiter_s {
+  struct nres_gw_limiter_s *next; char name[65]; void *table; nres_time_t hold;
+  uint64_t overflow;
+} nres_gw_limiter_t;
+nres_gw_limiter_t *nres_gw_limiter_new(const char *name, void *table, nres_time_t hold);
+void nres_gw_limiter_free(nres_gw_limiter_t *l);
+void nres_gw_limiter_register(nres_gw_limiter_t *l);
+int nres_gw_limit(nres_gw_limiter_t *l, const char *key, size_t len, nres_time_t now,
+                  nres_time_t *wait);
+size_t nres_gw_struct_size(int which);
+]]
+if tonumber(C.nres_gw_struct_size(3)) ~= ffi.sizeof("nres_gw_limiter_t") then
+  error(string.format("nres.ngx.limiter: nres_gw_limiter_t is %d bytes in %s but %d here;"
+    .. " the library and the Lua module are out of step", tonumber(C.nres_gw_struct_size(3)),
+    cdef.path, ffi.sizeof("nres_gw_limiter_t")), 0)
+end
+local gw_limit = C.nres_gw_limit
 
 local _M = {}
 
-local gen_box = ffi_new("uint32_t[1]")
-local wait_box = ffi_new("double[1]")
+local wait_box = ffi.new("nres_time_t[1]")
+
+-- Limiter s (nres.ngx.config) in libnres (runtime/src/gateway/limit.c),
+-- registered by name for the nginx module's nres_admit: s.gw. Freed (and
+-- unregistered) with this Lua state.
+function _M.register(s)
+  if #s.name > 64 then error(bad("limiter", "name", "at most 64 bytes", s.name), 3) end
+  local l = C.nres_gw_limiter_new(s.name, s.ptr, s.hold)
+  if l == nil then error("nres.ngx.limiter: " .. s.name .. ": the runtime refused it", 3) end
+  s.gw = ffi_gc(l, C.nres_gw_limiter_free)
+  C.nres_gw_limiter_register(l)
+end
 
 -- ------------------------------------------------------------- limits
 
 -- One admission for `key` (e.g. the client address) from limiter `name`:
--- true, or false and the seconds until one would be allowed. A full table
--- admits (and counts the overflow): the limiter never fails closed. An
--- empty key (a header the client did not send) is not limited, as
--- nginx's limit_req does not account it, and is no overflow. A key
+-- true, or false and the seconds until one would be allowed (libnres's
+-- nres_gw_limit: an empty key is not limited, a full table admits). A key
 -- longer than a slot's 64 bytes is limited under its MD5.
 function _M.limit(name, key)
   local s = limiters[name]
   if s == nil then error(bad("limit", "limiter", "a limiter declared with gw.limiter", name), 2) end
   if type(key) ~= "string" then error(bad("limit", "key", "a string", key), 2) end
-  if #key > 64 then key = ngx.md5(key) elseif key == "" then return true end
-  local now = step_now()
-  local idx = sh_acquire(s.ptr, key, #key, now, s.hold, gen_box)
-  if idx < 0 then
-    s.overflow = s.overflow + 1
-    return true
-  end
-  if sh_limit(s.ptr, idx, now, wait_box) == 0 then return true end
-  return false, wait_box[0] / 1e9
+  if #key > 64 then key = ngx.md5(key) end
+  if gw_limit(s.gw, key, #key, step_now(), wait_box) == 0 then return true end
+  return false, tonumber(wait_box[0]) / 1e9
 end
 
 -- Access-phase helper: 429 with Retry-After (whole seconds, at least 1)

@@ -32,7 +32,13 @@ local function by_refused(a, b) return a.rate_refused > b.rate_refused end
 -- with totals over all of them: its keys are clients, thousands of them.
 local function scope_status(s, now, worker_local, top)
   local st = s.shm:stats()
-  st.overflow_this_worker = s.overflow
+  -- lookups refused with the table full: Lua's, and libnres's (a client
+  -- limiter's admissions, a balancer upstream's slot lookups)
+  local overflow = s.overflow + (s.gw and tonumber(s.gw.overflow) or 0)
+  for _, u in pairs(config.upstreams) do
+    if u.scope == s and u.gw then overflow = overflow + tonumber(u.gw.overflow) end
+  end
+  st.overflow_this_worker = overflow
   if s.hedged then st.hedges_won_this_worker = s.hedges_won end
   local keys = {}
   local asked, refused = 0, 0

@@ -1,0 +1,226 @@
+/* nres/gateway.h - the gateway's balancer-mode decisions, in C once.
+ *
+ * nginx's proxy moves the bytes; these functions decide: admit a request
+ * (inbound deadline, the upstream's breaker), pick a peer (power of two
+ * choices over latency x (in-flight + 1), or round robin; never the peer
+ * that just failed while another is admitted; panic threshold), size a
+ * try's timeouts from the time left, grant one more try (attempts, time,
+ * the upstream's retry budget by criticality), record each try into its
+ * peer's breaker and latency estimator, and finish the call (upstream
+ * breaker, budget deposit, a reserved token given back, counters). The
+ * Lua balancer (lua/nres/ngx/balancer.lua) declares an upstream in
+ * init_by_lua: its shared tables (the scope's, with the upstream's key,
+ * and the peers' table with an estimator per slot) are file-backed
+ * regions nres.shm made; nres_gw_upstream_new copies their pointers and
+ * the policy's figures into an upstream, registered by name, which the
+ * nginx module (runtime/src/ngx) finds after init_by_lua ran.
+ *
+ * An upstream's shared state is in the regions; the rest (in-flight tries
+ * per peer, this process's view of the peers, its round-robin cursor and
+ * random state) is per process: nginx workers fork from the master that
+ * made it, each gets its own copy. Nothing here allocates per request; a
+ * request's state (nres_gw_request_t) is the caller's memory.
+ */
+#ifndef NRES_GATEWAY_H
+#define NRES_GATEWAY_H
+
+#include "../nres.h"
+#include "shm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NRES_GW_NAME_MAX 64     /* bytes of an upstream's name, key, peer */
+#define NRES_GW_PEERS_MAX 256
+
+enum { NRES_GW_P2C = 0, NRES_GW_ROUND_ROBIN = 1 };
+
+/* What nres_gw_upstream_new copies (every pointer stays the caller's to
+ * keep mapped: the regions outlive the upstream). */
+typedef struct nres_gw_config_s {
+  const char *name;             /* the upstream's name (registry key) */
+  const char *key;              /* its key in the scope's table */
+  nres_shm_t *scope;            /* the scope's table */
+  nres_shm_t *peers;            /* the peers' table */
+  nres_estimator_t *estimators; /* one per slot of the peers' table */
+  const char *const *peer_names;   /* "host:port", npeers of them */
+  const uint32_t *peer_slots;   /* each peer's slot in the peers' table */
+  uint32_t npeers;
+  uint32_t attempts;            /* the policy's attempts (>= 1) */
+  nres_time_t deadline;         /* the policy's deadline (ns) */
+  nres_time_t attempt_timeout;  /* its attempt timeout (ns) */
+  nres_time_t hold;             /* the scope's lease of a key (ns) */
+  int choice;                   /* NRES_GW_P2C or NRES_GW_ROUND_ROBIN */
+  double panic;                 /* share of closed peers under which
+                                   ejection is ignored, 0..1 */
+  int budget;                   /* the scope's table keeps a budget */
+  int breaker;                  /* ... and a breaker */
+} nres_gw_config_t;
+
+typedef struct nres_gw_peer_s {
+  nres_breaker_t *breaker;      /* in the peers' table */
+  nres_estimator_t *estimator;
+  uint32_t slot;
+  uint32_t inflight;            /* this process's tries in flight */
+  double cost;                  /* this process's view: p75 latency, ns */
+  int state;                    /* breaker state at the last refresh */
+  char name[NRES_GW_NAME_MAX + 1];
+} nres_gw_peer_t;
+
+typedef struct nres_gw_upstream_s nres_gw_upstream_t;
+struct nres_gw_upstream_s {
+  nres_gw_upstream_t *next;     /* the registry's list */
+  char name[NRES_GW_NAME_MAX + 1];
+  char key[NRES_GW_NAME_MAX + 1];
+  nres_shm_t *scope, *peers;
+  nres_time_t deadline, attempt_timeout, hold;
+  uint32_t attempts, n;
+  int choice, budget, breaker;
+  double panic;
+  /* this process's */
+  int32_t sidx;                 /* the key's slot in the scope (-1: none) */
+  nres_shm_slot_t *sslot;
+  nres_time_t lookup_at;        /* when to look the slot up again */
+  nres_time_t checked;          /* last refresh of the peers' view */
+  uint32_t rr;                  /* round-robin cursor (peer index) */
+  int panicking;
+  uint64_t overflow;            /* lookups refused: the scope was full */
+  nres_rng_t rng;
+  nres_gw_peer_t peer[];
+};
+
+/* One request's state, in the caller's memory (nginx: its pool). */
+typedef struct nres_gw_request_s {
+  nres_time_t deadline;
+  nres_time_t t0;               /* the current try's start */
+  nres_shm_slot_t *slot;        /* the upstream's slot, or NULL */
+  int32_t idx;                  /* its index, -1 without one */
+  int32_t peer;                 /* the current try's peer, -1: none */
+  uint32_t upermit, ppermit;    /* breaker permits (upstream, peer) */
+  uint8_t has_upermit, has_ppermit;
+  uint8_t reserved;             /* a budget token is held for a retry */
+  uint8_t budget_refused;
+  int8_t cls;                   /* criticality, -1 until it is read */
+  uint8_t reserved_[3];
+  uint32_t tries, retries;
+} nres_gw_request_t;
+
+/* Admission refusals (nres_gw_admit). */
+enum { NRES_GW_ADMITTED = 0, NRES_GW_DEADLINE = 504, NRES_GW_CIRCUIT = 503 };
+/* nres_gw_grant's third answer: read the request's criticality and ask
+ * again with it. */
+#define NRES_GW_NEED_CLASS (-1)
+
+/* ------------------------------------------------------------- registry */
+
+/* A new upstream from cfg (NULL: bad config, or no memory), not yet
+ * registered. Its per-process state starts fresh. */
+NRES_EXTERN nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
+/* Unregister (if registered) and free. NULL is ignored. */
+NRES_EXTERN void nres_gw_upstream_free(nres_gw_upstream_t *u);
+/* Register u under its name, replacing an upstream of that name (which
+ * stays the caller's to free). */
+NRES_EXTERN void nres_gw_register(nres_gw_upstream_t *u);
+/* The upstream registered as name (len bytes), or NULL. */
+NRES_EXTERN nres_gw_upstream_t *nres_gw_find(const char *name, size_t len);
+/* Forget every registration, upstreams and limiters (nothing is freed):
+ * the nginx module calls it when a configuration starts, before its
+ * init_by_lua declares again. */
+NRES_EXTERN void nres_gw_registry_clear(void);
+/* Seed this process's random choices (a worker, once forked). */
+NRES_EXTERN void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
+/* sizeof nres_gw_upstream_t (which 0), nres_gw_peer_t (1),
+ * nres_gw_request_t (2), nres_gw_limiter_t (3), for bindings that declare
+ * them (0 otherwise). */
+NRES_EXTERN size_t nres_gw_struct_size(int which);
+/* This process's view of the peers (breaker states, p75 latencies, panic)
+ * brought up to now; nres_gw_pick does it when the view is 50 ms old. */
+NRES_EXTERN void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
+
+/* ------------------------------------------------------ client limiters */
+
+
+/* A named client rate limiter (gw.limiter): one key per client in a
+ * shared table whose slots keep a rate limiter. */
+typedef struct nres_gw_limiter_s nres_gw_limiter_t;
+struct nres_gw_limiter_s {
+  nres_gw_limiter_t *next;      /* the registry's list */
+  char name[NRES_GW_NAME_MAX + 1];
+  nres_shm_t *table;
+  nres_time_t hold;             /* a key's lease (ns) */
+  uint64_t overflow;            /* this process's admissions with the
+                                   table full (admitted unlimited) */
+};
+
+/* A limiter on `table` (NULL: bad arguments, or no memory), registered
+ * by nres_gw_limiter_register; freeing unregisters it. */
+NRES_EXTERN nres_gw_limiter_t *nres_gw_limiter_new(const char *name, nres_shm_t *table,
+                                                   nres_time_t hold);
+NRES_EXTERN void nres_gw_limiter_free(nres_gw_limiter_t *l);
+NRES_EXTERN void nres_gw_limiter_register(nres_gw_limiter_t *l);
+NRES_EXTERN nres_gw_limiter_t *nres_gw_limiter_find(const char *name, size_t len);
+/* One admission for `key` (len bytes, at most NRES_SHM_KEY_MAX: a longer
+ * key is the caller's to shorten, e.g. to its MD5): 0, or 1 and *wait (ns)
+ * until one would be allowed. An empty key is not limited (as nginx's
+ * limit_req does not account it); a full table admits (counted in
+ * overflow): the limiter never fails closed. */
+NRES_EXTERN int nres_gw_limit(nres_gw_limiter_t *l, const char *key, size_t len,
+                              nres_time_t now, nres_time_t *wait);
+
+/* ------------------------------------------------------- per request */
+
+/* Admit request r (zeroed or not: it is reset) at now. inbound_ms: the
+ * client's X-Deadline-Ms, a number of ms (NaN or < 0: none; under 1:
+ * NRES_GW_DEADLINE). NRES_GW_CIRCUIT when the upstream's breaker is open.
+ * On NRES_GW_ADMITTED, r's deadline is the earlier of the policy's and the
+ * inbound one. */
+NRES_EXTERN int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r,
+                              nres_time_t now, double inbound_ms);
+/* A request that no admission ran for: the policy's deadline, no upstream
+ * slot (no retries, nothing recorded for the upstream). */
+NRES_EXTERN void nres_gw_unadmitted(nres_gw_upstream_t *u, nres_gw_request_t *r,
+                                    nres_time_t now);
+/* The time left of an admitted request in whole ms (X-Deadline-Ms). */
+NRES_EXTERN int64_t nres_gw_left_ms(const nres_gw_request_t *r, nres_time_t now);
+
+/* A peer for the next try, other than `avoid` (-1: none) while another is
+ * admitted: its index; *permit and *has_permit its breaker's permit (none
+ * in panic, or when no peer is admitted: the cheapest is taken unasked). */
+NRES_EXTERN int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid,
+                             uint32_t *permit, int *has_permit);
+/* Start a try of r on peer i (from nres_gw_pick): the try's timeout in ms
+ * (the time left, at most the attempt timeout, at least 1). A token held
+ * for a retry is now spent. */
+NRES_EXTERN uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r,
+                                       nres_time_t now, int i, uint32_t permit,
+                                       int has_permit);
+/* May r try once more after this try? 1 yes (a budget token is held, given
+ * back by nres_gw_request_end if unused), 0 no, NRES_GW_NEED_CLASS when
+ * the budget is under half full and r's criticality (cls < 0) is unknown:
+ * ask again with it (nres_class_t). */
+NRES_EXTERN int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r,
+                              nres_time_t now, int cls);
+/* The class (nres_class_t) of an X-Criticality value (len bytes; NULL: no
+ * header): critical or critical_plus, default, sheddable or
+ * sheddable_plus, in any case; anything else is NRES_CLASS_DEFAULT. */
+NRES_EXTERN int nres_gw_class(const char *value, size_t len);
+/* The end of r's current try: recorded into its peer (breaker, estimator,
+ * counters); failed: connect error, timeout or a 5xx. Returns the peer. */
+NRES_EXTERN int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
+                                nres_time_t now, int failed, int timed_out);
+/* r's current try let go unjudged (a new upstream session of the same
+ * request): permit released, in-flight count and held token given back. */
+NRES_EXTERN void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
+/* The call's end with the response status (0: none): an unfinished try
+ * ended with it, a held token given back, the upstream's breaker told,
+ * the budget credited on success, the call counted in the scope. A call
+ * that made no try (answered by a later phase) is not judged: its permit
+ * of the upstream's breaker is given back, nothing is counted. */
+NRES_EXTERN void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
+                                     nres_time_t now, int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

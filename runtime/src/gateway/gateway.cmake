@@ -1,0 +1,12 @@
+# gateway.cmake - the gateway's balancer-mode decisions in libnres
+# (runtime/include/nres/gateway.h), shared by the Lua balancer
+# (lua/nres/ngx/balancer.lua registers its upstreams) and the nginx module
+# (runtime/src/ngx), which is built here when nginx-dev is installed.
+target_sources(nres_objects PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/registry.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/pick.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/request.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/limit.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/criticality.c)
+nres_add_c_test(gateway 60 core)
+include(${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/ngx/ngx.cmake)

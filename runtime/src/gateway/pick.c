@@ -1,0 +1,112 @@
+/* pick.c - which peer gets the next try.
+ *
+ * Power of two choices (two random peers, the lower latency x (in-flight
+ * + 1) wins, as Finagle's and Linkerd's balancers) or round robin; never
+ * the peer that just failed (`avoid`) while another is admitted; an
+ * ejected peer (its breaker open) gets only the probes its breaker admits.
+ * Panic: when fewer than `panic` of the peers are closed, ejection is
+ * ignored (Envoy's panic threshold), and when nobody is admitted the
+ * cheapest peer is taken unasked: the gateway never makes a total outage
+ * of its own. This process's view of the peers (closed or not, latency)
+ * is at most REFRESH old.
+ */
+#include "nres/gateway.h"
+#include "internal.h"
+
+#define REFRESH 50000000u       /* ns between looks at the peers' states */
+#define COST_FLOOR 1e5          /* ns added to every latency in a score */
+
+/* Each peer's breaker state and p75 latency; with no try in the
+ * estimator's windows the last estimate fades (halved about every 1.7 s),
+ * so an avoided slow peer is tried again, not flooded. */
+void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now) {
+  uint32_t healthy = 0;
+  u->checked = now;
+  for (uint32_t i = 0; i < u->n; i++) {
+    nres_gw_peer_t *p = &u->peer[i];
+    p->state = nres_breaker_state(p->breaker, now);
+    if (p->state == NRES_BREAKER_CLOSED)
+      healthy++;
+    if (u->n > 1) {   /* one peer: no choice to make, no estimate to read */
+      uint64_t samples = 0;
+      nres_time_t q = nres_estimator_quantile(p->estimator, now, 0.75, &samples);
+      p->cost = samples > 0 ? (double)q : p->cost * 0.98;
+    }
+  }
+  u->panicking = healthy < u->panic * u->n;
+}
+
+static double score(const nres_gw_upstream_t *u, int i) {
+  return (u->peer[i].cost + COST_FLOOR) * (u->peer[i].inflight + 1.0);
+}
+
+/* Admit peer i: 1 with its permit (none in panic), 0 if it is ejected. */
+static int admit(nres_gw_upstream_t *u, int i, nres_time_t now, uint32_t *permit,
+                 int *has_permit) {
+  if (u->panicking) {
+    *has_permit = 0;
+    return 1;
+  }
+  if (nres_breaker_acquire(u->peer[i].breaker, now, permit) != 0)
+    return 0;
+  *has_permit = 1;
+  return 1;
+}
+
+int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *permit,
+                 int *has_permit) {
+  int n = (int)u->n;
+  if (now - u->checked > REFRESH || now < u->checked)
+    nres_gw_refresh(u, now);
+  *permit = 0;
+  *has_permit = 0;
+  if (n == 1) {
+    if (!admit(u, 0, now, permit, has_permit))
+      *has_permit = 0;
+    return 0;
+  }
+  if (u->choice == NRES_GW_P2C) {
+    int a = (int)nres_rng_below(&u->rng, (uint64_t)n);
+    if (a == avoid)
+      a = (a + 1) % n;
+    int b = (int)nres_rng_below(&u->rng, (uint64_t)(n - 1));
+    if (b >= a)
+      b++;
+    if (b == avoid) {
+      b = (b + 1) % n;
+      if (b == a)
+        b = (b + 1) % n;
+      if (b == avoid)
+        b = a;
+    }
+    if (score(u, b) < score(u, a)) {
+      int t = a;
+      a = b;
+      b = t;
+    }
+    if (admit(u, a, now, permit, has_permit))
+      return a;
+    if (b != a && admit(u, b, now, permit, has_permit))
+      return b;
+  }
+  /* Round robin (or both choices ejected): the next admitted peer. */
+  for (int k = 0; k < n; k++) {
+    int i = (int)((u->rr + (uint32_t)k) % (uint32_t)n);
+    if (i != avoid && admit(u, i, now, permit, has_permit)) {
+      u->rr = (uint32_t)(i + 1) % (uint32_t)n;
+      return i;
+    }
+  }
+  /* Nobody admitted but `avoid` (or nobody at all): `avoid` if it is,
+   * else the cheapest peer, unasked. */
+  if (avoid >= 0 && admit(u, avoid, now, permit, has_permit))
+    return avoid;
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (score(u, i) < score(u, best))
+      best = i;
+  if (best == avoid)
+    best = (best + 1) % n;
+  *has_permit = 0;
+  return best;
+}

@@ -1,0 +1,175 @@
+/* registry.c - gateway upstreams and client limiters: made from a
+ * declaration's figures, found by name.
+ *
+ * The Lua balancer declares an upstream in init_by_lua (nginx's master)
+ * and registers it here; the nginx module finds it by name in its
+ * postconfiguration, which runs after init_by_lua, and keeps the pointer
+ * (per request there is no lookup). A reload runs both again: the module
+ * clears the registry when a configuration starts, so a name the new
+ * init_by_lua no longer declares is not found in an old one's upstream.
+ * One process, one thread (nginx's master at configuration time): no lock.
+ */
+#include <string.h>
+
+#include "nres/gateway.h"
+#include "internal.h"
+
+static nres_gw_upstream_t *registry;
+static nres_gw_limiter_t *limiters;
+
+static int name_ok(const char *s) {
+  return s != NULL && s[0] != '\0' && strlen(s) <= NRES_GW_NAME_MAX;
+}
+
+nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
+  if (cfg == NULL || !name_ok(cfg->name) || !name_ok(cfg->key) || cfg->scope == NULL ||
+      cfg->peers == NULL || cfg->estimators == NULL || cfg->peer_names == NULL ||
+      cfg->peer_slots == NULL || cfg->npeers < 1 || cfg->npeers > NRES_GW_PEERS_MAX ||
+      cfg->attempts < 1 || cfg->deadline == 0 || cfg->attempt_timeout == 0 ||
+      (cfg->choice != NRES_GW_P2C && cfg->choice != NRES_GW_ROUND_ROBIN) ||
+      !(cfg->panic >= 0 && cfg->panic <= 1))
+    return NULL;
+  nres_gw_upstream_t *u =
+      nres__calloc(1, sizeof *u + cfg->npeers * sizeof(nres_gw_peer_t));
+  if (u == NULL)
+    return NULL;
+  strcpy(u->name, cfg->name);
+  strcpy(u->key, cfg->key);
+  u->scope = cfg->scope;
+  u->peers = cfg->peers;
+  u->deadline = cfg->deadline;
+  u->attempt_timeout = cfg->attempt_timeout;
+  u->hold = cfg->hold;
+  u->attempts = cfg->attempts;
+  u->n = cfg->npeers;
+  u->choice = cfg->choice;
+  u->panic = cfg->panic;
+  u->budget = cfg->budget != 0;
+  u->breaker = cfg->breaker != 0;
+  u->sidx = -1;
+  u->checked = 0;
+  u->lookup_at = 0;
+  nres_rng_seed(&u->rng, (uint64_t)(uintptr_t)u);
+  for (uint32_t i = 0; i < u->n; i++) {
+    nres_gw_peer_t *p = &u->peer[i];
+    nres_shm_slot_t *slot = nres_shm_slot(cfg->peers, cfg->peer_slots[i]);
+    if (slot == NULL || !name_ok(cfg->peer_names[i])) {
+      nres__free(u);
+      return NULL;
+    }
+    p->slot = cfg->peer_slots[i];
+    p->breaker = &slot->breaker;
+    p->estimator = cfg->estimators + cfg->peer_slots[i];
+    strcpy(p->name, cfg->peer_names[i]);
+  }
+  return u;
+}
+
+void nres_gw_register(nres_gw_upstream_t *u) {
+  for (nres_gw_upstream_t **at = &registry; *at != NULL; at = &(*at)->next) {
+    if (strcmp((*at)->name, u->name) == 0) {
+      u->next = (*at)->next;
+      (*at)->next = NULL;
+      *at = u;
+      return;
+    }
+  }
+  u->next = registry;
+  registry = u;
+}
+
+nres_gw_upstream_t *nres_gw_find(const char *name, size_t len) {
+  for (nres_gw_upstream_t *u = registry; u != NULL; u = u->next)
+    if (strlen(u->name) == len && memcmp(u->name, name, len) == 0)
+      return u;
+  return NULL;
+}
+
+void nres_gw_registry_clear(void) {
+  nres_gw_upstream_t *u = registry;
+  while (u != NULL) {
+    nres_gw_upstream_t *next = u->next;
+    u->next = NULL;
+    u = next;
+  }
+  registry = NULL;
+  nres_gw_limiter_t *l = limiters;
+  while (l != NULL) {
+    nres_gw_limiter_t *next = l->next;
+    l->next = NULL;
+    l = next;
+  }
+  limiters = NULL;
+}
+
+void nres_gw_upstream_free(nres_gw_upstream_t *u) {
+  if (u == NULL)
+    return;
+  for (nres_gw_upstream_t **at = &registry; *at != NULL; at = &(*at)->next) {
+    if (*at == u) {
+      *at = u->next;
+      break;
+    }
+  }
+  nres__free(u);
+}
+
+void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed) {
+  nres_rng_seed(&u->rng, seed);
+  u->checked = 0;
+}
+
+size_t nres_gw_struct_size(int which) {
+  switch (which) {
+  case 0: return sizeof(nres_gw_upstream_t);
+  case 1: return sizeof(nres_gw_peer_t);
+  case 2: return sizeof(nres_gw_request_t);
+  case 3: return sizeof(nres_gw_limiter_t);
+  default: return 0;
+  }
+}
+
+nres_gw_limiter_t *nres_gw_limiter_new(const char *name, nres_shm_t *table, nres_time_t hold) {
+  if (!name_ok(name) || table == NULL ||
+      !(nres_shm_config(table)->flags & NRES_SHM_RATELIMIT))
+    return NULL;
+  nres_gw_limiter_t *l = nres__calloc(1, sizeof *l);
+  if (l == NULL)
+    return NULL;
+  strcpy(l->name, name);
+  l->table = table;
+  l->hold = hold;
+  return l;
+}
+
+void nres_gw_limiter_register(nres_gw_limiter_t *l) {
+  for (nres_gw_limiter_t **at = &limiters; *at != NULL; at = &(*at)->next) {
+    if (strcmp((*at)->name, l->name) == 0) {
+      l->next = (*at)->next;
+      (*at)->next = NULL;
+      *at = l;
+      return;
+    }
+  }
+  l->next = limiters;
+  limiters = l;
+}
+
+nres_gw_limiter_t *nres_gw_limiter_find(const char *name, size_t len) {
+  for (nres_gw_limiter_t *l = limiters; l != NULL; l = l->next)
+    if (strlen(l->name) == len && memcmp(l->name, name, len) == 0)
+      return l;
+  return NULL;
+}
+
+void nres_gw_limiter_free(nres_gw_limiter_t *l) {
+  if (l == NULL)
+    return;
+  for (nres_gw_limiter_t **at = &limiters; *at != NULL; at = &(*at)->next) {
+    if (*at == l) {
+      *at = l->next;
+      break;
+    }
+  }
+  nres__free(l);
+}

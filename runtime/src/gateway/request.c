@@ -1,0 +1,191 @@
+/* request.c - one request through the balancer: admission, each try's
+ * start (timeouts from the time left) and end (recorded into its peer),
+ * the grant of one more try, and the call's end.
+ *
+ * A retry token is taken from the upstream's budget when a try is granted
+ * a successor it may not need, spent when that successor starts, given
+ * back at the call's end if it never did: the budget is never overdrawn.
+ * A half-open probe of the upstream's breaker gets no retry (one request
+ * tells whether it recovered). The class matters only under half a
+ * budget (nres_budget_spend_class refuses a sheddable request there), so
+ * the caller reads the request's criticality only when asked.
+ */
+#include <string.h>
+
+#include "nres/gateway.h"
+#include "internal.h"
+
+#define LOOKUP_EVERY 1000000000u   /* ns between lookups of the key's slot */
+#define MS 1000000u
+
+/* The upstream's slot in its scope's table, looked up (its lease
+ * extended) at most once a second per process; every time while the table
+ * is full (-1: the request runs without shared state). */
+static void lookup(nres_gw_upstream_t *u, nres_time_t now) {
+  int idx = nres_shm_acquire(u->scope, u->key, strlen(u->key), now, u->hold, NULL);
+  if (idx >= 0) {
+    u->sidx = idx;
+    u->sslot = nres_shm_slot(u->scope, (uint32_t)idx);
+    u->lookup_at = nres_time_add(now, LOOKUP_EVERY);
+  } else {
+    u->sidx = -1;
+    u->sslot = NULL;
+    u->overflow++;
+  }
+}
+
+static void reset(nres_gw_request_t *r, nres_time_t deadline) {
+  *r = (nres_gw_request_t){ .deadline = deadline, .idx = -1, .peer = -1, .cls = -1 };
+}
+
+void nres_gw_unadmitted(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now) {
+  reset(r, nres_time_add(now, u->deadline));
+}
+
+int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
+                  double inbound_ms) {
+  nres_time_t deadline = nres_time_add(now, u->deadline);
+  /* a number of ms >= 0 up to 2^53 - 1; anything else is no deadline */
+  if (inbound_ms >= 0 && inbound_ms <= 9007199254740991.0) {
+    if (inbound_ms < 1)
+      return NRES_GW_DEADLINE;
+    double at = (double)now + inbound_ms * 1e6;
+    if (at < (double)deadline)
+      deadline = (nres_time_t)at;
+  }
+  reset(r, deadline);
+  if (now >= u->lookup_at)
+    lookup(u, now);
+  if (u->sidx >= 0) {
+    r->idx = u->sidx;
+    r->slot = u->sslot;
+    if (u->breaker) {
+      if (nres_breaker_acquire(&r->slot->breaker, now, &r->upermit) != 0) {
+        nres_shm_record(u->scope, (uint32_t)r->idx, NRES_STOP_CIRCUIT, 0, 0);
+        reset(r, deadline);
+        return NRES_GW_CIRCUIT;
+      }
+      r->has_upermit = 1;
+    }
+  }
+  return NRES_GW_ADMITTED;
+}
+
+int64_t nres_gw_left_ms(const nres_gw_request_t *r, nres_time_t now) {
+  return r->deadline > now ? (int64_t)((r->deadline - now) / MS) : 0;
+}
+
+uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
+                           int i, uint32_t permit, int has_permit) {
+  if (r->reserved) {   /* the token held for this retry is spent */
+    r->reserved = 0;
+    r->retries++;
+  }
+  r->peer = i;
+  r->ppermit = permit;
+  r->has_ppermit = has_permit != 0;
+  r->t0 = now;
+  r->tries++;
+  u->peer[i].inflight++;
+  nres_time_t left = r->deadline > now ? r->deadline - now : 0;
+  nres_time_t t = left < u->attempt_timeout ? left : u->attempt_timeout;
+  if (t < MS)
+    t = MS;
+  return t / MS;
+}
+
+int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, int cls) {
+  nres_time_t left = r->deadline > now ? r->deadline - now : 0;
+  if (r->tries >= u->attempts || left <= 2 * MS || r->slot == NULL ||
+      (r->has_upermit && r->upermit != 0))
+    return 0;
+  if (!u->budget)
+    return 1;
+  nres_budget_t *b = &r->slot->budget;
+  if (cls >= 0)
+    r->cls = (int8_t)cls;
+  int c = r->cls;
+  if (c < 0) {
+    if (nres__load(&b->tokens) * 2 >= b->capacity)
+      c = NRES_CLASS_DEFAULT;
+    else
+      return NRES_GW_NEED_CLASS;
+  }
+  if (nres_budget_spend_class(b, now, c) == 0) {
+    r->reserved = 1;
+    return 1;
+  }
+  r->budget_refused = 1;
+  return 0;
+}
+
+int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
+                    int failed, int timed_out) {
+  int i = r->peer;
+  if (i < 0)
+    return -1;
+  nres_gw_peer_t *p = &u->peer[i];
+  if (p->inflight > 0)
+    p->inflight--;
+  nres_time_t lat = now > r->t0 ? now - r->t0 : 0;
+  if (r->has_ppermit)
+    nres_breaker_record(p->breaker, now, r->ppermit, failed ? 1 : 0, 0, &u->rng);
+  if (failed && lat < u->attempt_timeout)
+    lat = u->attempt_timeout;   /* a failure counts as the attempt timeout */
+  nres_estimator_record(p->estimator, now, lat);
+  nres_shm_record(u->peers, p->slot,
+                  failed ? (timed_out ? NRES_STOP_DEADLINE : NRES_STOP_ATTEMPTS)
+                         : NRES_STOP_OK,
+                  1, r->tries > 1 ? 1 : 0);
+  r->peer = -1;
+  r->has_ppermit = 0;
+  return i;
+}
+
+void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r) {
+  int i = r->peer;
+  if (i < 0)
+    return;
+  if (u->peer[i].inflight > 0)
+    u->peer[i].inflight--;
+  if (r->has_ppermit)
+    nres_breaker_release(u->peer[i].breaker, r->ppermit);
+  if (r->reserved && r->slot != NULL)
+    nres_budget_refund(&r->slot->budget);
+  r->peer = -1;
+  r->has_ppermit = 0;
+  r->reserved = 0;
+}
+
+void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
+                         int status) {
+  int failed = status >= 500 || status == 0;
+  if (r->slot != NULL && r->tries == 0) {
+    /* never reached the upstream (refused by a later phase, answered
+     * locally): nothing to judge it by, nothing to count */
+    if (r->has_upermit)
+      nres_breaker_release(&r->slot->breaker, r->upermit);
+    r->has_upermit = 0;
+    r->slot = NULL;
+  }
+  if (r->slot != NULL) {
+    if (r->reserved) {
+      nres_budget_refund(&r->slot->budget);
+      r->reserved = 0;
+    }
+    if (r->has_upermit) {
+      nres_breaker_record(&r->slot->breaker, now, r->upermit, failed, 0, &u->rng);
+      r->has_upermit = 0;
+    }
+    if (!failed && u->budget)
+      nres_budget_deposit(&r->slot->budget);
+    int stop = NRES_STOP_OK;
+    if (failed)
+      stop = status == 504 ? NRES_STOP_DEADLINE
+             : r->budget_refused ? NRES_STOP_BUDGET : NRES_STOP_ATTEMPTS;
+    nres_shm_record(u->scope, (uint32_t)r->idx, stop, r->tries, r->retries);
+    r->slot = NULL;
+  }
+  if (r->peer >= 0)
+    nres_gw_try_end(u, r, now, failed, status == 504);
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# configure.sh NGINX_SRC TREE INCS LIBDIR - configure a copy of nginx's
+# source (Debian's nginx-dev: /usr/share/nginx/src, with its configure
+# flags in conf_flags, --with-compat among them) into TREE with this
+# module added, so `make -f objs/Makefile modules` in TREE builds
+# ngx_http_nres_module.so loadable into that nginx. Never writes into
+# NGINX_SRC. About 15 s; CMake runs it again only when this file, the
+# module's config or conf_flags change.
+set -euo pipefail
+src=$1 tree=$2 incs=$3 libdir=$4
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$tree"
+cp -r "$src" "$tree"
+cd "$tree"
+# shellcheck disable=SC1091
+. ./conf_flags
+export NRES_NGX_INCS="$incs" NRES_NGX_LIBDIR="$libdir"
+if ! ./configure "${NGX_CONF_FLAGS[@]}" --add-dynamic-module="$here" >configure.log 2>&1; then
+  echo "nginx configure failed (see $tree/configure.log):" >&2
+  tail -5 configure.log >&2
+  exit 1
+fi

@@ -1,0 +1,656 @@
+/* ngx_http_nres_module.c - the gateway's balancer mode without a Lua phase
+ * per request: nginx's proxy moves the bytes, libnres decides
+ * (nres/gateway.h), in C.
+ *
+ *   load_module .../ngx_http_lua_module.so;
+ *   load_module .../ngx_http_nres_module.so;
+ *   init_by_lua_block {                         # declarations stay in Lua
+ *     gw.scope("upstreams", { policy = "gateway" })
+ *     gw.upstream("backend", { scope = "upstreams", peers = { ... } })
+ *   }
+ *   upstream backend { server 0.0.0.1; nres_balancer; keepalive 32; }
+ *                      # (a placeholder server: the peers are gw.upstream's)
+ *   location / {
+ *     nres_admit backend;                        # preaccess: 504/503 refusals
+ *     # or: nres_admit backend limiter=clients key=$binary_remote_addr;  (+429)
+ *     proxy_set_header X-Deadline-Ms $nres_deadline_ms;
+ *     proxy_next_upstream error timeout http_500 http_502 http_503 http_504;
+ *     proxy_next_upstream_tries 0;
+ *     proxy_pass http://backend;
+ *   }
+ *
+ * The upstream's state is what gw.upstream made in init_by_lua (shared
+ * regions, found by name in libnres's registry in this module's
+ * postconfiguration, which runs after the Lua module's: nginx orders the
+ * Lua module, a filter, before plain modules such as this one, whatever
+ * the load_module order; checked). The peers' addresses are parsed then,
+ * once. nginx -t runs no init_by_lua, so the names are checked at start
+ * and reload. Per request: the
+ * admission (preaccess) keeps the request's state in its pool; each try
+ * (peer get) picks a peer, sets the try's timeouts from the time left
+ * and grants one more try (pc->tries) if the policy, the time and the
+ * retry budget allow; each try's end (peer free) is recorded into its
+ * peer; the call's end (the pool's cleanup, after the log phase, so an
+ * error_page redirect cannot lose it) tells the upstream's breaker and
+ * budget and counts the call; an internal redirect, which clears module
+ * ctxs, finds the admission again through that cleanup. No heap
+ * allocation: the state and a copy of the upstream conf (the try's
+ * timeouts) are in the request's pool.
+ */
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include <ngx_md5.h>
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "nres.h"
+#include "nres/gateway.h"
+
+/* A name to find in the registry after init_by_lua, and where it is kept:
+ * an upstream (gw.upstream with peers) or a client limiter (gw.limiter). */
+typedef struct {
+  ngx_str_t name;
+  void **target;
+  ngx_uint_t limiter;
+  ngx_str_t file;
+  ngx_uint_t line;
+  const char *directive;
+} ngx_http_nres_ref_t;
+
+typedef struct {
+  ngx_array_t refs;             /* ngx_http_nres_ref_t */
+  ngx_array_t balancers;        /* ngx_http_nres_srv_conf_t * */
+} ngx_http_nres_main_conf_t;
+
+typedef struct {
+  ngx_str_t name;               /* gw.upstream's name */
+  nres_gw_upstream_t *gw;
+  ngx_addr_t *addrs;            /* one per peer, parsed once */
+  ngx_http_upstream_srv_conf_t *us;
+} ngx_http_nres_srv_conf_t;
+
+typedef struct {
+  nres_gw_upstream_t **gw;      /* nres_admit's upstream (found after
+                                   init_by_lua; inherited), or NULL */
+  nres_gw_limiter_t **limiter;  /* its client limiter, or NULL */
+  ngx_http_complex_value_t *key;   /* the client's key for it */
+} ngx_http_nres_loc_conf_t;
+
+/* One request's state (its pool). */
+typedef struct {
+  nres_gw_request_t req;
+  nres_gw_upstream_t *gw;
+  ngx_http_nres_srv_conf_t *scf;  /* the balancer trying, or NULL */
+  ngx_http_request_t *r;
+  int64_t left_ms;              /* X-Deadline-Ms, -1: none */
+  int last;                     /* the previous try's peer, -1: none */
+  ngx_uint_t conf_copied;
+  ngx_pool_cleanup_t *cln;      /* the call's end, armed once it began */
+} ngx_http_nres_ctx_t;
+
+static ngx_int_t ngx_http_nres_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf);
+static void *ngx_http_nres_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_nres_create_srv_conf(ngx_conf_t *cf);
+static void *ngx_http_nres_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+static char *ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_nres_init_process(ngx_cycle_t *cycle);
+
+static ngx_command_t ngx_http_nres_commands[] = {
+  { ngx_string("nres_balancer"), NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1,
+    ngx_http_nres_balancer, NGX_HTTP_SRV_CONF_OFFSET, 0, NULL },
+  { ngx_string("nres_admit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF
+    | NGX_CONF_TAKE123, ngx_http_nres_admit, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL },
+  ngx_null_command
+};
+
+static ngx_http_module_t ngx_http_nres_module_ctx = {
+  ngx_http_nres_add_variables, ngx_http_nres_postconfiguration,
+  ngx_http_nres_create_main_conf, NULL,
+  ngx_http_nres_create_srv_conf, NULL,
+  ngx_http_nres_create_loc_conf, ngx_http_nres_merge_loc_conf
+};
+
+ngx_module_t ngx_http_nres_module = {
+  NGX_MODULE_V1, &ngx_http_nres_module_ctx, ngx_http_nres_commands, NGX_HTTP_MODULE,
+  NULL, NULL, ngx_http_nres_init_process, NULL, NULL, NULL, NULL,
+  NGX_MODULE_V1_PADDING
+};
+
+static ngx_str_t ngx_http_nres_deadline_name = ngx_string("nres_deadline_ms");
+
+/* ------------------------------------------------------------ conf */
+
+static void *ngx_http_nres_create_main_conf(ngx_conf_t *cf) {
+  ngx_http_nres_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof *mcf);
+  if (mcf == NULL)
+    return NULL;
+  if (ngx_array_init(&mcf->refs, cf->pool, 4, sizeof(ngx_http_nres_ref_t)) != NGX_OK ||
+      ngx_array_init(&mcf->balancers, cf->pool, 4, sizeof(ngx_http_nres_srv_conf_t *))
+          != NGX_OK)
+    return NULL;
+  /* A configuration starts: its init_by_lua registers its upstreams anew;
+   * an older one's registrations are not this one's. */
+  nres_gw_registry_clear();
+  return mcf;
+}
+
+static void *ngx_http_nres_create_srv_conf(ngx_conf_t *cf) {
+  return ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_srv_conf_t));
+}
+
+static void *ngx_http_nres_create_loc_conf(ngx_conf_t *cf) {
+  return ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
+}
+
+static char *ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
+  (void)cf;
+  ngx_http_nres_loc_conf_t *prev = parent, *conf = child;
+  if (conf->gw == NULL) {
+    conf->gw = prev->gw;
+    conf->limiter = prev->limiter;
+    conf->key = prev->key;
+  }
+  return NGX_CONF_OK;
+}
+
+/* Remember `name` to be found after init_by_lua ran, into *target. */
+static char *ngx_http_nres_ref(ngx_conf_t *cf, ngx_str_t name, void **target,
+                               ngx_uint_t limiter, const char *directive) {
+  if (name.len == 0 || name.len > NRES_GW_NAME_MAX) {
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "%s: %s name: expected 1..%d bytes, got \"%V\"", directive,
+                       limiter ? "limiter" : "upstream", NRES_GW_NAME_MAX, &name);
+    return NGX_CONF_ERROR;
+  }
+  ngx_http_nres_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
+  ngx_http_nres_ref_t *ref = ngx_array_push(&mcf->refs);
+  if (ref == NULL)
+    return NGX_CONF_ERROR;
+  ref->name = name;
+  ref->target = target;
+  ref->limiter = limiter;
+  ref->file = cf->conf_file->file.name;
+  ref->line = cf->conf_file->line;
+  ref->directive = directive;
+  return NGX_CONF_OK;
+}
+
+static ngx_int_t ngx_http_nres_init_upstream(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us);
+
+static char *ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+  (void)cmd;
+  ngx_http_nres_srv_conf_t *scf = conf;
+  ngx_http_upstream_srv_conf_t *us =
+      ngx_http_conf_get_module_srv_conf(cf, ngx_http_upstream_module);
+  ngx_str_t *value = cf->args->elts;
+  if (scf->us != NULL)
+    return "is duplicate";
+  if (us->peer.init_upstream != NULL) {
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "nres_balancer: expected the first balancing directive of upstream "
+                       "\"%V\" (keepalive and the like come after it), got another before it",
+                       &us->host);
+    return NGX_CONF_ERROR;
+  }
+  scf->us = us;
+  scf->name = cf->args->nelts > 1 ? value[1] : us->host;
+  us->peer.init_upstream = ngx_http_nres_init_upstream;
+  ngx_http_nres_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
+  ngx_http_nres_srv_conf_t **slot = ngx_array_push(&mcf->balancers);
+  if (slot == NULL)
+    return NGX_CONF_ERROR;
+  *slot = scf;
+  return ngx_http_nres_ref(cf, scf->name, (void **)&scf->gw, 0, "nres_balancer");
+}
+
+/* nres_admit UPSTREAM [limiter=NAME key=VALUE]: admission; with a client
+ * limiter (gw.limiter's NAME) asked first for the key's value (e.g.
+ * $binary_remote_addr): 429 with Retry-After over its rate. */
+static char *ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+  (void)cmd;
+  ngx_http_nres_loc_conf_t *lcf = conf;
+  ngx_str_t *value = cf->args->elts;
+  if (lcf->gw != NULL)
+    return "is duplicate";
+  ngx_str_t lname = ngx_null_string, key = ngx_null_string;
+  for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
+    if (ngx_strncmp(value[i].data, "limiter=", 8) == 0) {
+      lname.data = value[i].data + 8;
+      lname.len = value[i].len - 8;
+    } else if (ngx_strncmp(value[i].data, "key=", 4) == 0) {
+      key.data = value[i].data + 4;
+      key.len = value[i].len - 4;
+    } else {
+      ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                         "nres_admit: expected limiter=NAME or key=VALUE, got \"%V\"",
+                         &value[i]);
+      return NGX_CONF_ERROR;
+    }
+  }
+  if ((lname.data == NULL) != (key.data == NULL) || (key.data != NULL && key.len == 0)) {
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "nres_admit: expected limiter=NAME and key=VALUE together (the "
+                       "client's key, e.g. key=$binary_remote_addr), got %s",
+                       lname.data == NULL ? "a key without a limiter"
+                       : key.data == NULL ? "a limiter without a key" : "an empty key");
+    return NGX_CONF_ERROR;
+  }
+  lcf->gw = ngx_pcalloc(cf->pool, sizeof *lcf->gw);
+  if (lcf->gw == NULL)
+    return NGX_CONF_ERROR;
+  if (lname.data != NULL) {
+    lcf->limiter = ngx_pcalloc(cf->pool, sizeof *lcf->limiter);
+    lcf->key = ngx_pcalloc(cf->pool, sizeof *lcf->key);
+    if (lcf->limiter == NULL || lcf->key == NULL)
+      return NGX_CONF_ERROR;
+    ngx_http_compile_complex_value_t ccv;
+    ngx_memzero(&ccv, sizeof ccv);
+    ccv.cf = cf;
+    ccv.value = &key;
+    ccv.complex_value = lcf->key;
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
+      return NGX_CONF_ERROR;
+    if (ngx_http_nres_ref(cf, lname, (void **)lcf->limiter, 1, "nres_admit") != NGX_CONF_OK)
+      return NGX_CONF_ERROR;
+  }
+  return ngx_http_nres_ref(cf, value[1], (void **)lcf->gw, 0, "nres_admit");
+}
+
+/* ------------------------------------------------- after init_by_lua */
+
+static ngx_int_t ngx_http_nres_lua_before_us(ngx_conf_t *cf) {
+  ngx_int_t lua = -1;
+  for (ngx_uint_t i = 0; cf->cycle->modules[i] != NULL; i++)
+    if (ngx_strcmp(cf->cycle->modules[i]->name, "ngx_http_lua_module") == 0)
+      lua = (ngx_int_t)i;
+  if (lua < 0) {
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "nres: expected ngx_http_lua_module (its init_by_lua declares the "
+                       "upstreams with gw.upstream), got no such module loaded");
+    return NGX_ERROR;
+  }
+  if ((ngx_uint_t)lua > ngx_http_nres_module.index) {
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "nres: expected load_module ngx_http_nres_module.so after "
+                       "ngx_http_lua_module.so (init_by_lua must run first), got it before");
+    return NGX_ERROR;
+  }
+  return NGX_OK;
+}
+
+/* The peers' addresses, parsed once ("host:port"; a name resolved now). */
+static ngx_int_t ngx_http_nres_parse_peers(ngx_conf_t *cf, ngx_http_nres_srv_conf_t *scf) {
+  nres_gw_upstream_t *gw = scf->gw;
+  scf->addrs = ngx_pcalloc(cf->pool, gw->n * sizeof(ngx_addr_t));
+  if (scf->addrs == NULL)
+    return NGX_ERROR;
+  for (uint32_t i = 0; i < gw->n; i++) {
+    ngx_url_t url;
+    ngx_memzero(&url, sizeof url);
+    url.url.data = (u_char *)gw->peer[i].name;
+    url.url.len = ngx_strlen(gw->peer[i].name);
+    url.no_resolve = 0;
+    if (ngx_parse_url(cf->pool, &url) != NGX_OK || url.naddrs == 0 || url.no_port) {
+      ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                         "nres_balancer \"%V\": peers[%uD]: expected \"host:port\", got \"%s\"%s%s",
+                         &scf->name, i + 1, gw->peer[i].name, url.err ? " - " : "",
+                         url.err ? url.err : "");
+      return NGX_ERROR;
+    }
+    scf->addrs[i] = url.addrs[0];
+  }
+  return NGX_OK;
+}
+
+static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r);
+
+static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
+  ngx_http_nres_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
+  if (mcf->refs.nelts == 0)
+    return NGX_OK;
+  if (ngx_http_nres_lua_before_us(cf) != NGX_OK)
+    return NGX_ERROR;
+  /* nginx -t runs no init_by_lua (the Lua module skips it): the names are
+   * checked when nginx starts or reloads, where an unknown one fails the
+   * start, or the reload (the running configuration stays). */
+  if (ngx_test_config)
+    return NGX_OK;
+  ngx_http_nres_ref_t *ref = mcf->refs.elts;
+  for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {
+    const char *name = (const char *)ref[i].name.data;
+    void *found = ref[i].limiter ? (void *)nres_gw_limiter_find(name, ref[i].name.len)
+                                 : (void *)nres_gw_find(name, ref[i].name.len);
+    if (found == NULL && ref[i].limiter) {
+      ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                    "%s limiter=%V: expected a limiter declared in init_by_lua "
+                    "(gw.limiter(\"%V\", { rate = ... })), got none of that name in %V:%ui",
+                    ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line);
+      return NGX_ERROR;
+    }
+    if (found == NULL) {
+      ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                    "%s \"%V\": expected an upstream declared with peers in init_by_lua "
+                    "(gw.upstream(\"%V\", { peers = ... })), got none of that name in %V:%ui",
+                    ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line);
+      return NGX_ERROR;
+    }
+    *ref[i].target = found;
+  }
+  ngx_http_nres_srv_conf_t **scf = mcf->balancers.elts;
+  for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++)
+    if (ngx_http_nres_parse_peers(cf, scf[i]) != NGX_OK)
+      return NGX_ERROR;
+  ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+  ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+  if (h == NULL)
+    return NGX_ERROR;
+  *h = ngx_http_nres_preaccess;
+  return NGX_OK;
+}
+
+/* Each worker's random choices and break jitter of its own. */
+static ngx_int_t ngx_http_nres_init_process(ngx_cycle_t *cycle) {
+  ngx_http_nres_main_conf_t *mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_nres_module);
+  if (mcf == NULL)
+    return NGX_OK;
+  ngx_http_nres_ref_t *ref = mcf->refs.elts;
+  for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++)
+    if (!ref[i].limiter && *ref[i].target != NULL)
+      nres_gw_seed(*ref[i].target, (uint64_t)ngx_pid * 2654435761u + nres_clock_now() + i);
+  return NGX_OK;
+}
+
+/* ------------------------------------------------------ per request */
+
+static void ngx_http_nres_end(void *data) {
+  ngx_http_nres_ctx_t *ctx = data;
+  nres_gw_request_end(ctx->gw, &ctx->req, nres_clock_now(),
+                      (int)ctx->r->headers_out.status);
+}
+
+/* A request's state, its call's end registered with its pool. */
+static ngx_http_nres_ctx_t *ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw_upstream_t *gw) {
+  ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_nres_ctx_t));
+  if (cln == NULL)
+    return NULL;
+  ngx_http_nres_ctx_t *ctx = cln->data;
+  ctx->gw = gw;
+  ctx->r = r;
+  ctx->scf = NULL;
+  ctx->left_ms = -1;
+  ctx->last = -1;
+  ctx->conf_copied = 0;
+  ctx->cln = cln;
+  cln->handler = NULL;   /* armed once admitted */
+  ngx_http_set_ctx(r, ctx, ngx_http_nres_module);
+  return ctx;
+}
+
+/* The request's state: its module ctx, or, after an internal redirect
+ * (which clears the ctx), the admission its pool's cleanup still holds:
+ * a redirected request goes on under its first admission. NULL if none. */
+static ngx_http_nres_ctx_t *ngx_http_nres_get_ctx(ngx_http_request_t *r) {
+  ngx_http_nres_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_nres_module);
+  if (ctx != NULL)
+    return ctx;
+  for (ngx_pool_cleanup_t *c = r->pool->cleanup; c != NULL; c = c->next) {
+    if (c->handler == ngx_http_nres_end && ((ngx_http_nres_ctx_t *)c->data)->r == r) {
+      ctx = c->data;
+      ngx_http_set_ctx(r, ctx, ngx_http_nres_module);
+      return ctx;
+    }
+  }
+  return NULL;
+}
+
+/* The client's X-Deadline-Ms (the first one), a number of ms; NaN if
+ * absent or not a number (ignored, as the Lua balancer does). */
+static double ngx_http_nres_inbound_ms(ngx_http_request_t *r) {
+  ngx_list_part_t *part = &r->headers_in.headers.part;
+  ngx_table_elt_t *h = part->elts;
+  for (ngx_uint_t i = 0;; i++) {
+    if (i >= part->nelts) {
+      if (part->next == NULL)
+        return NAN;
+      part = part->next;
+      h = part->elts;
+      i = 0;
+      if (part->nelts == 0)
+        continue;
+    }
+    if (h[i].key.len == 13 && ngx_strncmp(h[i].lowcase_key, "x-deadline-ms", 13) == 0) {
+      char buf[64];
+      size_t n = h[i].value.len;
+      if (n == 0 || n >= sizeof buf)
+        return NAN;
+      ngx_memcpy(buf, h[i].value.data, n);
+      buf[n] = '\0';
+      char *end;
+      double v = strtod(buf, &end);
+      while (*end == ' ' || *end == '\t')
+        end++;
+      return end == buf || *end != '\0' ? NAN : v;
+    }
+  }
+}
+
+/* The request's criticality from X-Criticality (nres_gw_class; default
+ * without the header). */
+static int ngx_http_nres_class(ngx_http_request_t *r) {
+  ngx_list_part_t *part = &r->headers_in.headers.part;
+  ngx_table_elt_t *h = part->elts;
+  for (ngx_uint_t i = 0;; i++) {
+    if (i >= part->nelts) {
+      if (part->next == NULL)
+        return nres_gw_class(NULL, 0);
+      part = part->next;
+      h = part->elts;
+      i = 0;
+      if (part->nelts == 0)
+        continue;
+    }
+    if (h[i].key.len == 13 && ngx_strncmp(h[i].lowcase_key, "x-criticality", 13) == 0)
+      return nres_gw_class((const char *)h[i].value.data, h[i].value.len);
+  }
+}
+
+/* A refusal: the status, X-Nres-Reason and the reason as the body; the
+ * client's connection kept. */
+static ngx_int_t ngx_http_nres_refuse(ngx_http_request_t *r, ngx_uint_t status,
+                                      nres_time_t wait) {
+  static ngx_str_t deadline = ngx_string("deadline exceeded");
+  static ngx_str_t circuit = ngx_string("circuit open");
+  static ngx_str_t limited = ngx_string("rate limited");
+  static ngx_str_t type = ngx_string("text/plain");
+  ngx_str_t *reason = status == NRES_GW_DEADLINE ? &deadline
+                      : status == NRES_GW_CIRCUIT ? &circuit : &limited;
+  ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+  if (h == NULL)
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+  h->hash = 1;
+  ngx_str_set(&h->key, "X-Nres-Reason");
+  h->value = *reason;
+  if (status == NGX_HTTP_TOO_MANY_REQUESTS) {   /* whole seconds, at least 1 */
+    h = ngx_list_push(&r->headers_out.headers);
+    u_char *p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (h == NULL || p == NULL)
+      return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    uint64_t secs = (wait + 999999999u) / 1000000000u;
+    h->hash = 1;
+    ngx_str_set(&h->key, "Retry-After");
+    h->value.data = p;
+    h->value.len = ngx_sprintf(p, "%uL", secs > 0 ? secs : 1) - p;
+  }
+  u_char *body = ngx_pnalloc(r->pool, reason->len + 1);
+  if (body == NULL)
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+  ngx_memcpy(body, reason->data, reason->len);
+  body[reason->len] = '\n';
+  ngx_http_complex_value_t cv;
+  ngx_memzero(&cv, sizeof cv);
+  cv.value.data = body;
+  cv.value.len = reason->len + 1;
+  ngx_int_t rc = ngx_http_send_response(r, status, &type, &cv);
+  ngx_http_finalize_request(r, rc);
+  return NGX_DONE;
+}
+
+/* nres_admit: admission, before access (as limit_req). */
+static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
+  ngx_http_nres_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_nres_module);
+  if (lcf->gw == NULL || ngx_http_nres_get_ctx(r) != NULL)
+    return NGX_DECLINED;
+  nres_gw_upstream_t *gw = *lcf->gw;
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_new_ctx(r, gw);
+  if (ctx == NULL)
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+  nres_time_t now = nres_clock_now();
+  if (lcf->limiter != NULL) {
+    ngx_str_t key;
+    if (ngx_http_complex_value(r, lcf->key, &key) != NGX_OK)
+      return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    u_char md5hex[32];
+    if (key.len > NRES_SHM_KEY_MAX) {   /* limited under its MD5, as in Lua */
+      ngx_md5_t md5;
+      u_char digest[16];
+      ngx_md5_init(&md5);
+      ngx_md5_update(&md5, key.data, key.len);
+      ngx_md5_final(digest, &md5);
+      ngx_hex_dump(md5hex, digest, 16);
+      key.data = md5hex;
+      key.len = 32;
+    }
+    nres_time_t wait = 0;
+    if (nres_gw_limit(*lcf->limiter, (const char *)key.data, key.len, now, &wait) != 0) {
+      ctx->gw = NULL;
+      return ngx_http_nres_refuse(r, NGX_HTTP_TOO_MANY_REQUESTS, wait);
+    }
+  }
+  int rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
+  if (rc != NRES_GW_ADMITTED) {
+    ctx->gw = NULL;   /* refused: no call to end */
+    return ngx_http_nres_refuse(r, (ngx_uint_t)rc, 0);
+  }
+  ctx->left_ms = nres_gw_left_ms(&ctx->req, now);
+  ctx->cln->handler = ngx_http_nres_end;   /* the call's end armed */
+  return NGX_DECLINED;
+}
+
+/* $nres_deadline_ms: the time left at admission (ms); empty without one. */
+static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
+                                                 ngx_http_variable_value_t *v, uintptr_t data) {
+  (void)data;
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+  if (ctx == NULL || ctx->left_ms < 0) {
+    v->not_found = 1;
+    return NGX_OK;
+  }
+  u_char *p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+  if (p == NULL)
+    return NGX_ERROR;
+  v->len = ngx_sprintf(p, "%L", ctx->left_ms) - p;
+  v->data = p;
+  v->valid = 1;
+  v->no_cacheable = 0;
+  v->not_found = 0;
+  return NGX_OK;
+}
+
+static ngx_int_t ngx_http_nres_add_variables(ngx_conf_t *cf) {
+  ngx_http_variable_t *var = ngx_http_add_variable(cf, &ngx_http_nres_deadline_name,
+                                                   NGX_HTTP_VAR_NOCACHEABLE);
+  if (var == NULL)
+    return NGX_ERROR;
+  var->get_handler = ngx_http_nres_deadline_variable;
+  return NGX_OK;
+}
+
+/* Each try: a peer, its timeouts, maybe one more try. */
+static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
+  ngx_http_nres_ctx_t *ctx = data;
+  ngx_http_request_t *r = ctx->r;
+  nres_gw_upstream_t *gw = ctx->gw;
+  nres_time_t now = nres_clock_now();
+  uint32_t permit;
+  int has_permit;
+  int i = nres_gw_pick(gw, now, ctx->last, &permit, &has_permit);
+  ngx_msec_t t = (ngx_msec_t)nres_gw_try_begin(gw, &ctx->req, now, i, permit, has_permit);
+  ngx_addr_t *a = &ctx->scf->addrs[i];
+  pc->cached = 0;   /* keepalive's get sets it when it has a connection */
+  pc->connection = NULL;
+  pc->sockaddr = a->sockaddr;
+  pc->socklen = a->socklen;
+  pc->name = &a->name;
+  /* the try's timeouts: the request's own copy of the upstream conf */
+  ngx_http_upstream_t *u = r->upstream;
+  if (!ctx->conf_copied) {
+    ngx_http_upstream_conf_t *ucf = ngx_palloc(r->pool, sizeof *ucf);
+    if (ucf == NULL)
+      return NGX_ERROR;
+    ngx_memcpy(ucf, u->conf, sizeof *ucf);
+    u->conf = ucf;
+    ctx->conf_copied = 1;
+  }
+  u->conf->connect_timeout = t;
+  u->conf->send_timeout = t;
+  u->conf->read_timeout = t;
+  int more = nres_gw_grant(gw, &ctx->req, now, -1);
+  if (more == NRES_GW_NEED_CLASS)
+    more = nres_gw_grant(gw, &ctx->req, now, ngx_http_nres_class(r));
+  if (more == 1)
+    pc->tries++;
+  return NGX_OK;
+}
+
+/* Each try's end: recorded into its peer. */
+static void ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state) {
+  ngx_http_nres_ctx_t *ctx = data;
+  if (pc->tries)
+    pc->tries--;
+  if (ctx->req.peer < 0)
+    return;
+  ngx_http_upstream_t *u = ctx->r->upstream;
+  int failed = (state & NGX_PEER_FAILED) || (u->state != NULL && u->state->status >= 500);
+  int timed_out = pc->connection != NULL &&
+                  (pc->connection->read->timedout || pc->connection->write->timedout);
+  if (!(state & NGX_PEER_FAILED) && u->state != NULL && u->state->status == 504)
+    timed_out = 1;
+  ctx->last = nres_gw_try_end(ctx->gw, &ctx->req, nres_clock_now(), failed, timed_out);
+}
+
+/* A request's upstream session: the admission's state, or a new one
+ * without admission (the policy's deadline, no retries). */
+static ngx_int_t ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us) {
+  ngx_http_nres_srv_conf_t *scf = ngx_http_conf_upstream_srv_conf(us, ngx_http_nres_module);
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+  if (ctx == NULL || ctx->gw != scf->gw) {
+    ctx = ngx_http_nres_new_ctx(r, scf->gw);
+    if (ctx == NULL)
+      return NGX_ERROR;
+    nres_gw_unadmitted(scf->gw, &ctx->req, nres_clock_now());
+    ctx->cln->handler = ngx_http_nres_end;
+  } else if (ctx->req.peer >= 0) {
+    nres_gw_try_abandon(ctx->gw, &ctx->req);   /* a new session of the request */
+  }
+  ctx->scf = scf;
+  ctx->last = -1;
+  ctx->conf_copied = 0;
+  r->upstream->peer.get = ngx_http_nres_get_peer;
+  r->upstream->peer.free = ngx_http_nres_free_peer;
+  r->upstream->peer.data = ctx;
+  r->upstream->peer.tries = 1;
+  return NGX_OK;
+}
+
+/* The upstream block's server lines (nginx wants one) are placeholders:
+ * the peers are gw.upstream's. */
+static ngx_int_t ngx_http_nres_init_upstream(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us) {
+  (void)cf;
+  us->peer.init = ngx_http_nres_init_peer;
+  return NGX_OK;
+}

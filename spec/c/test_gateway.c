@@ -1,0 +1,278 @@
+/* test_gateway.c - the balancer's decisions (runtime/src/gateway): the
+ * registry, admission (inbound deadline, the upstream's breaker), peer
+ * choice (never the peer that just failed, ejection, panic), retries
+ * (attempts, the budget's token held and given back), what a call
+ * leaves in the shared tables, client limiters; no allocation per
+ * request. */
+#include "nres_test.h"
+#include "nres/gateway.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MS 1000000ull
+#define SEC 1000000000ull
+
+typedef struct {
+  nres_shm_t *scope, *peers;
+  nres_estimator_t est[8];
+  nres_gw_upstream_t *u;
+} fixture_t;
+
+static nres_gw_upstream_t *make(fixture_t *f, uint32_t npeers, uint32_t attempts,
+                                int choice) {
+  nres_shm_config_t sc;
+  nres_shm_config_init(&sc);
+  sc.slots = 8;
+  assert_int_equal(nres_shm_new(&sc, &f->scope), 0);
+  nres_shm_config_t pc;
+  nres_shm_config_init(&pc);
+  pc.slots = 8;
+  pc.flags = NRES_SHM_BREAKER;
+  pc.breaker.consecutive = 2;
+  assert_int_equal(nres_shm_new(&pc, &f->peers), 0);
+  static const char *names[] = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80" };
+  uint32_t slots[3];
+  for (uint32_t i = 0; i < npeers; i++) {
+    int idx = nres_shm_acquire(f->peers, names[i], strlen(names[i]), 1, NRES_TIME_NEVER, NULL);
+    assert_true(idx >= 0);
+    slots[i] = (uint32_t)idx;
+  }
+  for (int i = 0; i < 8; i++)
+    nres_estimator_init(&f->est[i], SEC);
+  nres_gw_config_t cfg = {
+    .name = "backend", .key = "backend", .scope = f->scope, .peers = f->peers,
+    .estimators = f->est, .peer_names = names, .peer_slots = slots, .npeers = npeers,
+    .attempts = attempts, .deadline = 10 * SEC, .attempt_timeout = 2 * SEC,
+    .hold = 60 * SEC, .choice = choice, .panic = 0.5, .budget = 1, .breaker = 1 };
+  f->u = nres_gw_upstream_new(&cfg);
+  assert_non_null(f->u);
+  return f->u;
+}
+
+static void unmake(fixture_t *f) {
+  nres_gw_upstream_free(f->u);
+  nres_shm_free(f->scope);
+  nres_shm_free(f->peers);
+}
+
+static void test_registry(void **state) {
+  (void)state;
+  fixture_t f, g;
+  make(&f, 2, 2, NRES_GW_P2C);
+  make(&g, 1, 1, NRES_GW_P2C);
+  nres_gw_register(f.u);
+  assert_ptr_equal(nres_gw_find("backend", 7), f.u);
+  assert_null(nres_gw_find("backen", 6));
+  nres_gw_register(g.u);   /* same name: replaces */
+  assert_ptr_equal(nres_gw_find("backend", 7), g.u);
+  nres_gw_registry_clear();
+  assert_null(nres_gw_find("backend", 7));
+  nres_gw_register(f.u);
+  unmake(&f);              /* freeing unregisters */
+  assert_null(nres_gw_find("backend", 7));
+  unmake(&g);
+  nres_gw_config_t bad = { .name = "" };
+  assert_null(nres_gw_upstream_new(&bad));
+  assert_null(nres_gw_upstream_new(NULL));
+}
+
+static void test_admission(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 2, 2, NRES_GW_P2C);
+  nres_gw_request_t r;
+  nres_time_t now = 100 * SEC;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  assert_int_equal(nres_gw_left_ms(&r, now), 10000);
+  assert_int_equal(nres_gw_admit(u, &r, now, 300), NRES_GW_ADMITTED);
+  assert_int_equal(nres_gw_left_ms(&r, now), 300);
+  assert_int_equal(nres_gw_admit(u, &r, now, 0.5), NRES_GW_DEADLINE);
+  assert_int_equal(nres_gw_admit(u, &r, now, -5), NRES_GW_ADMITTED);
+  assert_int_equal(nres_gw_admit(u, &r, now, INFINITY), NRES_GW_ADMITTED);
+  assert_int_equal(nres_gw_left_ms(&r, now), 10000);
+  nres_gw_request_end(u, &r, now, 200);
+  /* the upstream's breaker open: 503, counted as a circuit stop */
+  nres_breaker_isolate(&nres_shm_slot(f.scope, (uint32_t)u->sidx)->breaker);
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_CIRCUIT);
+  assert_int_equal(nres_shm_slot(f.scope, (uint32_t)u->sidx)->stops[NRES_STOP_CIRCUIT], 1);
+  unmake(&f);
+}
+
+/* A failed try, a retry elsewhere, a success: the peers' and the
+ * upstream's counters, the token spent; and no allocation on the way. */
+static void test_retry_elsewhere(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 3, 2, NRES_GW_P2C);
+  nres_time_t now = 100 * SEC;
+  test_count_allocations();
+  for (int k = 0; k < 10; k++) {
+    nres_gw_request_t r;
+    uint32_t permit;
+    int has;
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    int i = nres_gw_pick(u, now, -1, &permit, &has);
+    assert_int_equal(nres_gw_try_begin(u, &r, now, i, permit, has), 2000);
+    assert_int_equal(nres_gw_grant(u, &r, now, -1), 1);
+    assert_int_equal(nres_gw_try_end(u, &r, now + MS, 1, 0), i);
+    int j = nres_gw_pick(u, now + MS, i, &permit, &has);
+    assert_int_not_equal(j, i);
+    nres_gw_try_begin(u, &r, now + MS, j, permit, has);
+    assert_int_equal(nres_gw_grant(u, &r, now, -1), 0);   /* attempts: 2 */
+    nres_gw_try_end(u, &r, now + 2 * MS, 0, 0);
+    nres_gw_request_end(u, &r, now + 2 * MS, 200);
+    assert_int_equal(r.retries, 1);
+    now += 100 * MS;
+  }
+  assert_int_equal(atomic_load(&test_alloc_calls), 0);
+  nres_shm_slot_t *s = nres_shm_slot(f.scope, (uint32_t)u->sidx);
+  assert_int_equal(s->calls, 10);
+  assert_int_equal(s->retries, 10);
+  for (uint32_t i = 0; i < 3; i++)
+    assert_int_equal(u->peer[i].inflight, 0);
+  unmake(&f);
+}
+
+/* An unused token is given back; a refused class waits for its read. */
+static void test_budget(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 2, 3, NRES_GW_ROUND_ROBIN);
+  nres_time_t now = 100 * SEC;
+  nres_gw_request_t r;
+  uint32_t permit;
+  int has;
+  nres_gw_admit(u, &r, now, NAN);
+  nres_budget_t *b = &r.slot->budget;
+  int64_t full = atomic_load(&b->tokens);
+  int i = nres_gw_pick(u, now, -1, &permit, &has);
+  nres_gw_try_begin(u, &r, now, i, permit, has);
+  assert_int_equal(nres_gw_grant(u, &r, now, -1), 1);
+  assert_true(atomic_load(&b->tokens) < full);
+  nres_gw_try_end(u, &r, now, 0, 0);
+  nres_gw_request_end(u, &r, now, 200);
+  assert_true(atomic_load(&b->tokens) >= full - 1);   /* refunded (+ a deposit) */
+  /* under half a bucket the class is asked for; sheddable is refused */
+  atomic_store(&b->tokens, b->capacity / 4);
+  atomic_store(&b->refilled_at, now);
+  nres_gw_admit(u, &r, now, NAN);
+  i = nres_gw_pick(u, now, -1, &permit, &has);
+  nres_gw_try_begin(u, &r, now, i, permit, has);
+  assert_int_equal(nres_gw_grant(u, &r, now, -1), NRES_GW_NEED_CLASS);
+  assert_int_equal(nres_gw_grant(u, &r, now, NRES_CLASS_SHEDDABLE), 0);
+  assert_true(r.budget_refused);
+  nres_gw_try_end(u, &r, now, 1, 0);
+  nres_gw_request_end(u, &r, now, 502);
+  assert_int_equal(nres_shm_slot(f.scope, (uint32_t)r.idx)->stops[NRES_STOP_BUDGET], 1);
+  unmake(&f);
+}
+
+/* Two failures eject a peer (consecutive = 2); with one of two peers
+ * ejected the pool is in panic (0.5) and both are eligible again; with
+ * three peers and one ejected, it gets nothing. */
+static void test_ejection_and_panic(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 3, 1, NRES_GW_P2C);
+  nres_time_t now = 100 * SEC;
+  nres_breaker_isolate(u->peer[1].breaker);
+  now += SEC;
+  int counts[3] = { 0 };
+  for (int k = 0; k < 300; k++) {
+    nres_gw_request_t r;
+    uint32_t permit;
+    int has;
+    nres_gw_admit(u, &r, now, NAN);
+    int i = nres_gw_pick(u, now, -1, &permit, &has);
+    counts[i]++;
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    nres_gw_try_end(u, &r, now + MS, 0, 0);
+    nres_gw_request_end(u, &r, now + MS, 200);
+  }
+  assert_int_equal(counts[1], 0);
+  assert_true(counts[0] > 50 && counts[2] > 50);
+  nres_breaker_isolate(u->peer[0].breaker);   /* 1 of 3 closed: panic */
+  now += SEC;
+  uint32_t permit;
+  int has;
+  counts[0] = counts[1] = counts[2] = 0;
+  for (int k = 0; k < 300; k++)
+    counts[nres_gw_pick(u, now, -1, &permit, &has)]++;
+  assert_true(u->panicking);
+  assert_int_equal(has, 0);
+  assert_true(counts[0] > 0 && counts[1] > 0 && counts[2] > 0);
+  unmake(&f);
+}
+
+/* A client limiter: one admission a second per key (burst 1), an empty
+ * key unlimited, a full table admitting; found by name until cleared. */
+static void test_limiter(void **state) {
+  (void)state;
+  nres_shm_config_t cfg;
+  nres_shm_config_init(&cfg);
+  cfg.slots = 8;
+  cfg.flags = NRES_SHM_RATELIMIT;
+  cfg.rate = 1;
+  cfg.burst = 1;
+  nres_shm_t *t;
+  assert_int_equal(nres_shm_new(&cfg, &t), 0);
+  nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
+  assert_non_null(l);
+  nres_gw_limiter_register(l);
+  assert_ptr_equal(nres_gw_limiter_find("clients", 7), l);
+  nres_time_t now = 100 * SEC, wait = 0;
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 0);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 1);
+  assert_true(wait > 0 && wait <= SEC);
+  assert_int_equal(nres_gw_limit(l, "b", 1, now, &wait), 0);   /* another key */
+  assert_int_equal(nres_gw_limit(l, "", 0, now, &wait), 0);    /* no key */
+  assert_int_equal(nres_gw_limit(l, "a", 1, now + SEC, &wait), 0);
+  /* a full table (8 keys leased) admits and counts the overflow */
+  char key[8];
+  for (int i = 0; i < 16; i++) {
+    snprintf(key, sizeof key, "k%d", i);
+    nres_gw_limit(l, key, strlen(key), now, &wait);
+  }
+  assert_true(l->overflow > 0);
+  nres_gw_registry_clear();
+  assert_null(nres_gw_limiter_find("clients", 7));
+  nres_gw_limiter_register(l);
+  nres_gw_limiter_free(l);   /* unregisters */
+  assert_null(nres_gw_limiter_find("clients", 7));
+  nres_shm_config_t plain;
+  nres_shm_config_init(&plain);
+  plain.slots = 8;
+  plain.flags = NRES_SHM_BUDGET;
+  nres_shm_t *u;
+  assert_int_equal(nres_shm_new(&plain, &u), 0);
+  assert_null(nres_gw_limiter_new("x", u, SEC));   /* no rate limit in it */
+  nres_shm_free(u);
+  nres_shm_free(t);
+}
+
+static void test_class(void **state) {
+  (void)state;
+  assert_int_equal(nres_gw_class("critical", 8), NRES_CLASS_CRITICAL);
+  assert_int_equal(nres_gw_class("CRITICAL_PLUS", 13), NRES_CLASS_CRITICAL);
+  assert_int_equal(nres_gw_class("Sheddable", 9), NRES_CLASS_SHEDDABLE);
+  assert_int_equal(nres_gw_class("sheddable_plus", 14), NRES_CLASS_SHEDDABLE);
+  assert_int_equal(nres_gw_class("default", 7), NRES_CLASS_DEFAULT);
+  assert_int_equal(nres_gw_class("sheddable", 8), NRES_CLASS_DEFAULT);   /* "sheddabl" */
+  assert_int_equal(nres_gw_class("bulk", 4), NRES_CLASS_DEFAULT);
+  assert_int_equal(nres_gw_class(NULL, 0), NRES_CLASS_DEFAULT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_registry),
+    cmocka_unit_test(test_admission),
+    cmocka_unit_test(test_retry_elsewhere),
+    cmocka_unit_test(test_budget),
+    cmocka_unit_test(test_ejection_and_panic),
+    cmocka_unit_test(test_limiter),
+    cmocka_unit_test(test_class),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

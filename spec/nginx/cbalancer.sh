@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# spec/nginx/cbalancer.sh LIBNRES MODULE - balancer mode through the nginx
+# module (ngx_http_nres_module.so: nres_balancer, nres_admit,
+# $nres_deadline_ms; no Lua phase per request), what spec/nginx/balancer.sh
+# checks for the Lua balancer, in about 25 s:
+#   0. hostile configurations: nres_balancer naming no gw.upstream, or
+#      nres_admit naming no gw.limiter, fails the start with the name, file
+#      and line; a limiter without a key, nres_balancer outside an upstream
+#      block, nres_admit without a name: nginx -t fails naming it;
+#   1. healthy (three peers, spec/nginx/cbalancer.conf.in, 2 workers):
+#      every answer 200, every peer used, X-Deadline-Ms on every upstream
+#      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
+#      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
+#      upstream; nres_admit's client limiter answers 429 + Retry-After; a location
+#      without nres_admit still balances; an internal redirect to a location
+#      that proxies keeps the first admission (its X-Deadline-Ms, one
+#      call); /nres/status counts C-mode calls;
+#   2. one peer down: every request still succeeds (a retry never goes back
+#      to the peer that failed), its failures in the shared table, then it
+#      gets almost nothing (ejected or avoided);
+#   3. reload during an outage: every peer down, the upstream's breaker
+#      opens (503 "circuit open" from nres_admit); after `nginx -s reload`
+#      new workers still refuse and the dead upstream gets no request;
+#   4. criticality: with the budget below half a sheddable request gets no
+#      retry while a default one does;
+#   5. nginx's own 502/504 carry X-Nres-Reason (error_page), each call
+#      counted once (the pool's cleanup ends it, error_page or not);
+#   6. error.log has no [error], [crit], [alert] or [emerg] line.
+# Skipped (exit 0) when nginx, its Lua module or the module is missing.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=spec/nginx/lib.sh
+. "$here/lib.sh"
+module=${2:-}
+if [ -z "$module" ] || [ ! -f "$module" ]; then
+  echo "skipped: no ngx_http_nres_module.so (got '${module}'; needs nginx-dev to build)"
+  exit 0
+fi
+module=$(cd "$(dirname "$module")" && pwd)/$(basename "$module")
+nres_spec_begin cbalancer "${1:-${NRES_LIB:-}}"   # sets $work
+
+mapfile -t ports < <(nres_free_ports 4)
+p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
+gw="http://127.0.0.1:$gw_port"
+
+nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
+  PREFIX="$work/up" PORT="$p1" SPEC="$here" EXTRA_LISTEN="
+    listen 127.0.0.1:$p2 reuseport;
+    listen 127.0.0.1:$p3 reuseport;"
+policy='{ base = "gateway", breaker = { break_for = 4, break_max = 4 } }'
+render_gw() {   # OUT [POLICY [PEERS]]
+  nres_render "$here/cbalancer.conf.in" "$1" \
+    PREFIX="$work/gw" PORT="$gw_port" LUA="$repo/lua/?.lua" MODULE="$module" \
+    POLICY="${2:-$policy}" CHOICE=p2c \
+    PEERS="${3:-{ \"127.0.0.1:$p1\", \"127.0.0.1:$p2\", \"127.0.0.1:$p3\" \}}"
+}
+
+# ------------------------------------------------- 0. hostile configurations
+render_gw "$work/gw/nginx.conf"
+# the named upstream must be a gw.upstream with peers: checked at start
+# (nginx -t runs no init_by_lua), the error names it, the file and line
+mkdir -p "$work/gw/regions" "$work/gw/tmp"
+sed 's/nres_balancer;/nres_balancer nosuch;/' "$work/gw/nginx.conf" >"$work/gw/bad1.conf"
+out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad.log" \
+      -c "$work/gw/bad1.conf" 2>&1) && fail "an unknown upstream name started: $out"
+printf '%s' "$out" | grep -q 'nres_balancer "nosuch": expected an upstream declared with peers in init_by_lua.*bad1.conf:[0-9]' ||
+  fail "unknown upstream name: unclear error: $out"
+sed 's/limiter=tight/limiter=nosuch/' "$work/gw/nginx.conf" >"$work/gw/bad5.conf"
+out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad.log" \
+      -c "$work/gw/bad5.conf" 2>&1) && fail "an unknown limiter name started: $out"
+printf '%s' "$out" | grep -q 'nres_admit limiter=nosuch: expected a limiter declared in init_by_lua.*bad5.conf:[0-9]' ||
+  fail "unknown limiter name: unclear error: $out"
+sed 's/ "key=one client"//' "$work/gw/nginx.conf" >"$work/gw/bad6.conf"
+out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad6.conf" 2>&1) &&
+  fail "nres_admit with a limiter and no key passed nginx -t"
+printf '%s' "$out" | grep -q 'nres_admit: expected limiter=NAME and key=VALUE together.*got a limiter without a key' ||
+  fail "a limiter without a key: unclear error: $out"
+sed 's/^      nres_admit backend;   #.*/      nres_balancer;/' "$work/gw/nginx.conf" >"$work/gw/bad3.conf"
+out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad3.conf" 2>&1) &&
+  fail "nres_balancer in a location passed nginx -t"
+printf '%s' "$out" | grep -q '"nres_balancer" directive is not allowed here' ||
+  fail "nres_balancer in a location: unclear error: $out"
+sed 's/^      nres_admit backend;   #.*/      nres_admit;/' "$work/gw/nginx.conf" >"$work/gw/bad4.conf"
+out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad4.conf" 2>&1) &&
+  fail "nres_admit without a name passed nginx -t"
+printf '%s' "$out" | grep -q 'invalid number of arguments in "nres_admit" directive' ||
+  fail "nres_admit without a name: unclear error: $out"
+pass "hostile configurations: unknown upstream or limiter (at start, with file:line), a limiter without a key, directive place and arguments"
+
+nres_nginx_start "$work/up" "$work/up/nginx.conf"
+nres_nginx_start "$work/gw" "$work/gw/nginx.conf"
+gw_master=$(cat "$work/gw/nginx.pid")
+nres_wait_http "http://127.0.0.1:$p1/admin"
+nres_wait_http "$gw/nres/status"
+
+admin() { curl -sf "http://127.0.0.1:$1/admin?$2"; }
+admin_all() { for p in "$p1" "$p2" "$p3"; do admin "$p" "$1" >/dev/null; done; }
+json() { luajit "$here/json.lua" "$1"; }
+ups() { admin "$1" "" | json "j.requests"; }
+ups_all() { echo $(( $(ups "$p1") + $(ups "$p2") + $(ups "$p3") )); }
+load() {
+  curl -s --no-progress-meter --parallel --parallel-max "$2" -H "Connection: close" \
+    -o /dev/null -w '%{http_code}\n' "$gw$3?i=[1-$1]" 2>/dev/null |
+    sort | uniq -c | awk '{print $2, $1}'
+}
+count() { printf '%s\n' "$1" | awk -v c="$2" '$1 == c {n += $2} END {print n + 0}'; }
+status() { curl -sf -H "Connection: close" "$gw/nres/status"; }
+peer_field() {   # JSON PORT FIELD
+  printf '%s' "$1" | json "(function() for _, p in ipairs(j.upstreams.backend.peers) do
+    if p.peer == '127.0.0.1:$2' then return p.$3 end end end)()"
+}
+up_field() { printf '%s' "$1" | json "key('upstreams', 'backend').$2"; }
+
+# ------------------------------------------------------------ 1. healthy
+admin_all "mode=healthy&reset=1"
+c0=$(up_field "$(status)" calls)
+r=$(load 300 8 /healthy)
+[ "$(count "$r" 200)" = 300 ] || fail "healthy: expected 300 x 200, got: $r"
+for p in "$p1" "$p2" "$p3"; do
+  n=$(ups "$p"); [ "$n" -gt 0 ] || fail "healthy: peer $p got no request"
+  d=$(admin "$p" "" | json "j.with_deadline")
+  [ "$d" = "$n" ] || fail "healthy: X-Deadline-Ms on $d of $n requests to peer $p"
+done
+[ "$(ups_all)" = 300 ] || fail "healthy: the peers saw $(ups_all) requests for 300"
+c1=$(up_field "$(status)" calls)
+[ $((c1 - c0)) = 300 ] || fail "/nres/status counted $((c1 - c0)) calls for 300 C-mode requests"
+tries=0
+for p in "$p1" "$p2" "$p3"; do tries=$((tries + $(peer_field "$(status)" "$p" tries))); done
+[ "$tries" -ge 300 ] || fail "/nres/status counted $tries peer tries for 300 requests"
+h=$(curl -s -w '%{http_code} %header{x-nres-reason} %{num_connects}\n' -H "X-Deadline-Ms: 0" \
+  -o /dev/null "$gw/d0" -o /dev/null "$gw/d0" | paste -sd' ')
+[ "$h" = "504 deadline exceeded 1 504 deadline exceeded 0" ] ||
+  fail "two X-Deadline-Ms: 0 on one connection: '$h', expected 504s on one connection"
+admin_all "reset=1"
+for bad in abc -5 1e400 "" nan inf -inf "5, 100" 9007199254740993; do
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: $bad" "$gw/bad")
+  [ "$c" = 200 ] || fail "X-Deadline-Ms: '$bad' gave $c, expected it ignored (200)"
+done
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 0.5" "$gw/bad")
+[ "$c" = 504 ] || fail "X-Deadline-Ms: 0.5 (under 1 ms) gave $c, expected 504"
+admin_all "reset=1"
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 300" "$gw/short")
+[ "$c" = 200 ] || fail "X-Deadline-Ms: 300 gave $c"
+dmax=0
+for p in "$p1" "$p2" "$p3"; do
+  d=$(admin "$p" "" | json "j.deadline_max or 0")
+  dmax=$(awk -v a="$dmax" -v b="$d" 'BEGIN {print (b > a) ? b : a}')
+done
+awk -v d="$dmax" 'BEGIN {exit !(d > 0 && d <= 300)}' ||
+  fail "X-Deadline-Ms: 300 reached the upstream as $dmax"
+r=$(curl -s -w '%{http_code} %header{retry-after} [%header{x-nres-reason}]\n' \
+  -o /dev/null "$gw/limited" -o /dev/null "$gw/limited" -o /dev/null "$gw/limited" \
+  -o /dev/null "$gw/limited")
+printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
+printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
+c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
+[ "$c" = 200 ] || fail "a location without nres_admit gave $c"
+# an internal redirect keeps the admission: X-Deadline-Ms from it, one call
+admin_all "reset=1"
+r0=$(up_field "$(status)" calls)
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "Connection: close" -H "X-Deadline-Ms: 250" "$gw/redirected")
+d=0
+for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+[ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
+  fail "a redirected request: $c, the upstream saw X-Deadline-Ms $d (expected 1..250)"
+for _ in $(seq 1 40); do r1=$(up_field "$(status)" calls); [ "$r1" -gt "$r0" ] && break; sleep 0.05; done
+[ $((r1 - r0)) = 1 ] || fail "a redirected request counted $((r1 - r0)) calls"
+pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission"
+
+# ------------------------------------------------------- 2. one peer down
+admin "$p1" "mode=healthy&delay=5&reset=1" >/dev/null
+admin "$p3" "mode=healthy&delay=5&reset=1" >/dev/null
+admin "$p2" "mode=healthy&reset=1" >/dev/null
+load 100 8 /prefer >/dev/null
+admin "$p2" "mode=down&reset=1" >/dev/null
+r=$(load 300 8 /down1)
+[ "$(count "$r" 200)" = 300 ] || fail "one peer down: expected 300 x 200, got: $r"
+s=$(status)
+st=$(peer_field "$s" "$p2" state)
+fails=$(peer_field "$s" "$p2" failures)
+[ "$fails" -ge 1 ] || fail "the dead peer shows no failure: $s"
+[ "$(ups "$p2")" -ge 1 ] || fail "the dead peer got no request, so no retry was tested"
+before=$(ups "$p2")
+r=$(load 600 8 /down2)
+[ "$(count "$r" 200)" = 600 ] || fail "one peer down, after ejection: $r"
+after=$(( $(ups "$p2") - before ))
+[ "$after" -le 6 ] || fail "the ejected peer got $after of 600 requests (probes only expected)"
+pass "one peer down: 900/900 ok; dead peer $st with $fails failures; $after of the next 600 requests reached it"
+
+# ------------------------------------------- 3. reload during an outage
+admin_all "mode=down&reset=1"
+opened=""
+for _ in $(seq 1 40); do
+  load 20 4 /outage >/dev/null
+  [ "$(up_field "$(status)" breaker)" = open ] && { opened=1; break; }
+done
+[ -n "$opened" ] || fail "the upstream's breaker did not open with every peer down: $(status)"
+h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' "$gw/refused")
+[ "$h" = "503 circuit open" ] || fail "a refused request answered '$h', expected 503 circuit open"
+old_pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
+u0=$(ups_all)
+kill -HUP "$gw_master"
+new=""
+for _ in $(seq 1 100); do
+  pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
+  fresh=0
+  for p in $pids; do case " $old_pids " in *" $p "*) ;; *) fresh=$((fresh + 1)) ;; esac; done
+  [ "$fresh" -ge 2 ] && { new=1; break; }
+  sleep 0.05
+done
+[ -n "$new" ] || fail "no new workers after the reload (old: $old_pids, now: $pids)"
+sleep 0.3   # the old workers finish their connections
+r=$(load 200 8 /during)
+[ "$(count "$r" 503)" = 200 ] || fail "during the outage after reload: $r (expected 200 x 503)"
+u1=$(ups_all)
+[ "$u1" = "$u0" ] || fail "the dead upstream got $((u1 - u0)) requests across the reload"
+pass "reload in an outage: the new workers' nres_admit refused 200 of 200 (breaker kept open), 0 upstream requests"
+
+# --------------- 4. criticality: sheddable retries only from the upper half
+admin_all "mode=healthy&reset=1"
+sleep 4.2   # the upstream's breaker (break_for 4) lets probes in again
+for _ in $(seq 1 50); do
+  load 10 2 /recover >/dev/null
+  [ "$(up_field "$(status)" breaker)" = closed ] && break
+  sleep 0.2
+done
+[ "$(up_field "$(status)" breaker)" = closed ] || fail "the upstream's breaker did not close: $(status)"
+admin_all "mode=every&n=2&reset=1"
+level() { status | json "key('upstreams', 'backend').budget"; }
+below_half() {
+  lvl=$(level)
+  for _ in $(seq 1 30); do
+    awk -v b="$lvl" 'BEGIN {exit !(b < 12)}' && break
+    load 10 2 /drain >/dev/null
+    lvl=$(level)
+  done
+  awk -v b="$lvl" 'BEGIN {exit !(b < 12 && b >= 1)}' || fail "could not bring the budget between 1 and 12 tokens (at $lvl)"
+}
+shed_fail=0
+for i in $(seq 1 10); do
+  below_half
+  u0=$(ups_all)
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "Connection: close" -H "X-Criticality: sheddable" "$gw/shed$i")
+  [ "$c" = 200 ] || shed_fail=$((shed_fail + 1))
+  u1=$(ups_all)
+  [ $((u1 - u0)) = 1 ] || fail "a sheddable request at a budget of $lvl tokens sent $((u1 - u0)) upstream requests (a retry?)"
+done
+below_half
+u2=$(ups_all)
+for i in $(seq 1 10); do curl -s -o /dev/null -H "Connection: close" "$gw/def$i"; done
+u3=$(ups_all)
+[ $((u3 - u2)) -gt 10 ] || fail "default requests below half a budget got no retry ($((u3 - u2)) upstream requests for 10)"
+pass "criticality: 10 sheddable requests below half a budget went upstream once each ($shed_fail failed); 10 default ones retried ($((u3 - u2)) upstream requests)"
+admin_all "mode=healthy&reset=1"
+
+# ------------------------- 5. X-Nres-Reason on nginx's own 502 / 504
+mapfile -t ports < <(nres_free_ports 2)
+p4=${ports[0]}; gw2_port=${ports[1]}
+mkdir -p "$work/up2" "$work/gw2" && chmod 777 "$work/up2" "$work/gw2"
+cat >"$work/up2/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/up2/nginx.pid;
+error_log $work/up2/error.log warn;
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+events { worker_connections 64; }
+http {
+  access_log off;
+  server {
+    listen 127.0.0.1:$p4;
+    location /own502 { return 502; }
+    location /own504 { return 504; }
+    location /close { return 444; }
+    location /slow { content_by_lua_block { ngx.sleep(2) ngx.say("late") } }
+  }
+}
+CONF
+nres_render "$here/cbalancer.conf.in" "$work/gw2/nginx.conf" \
+  PREFIX="$work/gw2" PORT="$gw2_port" LUA="$repo/lua/?.lua" MODULE="$module" \
+  POLICY='{ base = "gateway", attempt_timeout = 0.2, breaker = { min_calls = 1000 } }' CHOICE=p2c \
+  PEERS="{ \"127.0.0.1:$p4\" }"
+nres_nginx_start "$work/up2" "$work/up2/nginx.conf"
+nres_nginx_start "$work/gw2" "$work/gw2/nginx.conf"
+up2_master=$(cat "$work/up2/nginx.pid")
+gw2_master=$(cat "$work/gw2/nginx.pid")
+nres_wait_http "http://127.0.0.1:$gw2_port/nres/status"
+reason() {
+  local p=$1; shift
+  curl -s -D "$work/gw2/h" -o /dev/null -w '%{http_code} [%header{x-nres-reason}]' "$@" \
+    "http://127.0.0.1:$gw2_port$p"
+  [ "$(grep -ci '^x-nres-reason:' "$work/gw2/h")" -le 1 ] || fail "$p: X-Nres-Reason twice: $(cat "$work/gw2/h")"
+}
+calls() {
+  curl -sf "http://127.0.0.1:$gw2_port/nres/status" | json "key('upstreams', 'backend').calls or 0"
+}
+counted_once() {
+  local c
+  for _ in $(seq 1 100); do c=$(calls); [ "$c" -gt "$2" ] && break; sleep 0.05; done
+  [ "$c" = $(($2 + 1)) ] || fail "$1: counted $((c - $2)) calls for one request"
+}
+declare -A want=([/own502]="502 []" [/own504]="504 []" [/close]="502 [upstream failed]"
+  [/slow]="504 [upstream timeout]" [/ok]="404 []")
+got=""
+for p in /own502 /own504 /close /slow /ok; do
+  c0=$(calls)
+  h=$(reason "$p")
+  [ "$h" = "${want[$p]}" ] || fail "$p answered '$h', expected '${want[$p]}'"
+  counted_once "$p" "$c0"
+  got="$got $p: $h;"
+done
+nres_stop_pid "$up2_master"
+c0=$(calls)
+h=$(reason /refused)
+counted_once /refused "$c0"
+[ "$h" = "502 [upstream failed]" ] || fail "a refused connect answered '$h', expected '502 [upstream failed]'"
+nres_stop_pid "$gw2_master"
+pass "X-Nres-Reason, each request counted once:$got /refused: $h"
+
+# ------------------------------------------------------------ 6. logs
+nres_nginx_stop_all
+if grep -E "\[(error|crit|alert|emerg)\]" "$work/gw/error.log"; then
+  fail "error.log has the lines above"
+fi
+pass "error.log clean"
+failed=0
+echo "nginx C balancer: all checks passed"

@@ -235,12 +235,15 @@ local function target(name, value, ok)
   print(format("| %s | %s | %s |", name, value, ok == nil and "no figure" or (ok and "yes" or "NO")))
 end
 local b = "nres-balancer"
-local h, hp = stats(b, "healthy"), stats("nginx-plain", "healthy")
-if h and hp then
-  local ratio = (vs_plain(b, "healthy", h, hp))
-  target("healthy, one upstream: >= 0.95x plain proxy_pass",
-         format("%.2fx (median of run-by-run ratios; medians %.0f vs %.0f req/s)", ratio,
-                h.rps, hp.rps), ratio >= 0.95)
+local hp = stats("nginx-plain", "healthy")
+for _, arm in ipairs({ { b, "" }, { "nres-module", " (nginx module)" } }) do
+  local h = stats(arm[1], "healthy")
+  if h and hp then
+    local ratio = (vs_plain(arm[1], "healthy", h, hp))
+    target("healthy, one upstream: >= 0.95x plain proxy_pass" .. arm[2],
+           format("%.2fx (median of run-by-run ratios; medians %.0f vs %.0f req/s)", ratio,
+                  h.rps, hp.rps), ratio >= 0.95)
+  end
 end
 local s = stats(b, "pool-every2")
 if s then

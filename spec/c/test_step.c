@@ -193,6 +193,52 @@ static void sync_steps_answer_misuse_as_the_general_steps_do(void **state) {
   same_call(&cg, &cs);
 }
 
+/* A report of a slot other than 0 (a hedge: the sync steps' fast path
+ * has slot 0 only) answers as the general steps do, and so does the
+ * loser's late report in slot 0 after it. */
+static void sync_steps_answer_a_hedge_in_slot_1_as_the_general_steps_do(
+    void **state) {
+  nres_policy_t pg, ps;
+  nres_call_t cg, cs;
+  nres_counters_t cgc, csc;
+  nres_step_t st;
+  double at;
+  int act;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&pg, NRES_PRESET_TRIVIAL), 0);
+  assert_int_equal(nres_policy_init(&ps, NRES_PRESET_TRIVIAL), 0);
+  pg.hedge.max = ps.hedge.max = 2;
+  pg.hedge.delay = ps.hedge.delay = 50 * MS;
+  assert_int_equal(nres_policy_build(&pg), 0);
+  assert_int_equal(nres_policy_build(&ps), 0);
+  nres_step_begin_class(&cg, &pg, (double) T0, -1, NRES_CLASS_DEFAULT, &st);
+  act = nres_step_sync_begin(&cs, &ps, (double) T0, NRES_CLASS_DEFAULT, &at);
+  same_action(&st, act, at, "begin");
+  nres_step_resume(&cg, (double) (T0 + 50 * MS), &st);
+  act = nres_step_sync_resume(&cs, (double) (T0 + 50 * MS), &at);
+  same_action(&st, act, at, "hedge");
+  assert_int_equal(st.kind, NRES_ATTEMPT);
+  assert_int_equal(st.slot, 1);
+  nres_step_report(&cg, 1, (double) (T0 + 60 * MS), NRES_OK, 0, -1, &st);
+  act = nres_step_sync_report(&cs, 1, (double) (T0 + 60 * MS), NRES_OK, 0, -1,
+                              &at);
+  same_action(&st, act, at, "the hedge's report");
+  assert_int_equal(st.kind, NRES_DONE);
+  assert_int_equal(st.stop, NRES_STOP_OK);
+  nres_step_report(&cg, 0, (double) (T0 + 70 * MS), NRES_TRANSIENT, 0, -1, &st);
+  act = nres_step_sync_report(&cs, 0, (double) (T0 + 70 * MS), NRES_TRANSIENT,
+                              0, -1, &at);
+  same_action(&st, act, at, "the loser's late report");
+  same_call(&cg, &cs);
+  nres_policy_counters(&pg, &cgc);
+  nres_policy_counters(&ps, &csc);
+  assert_int_equal(cgc.late, 1);
+  assert_int_equal(csc.late, 1);
+  assert_int_equal(cgc.hedges, 1);
+  assert_int_equal(csc.hedges, 1);
+}
+
 /* A kind out of range is a junk verdict whatever its low byte: kind 256
  * is not OK, kind 257 not TRANSIENT (the verdict keeps the kind in a
  * byte). Both steps leave the attempt in flight, as for kind 9. */
@@ -306,6 +352,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(sync_steps_answer_what_the_general_steps_answer),
     cmocka_unit_test(sync_steps_answer_misuse_as_the_general_steps_do),
+    cmocka_unit_test(sync_steps_answer_a_hedge_in_slot_1_as_the_general_steps_do),
     cmocka_unit_test(steps_refuse_a_kind_out_of_range_whatever_its_low_byte),
     cmocka_unit_test(steps_keep_only_the_callers_flags),
     cmocka_unit_test(sync_steps_read_the_runtime_clock_when_now_is_negative),

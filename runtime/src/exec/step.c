@@ -17,8 +17,8 @@
  * into them, as into the C sync driver (with LTO); and they answer in
  * registers - kind, slot, hedge and stop packed in the int returned, the
  * time in *at - instead of unpacking the action into an nres_step_t. A
- * class other than default, a passthrough policy, a late report or misuse
- * takes the general path, so they answer what nres_step_begin_class and
+ * class other than default, a passthrough policy, a late report, a report
+ * of a slot other than 0 or misuse takes the general path, so they answer what nres_step_begin_class and
  * nres_step_report answer.
  */
 #include <time.h>
@@ -142,9 +142,11 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
     v.retry_after = from_ns(retry_after);
   }
   /* Late or foreign slots, kinds out of range and a passthrough's record
-   * are nres_call_report's to answer. */
-  if (__builtin_expect(slot >= NRES_MAX_INFLIGHT ||
-                       !(call->inflight & (1u << slot)) ||
+   * are nres_call_report's to answer. So is an attempt in any slot but 0,
+   * which a driver running one attempt at a time never has (the machine
+   * starts an attempt in the lowest free slot, as in exec/run.c): slot 0
+   * a constant, the report's slot arithmetic folds. */
+  if (__builtin_expect(slot != 0 || !(call->inflight & 1u) ||
                        (unsigned) kind >= NRES_VERDICT_COUNT ||
                        (call->policy->private_flags & NRES__F_PASSTHROUGH),
                        0))
@@ -152,11 +154,9 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
   /* One copy of the report for a policy that records outcomes, one for a
    * policy that does not (as the sync driver's loops, exec/run.c). */
   if (call->policy->private_flags & NRES__F_RECORDS)
-    return packed(nres__call_report(call, slot, call->slot[slot].number, t,
-                                    &v, 1),
+    return packed(nres__call_report(call, 0, call->slot[0].number, t, &v, 1),
                   at);
-  return packed(nres__call_report(call, slot, call->slot[slot].number, t, &v,
-                                  0),
+  return packed(nres__call_report(call, 0, call->slot[0].number, t, &v, 0),
                 at);
 }
 

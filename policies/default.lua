@@ -54,6 +54,8 @@ return {
     window = 0.3,
     -- 8 buckets of 37.5 ms, as the breaker's window slides.
     buckets = 8,
+    -- A plain error back in < 0.25 x the p50 of successes is a refusal that does not say so (overload-mute).
+    fast_failure = 0.1,
   },
   -- No rate limit: a client-side limit cannot know the dependency's capacity.
   limiter = false,

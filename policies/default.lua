@@ -6,7 +6,8 @@
 -- 429 or an "overloaded" that says so, is the dependency answering: it
 -- never trips it) and a client-side throttle that refuses locally what an
 -- overloaded dependency would refuse (the SRE book's adaptive throttling;
--- only throttled answers count against it; a call it refuses waits the
+-- throttled answers, and plain errors back far faster than its successes,
+-- count against it; a call it refuses waits the
 -- throttled backoff and asks again while it has tries left). The values are held to
 -- bench/tournament.lua (ten scenarios, ten seeds; the table is
 -- bench/results/tournament-2026-12-01.md): never more than 0.5 points of

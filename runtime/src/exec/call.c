@@ -754,10 +754,19 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
       EMIT(p, call, NRES_EV_BREAKER, entered, call->slot[slot].number, now,
            0);
   }
-  if (p->throttle != NULL && !self)   /* only an overload refusal is no accept */
-    nres__throttle_record(p->throttle, k, now,
-                          kind != NRES_THROTTLED &&
-                              !fast_failure(p, now, kind, latency));
+  if (p->throttle != NULL && !self) {   /* only an overload refusal is no accept */
+    int shed = fast_failure(p, now, kind, latency);
+    nres__throttle_record(p->throttle, k, now, kind != NRES_THROTTLED && !shed);
+    if (shed) {
+      /* Its retry waits the throttled backoff, as after a refusal that
+       * says so. report()'s verdict is its callers' own copy (a by-value
+       * argument, run.c's and step.c's locals), read after this only by
+       * the retry's backoff; call->last, copied before, keeps the answer
+       * as it came. Here, so that the usual failure's way pays nothing. */
+      ((nres_verdict_t *) v)->kind = NRES_THROTTLED;
+      call->throttled = 1;   /* asked to slow down: no hedges */
+    }
+  }
   if (kind == NRES_OK && p->estimator != NULL)
     nres__estimator_record_in(p->estimator, k, now, latency);
   if (p->private_flags & NRES__F_HEDGE) {
@@ -798,17 +807,6 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot,
     return;
   }
   record_any(call, slot, now, v);
-}
-
-/* A refusal that did not say so: its retry waits as after a throttled
- * answer (the throttled backoff), not the usual one. */
-static NRES__COLD nres_action_t shed_retry(nres_call_t *call, nres_time_t now,
-                                           const nres_verdict_t *v) {
-  nres_verdict_t shed = *v;
-
-  shed.kind = NRES_THROTTLED;
-  call->throttled = 1;   /* asked to slow down: no hedges */
-  return retry(call, now, &shed);
 }
 
 /* An attempt's outcome, checked already: record it, then decide. number
@@ -861,9 +859,6 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
       call->resume_at = next_hedge(call, now);
     return wait_until(call, NRES__PHASE_RUNNING, call->resume_at);
   }
-  if (kind == NRES_TRANSIENT && p->throttle != NULL &&
-      fast_failure(p, now, kind, nres_time_sub(now, call->slot[slot].start)))
-    return shed_retry(call, now, v);
   return retry(call, now, v);
 }
 

@@ -6,7 +6,8 @@
 -- 429 or an "overloaded" that says so, is the dependency answering: it
 -- never trips it) and a client-side throttle that refuses locally what an
 -- overloaded dependency would refuse (the SRE book's adaptive throttling;
--- only throttled answers count against it; a call it refuses waits the
+-- throttled answers, and plain errors back far faster than its successes,
+-- count against it; a call it refuses waits the
 -- throttled backoff and asks again while it has tries left). The values are held to
 -- bench/tournament.lua (ten scenarios, ten seeds; the table is
 -- bench/results/tournament-2026-12-01.md): never more than 0.5 points of
@@ -54,6 +55,8 @@ return {
     window = 0.3,
     -- 8 buckets of 37.5 ms, as the breaker's window slides.
     buckets = 8,
+    -- A plain error back in < 0.25 x the p50 of successes is a refusal that does not say so (overload-mute).
+    fast_failure = 0.1,
   },
   -- No rate limit: a client-side limit cannot know the dependency's capacity.
   limiter = false,

@@ -48,7 +48,7 @@ typedef struct nres_breaker_s {
 } nres_breaker_t;
 
 typedef struct nres_throttle_s {
-  double k; nres_time_t refresh; uint64_t next, odds, refused, due, refused_at, reserved_[1];
+  double k; nres_time_t refresh; uint64_t next, odds, refused, due, refused_at; double fast_failure;
   nres_window_t window;
 } nres_throttle_t;
 
@@ -98,7 +98,7 @@ typedef struct nres_policy_s {
            nres_throttle_t throttle; } own;
   uint32_t private_flags, private_magic, draining;
   uint64_t sequence, quantile_next, quantile_samples, quantile_ceiling, quantile_slow,
-           quantile_hedge;
+           quantile_hedge, quantile_fast;
   uint64_t n_verdicts[5], n_stops[11], n_rejects[6];
   uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
   uint64_t n_hedges_won, n_class_rejects[3];

@@ -195,6 +195,7 @@ local function build(t)
       or (type(h) == "table" and type(h.at) == "string")
       or (type(br) == "table" and br.slow_ratio and not br.slow_call)
       or type(t.latency) == "table"
+      or (type(t.throttle) == "table" and (t.throttle.fast_failure or 0) > 0)
   if wants_latency and t.latency ~= false then
     if type(t.latency) == "table" and t.latency.period then
       C.nres_estimator_init(cp.own.estimator, ns(t.latency.period))
@@ -245,6 +246,7 @@ local function build(t)
   if type(th) == "table" then
     local rc = C.nres_throttle_init(cp.own.throttle, th.k or 1.1, ns(th.window or 2), th.buckets or 8)
     if rc ~= 0 then return nil, "throttle: " .. ffi_string(C.nres_strerror(rc)) end
+    cp.own.throttle.fast_failure = th.fast_failure or 0
     cp.throttle = cp.own.throttle
   end
 

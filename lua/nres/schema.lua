@@ -202,6 +202,7 @@ _M.policy = {
     k = number(1, false, 1000, false, "a finite number from 1 to 1000"),
     window = positive_duration,
     buckets = integer(1, 16),
+    fast_failure = fraction,
   },
   limiter = section {
     rate = rate,

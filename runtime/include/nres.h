@@ -572,7 +572,11 @@ struct nres_throttle_s {
    * 0 while they are above 0. Before that, a call's one load. */
   NRES_ATOMIC(uint64_t) due;
   NRES_ATOMIC(uint64_t) refused_at;   /* the dependency's last refusal */
-  uint64_t reserved_[1];
+  /* >= 0, 0 off (init): a transient answer that comes back in less than
+   * this x the estimator's p50 of successes is a non-accept too, a
+   * refusal that does not say so (a dependency shedding load with a plain
+   * error answers at once). Needs the policy's estimator. */
+  double fast_failure;
   nres_window_t window;         /* calls = requests, failures = non-accepts */
 };
 
@@ -935,7 +939,8 @@ typedef enum {
                              after 100 samples), budget (0.1 per success,
                              3/s floor), breaker (20 in a row or 90 % over
                              0.1 s with >= 8 calls; a probe every 0.55 s,
-                             no doubling), throttle (k 1.03 over 0.3 s) */
+                             no doubling), throttle (k 1.03 over 0.3 s,
+                             fast_failure 0.1) */
 } nres_preset_t;
 
 /* Copies of a policy's success counters (see nres_policy_t.n_ok). */
@@ -1026,6 +1031,7 @@ struct nres_policy_s {
   NRES_ATOMIC(uint64_t) quantile_ceiling;
   NRES_ATOMIC(uint64_t) quantile_slow;
   NRES_ATOMIC(uint64_t) quantile_hedge;
+  NRES_ATOMIC(uint64_t) quantile_fast;  /* throttle->fast_failure x p50 */
   NRES_ATOMIC(uint64_t) n_verdicts[NRES_VERDICT_COUNT];
   NRES_ATOMIC(uint64_t) n_stops[NRES_STOP_COUNT];
   NRES_ATOMIC(uint64_t) n_rejects[NRES_REJECT_COUNT];

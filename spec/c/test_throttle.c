@@ -9,7 +9,8 @@
  * attempt stops THROTTLED, a refused retry stops ATTEMPTS with its token
  * given back, no allocation; a first admission's one-word test sees the
  * odds rise at the refresh; a refused call with tries left and a backoff
- * waits and asks again); room (k grows once the dependency has refused
+ * waits and asks again); a plain error faster than fast_failure x the
+ * p50 of successes is no accept; room (k grows once the dependency has refused
  * nothing for 0.8 s); and 2 threads sharing one throttle (run this one
  * under TSan too).
  */
@@ -108,6 +109,68 @@ static void only_throttled_answers_are_no_accept(void **state) {
   nres_call_cancel(&call, T0);
   assert_int_equal(stats(p.throttle, T0).requests, 5);
   assert_int_equal(stats(p.throttle, T0).accepts, 4);
+}
+
+/* throttle.fast_failure: a transient answer faster than that share of
+ * the p50 of successes is a refusal that does not say so (a dependency
+ * shedding load with a plain error answers at once); one that takes the
+ * usual latency (an outage, a brownout) is the dependency answering. */
+static void fast_plain_errors_are_no_accept(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_time_t now = T0;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+  p.attempts = 1;
+  p.min_samples = 10;
+  nres_estimator_init(&p.own.estimator, 30 * NRES_SEC);
+  p.estimator = &p.own.estimator;
+  assert_int_equal(nres_throttle_init(&p.own.throttle, 1, 10 * NRES_SEC, 10), 0);
+  p.own.throttle.fast_failure = 0.25;
+  p.throttle = &p.own.throttle;
+  assert_int_equal(nres_policy_build(&p), 0);
+  /* 100 successes of 20 ms: p50 ~20 ms, the bound ~5 ms. */
+  for (i = 0; i < 100; i++, now += 20 * NRES_MSEC) {
+    a = nres_call_begin(&call, &p, now);
+    nres_call_report(&call, a.slot, now + 20 * NRES_MSEC,
+                     nres_verdict(NRES_OK));
+  }
+  now += NRES_SEC;   /* past the quantile cache's refresh */
+  /* A plain error at once: refused. */
+  a = nres_call_begin(&call, &p, now);
+  nres_call_report(&call, a.slot, now, nres_verdict(NRES_TRANSIENT));
+  assert_int_equal(stats(p.throttle, now).requests, 101);
+  assert_int_equal(stats(p.throttle, now).accepts, 100);
+  /* A plain error after the usual latency: answered. */
+  a = nres_call_begin(&call, &p, now);
+  nres_call_report(&call, a.slot, now + 20 * NRES_MSEC,
+                   nres_verdict(NRES_TRANSIENT));
+  assert_int_equal(stats(p.throttle, now + 20 * NRES_MSEC).accepts, 101);
+  /* With a try left, a fast one waits the throttled backoff (1 s), a slow
+   * one the usual (1 ms). */
+  p.attempts = 2;
+  p.backoff.kind = NRES_BACKOFF_CONSTANT;
+  p.backoff.jitter = NRES_JITTER_NONE;
+  p.backoff.base = NRES_MSEC;
+  p.backoff.max = 2 * NRES_SEC;
+  p.backoff.throttled_base = NRES_SEC;
+  assert_int_equal(nres_policy_build(&p), 0);
+  now += NRES_SEC;
+  a = nres_call_begin(&call, &p, now);
+  a = nres_call_report(&call, a.slot, now, nres_verdict(NRES_TRANSIENT));
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(a.at >= now + NRES_SEC);
+  a = nres_call_begin(&call, &p, now);
+  a = nres_call_report(&call, a.slot, now + 20 * NRES_MSEC,
+                       nres_verdict(NRES_TRANSIENT));
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(a.at <= now + 21 * NRES_MSEC);
+  /* fast_failure must be a fraction below 1. */
+  p.own.throttle.fast_failure = 1;
+  assert_non_null(nres_policy_error(&p));
 }
 
 /* A call's first admission reads one word, `due`: the refresh time while
@@ -407,6 +470,7 @@ int main(void) {
     cmocka_unit_test(sends_about_k_times_what_is_accepted),
     cmocka_unit_test(refused_retry_ends_throttled_locally),
     cmocka_unit_test(room_grows_k_after_a_quiet_spell),
+    cmocka_unit_test(fast_plain_errors_are_no_accept),
     cmocka_unit_test(refused_call_waits_and_asks_again),
     cmocka_unit_test(bad_arguments_are_refused),
     cmocka_unit_test(two_threads_share_one_throttle),

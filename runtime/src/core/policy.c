@@ -14,8 +14,10 @@
 #include "core/breaker.h"
 #include "core/policy.h"
 
-/* The default preset's throttle.k (policies/default.lua says why). */
+/* The default preset's throttle.k and fast_failure (policies/default.lua
+ * says why). */
 #define THROTTLE_K 1.03
+#define THROTTLE_FAST_FAILURE 0.1
 
 static int ratio_ok(double r, int zero_ok) {
   return isfinite(r) && r <= 1 && (r > 0 || (zero_ok && r == 0));
@@ -66,6 +68,7 @@ int nres_policy_init(nres_policy_t *policy, int preset) {
     breaker.break_max = 550 * NRES_MSEC;
     nres_breaker_init(&policy->own.breaker, &breaker);
     nres_throttle_init(&policy->own.throttle, THROTTLE_K, 300 * NRES_MSEC, 8);
+    policy->own.throttle.fast_failure = THROTTLE_FAST_FAILURE;
     policy->budget = &policy->own.budget;
     policy->breaker = &policy->own.breaker;
     policy->throttle = &policy->own.throttle;
@@ -138,6 +141,13 @@ const char *nres_policy_error(const nres_policy_t *policy) {
                                      policy->throttle->window.count,
                                  policy->throttle->window.count)) != NULL)
     return why;
+  if (policy->throttle != NULL && policy->throttle->fast_failure != 0) {
+    if (!(policy->throttle->fast_failure > 0 &&
+          policy->throttle->fast_failure < 1))
+      return "throttle.fast_failure: must be a fraction in [0, 1)";
+    if (policy->estimator == NULL)
+      return "estimator: needed by throttle.fast_failure";
+  }
   if (policy->bulkhead != NULL &&
       (why = nres_bulkhead_config_error(&policy->bulkhead->config)) != NULL)
     return why;
@@ -206,6 +216,7 @@ int nres_policy_build(nres_policy_t *policy) {
   nres__store(&policy->quantile_ceiling, NRES_TIME_NEVER);
   nres__store(&policy->quantile_slow, 0);
   nres__store(&policy->quantile_hedge, NRES_TIME_NEVER);
+  nres__store(&policy->quantile_fast, 0);
   nres__store(&policy->quantile_next, 0);
   policy->private_magic = NRES__POLICY_MAGIC;
   return 0;

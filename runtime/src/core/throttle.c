@@ -73,8 +73,7 @@ int nres_throttle_init(nres_throttle_t *throttle, double k,
   throttle->k = k;
   nres_window_init(&throttle->window, window, buckets);
   throttle->refresh = nres_time_min(THROTTLE_REFRESH, throttle->window.width);
-  for (unsigned i = 0; i < NRES__ARRAY_SIZE(throttle->reserved_); i++)
-    throttle->reserved_[i] = 0;
+  throttle->fast_failure = 0;
   nres__store(&throttle->next, 0);
   nres__store(&throttle->odds, 0);
   nres__store(&throttle->refused, 0);

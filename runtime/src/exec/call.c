@@ -94,7 +94,9 @@ static nres_time_t scaled(uint64_t value, double factor) {
  * quantile_ceiling the measured attempt ceiling (NRES_TIME_NEVER until
  * min_samples), quantile_slow the slow threshold (0 until min_samples),
  * quantile_hedge the hedge delay (NRES_TIME_NEVER until
- * hedge.min_samples); quantile_samples the sample count they came from. */
+ * hedge.min_samples); quantile_fast the throttle's fast-failure bound (0
+ * until min_samples or without one); quantile_samples the sample count
+ * they came from. */
 static NRES__COLD void refresh_quantiles(nres_policy_t *p, nres_time_t now,
                                          uint64_t next) {
   uint64_t samples;
@@ -106,15 +108,18 @@ static NRES__COLD void refresh_quantiles(nres_policy_t *p, nres_time_t now,
   q = nres_estimator_quantile(p->estimator, now, p->ceiling_quantile,
                               &samples);
   if (samples >= p->min_samples) {
+    uint64_t median = nres_estimator_quantile(p->estimator, now, 0.5, NULL);
     q = scaled(q, p->ceiling_factor);
     nres__store(&p->quantile_ceiling,
                 q < p->ceiling_floor ? p->ceiling_floor : q);
-    nres__store(&p->quantile_slow,
-                scaled(nres_estimator_quantile(p->estimator, now, 0.5, NULL),
-                       p->slow_factor));
+    nres__store(&p->quantile_slow, scaled(median, p->slow_factor));
+    nres__store(&p->quantile_fast,
+                p->throttle != NULL ? scaled(median, p->throttle->fast_failure)
+                                    : 0);
   } else {
     nres__store(&p->quantile_ceiling, NRES_TIME_NEVER);
     nres__store(&p->quantile_slow, 0);
+    nres__store(&p->quantile_fast, 0);
   }
   nres__store(&p->quantile_hedge,
               samples >= p->hedge.min_samples
@@ -694,6 +699,18 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
 
 /* ---------------------------------------------------------------- report */
 
+/* Is this answer a refusal that does not say so? A transient one faster
+ * than throttle.fast_failure x the p50 of successes: an overloaded
+ * dependency that sheds with a plain error answers at once, where an
+ * outage's or a brownout's failures take about the usual latency
+ * (bench/README.md, the tournament: overload-mute). */
+static int fast_failure(nres_policy_t *p, nres_time_t now, int kind,
+                        nres_time_t latency) {
+  return kind == NRES_TRANSIENT && p->throttle->fast_failure > 0 &&
+         p->estimator != NULL &&
+         latency < quantile(p, now, &p->quantile_fast);
+}
+
 /* An attempt's outcome into the shared state that learns from outcomes:
  * bulkhead (its slot and latency), breaker, throttle, latency estimator,
  * hedge window (and the count of hedges that won). Only for policies with
@@ -737,8 +754,19 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
       EMIT(p, call, NRES_EV_BREAKER, entered, call->slot[slot].number, now,
            0);
   }
-  if (p->throttle != NULL && !self)   /* only an overload refusal is no accept */
-    nres__throttle_record(p->throttle, k, now, kind != NRES_THROTTLED);
+  if (p->throttle != NULL && !self) {   /* only an overload refusal is no accept */
+    int shed = fast_failure(p, now, kind, latency);
+    nres__throttle_record(p->throttle, k, now, kind != NRES_THROTTLED && !shed);
+    if (shed) {
+      /* Its retry waits the throttled backoff, as after a refusal that
+       * says so. report()'s verdict is its callers' own copy (a by-value
+       * argument, run.c's and step.c's locals), read after this only by
+       * the retry's backoff; call->last, copied before, keeps the answer
+       * as it came. Here, so that the usual failure's way pays nothing. */
+      ((nres_verdict_t *) v)->kind = NRES_THROTTLED;
+      call->throttled = 1;   /* asked to slow down: no hedges */
+    }
+  }
   if (kind == NRES_OK && p->estimator != NULL)
     nres__estimator_record_in(p->estimator, k, now, latency);
   if (p->private_flags & NRES__F_HEDGE) {

@@ -134,7 +134,8 @@ static int same_template(const nres__http_slot_t *slot,
   if (tmpl->throttle == &tmpl->own.throttle &&
       (slot->throttle.k != tmpl->own.throttle.k ||
        slot->throttle.window.width != tmpl->own.throttle.window.width ||
-       slot->throttle.window.count != tmpl->own.throttle.window.count))
+       slot->throttle.window.count != tmpl->own.throttle.window.count ||
+       slot->throttle.fast_failure != tmpl->own.throttle.fast_failure))
     return 0;
   return 1;
 }
@@ -193,6 +194,7 @@ static int derive_slot(nres__http_slot_t *slot, const nres_policy_t *tmpl) {
                            nres__mul_sat(t->window.width, t->window.count),
                            t->window.count) != 0)
       return NRES_EINVAL;
+    slot->throttle.fast_failure = t->fast_failure;
   }
   derive(slot, &slot->retry, tmpl);
   if ((rc = nres_policy_build(&slot->retry)) != 0)

@@ -7,8 +7,8 @@
 -- never trips it) and a client-side throttle that refuses locally what an
 -- overloaded dependency would refuse (the SRE book's adaptive throttling;
 -- throttled answers, and plain errors back far faster than its successes,
--- count against it; a call it refuses waits the
--- throttled backoff and asks again while it has tries left). The values are held to
+-- count against it; a call it refuses waits the throttled backoff and asks
+-- again while it has tries left). The values are held to
 -- bench/tournament.lua (ten scenarios, ten seeds; the table is
 -- bench/results/tournament-2026-12-01.md): never more than 0.5 points of
 -- success below no policy at all, at most 0.05 requests per call to a
@@ -55,7 +55,7 @@ return {
     window = 0.3,
     -- 8 buckets of 37.5 ms, as the breaker's window slides.
     buckets = 8,
-    -- A plain error back in < 0.25 x the p50 of successes is a refusal that does not say so (overload-mute).
+    -- A plain error back in < 0.1 x the p50 of successes is a silent refusal (overload-mute); 0.25 caught outage failures.
     fast_failure = 0.1,
   },
   -- No rate limit: a client-side limit cannot know the dependency's capacity.

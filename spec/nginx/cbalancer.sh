@@ -95,23 +95,8 @@ gw_master=$(cat "$work/gw/nginx.pid")
 nres_wait_http "http://127.0.0.1:$p1/admin"
 nres_wait_http "$gw/nres/status"
 
-admin() { curl -sf "http://127.0.0.1:$1/admin?$2"; }
-admin_all() { for p in "$p1" "$p2" "$p3"; do admin "$p" "$1" >/dev/null; done; }
-json() { luajit "$here/json.lua" "$1"; }
-ups() { admin "$1" "" | json "j.requests"; }
-ups_all() { echo $(( $(ups "$p1") + $(ups "$p2") + $(ups "$p3") )); }
-load() {
-  curl -s --no-progress-meter --parallel --parallel-max "$2" -H "Connection: close" \
-    -o /dev/null -w '%{http_code}\n' "$gw$3?i=[1-$1]" 2>/dev/null |
-    sort | uniq -c | awk '{print $2, $1}'
-}
-count() { printf '%s\n' "$1" | awk -v c="$2" '$1 == c {n += $2} END {print n + 0}'; }
-status() { curl -sf -H "Connection: close" "$gw/nres/status"; }
-peer_field() {   # JSON PORT FIELD
-  printf '%s' "$1" | json "(function() for _, p in ipairs(j.upstreams.backend.peers) do
-    if p.peer == '127.0.0.1:$2' then return p.$3 end end end)()"
-}
-up_field() { printf '%s' "$1" | json "key('upstreams', 'backend').$2"; }
+# shellcheck source=spec/nginx/peers.sh
+. "$here/peers.sh"
 
 # ------------------------------------------------------------ 1. healthy
 admin_all "mode=healthy&reset=1"
@@ -170,24 +155,7 @@ for _ in $(seq 1 40); do r1=$(up_field "$(status)" calls); [ "$r1" -gt "$r0" ] &
 pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission"
 
 # ------------------------------------------------------- 2. one peer down
-admin "$p1" "mode=healthy&delay=5&reset=1" >/dev/null
-admin "$p3" "mode=healthy&delay=5&reset=1" >/dev/null
-admin "$p2" "mode=healthy&reset=1" >/dev/null
-load 100 8 /prefer >/dev/null
-admin "$p2" "mode=down&reset=1" >/dev/null
-r=$(load 300 8 /down1)
-[ "$(count "$r" 200)" = 300 ] || fail "one peer down: expected 300 x 200, got: $r"
-s=$(status)
-st=$(peer_field "$s" "$p2" state)
-fails=$(peer_field "$s" "$p2" failures)
-[ "$fails" -ge 1 ] || fail "the dead peer shows no failure: $s"
-[ "$(ups "$p2")" -ge 1 ] || fail "the dead peer got no request, so no retry was tested"
-before=$(ups "$p2")
-r=$(load 600 8 /down2)
-[ "$(count "$r" 200)" = 600 ] || fail "one peer down, after ejection: $r"
-after=$(( $(ups "$p2") - before ))
-[ "$after" -le 6 ] || fail "the ejected peer got $after of 600 requests (probes only expected)"
-pass "one peer down: 900/900 ok; dead peer $st with $fails failures; $after of the next 600 requests reached it"
+check_one_peer_down
 
 # ------------------------------------------- 3. reload during an outage
 admin_all "mode=down&reset=1"

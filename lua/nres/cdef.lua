@@ -217,6 +217,7 @@ typedef struct nres_shm_config_s {
   nres_breaker_config_t breaker;
   double rate; uint32_t burst, reserved_;
   double throttle_k; nres_time_t throttle_window; uint32_t throttle_buckets, reserved2_;
+  double throttle_fast_failure;
 } nres_shm_config_t;
 
 typedef struct nres_shm_slot_s {

@@ -118,13 +118,13 @@ local FIELDS = {
            throttle = true, file = true, extra = true },
   budget = { ratio = true, min_per_sec = true, capacity = true },
   limiter = { rate = true, burst = true },
-  throttle = { k = true, window = true, buckets = true },
+  throttle = { k = true, window = true, buckets = true, fast_failure = true },
 }
 
 -- shm.new{ slots, budget = { ratio, min_per_sec, capacity } or false,
 --          breaker = nres_breaker_config_t cdata (nres.policy's) or false,
 --          limiter = { rate, burst } or false,
---          throttle = { k, window (ns), buckets } or false }
+--          throttle = { k, window (ns), buckets, fast_failure } or false }
 -- Returns the table, or raises error(msg, 2) on a bad configuration, or
 -- returns nil, err when the mapping fails.
 function _M.new(opts)
@@ -185,6 +185,7 @@ function _M.new(opts)
       error(bad("throttle", "a table { k = n, window = ns, buckets = n } or false", th), 2)
     end
     local k, window, buckets = th.k or 1.03, th.window or 3e8, th.buckets or 8
+    local fast = th.fast_failure or 0
     if type(k) ~= "number" or not (k >= 1 and k <= 1000) then
       error(bad("throttle.k", "a finite number from 1 to 1000", k), 2)
     end
@@ -194,8 +195,12 @@ function _M.new(opts)
     if type(window) ~= "number" or not (window >= buckets and window < TWO64) then
       error(bad("throttle.window", "nanoseconds (at least one per bucket, below 2^64)", window), 2)
     end
+    if type(fast) ~= "number" or not (fast >= 0 and fast < 1) then
+      error(bad("throttle.fast_failure", "a fraction in [0, 1) of the p50", fast), 2)
+    end
     cfg.flags = cfg.flags + _M.THROTTLE
     cfg.throttle_k, cfg.throttle_window, cfg.throttle_buckets = k, window, buckets
+    cfg.throttle_fast_failure = fast
   end
   if C.nres_shm_size(cfg) == 0 then
     error("nres.shm: the runtime refused the configuration (a budget, breaker,"

@@ -86,6 +86,12 @@ static void config_and_sizes(void **state) {
   c.throttle_k = 0.5;                           /* the throttle refuses it */
   assert_int_equal(nres_shm_size(&c), 0);
   c = base_config(8);
+  c.flags |= NRES_SHM_THROTTLE;
+  c.throttle_fast_failure = 1;                  /* a fraction below 1 */
+  assert_int_equal(nres_shm_size(&c), 0);
+  c.throttle_fast_failure = -0.1;
+  assert_int_equal(nres_shm_size(&c), 0);
+  c = base_config(8);
   c.budget_ratio = 0;                           /* budget refuses it */
   assert_int_equal(nres_shm_size(&c), 0);
   c.flags = NRES_SHM_BREAKER;                   /* ...unless unused */

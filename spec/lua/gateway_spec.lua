@@ -79,6 +79,13 @@ describe("nres.shm", function()
     local th = t:slot(i).throttle
     expect.eq(th.k, 1.06)
     expect.eq(tonumber(th.window.width), 3e8 / 8)
+    expect.eq(th.fast_failure, 0)
+    local f = shm.new{ slots = 8, throttle = { fast_failure = 0.1 } }
+    expect.eq(f:slot(f:acquire("k", T0, 1e9)).throttle.fast_failure, 0.1)
+    expect.error(function() shm.new{ slots = 8, throttle = { fast_failure = 1 } } end,
+      "nres.shm: throttle.fast_failure: expected a fraction in [0, 1) of the p50, got 1")
+    expect.error(function() shm.new{ slots = 8, throttle = { fast_failure = "0.1" } } end,
+      'nres.shm: throttle.fast_failure: expected a fraction in [0, 1) of the p50, got "0.1"')
     expect.error(function() shm.new{ slots = 8, throttle = { k = 0.5 } } end,
       "nres.shm: throttle.k: expected a finite number from 1 to 1000, got 0.5")
     expect.error(function() shm.new{ slots = 8, throttle = { buckets = 17 } } end,
@@ -91,9 +98,9 @@ describe("nres.shm", function()
 
   it("refuses a field it does not read rather than ignore it", function()
     expect.error(function() shm.new{ slots = 8, throttle = { k = 2, windw = 1e9 } } end,
-      "nres.shm: throttle.windw: unknown field (valid: buckets, k, window)")
+      "nres.shm: throttle.windw: unknown field (valid: buckets, fast_failure, k, window)")
     expect.error(function() shm.new{ slots = 8, throttle = { 2 } } end,
-      "nres.shm: throttle.[1]: unknown field (valid: buckets, k, window)")
+      "nres.shm: throttle.[1]: unknown field (valid: buckets, fast_failure, k, window)")
     expect.error(function() shm.new{ slots = 8, throtle = { k = 2 } } end,
       "nres.shm: throtle: unknown field (valid: breaker, budget, extra, file, limiter, slots, throttle)")
     expect.error(function() shm.new{ slots = 8, budget = { ratio = 0.1, capacty = 5 } } end,
@@ -275,6 +282,10 @@ describe("nres.ngx scopes", function()
     expect.truthy(cp1.breaker == s.shm:slot(i1).breaker, "breaker in the slot")
     expect.truthy(cp1.estimator == cp1.own.estimator, "estimator of its own")
     expect.truthy(cp2.breaker == s.shm:slot(i2).breaker, "other key, other breaker")
+    -- The preset's throttle, fast_failure included, lives in the slot.
+    expect.truthy(cp1.throttle == s.shm:slot(i1).throttle, "throttle in the slot")
+    expect.eq(cp1.throttle.k, s.policy.cp.own.throttle.k)
+    expect.eq(cp1.throttle.fast_failure, 0.1)
     local again = gw.policy_for("hosts", "a.example:80", T0 + 1e9)
     expect.truthy(again == cp1, "the same policy object for the same key")
   end)

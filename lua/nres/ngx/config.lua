@@ -89,7 +89,8 @@ function _M.scope(name, opts)
     limiter = type(l) == "table" and l.rate and { rate = l.rate, burst = l.burst or 1 } or false,
     throttle = type(t.throttle) == "table" and {
       k = p.cp.own.throttle.k, buckets = p.cp.own.throttle.window.count,
-      window = tonumber(p.cp.own.throttle.window.width) * p.cp.own.throttle.window.count } or false,
+      window = tonumber(p.cp.own.throttle.window.width) * p.cp.own.throttle.window.count,
+      fast_failure = p.cp.own.throttle.fast_failure } or false,
   }, name)
   local s = {
     name = name, policy = p, template = p.cp, shm = tbl, ptr = tbl.shm,

@@ -77,6 +77,9 @@ struct nres_shm_config_s {
   nres_time_t throttle_window;
   uint32_t throttle_buckets;
   uint32_t reserved2_;
+  double throttle_fast_failure; /* the throttle's fast_failure: 0 (off, as
+                                   nres_shm_config_init leaves it) or a
+                                   fraction in (0, 1) of the p50 */
 };
 
 /* One key's slot. The state and the counters are the caller's to use

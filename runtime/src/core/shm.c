@@ -66,7 +66,7 @@
 #define SHM_MAGIC 0x316d687373657271ull   /* "qresshm1", little endian */
 /* Bumped whenever the header, the index or nres_shm_slot_t changes shape:
  * a region laid out by another build is refused, not misread. */
-#define SHM_VERSION 4u
+#define SHM_VERSION 5u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 
@@ -201,8 +201,9 @@ static int config_ok(const nres_shm_config_t *c) {
       nres_ratelimit_init(&rl, c->rate, c->burst) != 0)
     return 0;
   if ((c->flags & NRES_SHM_THROTTLE) &&
-      nres_throttle_init(&th, c->throttle_k, c->throttle_window,
-                         c->throttle_buckets) != 0)
+      (nres_throttle_init(&th, c->throttle_k, c->throttle_window,
+                          c->throttle_buckets) != 0 ||
+       !(c->throttle_fast_failure >= 0 && c->throttle_fast_failure < 1)))
     return 0;
   return 1;
 }
@@ -396,9 +397,11 @@ static uint64_t fill(nres_shm_t *shm, uint32_t i, const uint64_t *k,
     nres_breaker_init(&s->breaker, &c->breaker);
   if (c->flags & NRES_SHM_RATELIMIT)
     nres_ratelimit_init(&s->ratelimit, c->rate, c->burst);
-  if (c->flags & NRES_SHM_THROTTLE)
+  if (c->flags & NRES_SHM_THROTTLE) {
     nres_throttle_init(&s->throttle, c->throttle_k, c->throttle_window,
                        c->throttle_buckets);
+    s->throttle.fast_failure = c->throttle_fast_failure;
+  }
   return ticket;
 }
 

@@ -16,11 +16,16 @@ set -euo pipefail
 build=${1:-build}
 rounds=${2:-4}
 here=$(cd "$(dirname "$0")/../.." && pwd)
+if [ ! -f "$build/libnres.so" ]; then
+  echo "clock_floor.sh: BUILD_DIR: expected a build with libnres.so, got '$build'" >&2
+  exit 2
+fi
+case $rounds in
+  ''|*[!0-9]*|0) echo "clock_floor.sh: ROUNDS: expected a whole number above 0, got '$rounds'" >&2; exit 2 ;;
+esac
 build=$(cd "$build" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-[ -f "$build/libnres.so" ] || { echo "clock_floor.sh: $build/libnres.so: not built" >&2; exit 2; }
 
 # The counter copy: the TSC read in core/clock.h replaced by a counter.
 mkdir "$tmp/src"

@@ -59,16 +59,15 @@
  * by DIP (k 1.03: ~0.93 x accepts sent). A refusal says the dependency's
  * queue is full at this instant; the odds follow the window's counts and
  * went on sending k x accepts (plus one a window) into it, where every
- * request above what it serves is refused at once: a full queue refused
- * ~9 requests/s at a quarter capacity, and each room spell that refilled
- * the queue ended in a burst of 10-25 refusals, which put overload-deep
- * at 1.07-1.10 x its capacity. The refusals of one overflow come within a
- * few tens of ms (the odds are refreshed every 10 ms), so 30 ms holds the
- * dip while they come and lets go when they stop: 37.5-100 ms, or a dip
- * of 0.15-0.2, let the queue of a half-capacity dependency run dry and
- * cost up to 0.15 points of success there; 20-25 ms or 0.05 left
- * overload-deep's recovery at 3 s on some seeds (bench/README.md, the
- * tournament, round 6). */
+ * request above what it serves is refused at once. Each room spell that
+ * refilled a queue left at 10-20 of 32 ended in 10-22 refusals, and
+ * overload-deep's dependency got 1.07-1.10 x its capacity (16.5 refusals/s
+ * on seed 5). The refusals of one overflow come within a few tens of ms
+ * (the odds are refreshed every 10 ms): 30 ms holds the dip while they
+ * come. Longer (37.5-100 ms) or deeper (0.15-0.2) dips cost success at
+ * half capacity (up to 0.15 points below no policy); 20-25 ms or a dip of
+ * 0.05 left overload-deep 3 s to come back on some seeds (bench/README.md,
+ * the tournament, round 6). */
 #define DIP_FOR (30 * NRES_MSEC)
 #define DIP 0.1
 

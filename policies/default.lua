@@ -10,7 +10,7 @@
 -- count against it; a call it refuses waits the throttled backoff and asks
 -- again while it has tries left). The values are held to
 -- bench/tournament.lua (ten scenarios, ten seeds; the table is
--- bench/results/tournament-2026-12-01.md): never more than 0.5 points of
+-- bench/results/tournament-2026-12-02.md): never more than 0.5 points of
 -- success below no policy at all, at most 0.05 requests per call to a
 -- dependency that is down, back within 2 s of its recovery.
 return {

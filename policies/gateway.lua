@@ -3,7 +3,7 @@
 -- within ~50 ms and probed every ~0.55 s; a busy one is left alone) with
 -- a short backoff (after a throttled answer the default's, Retry-After
 -- honoured up to 2 s), a tight deadline and the HTTP classifier. Held to
--- bench/tournament.lua like the default (bench/results/tournament-2026-12-01.md).
+-- bench/tournament.lua like the default (bench/results/tournament-2026-12-02.md).
 return {
   base = "http",
   -- Two retries, as the default.

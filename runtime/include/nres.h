@@ -555,7 +555,10 @@ NRES_EXTERN int nres_breaker_close_if(nres_breaker_t *breaker,
  * (requests + 1)), so in steady state the dependency gets about k times
  * what it accepts, and nothing is refused while requests <= k * accepts.
  * After an overload the traffic sent grows about k-fold per window, so
- * the window is short (the presets: 0.3 s, back within 2 s).
+ * the window is short (the presets: 0.3 s, back within 2 s), and once
+ * the dependency has refused nothing for 0.8 s k grows by 5 per second
+ * of quiet (room); for 30 ms after each of its refusals k is 0.1 lower
+ * (a refusal says its queue is full now: the dip).
  * The probability is recomputed at most every `refresh` (min(10 ms, one
  * bucket)) by one caller and cached, so an admission that refuses nothing
  * is two loads and a compare; the draw comes from the caller's PRNG.

@@ -11,7 +11,8 @@
  * odds rise at the refresh; a refused call with tries left and a backoff
  * waits and asks again); a plain error faster than fast_failure x the
  * p50 of successes is no accept; room (k grows once the dependency has refused
- * nothing for 0.8 s); and 2 threads sharing one throttle (run this one
+ * nothing for 0.8 s); the dip (k 0.1 lower for 30 ms after a refusal of
+ * the dependency); and 2 threads sharing one throttle (run this one
  * under TSan too).
  */
 #include <math.h>
@@ -33,16 +34,39 @@ static void probability_follows_the_formula(void **state) {
   (void) state;
   assert_int_equal(nres_throttle_init(&t, 2, 10 * NRES_SEC, 10), 0);
   assert_true(nres_throttle_probability(&t, T0) == 0);
-  /* 10 requests, 3 accepted: (10 - 2 * 3) / 11. */
+  /* 10 requests, 3 accepted: (10 - 2 * 3) / 11, once the dip is over
+   * (30 ms after the last refusal; until then k is 1.9). */
   for (i = 0; i < 10; i++)
     nres_throttle_record(&t, T0, i < 3);
-  assert_true(fabs(nres_throttle_probability(&t, T0) - 4.0 / 11) < 1e-12);
+  assert_true(fabs(nres_throttle_probability(&t, T0 + 30 * NRES_MSEC) -
+                   4.0 / 11) < 1e-12);
+  assert_true(fabs(nres_throttle_probability(&t, T0) - 4.3 / 11) < 1e-12);
   assert_int_equal(stats(&t, T0).requests, 10);
   assert_int_equal(stats(&t, T0).accepts, 3);
   /* 5 more accepted: 15 - 2 * 8 < 0, nothing refused. */
   for (i = 0; i < 5; i++)
     nres_throttle_record(&t, T0, 1);
+  assert_true(nres_throttle_probability(&t, T0 + 30 * NRES_MSEC) == 0);
+}
+
+/* The dip: for 30 ms after each refusal of the dependency k is 0.1 lower
+ * (its queue is full now); a refusal here (acquire) is not one. */
+static void k_dips_while_the_dependency_refuses(void **state) {
+  nres_throttle_t t;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_throttle_init(&t, 1.03, 10 * NRES_SEC, 10), 0);
+  for (i = 0; i < 100; i++)
+    nres_throttle_record(&t, T0, 1);
+  /* No refusal yet: 100 - 1.03 x 100 < 0. */
   assert_true(nres_throttle_probability(&t, T0) == 0);
+  /* One refused at 1 s: 101 - 1.03 x 100 < 0, but 101 - 0.93 x 100 = 8. */
+  nres_throttle_record(&t, T0 + NRES_SEC, 0);
+  assert_true(fabs(nres_throttle_probability(&t, T0 + NRES_SEC) - 8.0 / 102) < 1e-12);
+  assert_true(fabs(nres_throttle_probability(&t, T0 + NRES_SEC + 29 * NRES_MSEC) -
+                   8.0 / 102) < 1e-12);
+  assert_true(nres_throttle_probability(&t, T0 + NRES_SEC + 30 * NRES_MSEC) == 0);
 }
 
 static void nothing_is_refused_while_accepts_keep_up(void **state) {
@@ -52,8 +76,9 @@ static void nothing_is_refused_while_accepts_keep_up(void **state) {
 
   (void) state;
   nres_rng_seed(&rng, 1);
-  assert_int_equal(nres_throttle_init(&t, 1.1, NRES_SEC, 8), 0);
-  /* 5 % refused by the dependency: requests <= 1.1 x accepts. */
+  assert_int_equal(nres_throttle_init(&t, 1.2, NRES_SEC, 8), 0);
+  /* 5 % refused by the dependency: requests <= 1.1 x accepts, so even
+   * k 1.2 dipped to 1.1 after each refusal refuses nothing. */
   for (i = 0; i < 1000; i++) {
     nres_time_t now = T0 + (nres_time_t) i * NRES_MSEC / 2;
     assert_int_equal(nres_throttle_acquire(&t, now, &rng), 0);
@@ -322,7 +347,7 @@ static void room_grows_k_after_a_quiet_spell(void **state) {
   assert_int_equal(nres_throttle_init(&t, 1, 100 * NRES_SEC, 10), 0);
   for (i = 0; i < 10; i++)   /* 10 requests, 3 accepted, at T0 */
     nres_throttle_record(&t, T0, i < 3);
-  assert_true(fabs(nres_throttle_probability(&t, T0) - 7.0 / 11) < 1e-12);
+  assert_true(fabs(nres_throttle_probability(&t, T0 + 30 * NRES_MSEC) - 7.0 / 11) < 1e-12);
   assert_true(fabs(nres_throttle_probability(&t, T0 + 800 * NRES_MSEC) -
                    7.0 / 11) < 1e-12);
   /* Refused here at 0.9 s: one request more, not accepted, quiet goes on. */
@@ -470,6 +495,7 @@ int main(void) {
     cmocka_unit_test(sends_about_k_times_what_is_accepted),
     cmocka_unit_test(refused_retry_ends_throttled_locally),
     cmocka_unit_test(room_grows_k_after_a_quiet_spell),
+    cmocka_unit_test(k_dips_while_the_dependency_refuses),
     cmocka_unit_test(fast_plain_errors_are_no_accept),
     cmocka_unit_test(refused_call_waits_and_asks_again),
     cmocka_unit_test(bad_arguments_are_refused),

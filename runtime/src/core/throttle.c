@@ -17,7 +17,10 @@
  * a little more than its capacity. When it has room again accepts rise,
  * but sending grows only k-fold per window that way; so once the
  * dependency has refused nothing for a while (`refused_at`, the time of
- * its last refusal) k itself grows with the quiet (room, below). A local
+ * its last refusal) k itself grows with the quiet (room, below). While
+ * it refuses (a refusal in the last 30 ms) k is lowered by 0.1 instead:
+ * a refusal says its queue is full now, and the odds, which follow a
+ * window, would go on sending k x accepts into it (the dip, below). A local
  * refusal is not a failed call: the executor waits a throttled backoff and
  * asks again while the call has tries left (exec/call.c, throttle_refused).
  * Only an overload refusal
@@ -52,6 +55,21 @@
  * (bench/README.md, the tournament). */
 #define ROOM_QUIET (800 * NRES_MSEC)
 #define ROOM_GROWTH 5.0
+/* The dip: for DIP_FOR after each refusal of the dependency, k is lowered
+ * by DIP (k 1.03: ~0.93 x accepts sent). A refusal says the dependency's
+ * queue is full at this instant; the odds follow the window's counts and
+ * went on sending k x accepts (plus one a window) into it, where every
+ * request above what it serves is refused at once. Each room spell that
+ * refilled a queue left at 10-20 of 32 ended in 10-22 refusals, and
+ * overload-deep's dependency got 1.07-1.10 x its capacity (16.5 refusals/s
+ * on seed 5). The refusals of one overflow come within a few tens of ms
+ * (the odds are refreshed every 10 ms): 30 ms holds the dip while they
+ * come. Longer (37.5-100 ms) or deeper (0.15-0.2) dips cost success at
+ * half capacity (up to 0.15 points below no policy); 20-25 ms or a dip of
+ * 0.05 left overload-deep 3 s to come back on some seeds (bench/README.md,
+ * the tournament, round 6). */
+#define DIP_FOR (30 * NRES_MSEC)
+#define DIP 0.1
 
 const char *nres_throttle_error(double k, nres_time_t window,
                                 uint32_t buckets) {
@@ -91,12 +109,15 @@ static double probability(double k, uint32_t requests, uint32_t failures,
   return excess > 0 ? excess / ((double) requests + 1) : 0;
 }
 
-/* What room adds to k at now: 0 until the dependency's last refusal is
- * ROOM_QUIET old. */
+/* What the dependency's last refusal adds to k at now: -DIP while it is
+ * less than DIP_FOR old (0 is no refusal yet: the record starts at 0),
+ * room once it is ROOM_QUIET old, 0 between. */
 static double room(const nres_throttle_t *throttle, nres_time_t now) {
   nres_throttle_t *t = (nres_throttle_t *) throttle;   /* loads only */
   uint64_t at = nres__load(&t->refused_at);
 
+  if (at != 0 && (now <= at || now - at < DIP_FOR))
+    return -DIP;
   if (now <= at || now - at <= ROOM_QUIET)
     return 0;
   return ROOM_GROWTH * (double) (now - at - ROOM_QUIET) / (double) NRES_SEC;

@@ -11,10 +11,12 @@
 #      every answer 200, every peer used, X-Deadline-Ms on every upstream
 #      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
 #      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
-#      upstream; nres_admit's client limiter answers 429 + Retry-After; a location
-#      without nres_admit still balances; an internal redirect to a location
-#      that proxies keeps the first admission (its X-Deadline-Ms, one
-#      call); /nres/status counts C-mode calls;
+#      upstream; nres_admit's client limiter answers 429 + Retry-After; two
+#      locations' upstream confs (one hides a header) stay apart in the
+#      tries' timed copies; a location without nres_admit still balances;
+#      an internal redirect to a location that proxies keeps the first
+#      admission (its X-Deadline-Ms, one call); /nres/status counts C-mode
+#      calls;
 #   2. one peer down: every request still succeeds (a retry never goes back
 #      to the peer that failed), its failures in the shared table, then it
 #      gets almost nothing (ejected or avoided);
@@ -140,6 +142,13 @@ r=$(curl -s -w '%{http_code} %header{retry-after} [%header{x-nres-reason}]\n' \
   -o /dev/null "$gw/limited")
 printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
 printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
+# a try's timeouts come with a copy of its location's upstream conf,
+# kept per location and worker: another location's (hiding Content-Type)
+# is not used (one connection: one worker sees both)
+types=$(curl -s -w '%{http_code}:%{content_type} ' -o /dev/null "$gw/typed" \
+          -o /dev/null "$gw/hidden" -o /dev/null "$gw/typed" -o /dev/null "$gw/hidden")
+[ "$types" = "200:text/plain 200: 200:text/plain 200: " ] ||
+  fail "two locations' upstream confs mixed up: $types (expected /hidden without Content-Type)"
 c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
 [ "$c" = 200 ] || fail "a location without nres_admit gave $c"
 # an internal redirect keeps the admission: X-Deadline-Ms from it, one call

@@ -29,16 +29,17 @@
  * admission (preaccess) keeps the request's state in its pool; each try
  * (peer get) picks a peer, sets the try's timeouts from the time left
  * and grants one more try (pc->tries) if the policy, the time and the
- * retry budget allow; each try's end (peer free) is recorded into its
- * peer; the call's end (the pool's cleanup, after the log phase, so an
- * error_page redirect cannot lose it) tells the upstream's breaker and
- * budget and counts the call; an internal redirect, which clears module
- * ctxs, finds the admission again through that cleanup. No heap
- * allocation: the state is in the request's pool, with the call's end
- * (one allocation); a try's timeouts come with an upstream conf of the
- * timeouts wanted (ngx_http_nres_try_conf), made once per location and
- * worker for the usual try (the policy's attempt timeout), or once per
- * request when the time left is shorter.
+ * retry budget allow; a retry's request is made again when it carries
+ * $nres_deadline_ms (the retry's own time left); each try's end (peer
+ * free) is recorded into its peer; the call's end (the pool's cleanup,
+ * after the log phase, so an error_page redirect cannot lose it) tells
+ * the upstream's breaker and budget and counts the call; an internal
+ * redirect, which clears module ctxs, finds the admission again through
+ * that cleanup. No heap allocation: the state is in the request's pool,
+ * with the call's end (one allocation); a try's timeouts come with an
+ * upstream conf of the timeouts wanted (ngx_http_nres_try_conf), made
+ * once per location and worker for the usual try (the policy's attempt
+ * timeout), or once per request when the time left is shorter.
  */
 #include <ngx_config.h>
 #include <ngx_core.h>
@@ -106,6 +107,7 @@ typedef struct {
   nres_time_t ended;            /* when the last try ended, 0: none */
   int64_t left_ms;              /* X-Deadline-Ms, -1: none */
   int last;                     /* the previous try's peer, -1: none */
+  ngx_uint_t session_tries;     /* tries of this upstream session */
   size_t deadline_len;          /* $nres_deadline_ms formatted (the last
                                    deadline_len bytes), 0: not yet */
   u_char deadline[NGX_INT64_LEN];
@@ -417,6 +419,7 @@ static ngx_http_nres_ctx_t *ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw
   ctx->ended = 0;
   ctx->left_ms = -1;
   ctx->last = -1;
+  ctx->session_tries = 0;
   ctx->deadline_len = 0;
   ngx_http_set_ctx(r, ctx, ngx_http_nres_module);
   return ctx;
@@ -572,8 +575,9 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
   return NGX_DECLINED;
 }
 
-/* $nres_deadline_ms: the time left at admission (ms); empty without one.
- * Formatted once into the request's state. */
+/* $nres_deadline_ms: the time left at admission (ms), or at a retry's
+ * start (ngx_http_nres_recreate_request); empty without one. Formatted
+ * once into the request's state. */
 static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
                                                  ngx_http_variable_value_t *v, uintptr_t data) {
   (void)data;
@@ -646,6 +650,29 @@ static ngx_http_upstream_conf_t *ngx_http_nres_try_conf(ngx_http_nres_ctx_t *ctx
   return copy;
 }
 
+/* A retry's request made again when $nres_deadline_ms went into it, so
+ * the peer sees this try's time left: nginx builds the request once per
+ * upstream session and sends the same bytes to every try. As
+ * lua-nginx-module's balancer.recreate_request (documented for this use:
+ * a header from a variable, new on a retry): the request's body chain as
+ * ngx_http_upstream_init_request gave it to create_request, and
+ * create_request again, in the request's pool (a retry's allocation).
+ * Not with proxy_request_buffering off (the body is streamed by the
+ * proxy's own state): there every try carries the first try's value. */
+static ngx_int_t ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now) {
+  ngx_http_request_t *r = ctx->r;
+  ngx_http_upstream_t *u = r->upstream;
+  if (ctx->deadline_len == 0 || u->create_request == NULL || r->request_body_no_buffering)
+    return NGX_OK;
+  int64_t left = nres_gw_left_ms(&ctx->req, now);
+  if (left == ctx->left_ms)
+    return NGX_OK;
+  ctx->left_ms = left;
+  ctx->deadline_len = 0;   /* formatted again by create_request */
+  u->request_bufs = r->request_body != NULL ? r->request_body->bufs : NULL;
+  return u->create_request(r);
+}
+
 /* Each try: a peer, its timeouts, maybe one more try (nginx asks for
  * one after a failing status only if pc->tries allowed it before the
  * answer came, so the grant cannot wait for the try's end). */
@@ -653,6 +680,8 @@ static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
   ngx_http_nres_ctx_t *ctx = data;
   nres_gw_upstream_t *gw = ctx->gw;
   nres_time_t now = nres_clock_now();
+  if (ctx->session_tries++ > 0 && ngx_http_nres_recreate_request(ctx, now) != NGX_OK)
+    return NGX_ERROR;
   uint32_t permit;
   int has_permit;
   int i = nres_gw_pick(gw, now, ctx->last, &permit, &has_permit);
@@ -709,6 +738,7 @@ static ngx_int_t ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstrea
   }
   ctx->scf = scf;
   ctx->last = -1;
+  ctx->session_tries = 0;
   ctx->conf = r->upstream->conf;
   r->upstream->peer.get = ngx_http_nres_get_peer;
   r->upstream->peer.free = ngx_http_nres_free_peer;

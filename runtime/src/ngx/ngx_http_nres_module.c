@@ -104,7 +104,6 @@ typedef struct {
   ngx_http_request_t *r;
   ngx_http_upstream_conf_t *conf;  /* the location's upstream conf */
   ngx_http_upstream_conf_t *own;   /* the request's copy, or NULL */
-  nres_time_t ended;            /* when the last try ended, 0: none */
   int64_t left_ms;              /* X-Deadline-Ms, -1: none */
   int last;                     /* the previous try's peer, -1: none */
   ngx_uint_t session_tries;     /* tries of this upstream session */
@@ -393,12 +392,13 @@ static ngx_int_t ngx_http_nres_init_process(ngx_cycle_t *cycle) {
 
 /* ------------------------------------------------------ per request */
 
-/* The call's end. Its outcome was known when its last try ended: that
- * time, unless a try is still open (or none was made). */
+/* The call's end (its time: a breaker window keeps a sample only while
+ * its slice is current, so not the last try's end, which a slow client's
+ * download can leave seconds behind). */
 static void ngx_http_nres_end(void *data) {
   ngx_http_nres_ctx_t *ctx = data;
-  nres_time_t now = ctx->req.peer >= 0 || ctx->ended == 0 ? nres_clock_now() : ctx->ended;
-  nres_gw_request_end(ctx->gw, &ctx->req, now, (int)ctx->r->headers_out.status);
+  nres_gw_request_end(ctx->gw, &ctx->req, nres_clock_now(),
+                      (int)ctx->r->headers_out.status);
 }
 
 /* A request's state, its call's end registered with its pool (as
@@ -416,7 +416,6 @@ static ngx_http_nres_ctx_t *ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw
   ctx->scf = NULL;
   ctx->conf = NULL;
   ctx->own = NULL;
-  ctx->ended = 0;
   ctx->left_ms = -1;
   ctx->last = -1;
   ctx->session_tries = 0;
@@ -717,9 +716,7 @@ static void ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_u
                   (pc->connection->read->timedout || pc->connection->write->timedout);
   if (!(state & NGX_PEER_FAILED) && u->state != NULL && u->state->status == 504)
     timed_out = 1;
-  nres_time_t now = nres_clock_now();
-  ctx->ended = now;
-  ctx->last = nres_gw_try_end(ctx->gw, &ctx->req, now, failed, timed_out);
+  ctx->last = nres_gw_try_end(ctx->gw, &ctx->req, nres_clock_now(), failed, timed_out);
 }
 
 /* A request's upstream session: the admission's state, or a new one

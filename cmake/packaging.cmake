@@ -7,6 +7,8 @@
 #   lua      the library's Lua face: nres.lua, nres/, presets  -> lua-nres
 #   nresrun  the harness: nresrun, nres-depserver, nresrun*.lua -> nresrun
 #   sync     libnres_sync.so.*, nres-syncd (with hiredis)        -> nres-sync
+#   ngx      ngx_http_nres_module.so (with nginx-dev; its install
+#            rules: runtime/src/ngx/ngx.cmake)           -> libnginx-mod-http-nres
 #
 # NRES_INSTALL_LUADIR is where the Lua modules go (relative to the prefix,
 # or absolute: the rockspec points it at the rock's Lua directory).
@@ -100,6 +102,9 @@ endif()
 if(TARGET nres_sync)
   list(APPEND CPACK_COMPONENTS_ALL sync)
 endif()
+if(TARGET nres_ngx_module)
+  list(APPEND CPACK_COMPONENTS_ALL ngx)
+endif()
 
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libnres${PROJECT_VERSION_MAJOR})
 set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
@@ -131,5 +136,18 @@ set(CPACK_DEBIAN_SYNC_PACKAGE_SECTION net)
 set(CPACK_COMPONENT_SYNC_DEPENDS lib)
 set(CPACK_COMPONENT_SYNC_DESCRIPTION
     "nres resilience runtime - fleet sync through Redis\n libnres_sync and nres-syncd: one retry budget, rate limit and breaker view\n per scope across many processes or gateways (nres/sync.h).")
+
+# Named as Debian's nginx module packages are; the nginx ABI it was built
+# for (nginx-dev's) as they depend on it; the Lua face declares its
+# upstreams (init_by_lua), so lua-nres and the Lua module come with it.
+set(CPACK_DEBIAN_NGX_PACKAGE_NAME libnginx-mod-http-nres)
+set(CPACK_DEBIAN_NGX_PACKAGE_SECTION httpd)
+set(CPACK_COMPONENT_NGX_DEPENDS lib lua)
+set(CPACK_DEBIAN_NGX_PACKAGE_DEPENDS "libnginx-mod-http-lua")
+if(NRES_NGX_ABI)
+  string(APPEND CPACK_DEBIAN_NGX_PACKAGE_DEPENDS ", ${NRES_NGX_ABI}")
+endif()
+set(CPACK_COMPONENT_NGX_DESCRIPTION
+    "nres resilience runtime - nginx module\n ngx_http_nres_module: nginx's proxy moves the bytes, libnres decides (peer\n choice, retries, deadlines, breakers, budgets) with no Lua phase per\n request: load_module modules/ngx_http_nres_module.so; after the Lua module.")
 
 include(CPack)

@@ -27,7 +27,10 @@
 #               rendered from NRES_BENCH_BASE_CONF (default: the same
 #               template; a baseline of another config shape needs its own)
 # Defaults N1=300 N2=2300; about 3 minutes. NRES_CG_VARIANTS="plain nres"
-# narrows a run.
+# narrows a run; NRES_KEEP=1 keeps the runs' files (callgrind's among
+# them). NRES_CG_PROFILE=K adds each variant's K costliest functions per
+# request (callgrind_annotate of the N2 run minus that of the N1 run, over
+# N2 - N1): self and inclusive instructions.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,7 +60,8 @@ vg_pid=""
 cleanup() {
   [ -n "$vg_pid" ] && nres_stop_pid "$vg_pid"
   nres_nginx_stop_all
-  rm -rf "$work" "$regions"
+  rm -rf "$regions"
+  if [ -n "${NRES_KEEP:-}" ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 export NRES_REGION_DIR=$regions
@@ -125,6 +129,35 @@ instructions() {
   awk '/^(summary|totals):/ {print $2; exit}' "$p/cg.out"
 }
 
+# per_function FILE INCLUSIVE: "function<TAB>count" for every function of
+# a callgrind file (INCLUSIVE yes or no; directories dropped), sorted.
+per_function() {
+  callgrind_annotate --auto=no --threshold=100 --inclusive="$2" "$1" 2>/dev/null |
+    awk '$1 ~ /^[0-9,]+$/ && $2 ~ /^\(/ {
+           n = $1; gsub(",", "", n); f = $0
+           sub(/^ *[0-9,]+ *\( *[0-9.]+%\) */, "", f); sub(/ \[.*\]$/, "", f)
+           sub(/^.*\//, "", f); print f "\t" n }' | LC_ALL=C sort -t $'\t' -k1,1
+}
+
+# per_request NAME INCLUSIVE: "function<TAB>count per request" of NAME's
+# two runs (the N2 run's count minus the N1 run's, over N2 - N1).
+per_request() {
+  LC_ALL=C join -t $'\t' -a 1 -e 0 -o 0,1.2,2.2 \
+    <(per_function "$work/$1.$N2/cg.out" "$2") <(per_function "$work/$1.$N1/cg.out" "$2") |
+    awk -F'\t' -v d=$((N2 - N1)) '{ printf "%s\t%.0f\n", $1, ($2 - $3) / d }'
+}
+
+# profile NAME: NAME's NRES_CG_PROFILE costliest functions per request
+# (by self instructions), with their inclusive count.
+profile() {
+  echo ""
+  echo "| $1: function | self per request | inclusive per request |"
+  echo "|---|---|---|"
+  LC_ALL=C join -t $'\t' -o 0,1.2,2.2 <(per_request "$1" no) <(per_request "$1" yes) |
+    sort -t $'\t' -k2,2nr | awk -v k="$NRES_CG_PROFILE" 'NR <= k' |
+    awk -F'\t' '{ printf "| %s | %s | %s |\n", $1, $2, $3 }'
+}
+
 variants="plain balancer phases nres"
 [ -n "$module" ] && variants="$variants nres-module"
 variants=${NRES_CG_VARIANTS:-$variants}
@@ -140,4 +173,6 @@ for v in $variants; do
   per=$(( (b - a) / (N2 - N1) ))
   [ -z "$plain" ] && plain=$per
   echo "| $v | $per | +$(( per - plain )) |"
+  if [ -n "${NRES_CG_PROFILE:-}" ]; then profile "$v" >>"$work/profiles.md"; fi
 done
+if [ -n "${NRES_CG_PROFILE:-}" ]; then cat "$work/profiles.md"; fi

@@ -5,7 +5,9 @@
 # inter-package dependencies; spec/install/consumer.c built against the
 # root through the packaged nres.pc and run; the packaged Lua face loading
 # the packaged libnres.so.SOVERSION (no NRES_LIB) and running a policy
-# call; the packaged nresrun and nres-depserver starting.
+# call; the packaged nresrun and nres-depserver starting; the packaged
+# nginx module (when built) in nginx's module directory, finding the
+# packaged libnres.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 version=$2
@@ -23,6 +25,8 @@ field() { dpkg-deb -f "$1" "$2"; }
 declare -A arch=([libnres$so]=amd64 [libnres-dev]=amd64 [lua-nres]=all [nresrun]=amd64)
 # The fleet agent's package, when the build has it (hiredis found).
 [ -f "$build/nres-syncd" ] && arch[nres-sync]=amd64
+# The nginx module's, when the build has it (nginx-dev found).
+[ -f "$build/ngx_http_nres_module.so" ] && arch[libnginx-mod-http-nres]=amd64
 for pkg in "${!arch[@]}"; do
   deb=$(ls "$tmp/out/${pkg}_${version}_"*.deb 2>/dev/null || true)
   [ -n "$deb" ] || fail "no package $pkg $version: $(ls "$tmp/out")"
@@ -77,4 +81,19 @@ if [ -n "${arch[nres-sync]:-}" ]; then
     || fail "nres-syncd --help failed"
   case "$(deps nres-sync)" in *"libnres$so (= $version)"*) ;; *) fail "nres-sync does not depend on libnres$so" ;; esac
 fi
-echo "deb.sh: $(ls "$tmp/out" | grep -c '\.deb$') packages, consumer, Lua face and nresrun ok"
+if [ -n "${arch[libnginx-mod-http-nres]:-}" ]; then
+  d=$(deps libnginx-mod-http-nres)
+  for want in "libnres$so (= $version)" "lua-nres (= $version)" libnginx-mod-http-lua; do
+    case "$d" in *"$want"*) ;; *) fail "libnginx-mod-http-nres does not depend on $want: $d" ;; esac
+  done
+  abi=$(sed -n 's/^nginx:abi=//p' /usr/share/nginx/src/debian/libnginx-mod.abisubstvars 2>/dev/null || true)
+  if [ -n "$abi" ]; then
+    case "$d" in *"$abi"*) ;; *) fail "libnginx-mod-http-nres does not depend on $abi: $d" ;; esac
+  fi
+  mod=$tmp/root/usr/lib/nginx/modules/ngx_http_nres_module.so
+  [ -f "$mod" ] || fail "no usr/lib/nginx/modules/ngx_http_nres_module.so in libnginx-mod-http-nres"
+  found=$(ldd "$mod" | awk '$1 == "libnres.so.'"$so"'" {print $3}')
+  [ "$(readlink -f "$found")" = "$(readlink -f "$libdir/libnres.so.$so")" ] ||
+    fail "the packaged module loads libnres from '$found', expected $libdir/libnres.so.$so"
+fi
+echo "deb.sh: $(ls "$tmp/out" | grep -c '\.deb$') packages, consumer, Lua face, nresrun and nginx module ok"

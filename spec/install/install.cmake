@@ -2,8 +2,9 @@
 # CMakeLists.txt with NRES_TESTS: the installed library used from C
 # (gcc and clang, shared and static, through pkg-config), the LuaRocks
 # rock (luarocks make into a temporary tree, then require "nres" with no
-# NRES_LIB), and the Debian packages (cpack, unpacked with dpkg-deb -x).
-# Each works in a temporary directory and touches nothing else.
+# NRES_LIB), the Debian packages (cpack, unpacked with dpkg-deb -x), and
+# the nginx module (installed, then loaded by nginx). Each works in a
+# temporary directory and touches nothing else.
 if(NOT NRES_SANITIZE STREQUAL "")
   return()   # installed artefacts are built without sanitizers
 endif()
@@ -28,3 +29,12 @@ add_test(NAME install_deb
 # cpack builds the tree first (its preinstall step): quick on a built tree,
 # minutes if sources changed since.
 set_tests_properties(install_deb PROPERTIES TIMEOUT 600 LABELS install)
+
+# The nginx module, when built: installed where nginx's modules go, finding
+# the installed libnres, loaded by nginx (also run by `ctest -R nginx`).
+if(DEFINED NRES_NGX_MODULE)
+  add_test(NAME nginx_install
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/ngx.sh
+                   ${CMAKE_BINARY_DIR} ${NRES_INSTALL_NGXMODULEDIR})
+  set_tests_properties(nginx_install PROPERTIES TIMEOUT 120 LABELS "install;nginx")
+endif()

@@ -11,10 +11,12 @@
 #      every answer 200, every peer used, X-Deadline-Ms on every upstream
 #      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
 #      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
-#      upstream; nres_admit's client limiter answers 429 + Retry-After; a location
-#      without nres_admit still balances; an internal redirect to a location
-#      that proxies keeps the first admission (its X-Deadline-Ms, one
-#      call); /nres/status counts C-mode calls;
+#      upstream; nres_admit's client limiter answers 429 + Retry-After; two
+#      locations' upstream confs (one hides a header) stay apart in the
+#      tries' timed copies; a location without nres_admit still balances;
+#      an internal redirect to a location that proxies keeps the first
+#      admission (its X-Deadline-Ms, one call); /nres/status counts C-mode
+#      calls;
 #   2. one peer down: every request still succeeds (a retry never goes back
 #      to the peer that failed), its failures in the shared table, then it
 #      gets almost nothing (ejected or avoided);
@@ -24,7 +26,8 @@
 #   4. criticality: with the budget below half a sheddable request gets no
 #      retry while a default one does;
 #   5. nginx's own 502/504 carry X-Nres-Reason (error_page), each call
-#      counted once (the pool's cleanup ends it, error_page or not);
+#      counted once (the pool's cleanup ends it, error_page or not); a
+#      retry's X-Deadline-Ms is its own time left, less than the first's;
 #   6. error.log has no [error], [crit], [alert] or [emerg] line.
 # Skipped (exit 0) when nginx, its Lua module or the module is missing.
 set -euo pipefail
@@ -140,6 +143,13 @@ r=$(curl -s -w '%{http_code} %header{retry-after} [%header{x-nres-reason}]\n' \
   -o /dev/null "$gw/limited")
 printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
 printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
+# a try's timeouts come with a copy of its location's upstream conf,
+# kept per location and worker: another location's (hiding Content-Type)
+# is not used (one connection: one worker sees both)
+types=$(curl -s -w '%{http_code}:%{content_type} ' -o /dev/null "$gw/typed" \
+          -o /dev/null "$gw/hidden" -o /dev/null "$gw/typed" -o /dev/null "$gw/hidden")
+[ "$types" = "200:text/plain 200: 200:text/plain 200: " ] ||
+  fail "two locations' upstream confs mixed up: $types (expected /hidden without Content-Type)"
 c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
 [ "$c" = 200 ] || fail "a location without nres_admit gave $c"
 # an internal redirect keeps the admission: X-Deadline-Ms from it, one call
@@ -236,12 +246,24 @@ load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 events { worker_connections 64; }
 http {
   access_log off;
+  lua_shared_dict tries 1m;
   server {
     listen 127.0.0.1:$p4;
     location /own502 { return 502; }
     location /own504 { return 504; }
     location /close { return 444; }
     location /slow { content_by_lua_block { ngx.sleep(2) ngx.say("late") } }
+    location /pertry {   # every odd try: 503 after 50 ms; each try's X-Deadline-Ms kept
+      client_body_buffer_size 1m;
+      content_by_lua_block {
+        local d = ngx.shared.tries
+        local n = d:incr("n", 1, 0)
+        d:set(n, ngx.var.http_x_deadline_ms or "none")
+        if n % 2 == 1 then ngx.sleep(0.05) return ngx.exit(503) end
+        ngx.req.read_body()
+        ngx.say(d:get(n - 1), " ", d:get(n), " ", #(ngx.req.get_body_data() or ""))
+      }
+    }
   }
 }
 CONF
@@ -278,6 +300,17 @@ for p in /own502 /own504 /close /slow /ok; do
   counted_once "$p" "$c0"
   got="$got $p: $h;"
 done
+# each try's X-Deadline-Ms is its own time left: the retry's request is
+# made again (the first try took 50 ms or more), with the request's body
+# (a PUT is retried; 100 kB: in a file at the gateway)
+read -r first second size < <(curl -s "http://127.0.0.1:$gw2_port/pertry")
+[[ "$first" =~ ^[0-9]+$ && "$second" =~ ^[0-9]+$ ]] && [ "$second" -lt "$first" ] && [ "$size" = 0 ] ||
+  fail "a retry carried X-Deadline-Ms '$second' after the first try's '$first' (expected less)"
+got="$got /pertry: X-Deadline-Ms $first then $second;"
+head -c 100000 /dev/zero | tr '\0' x >"$work/gw2/body"
+read -r first second size < <(curl -s -X PUT --data-binary "@$work/gw2/body" "http://127.0.0.1:$gw2_port/pertry")
+[ "$size" = 100000 ] && [ "$second" -lt "$first" ] ||
+  fail "a retried PUT of 100000 bytes: the retry got $size bytes, X-Deadline-Ms '$first' then '$second'"
 nres_stop_pid "$up2_master"
 c0=$(calls)
 h=$(reason /refused)

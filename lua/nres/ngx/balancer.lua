@@ -82,7 +82,7 @@ typedef struct nres_gw_config_s {
   int choice; double panic; int budget, breaker;
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
-  nres_breaker_t *breaker; nres_estimator_t *estimator; uint32_t slot, inflight;
+  nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; uint32_t slot, inflight;
   double cost; int state; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {

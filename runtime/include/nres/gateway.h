@@ -61,6 +61,7 @@ typedef struct nres_gw_config_s {
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker;      /* in the peers' table */
   nres_estimator_t *estimator;
+  nres_shm_slot_t *counters;    /* its slot there (nres_shm_slot_record) */
   uint32_t slot;
   uint32_t inflight;            /* this process's tries in flight */
   double cost;                  /* this process's view: p75 latency, ns */

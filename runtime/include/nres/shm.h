@@ -161,6 +161,10 @@ NRES_EXTERN int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf,
  * `retries` were retries. Relaxed atomics. */
 NRES_EXTERN void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop,
                                  uint32_t attempts, uint32_t retries);
+/* The same into a slot from nres_shm_slot, held while its key's lease
+ * lasts (no header check: for callers that count every request). */
+NRES_EXTERN void nres_shm_slot_record(nres_shm_slot_t *slot, int stop,
+                                      uint32_t attempts, uint32_t retries);
 /* Take one admission from slot `index`'s rate limiter: 0, or NRES_ELIMITED
  * with *retry_after (ns, may be NULL) until one would be allowed. Counted
  * in the slot's `calls`, refusals also in stops[NRES_STOP_LIMITED].

@@ -630,17 +630,21 @@ int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
   return (int) (tag & 0x7f);
 }
 
-void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop,
-                     uint32_t attempts, uint32_t retries) {
-  nres_shm_slot_t *s = nres_shm_slot(shm, index);
-
-  if (s == NULL)
-    return;
+void nres_shm_slot_record(nres_shm_slot_t *s, int stop, uint32_t attempts,
+                          uint32_t retries) {
   nres__add(&s->calls, 1);
   nres__add(&s->attempts, attempts);
   nres__add(&s->retries, retries);
   if (stop >= 0 && stop < NRES_STOP_COUNT)
     nres__add(&s->stops[stop], 1);
+}
+
+void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop,
+                     uint32_t attempts, uint32_t retries) {
+  nres_shm_slot_t *s = nres_shm_slot(shm, index);
+
+  if (s != NULL)
+    nres_shm_slot_record(s, stop, attempts, retries);
 }
 
 int nres_shm_limit(nres_shm_t *shm, uint32_t index, nres_time_t now,

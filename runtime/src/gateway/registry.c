@@ -59,6 +59,7 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
     }
     p->slot = cfg->peer_slots[i];
     p->breaker = &slot->breaker;
+    p->counters = slot;
     p->estimator = cfg->estimators + cfg->peer_slots[i];
     strcpy(p->name, cfg->peer_names[i]);
   }

@@ -61,7 +61,7 @@ int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
     r->slot = u->sslot;
     if (u->breaker) {
       if (nres_breaker_acquire(&r->slot->breaker, now, &r->upermit) != 0) {
-        nres_shm_record(u->scope, (uint32_t)r->idx, NRES_STOP_CIRCUIT, 0, 0);
+        nres_shm_slot_record(r->slot, NRES_STOP_CIRCUIT, 0, 0);
         reset(r, deadline);
         return NRES_GW_CIRCUIT;
       }
@@ -133,10 +133,10 @@ int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now
   if (failed && lat < u->attempt_timeout)
     lat = u->attempt_timeout;   /* a failure counts as the attempt timeout */
   nres_estimator_record(p->estimator, now, lat);
-  nres_shm_record(u->peers, p->slot,
-                  failed ? (timed_out ? NRES_STOP_DEADLINE : NRES_STOP_ATTEMPTS)
-                         : NRES_STOP_OK,
-                  1, r->tries > 1 ? 1 : 0);
+  nres_shm_slot_record(p->counters,
+                       failed ? (timed_out ? NRES_STOP_DEADLINE : NRES_STOP_ATTEMPTS)
+                              : NRES_STOP_OK,
+                       1, r->tries > 1 ? 1 : 0);
   r->peer = -1;
   r->has_ppermit = 0;
   return i;
@@ -183,7 +183,7 @@ void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_
     if (failed)
       stop = status == 504 ? NRES_STOP_DEADLINE
              : r->budget_refused ? NRES_STOP_BUDGET : NRES_STOP_ATTEMPTS;
-    nres_shm_record(u->scope, (uint32_t)r->idx, stop, r->tries, r->retries);
+    nres_shm_slot_record(r->slot, stop, r->tries, r->retries);
     r->slot = NULL;
   }
   if (r->peer >= 0)

@@ -6,16 +6,42 @@
 # modules` there (one file). The module links build/libnres.so (rpath),
 # the library nres.cdef loads through NRES_LIB in the tests, so the
 # module and the Lua declarations share one registry.
+#
+# Installed (component ngx, the package libnginx-mod-http-nres) into
+# NRES_INSTALL_NGXMODULEDIR, Debian nginx's module directory under the
+# prefix (nginx's `load_module modules/...;` names /usr/lib/nginx/modules),
+# with its rpath changed to the installed libnres: $ORIGIN-relative, so a
+# prefix chosen at install time (--prefix, a package) still finds it. The
+# build's rpath is padded ("/." repeated) to at least the installed one's
+# length: file(RPATH_CHANGE) rewrites it in place.
 set(NRES_NGINX_SRC /usr/share/nginx/src CACHE PATH "nginx source tree with conf_flags (nginx-dev)")
 if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
    AND EXISTS ${NRES_NGINX_SRC}/conf_flags)
   set(ngx_dir ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/ngx)
   set(ngx_tree ${CMAKE_BINARY_DIR}/ngx)
   set(ngx_module ${CMAKE_BINARY_DIR}/ngx_http_nres_module.so)
+  set(NRES_INSTALL_NGXMODULEDIR "lib/nginx/modules" CACHE STRING
+      "nginx module directory (relative to the install prefix, or absolute)")
+  # Both relative to the prefix: $ORIGIN/<from the modules to the library>;
+  # otherwise the library's directory as configured.
+  if(IS_ABSOLUTE "${NRES_INSTALL_NGXMODULEDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+    set(ngx_install_rpath "${CMAKE_INSTALL_FULL_LIBDIR}")
+  else()
+    file(RELATIVE_PATH ngx_to_lib "/p/${NRES_INSTALL_NGXMODULEDIR}" "/p/${CMAKE_INSTALL_LIBDIR}")
+    string(REGEX REPLACE "/$" "" ngx_to_lib "${ngx_to_lib}")
+    set(ngx_install_rpath "$ORIGIN/${ngx_to_lib}")
+  endif()
+  set(ngx_build_rpath "${CMAKE_BINARY_DIR}")
+  string(LENGTH "${ngx_install_rpath}" ngx_want)
+  string(LENGTH "${ngx_build_rpath}" ngx_have)
+  while(ngx_have LESS ngx_want)
+    string(APPEND ngx_build_rpath "/.")
+    string(LENGTH "${ngx_build_rpath}" ngx_have)
+  endwhile()
   add_custom_command(OUTPUT ${ngx_tree}/objs/Makefile
     COMMAND bash ${ngx_dir}/configure.sh ${NRES_NGINX_SRC} ${ngx_tree}
             "${CMAKE_CURRENT_SOURCE_DIR}/runtime/include ${CMAKE_BINARY_DIR}/include"
-            ${CMAKE_BINARY_DIR}
+            ${CMAKE_BINARY_DIR} ${ngx_build_rpath}
     DEPENDS ${ngx_dir}/config ${ngx_dir}/configure.sh ${NRES_NGINX_SRC}/conf_flags
     COMMENT "Configuring nginx for ngx_http_nres_module (once)")
   add_custom_command(OUTPUT ${ngx_module}
@@ -28,6 +54,24 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
     COMMENT "Building ngx_http_nres_module.so")
   add_custom_target(nres_ngx_module ALL DEPENDS ${ngx_module})
   set(NRES_NGX_MODULE ${ngx_module})
+
+  install(FILES ${ngx_module} DESTINATION ${NRES_INSTALL_NGXMODULEDIR} COMPONENT ngx)
+  if(IS_ABSOLUTE "${NRES_INSTALL_NGXMODULEDIR}")
+    set(ngx_installed "${NRES_INSTALL_NGXMODULEDIR}/ngx_http_nres_module.so")
+  else()
+    set(ngx_installed "\${CMAKE_INSTALL_PREFIX}/${NRES_INSTALL_NGXMODULEDIR}/ngx_http_nres_module.so")
+  endif()
+  install(CODE "file(RPATH_CHANGE FILE \"\$ENV{DESTDIR}${ngx_installed}\"
+                     OLD_RPATH \"${ngx_build_rpath}\" NEW_RPATH \"${ngx_install_rpath}\")"
+          COMPONENT ngx)
+  # The Debian package's nginx ABI (nginx-dev's, e.g. nginx-abi-1.22.1-7),
+  # which Debian's own module packages depend on.
+  set(NRES_NGX_ABI "")
+  if(EXISTS ${NRES_NGINX_SRC}/debian/libnginx-mod.abisubstvars)
+    file(STRINGS ${NRES_NGINX_SRC}/debian/libnginx-mod.abisubstvars ngx_abi
+         REGEX "^nginx:abi=")
+    string(REGEX REPLACE "^nginx:abi=" "" NRES_NGX_ABI "${ngx_abi}")
+  endif()
 endif()
 
 # spec/nginx/cbalancer.sh: the module in a real nginx (like nginx_balancer

@@ -29,13 +29,17 @@
  * admission (preaccess) keeps the request's state in its pool; each try
  * (peer get) picks a peer, sets the try's timeouts from the time left
  * and grants one more try (pc->tries) if the policy, the time and the
- * retry budget allow; each try's end (peer free) is recorded into its
- * peer; the call's end (the pool's cleanup, after the log phase, so an
- * error_page redirect cannot lose it) tells the upstream's breaker and
- * budget and counts the call; an internal redirect, which clears module
- * ctxs, finds the admission again through that cleanup. No heap
- * allocation: the state and a copy of the upstream conf (the try's
- * timeouts) are in the request's pool.
+ * retry budget allow; a retry's request is made again when it carries
+ * $nres_deadline_ms (the retry's own time left); each try's end (peer
+ * free) is recorded into its peer; the call's end (the pool's cleanup,
+ * after the log phase, so an error_page redirect cannot lose it) tells
+ * the upstream's breaker and budget and counts the call; an internal
+ * redirect, which clears module ctxs, finds the admission again through
+ * that cleanup. No heap allocation: the state is in the request's pool,
+ * with the call's end (one allocation); a try's timeouts come with an
+ * upstream conf of the timeouts wanted (ngx_http_nres_try_conf), made
+ * once per location and worker for the usual try (the policy's attempt
+ * timeout), or once per request when the time left is shorter.
  */
 #include <ngx_config.h>
 #include <ngx_core.h>
@@ -64,11 +68,23 @@ typedef struct {
   ngx_array_t balancers;        /* ngx_http_nres_srv_conf_t * */
 } ngx_http_nres_main_conf_t;
 
+/* A location's upstream conf and this worker's copy of it with the
+ * policy's attempt timeout as its connect, send and read timeouts. */
+typedef struct {
+  ngx_http_upstream_conf_t *conf;
+  ngx_http_upstream_conf_t *timed;
+} ngx_http_nres_timed_t;
+
+#define NGX_HTTP_NRES_TIMED_MAX 8   /* locations per upstream with a copy */
+
 typedef struct {
   ngx_str_t name;               /* gw.upstream's name */
   nres_gw_upstream_t *gw;
   ngx_addr_t *addrs;            /* one per peer, parsed once */
   ngx_http_upstream_srv_conf_t *us;
+  ngx_msec_t attempt_ms;        /* the policy's attempt timeout, ms */
+  ngx_uint_t ntimed;
+  ngx_http_nres_timed_t timed[NGX_HTTP_NRES_TIMED_MAX];
 } ngx_http_nres_srv_conf_t;
 
 typedef struct {
@@ -78,16 +94,22 @@ typedef struct {
   ngx_http_complex_value_t *key;   /* the client's key for it */
 } ngx_http_nres_loc_conf_t;
 
-/* One request's state (its pool). */
+/* One request's state (its pool), its call's end in the pool's cleanup
+ * list. */
 typedef struct {
+  ngx_pool_cleanup_t cln;       /* handler set once the call began */
   nres_gw_request_t req;
   nres_gw_upstream_t *gw;
   ngx_http_nres_srv_conf_t *scf;  /* the balancer trying, or NULL */
   ngx_http_request_t *r;
+  ngx_http_upstream_conf_t *conf;  /* the location's upstream conf */
+  ngx_http_upstream_conf_t *own;   /* the request's copy, or NULL */
   int64_t left_ms;              /* X-Deadline-Ms, -1: none */
   int last;                     /* the previous try's peer, -1: none */
-  ngx_uint_t conf_copied;
-  ngx_pool_cleanup_t *cln;      /* the call's end, armed once it began */
+  ngx_uint_t session_tries;     /* tries of this upstream session */
+  size_t deadline_len;          /* $nres_deadline_ms formatted (the last
+                                   deadline_len bytes), 0: not yet */
+  u_char deadline[NGX_INT64_LEN];
 } ngx_http_nres_ctx_t;
 
 static ngx_int_t ngx_http_nres_add_variables(ngx_conf_t *cf);
@@ -342,9 +364,12 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
     *ref[i].target = found;
   }
   ngx_http_nres_srv_conf_t **scf = mcf->balancers.elts;
-  for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++)
+  for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++) {
     if (ngx_http_nres_parse_peers(cf, scf[i]) != NGX_OK)
       return NGX_ERROR;
+    /* what nres_gw_try_begin gives a try with more time left than that */
+    scf[i]->attempt_ms = (ngx_msec_t)(scf[i]->gw->attempt_timeout / 1000000u);
+  }
   ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
   ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
   if (h == NULL)
@@ -367,26 +392,34 @@ static ngx_int_t ngx_http_nres_init_process(ngx_cycle_t *cycle) {
 
 /* ------------------------------------------------------ per request */
 
+/* The call's end (its time: a breaker window keeps a sample only while
+ * its slice is current, so not the last try's end, which a slow client's
+ * download can leave seconds behind). */
 static void ngx_http_nres_end(void *data) {
   ngx_http_nres_ctx_t *ctx = data;
   nres_gw_request_end(ctx->gw, &ctx->req, nres_clock_now(),
                       (int)ctx->r->headers_out.status);
 }
 
-/* A request's state, its call's end registered with its pool. */
+/* A request's state, its call's end registered with its pool (as
+ * ngx_pool_cleanup_add does, in the same allocation). */
 static ngx_http_nres_ctx_t *ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw_upstream_t *gw) {
-  ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_nres_ctx_t));
-  if (cln == NULL)
+  ngx_http_nres_ctx_t *ctx = ngx_palloc(r->pool, sizeof *ctx);
+  if (ctx == NULL)
     return NULL;
-  ngx_http_nres_ctx_t *ctx = cln->data;
+  ctx->cln.handler = NULL;   /* armed once admitted */
+  ctx->cln.data = ctx;
+  ctx->cln.next = r->pool->cleanup;
+  r->pool->cleanup = &ctx->cln;
   ctx->gw = gw;
   ctx->r = r;
   ctx->scf = NULL;
+  ctx->conf = NULL;
+  ctx->own = NULL;
   ctx->left_ms = -1;
   ctx->last = -1;
-  ctx->conf_copied = 0;
-  ctx->cln = cln;
-  cln->handler = NULL;   /* armed once admitted */
+  ctx->session_tries = 0;
+  ctx->deadline_len = 0;
   ngx_http_set_ctx(r, ctx, ngx_http_nres_module);
   return ctx;
 }
@@ -537,11 +570,13 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
     return ngx_http_nres_refuse(r, (ngx_uint_t)rc, 0);
   }
   ctx->left_ms = nres_gw_left_ms(&ctx->req, now);
-  ctx->cln->handler = ngx_http_nres_end;   /* the call's end armed */
+  ctx->cln.handler = ngx_http_nres_end;   /* the call's end armed */
   return NGX_DECLINED;
 }
 
-/* $nres_deadline_ms: the time left at admission (ms); empty without one. */
+/* $nres_deadline_ms: the time left at admission (ms), or at a retry's
+ * start (ngx_http_nres_recreate_request); empty without one. Formatted
+ * once into the request's state. */
 static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
                                                  ngx_http_variable_value_t *v, uintptr_t data) {
   (void)data;
@@ -550,11 +585,17 @@ static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
     v->not_found = 1;
     return NGX_OK;
   }
-  u_char *p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
-  if (p == NULL)
-    return NGX_ERROR;
-  v->len = ngx_sprintf(p, "%L", ctx->left_ms) - p;
-  v->data = p;
+  if (ctx->deadline_len == 0) {   /* decimal, as ngx_sprintf's %L: from the end */
+    u_char *p = ctx->deadline + sizeof ctx->deadline;
+    uint64_t ms = (uint64_t)ctx->left_ms;
+    do {
+      *--p = (u_char)('0' + ms % 10);
+      ms /= 10;
+    } while (ms != 0);
+    ctx->deadline_len = (size_t)(ctx->deadline + sizeof ctx->deadline - p);
+  }
+  v->len = ctx->deadline_len;
+  v->data = ctx->deadline + sizeof ctx->deadline - ctx->deadline_len;
   v->valid = 1;
   v->no_cacheable = 0;
   v->not_found = 0;
@@ -570,12 +611,76 @@ static ngx_int_t ngx_http_nres_add_variables(ngx_conf_t *cf) {
   return NGX_OK;
 }
 
-/* Each try: a peer, its timeouts, maybe one more try. */
+/* The upstream conf of a try whose timeouts are t ms (nginx reads them
+ * from the conf; lua-nginx-module's set_timeouts copies it for each
+ * try): the location's own when its timeouts are t; this worker's copy
+ * of it with the attempt timeout when t is that (a try with more time
+ * left than an attempt timeout: the usual one), made at the location's
+ * first such try; else the request's own copy. Each conf is read-only to
+ * nginx, so a copy can serve every request of its location. */
+static ngx_http_upstream_conf_t *ngx_http_nres_try_conf(ngx_http_nres_ctx_t *ctx, ngx_msec_t t) {
+  ngx_http_upstream_conf_t *conf = ctx->conf;
+  if (conf->connect_timeout == t && conf->send_timeout == t && conf->read_timeout == t)
+    return conf;
+  ngx_http_nres_srv_conf_t *scf = ctx->scf;
+  ngx_http_upstream_conf_t *copy = NULL;
+  if (t == scf->attempt_ms) {
+    for (ngx_uint_t i = 0; i < scf->ntimed; i++)
+      if (scf->timed[i].conf == conf)
+        return scf->timed[i].timed;
+    if (scf->ntimed < NGX_HTTP_NRES_TIMED_MAX) {
+      copy = ngx_palloc(ngx_cycle->pool, sizeof *copy);
+      if (copy == NULL)
+        return NULL;
+      scf->timed[scf->ntimed].conf = conf;
+      scf->timed[scf->ntimed].timed = copy;
+      scf->ntimed++;
+    }
+  }
+  if (copy == NULL) {
+    if (ctx->own == NULL && (ctx->own = ngx_palloc(ctx->r->pool, sizeof *copy)) == NULL)
+      return NULL;
+    copy = ctx->own;
+  }
+  ngx_memcpy(copy, conf, sizeof *copy);
+  copy->connect_timeout = t;
+  copy->send_timeout = t;
+  copy->read_timeout = t;
+  return copy;
+}
+
+/* A retry's request made again when $nres_deadline_ms went into it, so
+ * the peer sees this try's time left: nginx builds the request once per
+ * upstream session and sends the same bytes to every try. As
+ * lua-nginx-module's balancer.recreate_request (documented for this use:
+ * a header from a variable, new on a retry): the request's body chain as
+ * ngx_http_upstream_init_request gave it to create_request, and
+ * create_request again, in the request's pool (a retry's allocation).
+ * Not with proxy_request_buffering off (the body is streamed by the
+ * proxy's own state): there every try carries the first try's value. */
+static ngx_int_t ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now) {
+  ngx_http_request_t *r = ctx->r;
+  ngx_http_upstream_t *u = r->upstream;
+  if (ctx->deadline_len == 0 || u->create_request == NULL || r->request_body_no_buffering)
+    return NGX_OK;
+  int64_t left = nres_gw_left_ms(&ctx->req, now);
+  if (left == ctx->left_ms)
+    return NGX_OK;
+  ctx->left_ms = left;
+  ctx->deadline_len = 0;   /* formatted again by create_request */
+  u->request_bufs = r->request_body != NULL ? r->request_body->bufs : NULL;
+  return u->create_request(r);
+}
+
+/* Each try: a peer, its timeouts, maybe one more try (nginx asks for
+ * one after a failing status only if pc->tries allowed it before the
+ * answer came, so the grant cannot wait for the try's end). */
 static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
   ngx_http_nres_ctx_t *ctx = data;
-  ngx_http_request_t *r = ctx->r;
   nres_gw_upstream_t *gw = ctx->gw;
   nres_time_t now = nres_clock_now();
+  if (ctx->session_tries++ > 0 && ngx_http_nres_recreate_request(ctx, now) != NGX_OK)
+    return NGX_ERROR;
   uint32_t permit;
   int has_permit;
   int i = nres_gw_pick(gw, now, ctx->last, &permit, &has_permit);
@@ -586,22 +691,13 @@ static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
   pc->sockaddr = a->sockaddr;
   pc->socklen = a->socklen;
   pc->name = &a->name;
-  /* the try's timeouts: the request's own copy of the upstream conf */
-  ngx_http_upstream_t *u = r->upstream;
-  if (!ctx->conf_copied) {
-    ngx_http_upstream_conf_t *ucf = ngx_palloc(r->pool, sizeof *ucf);
-    if (ucf == NULL)
-      return NGX_ERROR;
-    ngx_memcpy(ucf, u->conf, sizeof *ucf);
-    u->conf = ucf;
-    ctx->conf_copied = 1;
-  }
-  u->conf->connect_timeout = t;
-  u->conf->send_timeout = t;
-  u->conf->read_timeout = t;
+  ngx_http_upstream_conf_t *conf = ngx_http_nres_try_conf(ctx, t);
+  if (conf == NULL)
+    return NGX_ERROR;
+  ctx->r->upstream->conf = conf;
   int more = nres_gw_grant(gw, &ctx->req, now, -1);
   if (more == NRES_GW_NEED_CLASS)
-    more = nres_gw_grant(gw, &ctx->req, now, ngx_http_nres_class(r));
+    more = nres_gw_grant(gw, &ctx->req, now, ngx_http_nres_class(ctx->r));
   if (more == 1)
     pc->tries++;
   return NGX_OK;
@@ -633,13 +729,14 @@ static ngx_int_t ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstrea
     if (ctx == NULL)
       return NGX_ERROR;
     nres_gw_unadmitted(scf->gw, &ctx->req, nres_clock_now());
-    ctx->cln->handler = ngx_http_nres_end;
+    ctx->cln.handler = ngx_http_nres_end;
   } else if (ctx->req.peer >= 0) {
     nres_gw_try_abandon(ctx->gw, &ctx->req);   /* a new session of the request */
   }
   ctx->scf = scf;
   ctx->last = -1;
-  ctx->conf_copied = 0;
+  ctx->session_tries = 0;
+  ctx->conf = r->upstream->conf;
   r->upstream->peer.get = ngx_http_nres_get_peer;
   r->upstream->peer.free = ngx_http_nres_free_peer;
   r->upstream->peer.data = ctx;

@@ -33,7 +33,9 @@
 #      timeout"; that peer stopped (connect refused) -> "upstream failed";
 #      each of nginx's own answers still counted once by gw.log (which the
 #      named locations run); X-Deadline-Ms: 0 keeps its one "deadline
-#      exceeded" (nres's own answer, not caught by error_page);
+#      exceeded" (nres's own answer, not caught by error_page); a retry
+#      carries its own X-Deadline-Ms, less than the first try's, with the
+#      request's body (gw.admit's variable and gw.access's header);
 #   4d. one worker on one connection (callgrind.sh's setting) answers 1500
 #      requests, its phases compiled (checked in 5);
 #   5. error.log has no [error], [crit], [alert] or [emerg] line; the
@@ -299,24 +301,7 @@ admin_all "mode=healthy&reset=1"
 mapfile -t ports < <(nres_free_ports 2)
 p4=${ports[0]}; gw2_port=${ports[1]}
 mkdir -p "$work/up2" "$work/gw2" && chmod 777 "$work/up2" "$work/gw2"
-cat >"$work/up2/nginx.conf" <<CONF
-worker_processes 1;
-pid $work/up2/nginx.pid;
-error_log $work/up2/error.log warn;
-load_module /usr/lib/nginx/modules/ndk_http_module.so;
-load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
-events { worker_connections 64; }
-http {
-  access_log off;
-  server {
-    listen 127.0.0.1:$p4;
-    location /own502 { return 502; }
-    location /own504 { return 504; }
-    location /close { return 444; }
-    location /slow { content_by_lua_block { ngx.sleep(2) ngx.say("late") } }
-  }
-}
-CONF
+nres_render "$here/answers.conf.in" "$work/up2/nginx.conf" PREFIX="$work/up2" PORT="$p4"
 nres_render "$here/balancer.conf.in" "$work/gw2/nginx.conf" \
   PREFIX="$work/gw2" PORT="$gw2_port" LUA="$repo/lua/?.lua;${jit_dir}?.lua" \
   POLICY='{ base = "gateway", attempt_timeout = 0.2, breaker = { min_calls = 1000 } }' CHOICE=p2c \
@@ -355,6 +340,10 @@ for p in /own502 /own504 /close /slow /ok; do
   counted_once "$p" "$c0"
   got="$got $p: $h;"
 done
+check_per_try_deadline "http://127.0.0.1:$gw2_port/pertry"
+got="$got /pertry: X-Deadline-Ms $first then $second;"
+check_per_try_deadline "http://127.0.0.1:$gw2_port/via-access/pertry"   # gw.access's header
+got="$got /via-access/pertry: $first then $second;"
 h=$(reason /d0 -H "X-Deadline-Ms: 0")
 [ "$h" = "504 [deadline exceeded]" ] || fail "X-Deadline-Ms: 0 on gw2 answered '$h'"
 nres_stop_pid "$up2_master"

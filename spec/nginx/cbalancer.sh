@@ -70,6 +70,14 @@ out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad
       -c "$work/gw/bad1.conf" 2>&1) && fail "an unknown upstream name started: $out"
 printf '%s' "$out" | grep -q 'nres_balancer "nosuch": expected an upstream declared with peers in init_by_lua.*bad1.conf:[0-9]' ||
   fail "unknown upstream name: unclear error: $out"
+# NRES_LIB naming another copy of libnres than the module's: init_by_lua
+# declares into the copy, the module finds nothing; the error says why
+mkdir -p "$work/gw/copy" && cp "$NRES_LIB" "$work/gw/copy/libnres.so"
+out=$(NRES_LIB="$work/gw/copy/libnres.so" NRES_REGION_DIR="$work/gw/regions" "$NGINX" \
+      -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/nginx.conf" 2>&1) &&
+  fail "NRES_LIB naming another libnres started: $out"
+printf '%s' "$out" | grep -q "and another libnres is loaded, $work/gw/copy/libnres.so: NRES_LIB must name the module's" ||
+  fail "NRES_LIB naming another libnres: unclear error: $out"
 sed 's/limiter=tight/limiter=nosuch/' "$work/gw/nginx.conf" >"$work/gw/bad5.conf"
 out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad.log" \
       -c "$work/gw/bad5.conf" 2>&1) && fail "an unknown limiter name started: $out"

@@ -46,6 +46,8 @@
 #include <ngx_http.h>
 #include <ngx_md5.h>
 
+#include <dlfcn.h>
+#include <link.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -329,6 +331,45 @@ static ngx_int_t ngx_http_nres_parse_peers(ngx_conf_t *cf, ngx_http_nres_srv_con
   return NGX_OK;
 }
 
+/* A hint for a name not found: init_by_lua declared it in another copy of
+ * libnres. The module uses the file it was linked with; the Lua side loads
+ * NRES_LIB's (or the default name's). Two files, two registries: the
+ * module sees none of the Lua side's names. Writes ", ..." naming both
+ * into `hint` when another libnres.so is loaded, "" otherwise. */
+typedef struct {
+  const char *own;
+  const char *other;
+} ngx_http_nres_libs_t;
+
+static int ngx_http_nres_lib_visit(struct dl_phdr_info *info, size_t size, void *data) {
+  ngx_http_nres_libs_t *libs = data;
+  const char *name = info->dlpi_name, *base;
+  (void)size;
+  if (name == NULL || name[0] == '\0')
+    return 0;
+  base = strrchr(name, '/');
+  base = base != NULL ? base + 1 : name;
+  if (ngx_strncmp(base, "libnres.so", 10) != 0 || ngx_strcmp(name, libs->own) == 0)
+    return 0;
+  libs->other = name;
+  return 1;
+}
+
+static void ngx_http_nres_other_lib_hint(u_char *hint, size_t cap) {
+  Dl_info self;
+  ngx_http_nres_libs_t libs = {"", NULL};
+  hint[0] = '\0';
+  if (dladdr((void *)nres_gw_find, &self) == 0 || self.dli_fname == NULL)
+    return;
+  libs.own = self.dli_fname;
+  dl_iterate_phdr(ngx_http_nres_lib_visit, &libs);
+  if (libs.other != NULL)
+    *ngx_snprintf(hint, cap - 1,
+                  " (this module uses %s, and another libnres is loaded, %s: "
+                  "NRES_LIB must name the module's)",
+                  libs.own, libs.other) = '\0';
+}
+
 static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r);
 
 static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
@@ -347,18 +388,21 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
     const char *name = (const char *)ref[i].name.data;
     void *found = ref[i].limiter ? (void *)nres_gw_limiter_find(name, ref[i].name.len)
                                  : (void *)nres_gw_find(name, ref[i].name.len);
+    u_char hint[NGX_MAX_PATH * 2 + 128];
+    if (found == NULL)
+      ngx_http_nres_other_lib_hint(hint, sizeof hint);
     if (found == NULL && ref[i].limiter) {
       ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                     "%s limiter=%V: expected a limiter declared in init_by_lua "
-                    "(gw.limiter(\"%V\", { rate = ... })), got none of that name in %V:%ui",
-                    ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line);
+                    "(gw.limiter(\"%V\", { rate = ... })), got none of that name in %V:%ui%s",
+                    ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line, hint);
       return NGX_ERROR;
     }
     if (found == NULL) {
       ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                     "%s \"%V\": expected an upstream declared with peers in init_by_lua "
-                    "(gw.upstream(\"%V\", { peers = ... })), got none of that name in %V:%ui",
-                    ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line);
+                    "(gw.upstream(\"%V\", { peers = ... })), got none of that name in %V:%ui%s",
+                    ref[i].directive, &ref[i].name, &ref[i].name, &ref[i].file, ref[i].line, hint);
       return NGX_ERROR;
     }
     *ref[i].target = found;

@@ -13,6 +13,7 @@
 -- round 1's breaker misses the quiet outage's 0.05; round 2's presets
 -- (no throttle) send a quarter-capacity dependency 2.4 x its capacity,
 -- round 4's (no fast_failure) the same when its refusals are plain errors;
+-- round 6's gateway (50 ms backoff) sends the blip 0.0503 per arrival on seed 14;
 -- and the mechanism
 -- the presets lean on under overload: a refusal that says
 -- it is one (throttled) never trips the breaker, a plain error does.
@@ -173,6 +174,25 @@ describe("the quiet outage", function()
     local r = doc.scenarios[1].results
     expect.truthy(r.round1[1].down_req_per_op > 0.05, "round 1: " .. r.round1[1].down_req_per_op)
     expect.truthy(r.default[1].down_req_per_op <= 0.05, "now: " .. r.default[1].down_req_per_op)
+  end)
+end)
+
+describe("the blip", function()
+  -- The first failures' retries race the breaker's trip (20 in a row,
+  -- ~70-85 ms into a 3 s blip at 400 calls/s): gateway's 50 ms backoff of
+  -- round 6 sent most of them before it tripped (seed 14: 57 requests in
+  -- the blip's first second, 0.0503 per arrival while down); the default's
+  -- 100 ms, which gateway now has, sends about half of them.
+  it("gateway stays within 0.05 requests per arrival on seed 14; with round 6's 50 ms backoff it does not", function()
+    local sim = dofile("bench/tournament.lua")
+    local blip
+    for _, sc in ipairs(sim.scenarios) do if sc.name == "blip" then blip = sc end end
+    local doc = tournament.run(nresrun.simulation{
+      policies = { round6 = nres.policy{ base = "gateway", backoff = { base = 0.05 } }, gateway = "gateway" },
+      seeds = { 14 }, scenarios = { blip } })
+    local r = doc.scenarios[1].results
+    expect.truthy(r.round6[1].down_req_per_op > 0.05, "round 6: " .. r.round6[1].down_req_per_op)
+    expect.truthy(r.gateway[1].down_req_per_op <= 0.05, "now: " .. r.gateway[1].down_req_per_op)
   end)
 end)
 

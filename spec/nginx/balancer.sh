@@ -34,8 +34,7 @@
 #      each of nginx's own answers still counted once by gw.log (which the
 #      named locations run); X-Deadline-Ms: 0 keeps its one "deadline
 #      exceeded" (nres's own answer, not caught by error_page); a retry
-#      carries its own X-Deadline-Ms, less than the first try's, with the
-#      request's body (gw.admit's variable and gw.access's header);
+#      carries the first try's X-Deadline-Ms (nginx resends its bytes);
 #   4d. one worker on one connection (callgrind.sh's setting) answers 1500
 #      requests, its phases compiled (checked in 5);
 #   5. error.log has no [error], [crit], [alert] or [emerg] line; the
@@ -340,10 +339,12 @@ for p in /own502 /own504 /close /slow /ok; do
   counted_once "$p" "$c0"
   got="$got $p: $h;"
 done
-check_per_try_deadline "http://127.0.0.1:$gw2_port/pertry"
-got="$got /pertry: X-Deadline-Ms $first then $second;"
-check_per_try_deadline "http://127.0.0.1:$gw2_port/via-access/pertry"   # gw.access's header
-got="$got /via-access/pertry: $first then $second;"
+# a retry resends the first try's bytes, X-Deadline-Ms included (README:
+# lua-nginx-module's recreate_request is not safe to call here)
+read -r first second _ < <(curl -s "http://127.0.0.1:$gw2_port/pertry")
+[[ "$first" =~ ^[0-9]+$ ]] && [ "$second" = "$first" ] ||
+  fail "a retry carried X-Deadline-Ms '$second' after the first try's '$first' (expected the same)"
+got="$got /pertry: X-Deadline-Ms $first on both tries;"
 h=$(reason /d0 -H "X-Deadline-Ms: 0")
 [ "$h" = "504 [deadline exceeded]" ] || fail "X-Deadline-Ms: 0 on gw2 answered '$h'"
 nres_stop_pid "$up2_master"

@@ -1,8 +1,7 @@
 # peers.sh - the pool checks balancer.sh (the Lua balancer) and cbalancer.sh
 # (the nginx module) share: a client of the three-peer test upstream
 # (spec/nginx/nres_upstream.lua: its /admin modes and counts) and of the
-# gateway's /nres/status, and the checks both must pass ("one peer down",
-# each try's own X-Deadline-Ms).
+# gateway's /nres/status, and the "one peer down" check both must pass.
 # Sourced after lib.sh; the callers set here, gw (the gateway's URL), p1,
 # p2, p3 (the peers' ports) and fail/pass.
 
@@ -50,20 +49,4 @@ check_one_peer_down() {
   after=$(( $(ups "$p2") - before ))
   [ "$after" -le 6 ] || fail "the ejected peer got $after of 600 requests (probes only expected)"
   pass "one peer down: 900/900 ok; dead peer $st with $fails failures; $after of the next 600 requests reached it"
-}
-
-# check_per_try_deadline URL: each try's X-Deadline-Ms is its own time
-# left (answers.conf.in's /pertry: the first try takes 50 ms and fails,
-# the retry answers both values); the retry's request is made again with
-# the request's body (a PUT of 100 kB: in a file at the gateway). Sets
-# first and second (the GET's values).
-check_per_try_deadline() {
-  local size f2 s2
-  read -r first second size < <(curl -s "$1")
-  [[ "$first" =~ ^[0-9]+$ && "$second" =~ ^[0-9]+$ ]] && [ "$second" -lt "$first" ] && [ "$size" = 0 ] ||
-    fail "a retry carried X-Deadline-Ms '$second' after the first try's '$first' (expected less)"
-  head -c 100000 /dev/zero | tr '\0' x >"$work/pertry.body"
-  read -r f2 s2 size < <(curl -s -X PUT --data-binary "@$work/pertry.body" "$1")
-  [ "$size" = 100000 ] && [ "$s2" -lt "$f2" ] ||
-    fail "a retried PUT of 100000 bytes: the retry got $size bytes, X-Deadline-Ms '$f2' then '$s2'"
 }

@@ -15,8 +15,8 @@
 -- 429; an inbound X-Deadline-Ms (a number of ms >= 0; other values are
 -- ignored; 0 answers 504) shortens the policy's deadline; the upstream's
 -- breaker (one per upstream key, in the scope's shared table) refuses with
--- 503 when open; the time left is X-Deadline-Ms upstream, each try its
--- own (resend, below).
+-- 503 when open; the time left is X-Deadline-Ms upstream (nginx sends the
+-- request headers once, so every try carries the first try's value).
 --
 -- Each try (balance): the previous try's outcome, if any, comes from
 -- ngx.balancer.get_last_failure() and is recorded into that peer's breaker
@@ -366,7 +366,6 @@ local function new_state(key, stamp, u)
     r = { req = ffi_new("nres_gw_request_t") }
   end
   r.stamp, r.u, r.refused = stamp, u, false
-  r.sent, r.header = nil, false   -- X-Deadline-Ms given (ms), and how
   reqs[key] = r
   return r
 end
@@ -444,7 +443,6 @@ function _M.admit(uname, lname, lkey)
   if verdict == 504 then return refuse(r, 504, "deadline exceeded") end
   if verdict == 503 then return refuse(r, 503, "circuit open") end
   local left = tonumber(gw_left_ms(r.req, now))
-  r.sent = left
   -- without an inbound deadline the time left is the policy's: its string
   -- is made once (a number's tostring is a format and an interning)
   if left == u.deadline_left then return u.deadline_ms end
@@ -471,7 +469,6 @@ function _M.access(uname)
   if set_header(req, "X-Deadline-Ms", 13, v, #v, nil, 0, 1, errmsg) < NGX_OK then
     error("nres.ngx: setting X-Deadline-Ms: " .. ffi_str(errmsg[0]))
   end
-  reqs[tonumber(ffi_cast(uintptr_t, req))].header = true
   return true
 end
 
@@ -505,33 +502,6 @@ local function retrying(g, r, req, now)
   return i
 end
 
--- A retry's X-Deadline-Ms: its own time left. nginx builds the upstream
--- request once per upstream session and sends the same bytes to every
--- try, so the header's source is set again ($nres_deadline_ms from
--- gw.admit in set_by_lua, or the request header gw.access set) and the
--- request made again (balancer.recreate_request, documented for this
--- use). A config whose variable has another name keeps the first value.
-local function resend(r, req, now)
-  local left = tonumber(gw_left_ms(r.req, now))
-  if left == r.sent then return end
-  local v = tostring(left)
-  if r.header then
-    if set_header(req, "X-Deadline-Ms", 13, v, #v, nil, 0, 1, errmsg) < NGX_OK then
-      error("nres.ngx: setting X-Deadline-Ms: " .. ffi_str(errmsg[0]))
-    end
-  else
-    R.errlen[0] = 256
-    if R.var_set(req, "nres_deadline_ms", 16, lowcase, v, #v, R.errbuf, R.errlen) ~= NGX_OK then
-      r.sent = nil   -- no such variable here: nothing to send again
-      return
-    end
-  end
-  r.sent = left
-  if R.recreate_request(req, errmsg) ~= NGX_OK then
-    error("nres.ngx: recreate_request: " .. ffi_str(errmsg[0]))
-  end
-end
-
 local try
 
 -- balancer_by_lua: one try.
@@ -554,10 +524,7 @@ function _M.balance(uname)
     return ngx.exit(ngx.ERROR)   -- nginx's 500: error_page -> gw.refused
   end
   local avoid = -1
-  if r.req.peer >= 0 then
-    avoid = retrying(g, r, req, now)
-    if avoid >= 0 and r.sent ~= nil then resend(r, req, now) end
-  end
+  if r.req.peer >= 0 then avoid = retrying(g, r, req, now) end
   return try(u, g, r, req, now, gw_pick(g, now, avoid, permit_box, has_box))
 end
 

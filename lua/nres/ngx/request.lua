@@ -27,8 +27,6 @@ local _M = {
   errmsg = ffi_new("char *[1]"),
   int_out = ffi_new("int[1]"),        -- get_last_failure's status
   lowcase = ffi_new("char[64]"),      -- var_get's scratch for the name
-  errbuf = ffi_new("unsigned char[256]"),   -- var_set's error
-  errlen = ffi_new("size_t[1]"),
   uintptr_t = ffi.typeof("uintptr_t"),
   -- get_last_failure's states (ngx.balancer's names)
   FAILURE = { [1] = "keepalive", [2] = "next", [4] = "failed" },
@@ -41,7 +39,6 @@ function _M.bind()
   require "ngx.balancer"
   _M.exdata = require "thread.exdata"      -- the current request
   _M.var_get = C.ngx_http_lua_ffi_var_get
-  _M.var_set = C.ngx_http_lua_ffi_var_set
   _M.set_header = C.ngx_http_lua_ffi_req_set_header
   _M.status = C.ngx_http_lua_ffi_get_resp_status
   _M.start_time = C.ngx_http_lua_ffi_req_start_time
@@ -49,7 +46,6 @@ function _M.bind()
   _M.set_more_tries = C.ngx_http_lua_ffi_balancer_set_more_tries
   _M.set_timeouts = C.ngx_http_lua_ffi_balancer_set_timeouts
   _M.last_failure = C.ngx_http_lua_ffi_balancer_get_last_failure
-  _M.recreate_request = C.ngx_http_lua_ffi_balancer_recreate_request
   return _M
 end
 

@@ -160,6 +160,10 @@ types=$(curl -s -w '%{http_code}:%{content_type} ' -o /dev/null "$gw/typed" \
   fail "two locations' upstream confs mixed up: $types (expected /hidden without Content-Type)"
 c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
 [ "$c" = 200 ] || fail "a location without nres_admit gave $c"
+# set_by_lua's $nres_deadline_ms (the Lua balancer's config) in the same
+# nginx as the module's variable: it starts, and each location has its own
+c=$(curl -s "$gw/lua-admit")
+[ "$c" = "[7]" ] || fail "set_by_lua \$nres_deadline_ms beside the module gave '$c', expected '[7]'"
 # an internal redirect keeps the admission: X-Deadline-Ms from it, one call
 admin_all "reset=1"
 r0=$(up_field "$(status)" calls)
@@ -279,6 +283,21 @@ for p in /own502 /own504 /close /slow /ok; do
   counted_once "$p" "$c0"
   got="$got $p: $h;"
 done
+# check_per_try_deadline URL: each try's X-Deadline-Ms is its own time
+# left (answers.conf.in's /pertry: the first try takes 50 ms and fails,
+# the retry answers both values); the retry's request is made again with
+# the request's body (a PUT of 100 kB: in a file at the gateway). Sets
+# first and second (the GET's values).
+check_per_try_deadline() {
+  local size f2 s2
+  read -r first second size < <(curl -s "$1")
+  [[ "$first" =~ ^[0-9]+$ && "$second" =~ ^[0-9]+$ ]] && [ "$second" -lt "$first" ] && [ "$size" = 0 ] ||
+    fail "a retry carried X-Deadline-Ms '$second' after the first try's '$first' (expected less)"
+  head -c 100000 /dev/zero | tr '\0' x >"$work/pertry.body"
+  read -r f2 s2 size < <(curl -s -X PUT --data-binary "@$work/pertry.body" "$1")
+  [ "$size" = 100000 ] && [ "$s2" -lt "$f2" ] ||
+    fail "a retried PUT of 100000 bytes: the retry got $size bytes, X-Deadline-Ms '$f2' then '$s2'"
+}
 check_per_try_deadline "http://127.0.0.1:$gw2_port/pertry"
 got="$got /pertry: X-Deadline-Ms $first then $second;"
 nres_stop_pid "$up2_master"

@@ -647,8 +647,10 @@ static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
 }
 
 static ngx_int_t ngx_http_nres_add_variables(ngx_conf_t *cf) {
+  /* changeable: the Lua balancer's `set_by_lua $nres_deadline_ms` may sit
+   * in the same nginx (its value, once set, is what that location reads) */
   ngx_http_variable_t *var = ngx_http_add_variable(cf, &ngx_http_nres_deadline_name,
-                                                   NGX_HTTP_VAR_NOCACHEABLE);
+                                                   NGX_HTTP_VAR_NOCACHEABLE | NGX_HTTP_VAR_CHANGEABLE);
   if (var == NULL)
     return NGX_ERROR;
   var->get_handler = ngx_http_nres_deadline_variable;
@@ -702,18 +704,27 @@ static ngx_http_upstream_conf_t *ngx_http_nres_try_conf(ngx_http_nres_ctx_t *ctx
  * create_request again, in the request's pool (a retry's allocation).
  * Not with proxy_request_buffering off (the body is streamed by the
  * proxy's own state): there every try carries the first try's value. */
-static ngx_int_t ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now) {
+static void ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now) {
   ngx_http_request_t *r = ctx->r;
   ngx_http_upstream_t *u = r->upstream;
   if (ctx->deadline_len == 0 || u->create_request == NULL || r->request_body_no_buffering)
-    return NGX_OK;
-  int64_t left = nres_gw_left_ms(&ctx->req, now);
-  if (left == ctx->left_ms)
-    return NGX_OK;
+    return;
+  int64_t left = nres_gw_left_ms(&ctx->req, now), was = ctx->left_ms;
+  if (left == was)
+    return;
+  ngx_chain_t *built = u->request_bufs;
   ctx->left_ms = left;
   ctx->deadline_len = 0;   /* formatted again by create_request */
   u->request_bufs = r->request_body != NULL ? r->request_body->bufs : NULL;
-  return u->create_request(r);
+  if (u->create_request(r) != NGX_OK) {
+    /* no memory for it: the retry goes with the first try's bytes */
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "nres: a retry's request could not be made again; "
+                  "it carries the first try's X-Deadline-Ms");
+    u->request_bufs = built;
+    ctx->left_ms = was;
+    ctx->deadline_len = 0;
+  }
 }
 
 /* Each try: a peer, its timeouts, maybe one more try (nginx asks for
@@ -723,8 +734,8 @@ static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
   ngx_http_nres_ctx_t *ctx = data;
   nres_gw_upstream_t *gw = ctx->gw;
   nres_time_t now = nres_clock_now();
-  if (ctx->session_tries++ > 0 && ngx_http_nres_recreate_request(ctx, now) != NGX_OK)
-    return NGX_ERROR;
+  if (ctx->session_tries++ > 0)
+    ngx_http_nres_recreate_request(ctx, now);
   uint32_t permit;
   int has_permit;
   int i = nres_gw_pick(gw, now, ctx->last, &permit, &has_permit);

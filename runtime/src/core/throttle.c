@@ -111,12 +111,14 @@ static double probability(double k, uint32_t requests, uint32_t failures,
 
 /* What the dependency's last refusal adds to k at now: -DIP while it is
  * less than DIP_FOR old (0 is no refusal yet: the record starts at 0),
- * room once it is ROOM_QUIET old, 0 between. */
+ * room once it is ROOM_QUIET old, 0 between. A refusal stamped ahead of
+ * now (another process's clock, or a region file kept across a reboot)
+ * dips only if less than DIP_FOR ahead: never a dip that lasts. */
 static double room(const nres_throttle_t *throttle, nres_time_t now) {
   nres_throttle_t *t = (nres_throttle_t *) throttle;   /* loads only */
   uint64_t at = nres__load(&t->refused_at);
 
-  if (at != 0 && (now <= at || now - at < DIP_FOR))
+  if (at != 0 && (now <= at ? at - now < DIP_FOR : now - at < DIP_FOR))
     return -DIP;
   if (now <= at || now - at <= ROOM_QUIET)
     return 0;

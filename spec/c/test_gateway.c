@@ -135,6 +135,30 @@ static void test_retry_elsewhere(void **state) {
   unmake(&f);
 }
 
+/* A try slower than its peer's faded cost raises it at once: until the
+ * next refresh (the estimator's p75) the slow peer is not picked again,
+ * though its cost had faded below the others'. */
+static void test_slow_try_seen_at_once(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 3, 1, NRES_GW_P2C);
+  nres_time_t now = 100 * SEC;
+  uint32_t permit;
+  int has;
+  nres_gw_pick(u, now, -1, &permit, &has);   /* refreshed now */
+  u->peer[0].cost = u->peer[1].cost = 2e6;   /* 2 ms */
+  u->peer[2].cost = 1e6;                     /* faded to 1 ms */
+  nres_gw_request_t r;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  nres_gw_try_begin(u, &r, now, 2, permit, 0);
+  nres_gw_try_end(u, &r, now + 10 * MS, 0, 0);
+  nres_gw_request_end(u, &r, now + 10 * MS, 200);
+  assert_true(u->peer[2].cost >= 10e6);
+  for (int k = 0; k < 100; k++)
+    assert_int_not_equal(nres_gw_pick(u, now + 11 * MS, -1, &permit, &has), 2);
+  unmake(&f);
+}
+
 /* An unused token is given back; a refused class waits for its read. */
 static void test_budget(void **state) {
   (void)state;
@@ -269,6 +293,7 @@ int main(void) {
     cmocka_unit_test(test_registry),
     cmocka_unit_test(test_admission),
     cmocka_unit_test(test_retry_elsewhere),
+    cmocka_unit_test(test_slow_try_seen_at_once),
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
     cmocka_unit_test(test_limiter),

@@ -133,6 +133,11 @@ int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now
   if (failed && lat < u->attempt_timeout)
     lat = u->attempt_timeout;   /* a failure counts as the attempt timeout */
   nres_estimator_record(p->estimator, now, lat);
+  /* This process's view at once, not at the next refresh: a try slower
+   * than the peer's cost (perhaps faded while it was avoided) raises it,
+   * so a slow peer tried again is not chosen again and again meanwhile. */
+  if ((double)lat > p->cost)
+    p->cost = (double)lat;
   nres_shm_slot_record(p->counters,
                        failed ? (timed_out ? NRES_STOP_DEADLINE : NRES_STOP_ATTEMPTS)
                               : NRES_STOP_OK,

@@ -159,6 +159,27 @@ static void test_slow_try_seen_at_once(void **state) {
   unmake(&f);
 }
 
+/* Tries in flight spread the load but do not make a peer that serves
+ * them side by side look as slow as one 5x slower with none in flight. */
+static void test_inflight_damped(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 2, 1, NRES_GW_P2C);
+  nres_time_t now = 100 * SEC;
+  uint32_t permit;
+  int has;
+  nres_gw_pick(u, now, -1, &permit, &has);   /* refreshed now */
+  u->peer[0].cost = 2e6;
+  u->peer[0].inflight = 4;
+  u->peer[1].cost = 10e6;
+  for (int k = 0; k < 20; k++)
+    assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 0);
+  u->peer[0].inflight = 30;   /* but a pile-up does move the choice */
+  assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 1);
+  u->peer[0].inflight = 0;
+  unmake(&f);
+}
+
 /* An unused token is given back; a refused class waits for its read. */
 static void test_budget(void **state) {
   (void)state;
@@ -294,6 +315,7 @@ int main(void) {
     cmocka_unit_test(test_admission),
     cmocka_unit_test(test_retry_elsewhere),
     cmocka_unit_test(test_slow_try_seen_at_once),
+    cmocka_unit_test(test_inflight_damped),
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
     cmocka_unit_test(test_limiter),

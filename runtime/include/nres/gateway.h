@@ -2,7 +2,7 @@
  *
  * nginx's proxy moves the bytes; these functions decide: admit a request
  * (inbound deadline, the upstream's breaker), pick a peer (power of two
- * choices over latency x (in-flight + 1), or round robin; never the peer
+ * choices over latency x sqrt(in-flight + 1), or round robin; never the peer
  * that just failed while another is admitted; panic threshold), size a
  * try's timeouts from the time left, grant one more try (attempts, time,
  * the upstream's retry budget by criticality), record each try into its

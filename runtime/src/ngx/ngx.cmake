@@ -38,11 +38,16 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
     string(APPEND ngx_build_rpath "/.")
     string(LENGTH "${ngx_build_rpath}" ngx_have)
   endwhile()
+  # The rpath is configure's argument: a stamp that changes with it (and
+  # only then) configures again, so an install rpath made longer by a new
+  # prefix cannot leave an older, shorter one for RPATH_CHANGE to miss.
+  file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/ngx-rpath.stamp CONTENT "${ngx_build_rpath}\n")
   add_custom_command(OUTPUT ${ngx_tree}/objs/Makefile
     COMMAND bash ${ngx_dir}/configure.sh ${NRES_NGINX_SRC} ${ngx_tree}
             "${CMAKE_CURRENT_SOURCE_DIR}/runtime/include ${CMAKE_BINARY_DIR}/include"
             ${CMAKE_BINARY_DIR} ${ngx_build_rpath}
     DEPENDS ${ngx_dir}/config ${ngx_dir}/configure.sh ${NRES_NGINX_SRC}/conf_flags
+            ${CMAKE_BINARY_DIR}/ngx-rpath.stamp
     COMMENT "Configuring nginx for ngx_http_nres_module (once)")
   add_custom_command(OUTPUT ${ngx_module}
     COMMAND ${CMAKE_COMMAND} -E env MAKEFLAGS= make -s -f objs/Makefile modules

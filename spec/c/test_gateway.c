@@ -135,6 +135,13 @@ static void test_retry_elsewhere(void **state) {
   unmake(&f);
 }
 
+/* The peer picked at `now` for a first try (its permit let go unused). */
+static int pick_at(nres_gw_upstream_t *u, nres_time_t now) {
+  uint32_t permit;
+  int has;
+  return nres_gw_pick(u, now, -1, &permit, &has);
+}
+
 /* A try slower than its peer's faded cost raises it at once: until the
  * next refresh (the estimator's p75) the slow peer is not picked again,
  * though its cost had faded below the others'. */
@@ -143,19 +150,17 @@ static void test_slow_try_seen_at_once(void **state) {
   fixture_t f;
   nres_gw_upstream_t *u = make(&f, 3, 1, NRES_GW_P2C);
   nres_time_t now = 100 * SEC;
-  uint32_t permit;
-  int has;
-  nres_gw_pick(u, now, -1, &permit, &has);   /* refreshed now */
+  pick_at(u, now);                           /* refreshed now */
   u->peer[0].cost = u->peer[1].cost = 2e6;   /* 2 ms */
   u->peer[2].cost = 1e6;                     /* faded to 1 ms */
   nres_gw_request_t r;
   assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
-  nres_gw_try_begin(u, &r, now, 2, permit, 0);
+  nres_gw_try_begin(u, &r, now, 2, 0, 0);
   nres_gw_try_end(u, &r, now + 10 * MS, 0, 0);
   nres_gw_request_end(u, &r, now + 10 * MS, 200);
   assert_true(u->peer[2].cost >= 10e6);
   for (int k = 0; k < 100; k++)
-    assert_int_not_equal(nres_gw_pick(u, now + 11 * MS, -1, &permit, &has), 2);
+    assert_int_not_equal(pick_at(u, now + 11 * MS), 2);
   unmake(&f);
 }
 
@@ -166,16 +171,14 @@ static void test_inflight_damped(void **state) {
   fixture_t f;
   nres_gw_upstream_t *u = make(&f, 2, 1, NRES_GW_P2C);
   nres_time_t now = 100 * SEC;
-  uint32_t permit;
-  int has;
-  nres_gw_pick(u, now, -1, &permit, &has);   /* refreshed now */
+  pick_at(u, now);                           /* refreshed now */
   u->peer[0].cost = 2e6;
   u->peer[0].inflight = 4;
   u->peer[1].cost = 10e6;
   for (int k = 0; k < 20; k++)
-    assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 0);
+    assert_int_equal(pick_at(u, now), 0);
   u->peer[0].inflight = 30;   /* but a pile-up does move the choice */
-  assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 1);
+  assert_int_equal(pick_at(u, now), 1);
   u->peer[0].inflight = 0;
   unmake(&f);
 }

@@ -23,6 +23,24 @@ local tournament = require "nresrun.sim.tournament"
 local simdep = require "nresrun.sim.dep"
 local simrun = require "nresrun.sim.run"
 
+-- bench/tournament.lua's scenario of that name.
+local function scenario(name)
+  for _, sc in ipairs(dofile("bench/tournament.lua").scenarios) do
+    if sc.name == name then return sc end
+  end
+  error("bench/tournament.lua: no scenario " .. name)
+end
+
+-- An earlier round's policy beside a preset, on one seed of scenario
+-- `name`: their results (before, now).
+local function before_and_now(before, preset, name, seed)
+  local doc = tournament.run(nresrun.simulation{
+    policies = { before = before, [preset] = preset }, seeds = { seed },
+    scenarios = { scenario(name) } })
+  local r = doc.scenarios[1].results
+  return r.before[1], r[preset][1]
+end
+
 local SEEDS = { 1, 2, 3 }
 -- Seed 5 as well where the dependency's capacity drops: it sent
 -- overload-deep's and overload-mute's dependency 1.103 x its capacity
@@ -98,9 +116,7 @@ end)
 
 describe("the targets can fail", function()
   it("the old default misses them in the brownout", function()
-    local sim = dofile("bench/tournament.lua")
-    local brownout
-    for _, sc in ipairs(sim.scenarios) do if sc.name == "brownout" then brownout = sc end end
+    local brownout = scenario("brownout")
     -- The brownout of before: refusals a plain error, as they were then.
     brownout.dependency.capacity.refusal = "error"
     local old = nresrun.simulation{
@@ -127,9 +143,7 @@ describe("the throttle", function()
   -- the default sent 1.09 x the offered load, 2.4 x the capacity at a
   -- quarter of it.
   it("keeps the dependency's load within 1.1 x its capacity; without it the default sends the offered load", function()
-    local sim = dofile("bench/tournament.lua")
-    local deep
-    for _, sc in ipairs(sim.scenarios) do if sc.name == "overload-deep" then deep = sc end end
+    local deep = scenario("overload-deep")
     local doc = tournament.run(nresrun.simulation{
       policies = { round2 = nres.policy{ base = "default", throttle = false }, default = "default" },
       seeds = { 1 }, scenarios = { deep } })
@@ -144,9 +158,7 @@ describe("the throttle", function()
   -- sent overload-mute's dependency 2.4 x its capacity.
   it("counts a plain error back at once as a refusal (fast_failure); without it the offered load goes through",
      function()
-    local sim = dofile("bench/tournament.lua")
-    local mute
-    for _, sc in ipairs(sim.scenarios) do if sc.name == "overload-mute" then mute = sc end end
+    local mute = scenario("overload-mute")
     local round4 = { k = 1.03, window = 0.3, buckets = 8, fast_failure = 0 }
     local doc = tournament.run(nresrun.simulation{
       policies = { round4 = nres.policy{ base = "default", throttle = round4 }, default = "default",
@@ -163,17 +175,12 @@ end)
 
 describe("the quiet outage", function()
   it("round 1's trip rule (20 in a row or 90 % over 10 s) and 0.5 s probes cost it more than 0.05", function()
-    local sim = dofile("bench/tournament.lua")
-    local quiet
-    for _, sc in ipairs(sim.scenarios) do if sc.name == "outage-quiet" then quiet = sc end end
     local br = { consecutive = 20, ratio = 0.9, window = 10, buckets = 10, min_calls = 20,
                  break_for = 0.5, break_max = 0.5, jitter = 0.1, probes = 1, successes = 2 }
-    local doc = tournament.run(nresrun.simulation{
-      policies = { round1 = nres.policy{ base = "default", breaker = br }, default = "default" },
-      seeds = { 2 }, scenarios = { quiet } })
-    local r = doc.scenarios[1].results
-    expect.truthy(r.round1[1].down_req_per_op > 0.05, "round 1: " .. r.round1[1].down_req_per_op)
-    expect.truthy(r.default[1].down_req_per_op <= 0.05, "now: " .. r.default[1].down_req_per_op)
+    local round1, now = before_and_now(nres.policy{ base = "default", breaker = br }, "default",
+                                       "outage-quiet", 2)
+    expect.truthy(round1.down_req_per_op > 0.05, "round 1: " .. round1.down_req_per_op)
+    expect.truthy(now.down_req_per_op <= 0.05, "now: " .. now.down_req_per_op)
   end)
 end)
 
@@ -184,15 +191,10 @@ describe("the blip", function()
   -- the blip's first second, 0.0503 per arrival while down); the default's
   -- 100 ms, which gateway now has, sends about half of them.
   it("gateway stays within 0.05 requests per arrival on seed 14; with round 6's 50 ms backoff it does not", function()
-    local sim = dofile("bench/tournament.lua")
-    local blip
-    for _, sc in ipairs(sim.scenarios) do if sc.name == "blip" then blip = sc end end
-    local doc = tournament.run(nresrun.simulation{
-      policies = { round6 = nres.policy{ base = "gateway", backoff = { base = 0.05 } }, gateway = "gateway" },
-      seeds = { 14 }, scenarios = { blip } })
-    local r = doc.scenarios[1].results
-    expect.truthy(r.round6[1].down_req_per_op > 0.05, "round 6: " .. r.round6[1].down_req_per_op)
-    expect.truthy(r.gateway[1].down_req_per_op <= 0.05, "now: " .. r.gateway[1].down_req_per_op)
+    local round6, now = before_and_now(nres.policy{ base = "gateway", backoff = { base = 0.05 } },
+                                       "gateway", "blip", 14)
+    expect.truthy(round6.down_req_per_op > 0.05, "round 6: " .. round6.down_req_per_op)
+    expect.truthy(now.down_req_per_op <= 0.05, "now: " .. now.down_req_per_op)
   end)
 end)
 

@@ -297,51 +297,11 @@ admin_all "mode=healthy&reset=1"
 # error_page takes only the answers nginx makes itself; $upstream_status
 # could not tell them apart ("502, 502, 502" after three tries both for an
 # upstream's own 502 and for a refused connect).
-mapfile -t ports < <(nres_free_ports 2)
-p4=${ports[0]}; gw2_port=${ports[1]}
-mkdir -p "$work/up2" "$work/gw2" && chmod 777 "$work/up2" "$work/gw2"
-nres_render "$here/answers.conf.in" "$work/up2/nginx.conf" PREFIX="$work/up2" PORT="$p4"
-nres_render "$here/balancer.conf.in" "$work/gw2/nginx.conf" \
-  PREFIX="$work/gw2" PORT="$gw2_port" LUA="$repo/lua/?.lua;${jit_dir}?.lua" \
-  POLICY='{ base = "gateway", attempt_timeout = 0.2, breaker = { min_calls = 1000 } }' CHOICE=p2c \
-  PEERS="{ \"127.0.0.1:$p4\" }"
-nres_nginx_start "$work/up2" "$work/up2/nginx.conf"
-NRES_JITV="" nres_nginx_start "$work/gw2" "$work/gw2/nginx.conf"
-up2_master=$(cat "$work/up2/nginx.pid")
-gw2_master=$(cat "$work/gw2/nginx.pid")
-nres_wait_http "http://127.0.0.1:$gw2_port/nres/status"
-# reason PATH [CURL ARGS]: "status [reason]"; the header's count checked.
-reason() {
-  local p=$1; shift
-  curl -s -D "$work/gw2/h" -o /dev/null -w '%{http_code} [%header{x-nres-reason}]' "$@" \
-    "http://127.0.0.1:$gw2_port$p"
-  [ "$(grep -ci '^x-nres-reason:' "$work/gw2/h")" -le 1 ] || fail "$p: X-Nres-Reason twice: $(cat "$work/gw2/h")"
-}
-# calls: the upstream's calls so far (0 before its first request makes its slot).
-calls() {
-  curl -sf "http://127.0.0.1:$gw2_port/nres/status" | json "key('upstreams', 'backend').calls or 0"
-}
-# counted_once PATH C0: gw.log runs after the answer is sent (and the
-# status request may reach the other worker first): wait for the count to
-# move (5 s at most), then it must have moved by exactly one.
-counted_once() {
-  local c
-  for _ in $(seq 1 100); do c=$(calls); [ "$c" -gt "$2" ] && break; sleep 0.05; done
-  [ "$c" = $(($2 + 1)) ] || fail "$1: gw.log counted $((c - $2)) calls for one request"
-}
-declare -A want=([/own502]="502 []" [/own504]="504 []" [/close]="502 [upstream failed]"
-  [/slow]="504 [upstream timeout]" [/ok]="404 []")
-got=""
-for p in /own502 /own504 /close /slow /ok; do
-  c0=$(calls)
-  h=$(reason "$p")
-  [ "$h" = "${want[$p]}" ] || fail "$p answered '$h', expected '${want[$p]}'"
-  counted_once "$p" "$c0"
-  got="$got $p: $h;"
-done
+start_answers_gateway "$here/balancer.conf.in" LUA="$repo/lua/?.lua;${jit_dir}?.lua"
+check_own_answers
 # a retry resends the first try's bytes, X-Deadline-Ms included (README:
 # lua-nginx-module's recreate_request is not safe to call here)
-read -r first second _ < <(curl -s "http://127.0.0.1:$gw2_port/pertry")
+read -r first second _ < <(curl -s "$gw2/pertry")
 [[ "$first" =~ ^[0-9]+$ ]] && [ "$second" = "$first" ] ||
   fail "a retry carried X-Deadline-Ms '$second' after the first try's '$first' (expected the same)"
 got="$got /pertry: X-Deadline-Ms $first on both tries;"

@@ -65,39 +65,40 @@ render_gw "$work/gw/nginx.conf"
 # the named upstream must be a gw.upstream with peers: checked at start
 # (nginx -t runs no init_by_lua), the error names it, the file and line
 mkdir -p "$work/gw/regions" "$work/gw/tmp"
-sed 's/nres_balancer;/nres_balancer nosuch;/' "$work/gw/nginx.conf" >"$work/gw/bad1.conf"
-out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad.log" \
-      -c "$work/gw/bad1.conf" 2>&1) && fail "an unknown upstream name started: $out"
-printf '%s' "$out" | grep -q 'nres_balancer "nosuch": expected an upstream declared with peers in init_by_lua.*bad1.conf:[0-9]' ||
-  fail "unknown upstream name: unclear error: $out"
+# refused NAME EDIT MODE PATTERN WHAT: nginx.conf edited by the sed script
+# EDIT (as NAME.conf) must fail to start (MODE start: init_by_lua runs)
+# or nginx -t (MODE test) with an error matching PATTERN.
+refused() {
+  local name=$1 edit=$2 mode=$3 pattern=$4 what=$5 out
+  sed "$edit" "$work/gw/nginx.conf" >"$work/gw/$name.conf"
+  if [ "$mode" = test ]; then
+    out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/$name.conf" 2>&1) &&
+      fail "$what passed nginx -t"
+  else
+    out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad.log" \
+          -c "$work/gw/$name.conf" 2>&1) && fail "$what started: $out"
+  fi
+  printf '%s' "$out" | grep -q "$pattern" || fail "$what: unclear error: $out"
+}
+refused bad1 's/nres_balancer;/nres_balancer nosuch;/' start \
+  'nres_balancer "nosuch": expected an upstream declared with peers in init_by_lua.*bad1.conf:[0-9]' \
+  "an unknown upstream name"
 # NRES_LIB naming another copy of libnres than the module's: init_by_lua
 # declares into the copy, the module finds nothing; the error says why
 mkdir -p "$work/gw/copy" && cp "$NRES_LIB" "$work/gw/copy/libnres.so"
-out=$(NRES_LIB="$work/gw/copy/libnres.so" NRES_REGION_DIR="$work/gw/regions" "$NGINX" \
-      -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/nginx.conf" 2>&1) &&
-  fail "NRES_LIB naming another libnres started: $out"
-printf '%s' "$out" | grep -q "and another libnres is loaded, $work/gw/copy/libnres.so: NRES_LIB must name the module's" ||
-  fail "NRES_LIB naming another libnres: unclear error: $out"
-sed 's/limiter=tight/limiter=nosuch/' "$work/gw/nginx.conf" >"$work/gw/bad5.conf"
-out=$(NRES_REGION_DIR="$work/gw/regions" "$NGINX" -p "$work/gw" -e "$work/gw/bad.log" \
-      -c "$work/gw/bad5.conf" 2>&1) && fail "an unknown limiter name started: $out"
-printf '%s' "$out" | grep -q 'nres_admit limiter=nosuch: expected a limiter declared in init_by_lua.*bad5.conf:[0-9]' ||
-  fail "unknown limiter name: unclear error: $out"
-sed 's/ "key=one client"//' "$work/gw/nginx.conf" >"$work/gw/bad6.conf"
-out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad6.conf" 2>&1) &&
-  fail "nres_admit with a limiter and no key passed nginx -t"
-printf '%s' "$out" | grep -q 'nres_admit: expected limiter=NAME and key=VALUE together.*got a limiter without a key' ||
-  fail "a limiter without a key: unclear error: $out"
-sed 's/^      nres_admit backend;   #.*/      nres_balancer;/' "$work/gw/nginx.conf" >"$work/gw/bad3.conf"
-out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad3.conf" 2>&1) &&
-  fail "nres_balancer in a location passed nginx -t"
-printf '%s' "$out" | grep -q '"nres_balancer" directive is not allowed here' ||
-  fail "nres_balancer in a location: unclear error: $out"
-sed 's/^      nres_admit backend;   #.*/      nres_admit;/' "$work/gw/nginx.conf" >"$work/gw/bad4.conf"
-out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/bad.log" -c "$work/gw/bad4.conf" 2>&1) &&
-  fail "nres_admit without a name passed nginx -t"
-printf '%s' "$out" | grep -q 'invalid number of arguments in "nres_admit" directive' ||
-  fail "nres_admit without a name: unclear error: $out"
+NRES_LIB="$work/gw/copy/libnres.so" refused copy '' start \
+  "and another libnres is loaded, $work/gw/copy/libnres.so: NRES_LIB must name the module's" \
+  "NRES_LIB naming another libnres"
+refused bad5 's/limiter=tight/limiter=nosuch/' start \
+  'nres_admit limiter=nosuch: expected a limiter declared in init_by_lua.*bad5.conf:[0-9]' \
+  "an unknown limiter name"
+refused bad6 's/ "key=one client"//' test \
+  'nres_admit: expected limiter=NAME and key=VALUE together.*got a limiter without a key' \
+  "nres_admit with a limiter and no key"
+refused bad3 's/^      nres_admit backend;   #.*/      nres_balancer;/' test \
+  '"nres_balancer" directive is not allowed here' "nres_balancer in a location"
+refused bad4 's/^      nres_admit backend;   #.*/      nres_admit;/' test \
+  'invalid number of arguments in "nres_admit" directive' "nres_admit without a name"
 pass "hostile configurations: unknown upstream or limiter (at start, with file:line), a limiter without a key, directive place and arguments"
 
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
@@ -246,43 +247,8 @@ pass "criticality: 10 sheddable requests below half a budget went upstream once 
 admin_all "mode=healthy&reset=1"
 
 # ------------------------- 5. X-Nres-Reason on nginx's own 502 / 504
-mapfile -t ports < <(nres_free_ports 2)
-p4=${ports[0]}; gw2_port=${ports[1]}
-mkdir -p "$work/up2" "$work/gw2" && chmod 777 "$work/up2" "$work/gw2"
-nres_render "$here/answers.conf.in" "$work/up2/nginx.conf" PREFIX="$work/up2" PORT="$p4"
-nres_render "$here/cbalancer.conf.in" "$work/gw2/nginx.conf" \
-  PREFIX="$work/gw2" PORT="$gw2_port" LUA="$repo/lua/?.lua" MODULE="$module" \
-  POLICY='{ base = "gateway", attempt_timeout = 0.2, breaker = { min_calls = 1000 } }' CHOICE=p2c \
-  PEERS="{ \"127.0.0.1:$p4\" }"
-nres_nginx_start "$work/up2" "$work/up2/nginx.conf"
-nres_nginx_start "$work/gw2" "$work/gw2/nginx.conf"
-up2_master=$(cat "$work/up2/nginx.pid")
-gw2_master=$(cat "$work/gw2/nginx.pid")
-nres_wait_http "http://127.0.0.1:$gw2_port/nres/status"
-reason() {
-  local p=$1; shift
-  curl -s -D "$work/gw2/h" -o /dev/null -w '%{http_code} [%header{x-nres-reason}]' "$@" \
-    "http://127.0.0.1:$gw2_port$p"
-  [ "$(grep -ci '^x-nres-reason:' "$work/gw2/h")" -le 1 ] || fail "$p: X-Nres-Reason twice: $(cat "$work/gw2/h")"
-}
-calls() {
-  curl -sf "http://127.0.0.1:$gw2_port/nres/status" | json "key('upstreams', 'backend').calls or 0"
-}
-counted_once() {
-  local c
-  for _ in $(seq 1 100); do c=$(calls); [ "$c" -gt "$2" ] && break; sleep 0.05; done
-  [ "$c" = $(($2 + 1)) ] || fail "$1: counted $((c - $2)) calls for one request"
-}
-declare -A want=([/own502]="502 []" [/own504]="504 []" [/close]="502 [upstream failed]"
-  [/slow]="504 [upstream timeout]" [/ok]="404 []")
-got=""
-for p in /own502 /own504 /close /slow /ok; do
-  c0=$(calls)
-  h=$(reason "$p")
-  [ "$h" = "${want[$p]}" ] || fail "$p answered '$h', expected '${want[$p]}'"
-  counted_once "$p" "$c0"
-  got="$got $p: $h;"
-done
+start_answers_gateway "$here/cbalancer.conf.in" LUA="$repo/lua/?.lua" MODULE="$module"
+check_own_answers
 # check_per_try_deadline URL: each try's X-Deadline-Ms is its own time
 # left (answers.conf.in's /pertry: the first try takes 50 ms and fails,
 # the retry answers both values); the retry's request is made again with
@@ -298,7 +264,7 @@ check_per_try_deadline() {
   [ "$size" = 100000 ] && [ "$s2" -lt "$f2" ] ||
     fail "a retried PUT of 100000 bytes: the retry got $size bytes, X-Deadline-Ms '$f2' then '$s2'"
 }
-check_per_try_deadline "http://127.0.0.1:$gw2_port/pertry"
+check_per_try_deadline "$gw2/pertry"
 got="$got /pertry: X-Deadline-Ms $first then $second;"
 nres_stop_pid "$up2_master"
 c0=$(calls)

@@ -1,7 +1,8 @@
 # peers.sh - the pool checks balancer.sh (the Lua balancer) and cbalancer.sh
 # (the nginx module) share: a client of the three-peer test upstream
 # (spec/nginx/nres_upstream.lua: its /admin modes and counts) and of the
-# gateway's /nres/status, and the "one peer down" check both must pass.
+# gateway's /nres/status, the "one peer down" check both must pass, and
+# the one-peer gateway their checks of nginx's own 502 / 504 run on.
 # Sourced after lib.sh; the callers set here, gw (the gateway's URL), p1,
 # p2, p3 (the peers' ports) and fail/pass.
 
@@ -49,4 +50,61 @@ check_one_peer_down() {
   after=$(( $(ups "$p2") - before ))
   [ "$after" -le 6 ] || fail "the ejected peer got $after of 600 requests (probes only expected)"
   pass "one peer down: 900/900 ok; dead peer $st with $fails failures; $after of the next 600 requests reached it"
+}
+
+# The one-peer gateway nginx's own 502 / 504 are checked on: its peer
+# (answers.conf.in) and the gateway rendered from TEMPLATE with the extra
+# nres_render arguments given (prefixes up2 and gw2; no jit.v log).
+# start_answers_gateway TEMPLATE ARGS... sets gw2 (its URL), up2_master
+# and gw2_master.
+start_answers_gateway() {
+  local tpl=$1 ports=() p4 port
+  shift
+  mapfile -t ports < <(nres_free_ports 2)
+  p4=${ports[0]}; port=${ports[1]}
+  mkdir -p "$work/up2" "$work/gw2" && chmod 777 "$work/up2" "$work/gw2"
+  nres_render "$here/answers.conf.in" "$work/up2/nginx.conf" PREFIX="$work/up2" PORT="$p4"
+  nres_render "$tpl" "$work/gw2/nginx.conf" PREFIX="$work/gw2" PORT="$port" \
+    POLICY='{ base = "gateway", attempt_timeout = 0.2, breaker = { min_calls = 1000 } }' CHOICE=p2c \
+    PEERS="{ \"127.0.0.1:$p4\" }" "$@"
+  nres_nginx_start "$work/up2" "$work/up2/nginx.conf"
+  NRES_JITV="" nres_nginx_start "$work/gw2" "$work/gw2/nginx.conf"
+  up2_master=$(cat "$work/up2/nginx.pid")
+  gw2_master=$(cat "$work/gw2/nginx.pid")
+  gw2="http://127.0.0.1:$port"
+  nres_wait_http "$gw2/nres/status"
+}
+# reason PATH [CURL ARGS]: gw2's "status [reason]"; the header's count checked.
+reason() {
+  local p=$1; shift
+  curl -s -D "$work/gw2/h" -o /dev/null -w '%{http_code} [%header{x-nres-reason}]' "$@" "$gw2$p"
+  [ "$(grep -ci '^x-nres-reason:' "$work/gw2/h")" -le 1 ] || fail "$p: X-Nres-Reason twice: $(cat "$work/gw2/h")"
+}
+# calls: gw2's upstream's calls so far (0 before its first request makes its slot).
+calls() {
+  curl -sf "$gw2/nres/status" | json "key('upstreams', 'backend').calls or 0"
+}
+# counted_once PATH C0: a call ends after the answer is sent (and the
+# status request may reach the other worker first): wait for the count to
+# move (5 s at most), then it must have moved by exactly one.
+counted_once() {
+  local c
+  for _ in $(seq 1 100); do c=$(calls); [ "$c" -gt "$2" ] && break; sleep 0.05; done
+  [ "$c" = $(($2 + 1)) ] || fail "$1: counted $((c - $2)) calls for one request"
+}
+# check_own_answers: the peer's own 502 and 504 pass as they are, nginx's
+# own (a close, the attempt timeout) carry X-Nres-Reason, each request is
+# counted once; sets got (what each answered).
+check_own_answers() {
+  local p h c0
+  declare -A want=([/own502]="502 []" [/own504]="504 []" [/close]="502 [upstream failed]"
+    [/slow]="504 [upstream timeout]" [/ok]="404 []")
+  got=""
+  for p in /own502 /own504 /close /slow /ok; do
+    c0=$(calls)
+    h=$(reason "$p")
+    [ "$h" = "${want[$p]}" ] || fail "$p answered '$h', expected '${want[$p]}'"
+    counted_once "$p" "$c0"
+    got="$got $p: $h;"
+  done
 }

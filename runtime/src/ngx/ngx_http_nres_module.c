@@ -485,55 +485,48 @@ static ngx_http_nres_ctx_t *ngx_http_nres_get_ctx(ngx_http_request_t *r) {
   return NULL;
 }
 
-/* The client's X-Deadline-Ms (the first one), a number of ms; NaN if
- * absent or not a number (ignored, as the Lua balancer does). */
-static double ngx_http_nres_inbound_ms(ngx_http_request_t *r) {
+/* The request's first header of this lowercase name, or NULL. */
+static ngx_table_elt_t *ngx_http_nres_header(ngx_http_request_t *r, const char *name,
+                                             size_t len) {
   ngx_list_part_t *part = &r->headers_in.headers.part;
   ngx_table_elt_t *h = part->elts;
   for (ngx_uint_t i = 0;; i++) {
     if (i >= part->nelts) {
       if (part->next == NULL)
-        return NAN;
+        return NULL;
       part = part->next;
       h = part->elts;
       i = 0;
       if (part->nelts == 0)
         continue;
     }
-    if (h[i].key.len == 13 && ngx_strncmp(h[i].lowcase_key, "x-deadline-ms", 13) == 0) {
-      char buf[64];
-      size_t n = h[i].value.len;
-      if (n == 0 || n >= sizeof buf)
-        return NAN;
-      ngx_memcpy(buf, h[i].value.data, n);
-      buf[n] = '\0';
-      char *end;
-      double v = strtod(buf, &end);
-      while (*end == ' ' || *end == '\t')
-        end++;
-      return end == buf || *end != '\0' ? NAN : v;
-    }
+    if (h[i].key.len == len && ngx_strncmp(h[i].lowcase_key, name, len) == 0)
+      return &h[i];
   }
+}
+
+/* The client's X-Deadline-Ms (the first one), a number of ms; NaN if
+ * absent or not a number (ignored, as the Lua balancer does). */
+static double ngx_http_nres_inbound_ms(ngx_http_request_t *r) {
+  ngx_table_elt_t *h = ngx_http_nres_header(r, "x-deadline-ms", 13);
+  char buf[64];
+  if (h == NULL || h->value.len == 0 || h->value.len >= sizeof buf)
+    return NAN;
+  ngx_memcpy(buf, h->value.data, h->value.len);
+  buf[h->value.len] = '\0';
+  char *end;
+  double v = strtod(buf, &end);
+  while (*end == ' ' || *end == '\t')
+    end++;
+  return end == buf || *end != '\0' ? NAN : v;
 }
 
 /* The request's criticality from X-Criticality (nres_gw_class; default
  * without the header). */
 static int ngx_http_nres_class(ngx_http_request_t *r) {
-  ngx_list_part_t *part = &r->headers_in.headers.part;
-  ngx_table_elt_t *h = part->elts;
-  for (ngx_uint_t i = 0;; i++) {
-    if (i >= part->nelts) {
-      if (part->next == NULL)
-        return nres_gw_class(NULL, 0);
-      part = part->next;
-      h = part->elts;
-      i = 0;
-      if (part->nelts == 0)
-        continue;
-    }
-    if (h[i].key.len == 13 && ngx_strncmp(h[i].lowcase_key, "x-criticality", 13) == 0)
-      return nres_gw_class((const char *)h[i].value.data, h[i].value.len);
-  }
+  ngx_table_elt_t *h = ngx_http_nres_header(r, "x-criticality", 13);
+  return h == NULL ? nres_gw_class(NULL, 0)
+                   : nres_gw_class((const char *)h->value.data, h->value.len);
 }
 
 /* A refusal: the status, X-Nres-Reason and the reason as the body; the

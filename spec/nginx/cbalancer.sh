@@ -181,27 +181,11 @@ pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) call
 check_one_peer_down
 
 # ------------------------------------------- 3. reload during an outage
-admin_all "mode=down&reset=1"
-opened=""
-for _ in $(seq 1 40); do
-  load 20 4 /outage >/dev/null
-  [ "$(up_field "$(status)" breaker)" = open ] && { opened=1; break; }
-done
-[ -n "$opened" ] || fail "the upstream's breaker did not open with every peer down: $(status)"
+open_breaker
 h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' "$gw/refused")
 [ "$h" = "503 circuit open" ] || fail "a refused request answered '$h', expected 503 circuit open"
-old_pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
 u0=$(ups_all)
-kill -HUP "$gw_master"
-new=""
-for _ in $(seq 1 100); do
-  pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
-  fresh=0
-  for p in $pids; do case " $old_pids " in *" $p "*) ;; *) fresh=$((fresh + 1)) ;; esac; done
-  [ "$fresh" -ge 2 ] && { new=1; break; }
-  sleep 0.05
-done
-[ -n "$new" ] || fail "no new workers after the reload (old: $old_pids, now: $pids)"
+reload_gateway
 sleep 0.3   # the old workers finish their connections
 r=$(load 200 8 /during)
 [ "$(count "$r" 503)" = 200 ] || fail "during the outage after reload: $r (expected 200 x 503)"

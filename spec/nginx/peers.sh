@@ -108,3 +108,29 @@ check_own_answers() {
     got="$got $p: $h;"
   done
 }
+
+# open_breaker: every peer down until the upstream's breaker opens.
+open_breaker() {
+  local opened=""
+  admin_all "mode=down&reset=1"
+  for _ in $(seq 1 40); do
+    load 20 4 /outage >/dev/null
+    [ "$(up_field "$(status)" breaker)" = open ] && { opened=1; break; }
+  done
+  [ -n "$opened" ] || fail "the upstream's breaker did not open with every peer down: $(status)"
+}
+# reload_gateway: `nginx -s reload` (HUP to gw_master) and wait for two
+# new workers; sets old_pids (the workers before it).
+reload_gateway() {
+  local new="" pids fresh p
+  old_pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
+  kill -HUP "$gw_master"
+  for _ in $(seq 1 100); do
+    pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
+    fresh=0
+    for p in $pids; do case " $old_pids " in *" $p "*) ;; *) fresh=$((fresh + 1)) ;; esac; done
+    [ "$fresh" -ge 2 ] && { new=1; break; }
+    sleep 0.05
+  done
+  [ -n "$new" ] || fail "no new workers after the reload (old: $old_pids, now: $pids)"
+}

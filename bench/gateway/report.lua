@@ -1,12 +1,13 @@
--- bench/gateway/report.lua TSV D REPS BLIP_D ELAPSED HREPS [healthy]: the
--- Markdown report of bench/gateway/run.sh from its raw lines (kept beside
--- it as .tsv); with "healthy" (run.sh --healthy) only the healthy
--- throughput comparison.
+-- bench/gateway/report.lua TSV D REPS BLIP_D ELAPSED HREPS [healthy [together]]:
+-- the Markdown report of bench/gateway/run.sh from its raw lines (kept
+-- beside it as .tsv); with "healthy" (run.sh --healthy) only the healthy
+-- throughput comparison, "together" when its gateways ran at once.
 -- Medians with min-max for throughput; success and amplification are
 -- summed over the repetitions (totals, not averages of ratios); then the
 -- issue's targets, each with its figure and met or missed.
 local tsv, D, REPS, BLIP_D, ELAPSED, HREPS = arg[1], arg[2], arg[3], arg[4], arg[5], arg[6]
 local HEALTHY_ONLY = arg[7] == "healthy"
+local TOGETHER = arg[8] == "together"
 local format = string.format
 
 local rows = {}
@@ -19,10 +20,11 @@ for line in io.lines(tsv) do
   end
 end
 
-local gateways = { "nginx-plain", "nginx-retry", "nginx-retry-mf0", "haproxy", "nres-balancer",
+local gateways = { "nginx-plain", "nginx-plain-b", "nginx-retry", "nginx-retry-mf0", "haproxy", "nres-balancer",
                    "nres-balancer-base", "nres-module", "nres-cosocket" }
 local labels = {
   ["nginx-plain"] = "nginx proxy_pass",
+  ["nginx-plain-b"] = "nginx proxy_pass again (the control: the same config)",
   ["nginx-retry"] = "nginx next_upstream x3 (passive checks)",
   ["nginx-retry-mf0"] = "nginx next_upstream x3, max_fails=0",
   haproxy = "HAProxy retries 2, redispatch, observe layer7",
@@ -111,9 +113,16 @@ end
 if HEALTHY_ONLY then
   print(format("# Gateway benchmark, healthy throughput only, %s", os.date("%Y-%m-%d")))
   print()
-  print(format("`bash bench/gateway/run.sh --healthy`: one upstream, every gateway running at once,"
-               .. " %s interleaved runs of %s s each (wrk, 2 threads, 16 connections); total"
-               .. " run time %s s.", HREPS, D, ELAPSED))
+  if TOGETHER then
+    print(format("`bash bench/gateway/run.sh --healthy --together`: one upstream; %s runs of %s s,"
+                 .. " in each every gateway driven at the same time by a wrk of its own (1 thread,"
+                 .. " 8 connections), so a run's ratios compare gateways under the same moment of"
+                 .. " the machine; total run time %s s.", HREPS, D, ELAPSED))
+  else
+    print(format("`bash bench/gateway/run.sh --healthy`: one upstream, every gateway running at once,"
+                 .. " %s interleaved runs of %s s each (wrk, 2 threads, 16 connections); total"
+                 .. " run time %s s.", HREPS, D, ELAPSED))
+  end
   print()
   healthy_table()
   os.exit(0)

@@ -4,6 +4,7 @@
 #
 #   bash bench/gateway/run.sh [--lib build/libnres.so] [--out FILE.md] [--quick]
 #   bash bench/gateway/run.sh --healthy [--out FILE.md]   # the throughput check only
+#   bash bench/gateway/run.sh --healthy --together [--out FILE.md]
 #
 # --healthy: only the healthy one-upstream throughput comparison (nginx
 # proxy_pass, nres balancer mode and the nginx module, HREPS=9 interleaved runs of D=2 s
@@ -14,7 +15,16 @@
 # measured against its baseline in the same run; NRES_BENCH_BASE_CONF=FILE
 # renders it from another nginx.conf template (a baseline whose config
 # shape differs, e.g. the commit's own bench/gateway/nres-balancer.conf.in).
-# NRES_BENCH_HREPS overrides HREPS. The healthy cells also record each
+# NRES_BENCH_HREPS overrides HREPS. --together (with --healthy): every
+# gateway's run of a repetition at the same time, one wrk each (1 thread,
+# 8 connections), so all of them see the same moment of the machine: on
+# this shared 2-core machine the CPU's speed moves by up to 1.5x from one
+# second to the next, which moves req/s and CPU per request of one run
+# alone by as much (the sequential runs' ratios spread 0.72-1.28). The
+# arm nginx-plain-b, proxy_pass again with the same config, is the
+# control: its ratio to nginx-plain is what the method itself reads for
+# two equal gateways (NRES_BENCH_GATEWAYS="nginx-plain nginx-plain-b ...").
+# The healthy cells also record each
 # gateway's CPU per request (its processes' utime + stime over the run,
 # from /proc, divided by the requests: less sensitive to what else runs on
 # the machine than req/s, though not immune).
@@ -61,16 +71,22 @@ repo=$(cd "$here/../.." && pwd)
 lib="$repo/build/libnres.so"
 out="$repo/bench/results/gateway-$(date +%Y-%m-%d).md"
 D=2; REPS=3; HREPS=${NRES_BENCH_HREPS:-7}; BLIP_D=8
-healthy_only=""
+healthy_only=""; together=""
 while [ $# -gt 0 ]; do
   case $1 in
     --lib) lib=$2; shift 2 ;;
     --out) out=$2; out_given=1; shift 2 ;;
     --quick) D=1; REPS=1; HREPS=2; BLIP_D=6; shift ;;
     --healthy) healthy_only=1; HREPS=${NRES_BENCH_HREPS:-9}; shift ;;
-    *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick | --healthy]" >&2; exit 2 ;;
+    --together) together=1; shift ;;
+    *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick | --healthy [--together]]" >&2
+       exit 2 ;;
   esac
 done
+if [ -n "$together" ] && [ -z "$healthy_only" ]; then
+  echo "--together goes with --healthy (the other cells count one gateway's upstream requests)" >&2
+  exit 2
+fi
 base_lua=${NRES_BENCH_BASE_LUA:-}
 base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}
 if [ -n "$base_lua" ] && [ ! -f "$base_lua/nres/ngx.lua" ]; then
@@ -155,7 +171,7 @@ $s3;"
     done
   fi
   case $name in
-    nginx-plain)
+    nginx-plain|nginx-plain-b)
       local one="$s1;"; [ "$pool" = 1 ] && one=$servers
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="$one" NEXT="proxy_next_upstream off;" ;;
@@ -264,6 +280,32 @@ wrk_cell() {
     "${line#RESULT }" "$((u1 + u2 + u3))" "$bad" "${5:-0}" "$cpu_us" >>"$tsv"
 }
 
+# together_cells REP DURATION GW...: one healthy run of every GW at the
+# same time (wrk -t1 -c8 each, on its own port); per gateway the same
+# line as wrk_cell's, with the upstream's requests of all of them
+# (upstream=, bad_peer=) as they share it.
+together_cells() {
+  local rep=$1 d=$2 g u0 u1; shift 2
+  declare -A t0=()
+  u0=$(ups "$p1")
+  for g in "$@"; do
+    t0[$g]=$(cpu_ticks "${hpid[$g]}")
+    wrk -t1 -c8 -d"$d"s --timeout 5s -s "$here/wrk.lua" "http://127.0.0.1:${hport[$g]}/bench" \
+      >"$work/together.$g" &
+  done
+  wait
+  u1=$(ups "$p1")
+  for g in "$@"; do
+    local line req cpu_us t1
+    t1=$(cpu_ticks "${hpid[$g]}")
+    line=$(grep "^RESULT" "$work/together.$g")
+    req=${line#*requests=}; req=${req%% *}
+    cpu_us=$(( (t1 - t0[$g]) * 1000000 / $(getconf CLK_TCK) / (req > 0 ? req : 1) ))
+    printf 'wrk\t%s\thealthy\t%s\t%s upstream=%s bad_peer=%s recovery=0 gw_cpu_us=%s together=1\n' \
+      "$g" "$rep" "${line#RESULT }" "$((u1 - u0))" "$((u1 - u0))" "$cpu_us" >>"$tsv"
+  done
+}
+
 # reload_cell GW: wrk for 6 s against a down upstream; a reload at 3.5 s;
 # the upstream's requests in the 1.5 s before and the 1.5 s after it.
 reload_cell() {
@@ -316,6 +358,13 @@ case " $single " in *" healthy "*)
   admin_all "mode=healthy&reset=1"
   for g in $gateways; do wrk -t2 -c16 -d1s "http://127.0.0.1:${hport[$g]}/warmup" >/dev/null; done
   for rep in $(seq 1 "$HREPS"); do
+    if [ -n "$together" ]; then
+      echo "== healthy run $rep, every gateway at once" >&2
+      admin_all "reset=1"
+      # shellcheck disable=SC2086  # the list of gateways, split on purpose
+      together_cells "$rep" "$D" $gateways
+      continue
+    fi
     for g in $gateways; do
       echo "== $g / healthy run $rep" >&2
       gw_port=${hport[$g]}; gw="http://127.0.0.1:$gw_port"; gw_pid=${hpid[$g]}
@@ -365,7 +414,8 @@ done
 elapsed=$(( $(date +%s) - started ))
 
 if [ -n "$healthy_only" ]; then
-  luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$BLIP_D" "$elapsed" "$HREPS" healthy |
+  luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$BLIP_D" "$elapsed" "$HREPS" healthy \
+    ${together:+together} |
     tee "$work/healthy.md"
   if [ -n "${out_given:-}" ]; then
     mkdir -p "$(dirname "$out")"

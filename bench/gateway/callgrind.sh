@@ -15,6 +15,10 @@
 # Kernel time (the sockets) is not counted: these figures are the part of
 # the gateway's CPU that its own code decides.
 #   plain       nginx proxy_pass (bench/gateway/nginx.conf.in)
+#   plain-lua   the same with lua-nginx-module loaded and the module
+#               arm's init_by_lua (bench/gateway/with-lua.sh): what loading
+#               the Lua module costs by itself (only when NRES_CG_VARIANTS
+#               names it)
 #   balancer    balancer_by_lua setting the peer, nothing else
 #   phases      that, plus a set_by_lua block returning a constant
 #               X-Deadline-Ms (sent upstream) and an empty log_by_lua: what
@@ -80,9 +84,14 @@ render() {
   local name=$1 p=$2 lua="$repo/lua/?.lua;${jit_dir}?.lua"
   local bal='balancer_by_lua_block { require("ngx.balancer").set_current_peer("127.0.0.1", '"$up"') }'
   case $name in
-    plain)
+    plain|plain-lua)
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;" ;;
+        PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;"
+      if [ "$name" = plain-lua ]; then
+        nres_render "$here/nres-module.conf.in" "$p/module.conf" PREFIX="$p" PORT="$gw_port" \
+          PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" MODULE=none
+        bash "$here/with-lua.sh" "$p/nginx.conf" "$p/module.conf"
+      fi ;;
     nres|nres-base|balancer|phases)
       local tpl=$here/nres-balancer.conf.in
       [ "$name" = nres-base ] && lua="$work/base/lua/?.lua;${jit_dir}?.lua" && tpl=$base_conf
@@ -112,7 +121,12 @@ instructions() {
   mkdir -p "$p/tmp"; chmod 777 "$p"
   render "$1" "$p"
   [ "$(id -u)" = 0 ] && user=(-g "user root root;")
-  valgrind --tool=callgrind --callgrind-out-file="$p/cg.out" \
+  # each run its own region files, made anew: a run that attached the
+  # files an earlier run left would start up at another cost (seen: ~0.3M
+  # instructions more in init_by_lua), which the N2 - N1 difference would
+  # put on the requests
+  mkdir -p "$regions/$1.$2"
+  NRES_REGION_DIR=$regions/$1.$2 valgrind --tool=callgrind --callgrind-out-file="$p/cg.out" \
     "$NGINX" -p "$p" -e "$p/error.log" -c "$p/nginx.conf" "${user[@]}" 2>"$p/valgrind.log" &
   vg_pid=$!
   local up_ok=""

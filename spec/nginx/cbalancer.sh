@@ -165,6 +165,14 @@ c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
 # nginx as the module's variable: it starts, and each location has its own
 c=$(curl -s "$gw/lua-admit")
 [ "$c" = "[7]" ] || fail "set_by_lua \$nres_deadline_ms beside the module gave '$c', expected '[7]'"
+# and its value is what proxy_set_header sends (the variable cached for
+# the request: set_by_lua's value, not the module's, empty there)
+admin_all "reset=1"
+c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/lua-deadline")
+d=0
+for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+[ "$c" = 200 ] && [ "$d" = 7 ] ||
+  fail "set_by_lua \$nres_deadline_ms 7 and proxy_set_header beside the module: $c, the upstream saw X-Deadline-Ms $d"
 # an internal redirect keeps the admission: X-Deadline-Ms from it, one call
 admin_all "reset=1"
 r0=$(up_field "$(status)" calls)

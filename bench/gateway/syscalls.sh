@@ -65,7 +65,9 @@ nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_wait_http "http://127.0.0.1:$up/admin"
 
-# start NAME: the gateway, one worker; prints the worker's pid.
+# start NAME: the gateway, one worker, its pid in $worker (not in a
+# subshell: the EXIT trap stops the masters this shell started).
+worker=""
 start() {
   local p="$work/$1"
   mkdir -p "$p/tmp"; chmod 777 "$p"
@@ -86,7 +88,7 @@ start() {
   nres_nginx_start "$p" "$p/nginx.conf" >&2
   nres_wait_http "http://127.0.0.1:$gw_port/warm" >&2
   curl -s -o /dev/null "http://127.0.0.1:$gw_port/warm?[1-50]"
-  pgrep -P "$(cat "$p/nginx.pid")" | head -1
+  worker=$(pgrep -P "$(cat "$p/nginx.pid")" | head -1)
 }
 
 # traced WORKER FILE CMD...: CMD run while strace writes WORKER's calls
@@ -127,7 +129,7 @@ variants="plain plain-lua"
 [ -n "$module" ] && variants="$variants nres-module"
 variants=${NRES_SC_VARIANTS:-$variants}
 for v in $variants; do
-  worker=$(start "$v")
+  start "$v"
   for n in "$N1" "$N2"; do
     traced "$worker" "$work/$v.$n.trace" \
       curl -s -o /dev/null "http://127.0.0.1:$gw_port/bench?[1-$n]"

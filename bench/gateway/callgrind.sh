@@ -15,6 +15,10 @@
 # Kernel time (the sockets) is not counted: these figures are the part of
 # the gateway's CPU that its own code decides.
 #   plain       nginx proxy_pass (bench/gateway/nginx.conf.in)
+#   plain-lua   the same with lua-nginx-module loaded and the module
+#               arm's init_by_lua (bench/gateway/with-lua.sh): what loading
+#               the Lua module costs by itself (only when NRES_CG_VARIANTS
+#               names it)
 #   balancer    balancer_by_lua setting the peer, nothing else
 #   phases      that, plus a set_by_lua block returning a constant
 #               X-Deadline-Ms (sent upstream) and an empty log_by_lua: what
@@ -30,7 +34,11 @@
 # narrows a run; NRES_KEEP=1 keeps the runs' files (callgrind's among
 # them). NRES_CG_PROFILE=K adds each variant's K costliest functions per
 # request (callgrind_annotate of the N2 run minus that of the N1 run, over
-# N2 - N1): self and inclusive instructions.
+# N2 - N1): self and inclusive instructions. NRES_CG_CACHE=1 simulates
+# the caches too (callgrind --cache-sim=yes, valgrind's model of this
+# machine's caches; slower): the table adds first-level and last-level
+# cache misses per request (instructions and data, reads and writes), what
+# an instruction count does not show.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -80,9 +88,14 @@ render() {
   local name=$1 p=$2 lua="$repo/lua/?.lua;${jit_dir}?.lua"
   local bal='balancer_by_lua_block { require("ngx.balancer").set_current_peer("127.0.0.1", '"$up"') }'
   case $name in
-    plain)
+    plain|plain-lua)
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;" ;;
+        PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;"
+      if [ "$name" = plain-lua ]; then
+        nres_render "$here/nres-module.conf.in" "$p/module.conf" PREFIX="$p" PORT="$gw_port" \
+          PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" MODULE=none
+        bash "$here/with-lua.sh" "$p/nginx.conf" "$p/module.conf"
+      fi ;;
     nres|nres-base|balancer|phases)
       local tpl=$here/nres-balancer.conf.in
       [ "$name" = nres-base ] && lua="$work/base/lua/?.lua;${jit_dir}?.lua" && tpl=$base_conf
@@ -106,13 +119,20 @@ render() {
     "$p/nginx.conf"
 }
 
-# instructions NAME N: callgrind's total for N requests.
+# instructions NAME N: callgrind's totals for N requests: instructions,
+# and with NRES_CG_CACHE first-level and last-level misses.
 instructions() {
   local p="$work/$1.$2" user=()
   mkdir -p "$p/tmp"; chmod 777 "$p"
   render "$1" "$p"
   [ "$(id -u)" = 0 ] && user=(-g "user root root;")
-  valgrind --tool=callgrind --callgrind-out-file="$p/cg.out" \
+  # each run its own region files, made anew: a run that attached the
+  # files an earlier run left would start up at another cost (seen: ~0.3M
+  # instructions more in init_by_lua), which the N2 - N1 difference would
+  # put on the requests
+  mkdir -p "$regions/$1.$2"
+  local sim=(); [ -n "${NRES_CG_CACHE:-}" ] && sim=(--cache-sim=yes)
+  NRES_REGION_DIR=$regions/$1.$2 valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$p/cg.out" \
     "$NGINX" -p "$p" -e "$p/error.log" -c "$p/nginx.conf" "${user[@]}" 2>"$p/valgrind.log" &
   vg_pid=$!
   local up_ok=""
@@ -126,7 +146,13 @@ instructions() {
         grep -vc '^200$' || true)
   [ "$bad" = 0 ] || { echo "$1: $bad of $2 answers were not 200" >&2; exit 1; }
   kill -QUIT "$vg_pid"; wait "$vg_pid" || true; vg_pid=""
-  awk '/^(summary|totals):/ {print $2; exit}' "$p/cg.out"
+  awk '/^events:/ { for (i = 2; i <= NF; i++) at[$i] = i }
+       /^(summary|totals):/ {
+         printf "%s", $(at["Ir"])
+         if ("D1mr" in at)
+           printf " %s %s", $(at["I1mr"]) + $(at["D1mr"]) + $(at["D1mw"]),
+                  $(at["ILmr"]) + $(at["DLmr"]) + $(at["DLmw"])
+         print ""; exit }' "$p/cg.out"
 }
 
 # per_function FILE INCLUSIVE: "function<TAB>count" for every function of
@@ -165,14 +191,23 @@ if [ -n "$base_lua" ]; then
   mkdir -p "$work/base" && cp -r "$base_lua" "$work/base/lua" && cp -r "$repo/policies" "$work/base/"
   variants="$variants nres-base"
 fi
-echo "| gateway | instructions per request | over plain proxy_pass |"
-echo "|---|---|---|"
+if [ -n "${NRES_CG_CACHE:-}" ]; then
+  echo "| gateway | instructions per request | over plain proxy_pass | L1 misses per request | LL misses per request |"
+  echo "|---|---|---|---|---|"
+else
+  echo "| gateway | instructions per request | over plain proxy_pass |"
+  echo "|---|---|---|"
+fi
 plain=""
 for v in $variants; do
-  a=$(instructions "$v" "$N1"); b=$(instructions "$v" "$N2")
+  read -r a a1 aL < <(instructions "$v" "$N1"); read -r b b1 bL < <(instructions "$v" "$N2")
   per=$(( (b - a) / (N2 - N1) ))
   [ -z "$plain" ] && plain=$per
-  echo "| $v | $per | +$(( per - plain )) |"
+  misses=""
+  [ -n "${NRES_CG_CACHE:-}" ] &&
+    misses=$(awk -v a1="$a1" -v b1="$b1" -v aL="$aL" -v bL="$bL" -v d=$((N2 - N1)) \
+               'BEGIN { printf " %.1f | %.1f |", (b1 - a1) / d, (bL - aL) / d }')
+  echo "| $v | $per | +$(( per - plain )) |$misses"
   if [ -n "${NRES_CG_PROFILE:-}" ]; then profile "$v" >>"$work/profiles.md"; fi
 done
 if [ -n "${NRES_CG_PROFILE:-}" ]; then cat "$work/profiles.md"; fi

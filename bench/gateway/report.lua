@@ -20,11 +20,12 @@ for line in io.lines(tsv) do
   end
 end
 
-local gateways = { "nginx-plain", "nginx-plain-b", "nginx-retry", "nginx-retry-mf0", "haproxy", "nres-balancer",
-                   "nres-balancer-base", "nres-module", "nres-cosocket" }
+local gateways = { "nginx-plain", "nginx-plain-b", "nginx-plain-lua", "nginx-retry", "nginx-retry-mf0",
+                   "haproxy", "nres-balancer", "nres-balancer-base", "nres-module", "nres-cosocket" }
 local labels = {
   ["nginx-plain"] = "nginx proxy_pass",
   ["nginx-plain-b"] = "nginx proxy_pass again (the control: the same config)",
+  ["nginx-plain-lua"] = "nginx proxy_pass, lua-nginx-module loaded (control)",
   ["nginx-retry"] = "nginx next_upstream x3 (passive checks)",
   ["nginx-retry-mf0"] = "nginx next_upstream x3, max_fails=0",
   haproxy = "HAProxy retries 2, redispatch, observe layer7",

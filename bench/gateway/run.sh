@@ -34,6 +34,10 @@
 # one at a time, each gateway on 127.0.0.1 high ports, drives it, stops it
 # by pid (a trap stops everything on failure):
 #   nginx-plain       proxy_pass, no retries (round-robin over a pool)
+#   nginx-plain-lua   nginx-plain with lua-nginx-module loaded and the
+#                     module arm's init_by_lua (bench/gateway/with-lua.sh),
+#                     no nres directive: what loading the Lua module costs
+#                     by itself; only when NRES_BENCH_GATEWAYS names it
 #   nginx-retry       proxy_next_upstream error timeout http_503, 3 tries,
 #                     default passive checks (max_fails=1 fail_timeout=10s)
 #   nginx-retry-mf0   the same with max_fails=0
@@ -142,7 +146,10 @@ nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
   PREFIX="$work/up" PORT="$p1" SPEC="$repo/spec/nginx" EXTRA_LISTEN="
     listen 127.0.0.1:$p2 reuseport backlog=4096;
     listen 127.0.0.1:$p3 reuseport backlog=4096;"
-nres_nginx_start "$work/up" "$work/up/nginx.conf"
+# the upstream keeps no X-Deadline-Ms counts (nres_upstream.lua: the tests'
+# bookkeeping, which would load the upstream more, on the same cores, for
+# the gateways sending the header)
+NRES_UPSTREAM_DEADLINES=off nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_wait_http "http://127.0.0.1:$p1/admin"
 
 admin() { curl -sf "http://127.0.0.1:$1/admin?$2"; }
@@ -171,10 +178,15 @@ $s3;"
     done
   fi
   case $name in
-    nginx-plain|nginx-plain-b)
+    nginx-plain|nginx-plain-b|nginx-plain-lua)
       local one="$s1;"; [ "$pool" = 1 ] && one=$servers
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
-        PEERS="$one" NEXT="proxy_next_upstream off;" ;;
+        PEERS="$one" NEXT="proxy_next_upstream off;"
+      if [ "$name" = nginx-plain-lua ]; then
+        nres_render "$here/nres-module.conf.in" "$p/module.conf" PREFIX="$p" PORT="$gw_port" \
+          PEERS="$lua_peers" LUA="$lua_dir/?.lua;${jit_dir}?.lua" MODULE=none
+        bash "$here/with-lua.sh" "$p/nginx.conf" "$p/module.conf"
+      fi ;;
     nginx-retry|nginx-retry-mf0)
       local mf=""; [ "$name" = nginx-retry-mf0 ] && mf=" max_fails=0"
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \

@@ -165,6 +165,14 @@ c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/unadmitted")
 # nginx as the module's variable: it starts, and each location has its own
 c=$(curl -s "$gw/lua-admit")
 [ "$c" = "[7]" ] || fail "set_by_lua \$nres_deadline_ms beside the module gave '$c', expected '[7]'"
+# and its value is what proxy_set_header sends (the variable cached for
+# the request: set_by_lua's value, not the module's, empty there)
+admin_all "reset=1"
+c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/lua-deadline")
+d=0
+for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+[ "$c" = 200 ] && [ "$d" = 7 ] ||
+  fail "set_by_lua \$nres_deadline_ms 7 and proxy_set_header beside the module: $c, the upstream saw X-Deadline-Ms $d"
 # an internal redirect keeps the admission: X-Deadline-Ms from it, one call
 admin_all "reset=1"
 r0=$(up_field "$(status)" calls)
@@ -175,7 +183,15 @@ for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max 
   fail "a redirected request: $c, the upstream saw X-Deadline-Ms $d (expected 1..250)"
 for _ in $(seq 1 40); do r1=$(up_field "$(status)" calls); [ "$r1" -gt "$r0" ] && break; sleep 0.05; done
 [ $((r1 - r0)) = 1 ] || fail "a redirected request counted $((r1 - r0)) calls"
-pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission"
+# $nres_deadline_ms read before the admission (nginx caches a variable's
+# value for the request): the admission's value reaches the upstream
+admin_all "reset=1"
+c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 250" "$gw/early")
+d=0
+for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+[ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
+  fail "\$nres_deadline_ms read before the admission: $c, the upstream saw X-Deadline-Ms $d (expected 1..250)"
+pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission; \$nres_deadline_ms read before the admission still sent"
 
 # ------------------------------------------------------- 2. one peer down
 check_one_peer_down

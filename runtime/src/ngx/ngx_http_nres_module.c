@@ -68,6 +68,7 @@ typedef struct {
 typedef struct {
   ngx_array_t refs;             /* ngx_http_nres_ref_t */
   ngx_array_t balancers;        /* ngx_http_nres_srv_conf_t * */
+  ngx_int_t deadline_index;     /* $nres_deadline_ms's, NGX_ERROR: unused */
 } ngx_http_nres_main_conf_t;
 
 /* A location's upstream conf and this worker's copy of it with the
@@ -157,6 +158,7 @@ static void *ngx_http_nres_create_main_conf(ngx_conf_t *cf) {
       ngx_array_init(&mcf->balancers, cf->pool, 4, sizeof(ngx_http_nres_srv_conf_t *))
           != NGX_OK)
     return NULL;
+  mcf->deadline_index = NGX_ERROR;
   /* A configuration starts: its init_by_lua registers its upstreams anew;
    * an older one's registrations are not this one's. */
   nres_gw_registry_clear();
@@ -415,6 +417,11 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
     scf[i]->attempt_ms = (ngx_msec_t)(scf[i]->gw->attempt_timeout / 1000000u);
   }
   ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+  ngx_http_variable_t *var = cmcf->variables.elts;   /* the indexed ones */
+  for (ngx_uint_t i = 0; i < cmcf->variables.nelts; i++)
+    if (var[i].name.len == ngx_http_nres_deadline_name.len &&
+        ngx_strncmp(var[i].name.data, ngx_http_nres_deadline_name.data, var[i].name.len) == 0)
+      mcf->deadline_index = (ngx_int_t)i;
   ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
   if (h == NULL)
     return NGX_ERROR;
@@ -443,6 +450,18 @@ static void ngx_http_nres_end(void *data) {
   ngx_http_nres_ctx_t *ctx = data;
   nres_gw_request_end(ctx->gw, &ctx->req, nres_clock_now(),
                       (int)ctx->r->headers_out.status);
+}
+
+/* $nres_deadline_ms evaluated anew at its next use (the value is cached
+ * for the request: proxy's create_request reads it twice, for the length
+ * and for the bytes): after an admission, which gives it a value, and
+ * before a retry's request is made again, with the retry's time left. */
+static void ngx_http_nres_deadline_changed(ngx_http_request_t *r) {
+  ngx_http_nres_main_conf_t *mcf = ngx_http_get_module_main_conf(r, ngx_http_nres_module);
+  if (mcf->deadline_index != NGX_ERROR) {
+    r->variables[mcf->deadline_index].valid = 0;
+    r->variables[mcf->deadline_index].not_found = 0;
+  }
 }
 
 /* A request's state, its call's end registered with its pool (as
@@ -607,13 +626,15 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
     return ngx_http_nres_refuse(r, (ngx_uint_t)rc, 0);
   }
   ctx->left_ms = nres_gw_left_ms(&ctx->req, now);
+  ngx_http_nres_deadline_changed(r);
   ctx->cln.handler = ngx_http_nres_end;   /* the call's end armed */
   return NGX_DECLINED;
 }
 
 /* $nres_deadline_ms: the time left at admission (ms), or at a retry's
  * start (ngx_http_nres_recreate_request); empty without one. Formatted
- * once into the request's state. */
+ * once into the request's state; cached as nginx caches a variable
+ * (ngx_http_nres_deadline_changed says when it changed). */
 static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
                                                  ngx_http_variable_value_t *v, uintptr_t data) {
   (void)data;
@@ -641,9 +662,10 @@ static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
 
 static ngx_int_t ngx_http_nres_add_variables(ngx_conf_t *cf) {
   /* changeable: the Lua balancer's `set_by_lua $nres_deadline_ms` may sit
-   * in the same nginx (its value, once set, is what that location reads) */
+   * in the same nginx (its value, once set, is what that location reads);
+   * cacheable: one call per request made (ngx_http_nres_deadline_changed) */
   ngx_http_variable_t *var = ngx_http_add_variable(cf, &ngx_http_nres_deadline_name,
-                                                   NGX_HTTP_VAR_NOCACHEABLE | NGX_HTTP_VAR_CHANGEABLE);
+                                                   NGX_HTTP_VAR_CHANGEABLE);
   if (var == NULL)
     return NGX_ERROR;
   var->get_handler = ngx_http_nres_deadline_variable;
@@ -708,6 +730,7 @@ static void ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t
   ngx_chain_t *built = u->request_bufs;
   ctx->left_ms = left;
   ctx->deadline_len = 0;   /* formatted again by create_request */
+  ngx_http_nres_deadline_changed(r);
   u->request_bufs = r->request_body != NULL ? r->request_body->bufs : NULL;
   if (u->create_request(r) != NGX_OK) {
     /* no memory for it: the retry goes with the first try's bytes */
@@ -717,6 +740,7 @@ static void ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t
     u->request_bufs = built;
     ctx->left_ms = was;
     ctx->deadline_len = 0;
+    ngx_http_nres_deadline_changed(r);
   }
 }
 

@@ -222,13 +222,19 @@ typedef struct nres_shm_config_s {
 
 typedef struct nres_shm_slot_s {
   uint64_t key[8];
-  uint64_t ticket, created, calls, attempts, retries;
+  uint64_t ticket, created;
   uint64_t stops[11];
   nres_budget_t budget;
   nres_breaker_t breaker;
   nres_ratelimit_t ratelimit;
   nres_throttle_t throttle;
+  struct { uint64_t calls, attempts, retries, ok, reserved_[12]; } shard[8];
 } nres_shm_slot_t;
+
+typedef struct nres_shm_counts_s {
+  uint64_t calls, attempts, retries;
+  uint64_t stops[11];
+} nres_shm_counts_t;
 
 typedef struct nres_shm_stats_s {
   uint64_t slots, live, lookups, inserts, evictions, full, races;
@@ -247,6 +253,7 @@ void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop, uint32_t attempt
                      uint32_t retries);
 int nres_shm_limit(nres_shm_t *shm, uint32_t index, uint64_t now, double *retry_after);
 void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
+void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out);
 size_t nres_shm_slot_size(void);
 ]]
 

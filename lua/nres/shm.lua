@@ -5,6 +5,7 @@
 --                      breaker = breaker_config_cdata, limiter = { rate = 50, burst = 100 } }
 --   local i, gen = t:acquire("api.example", now_ns, hold_ns)   -- or nil, "full"
 --   local slot = t:slot(i)     -- nres_shm_slot_t*: .budget .breaker .ratelimit
+--   local c = t:counts(i)      -- { calls, attempts, retries, stops = { [stop code] = n } }
 --
 -- The table is one mmap(MAP_SHARED | MAP_ANONYMOUS) region: made before a
 -- fork (nginx: init_by_lua, in the master), it is the same memory in every
@@ -356,6 +357,18 @@ end
 
 function _M.slot(self, i)
   return C.nres_shm_slot(self.shm, i)
+end
+
+-- Slot i's counts, summed over its shards (each process writes its own
+-- copy of the words every call writes): { calls, attempts, retries,
+-- stops = { [stop code 0..10] = n } }.
+local counts_box = ffi_new("nres_shm_counts_t")
+function _M.counts(self, i)
+  C.nres_shm_slot_counts(C.nres_shm_slot(self.shm, i), counts_box)
+  local stops = {}
+  for k = 0, 10 do stops[k] = tonumber(counts_box.stops[k]) end
+  return { calls = tonumber(counts_box.calls), attempts = tonumber(counts_box.attempts),
+           retries = tonumber(counts_box.retries), stops = stops }
 end
 
 -- The key of slot i, its generation and lease end (ns; 2^64 for a lease

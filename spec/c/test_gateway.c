@@ -96,7 +96,9 @@ static void test_admission(void **state) {
   /* the upstream's breaker open: 503, counted as a circuit stop */
   nres_breaker_isolate(&nres_shm_slot(f.scope, (uint32_t)u->sidx)->breaker);
   assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_CIRCUIT);
-  assert_int_equal(nres_shm_slot(f.scope, (uint32_t)u->sidx)->stops[NRES_STOP_CIRCUIT], 1);
+  nres_shm_counts_t c;
+  nres_shm_slot_counts(nres_shm_slot(f.scope, (uint32_t)u->sidx), &c);
+  assert_int_equal(c.stops[NRES_STOP_CIRCUIT], 1);
   unmake(&f);
 }
 
@@ -127,9 +129,10 @@ static void test_retry_elsewhere(void **state) {
     now += 100 * MS;
   }
   assert_int_equal(atomic_load(&test_alloc_calls), 0);
-  nres_shm_slot_t *s = nres_shm_slot(f.scope, (uint32_t)u->sidx);
-  assert_int_equal(s->calls, 10);
-  assert_int_equal(s->retries, 10);
+  nres_shm_counts_t c;
+  nres_shm_slot_counts(nres_shm_slot(f.scope, (uint32_t)u->sidx), &c);
+  assert_int_equal(c.calls, 10);
+  assert_int_equal(c.retries, 10);
   for (uint32_t i = 0; i < 3; i++)
     assert_int_equal(u->peer[i].inflight, 0);
   unmake(&f);
@@ -213,7 +216,9 @@ static void test_budget(void **state) {
   assert_true(r.budget_refused);
   nres_gw_try_end(u, &r, now, 1, 0);
   nres_gw_request_end(u, &r, now, 502);
-  assert_int_equal(nres_shm_slot(f.scope, (uint32_t)r.idx)->stops[NRES_STOP_BUDGET], 1);
+  nres_shm_counts_t c;
+  nres_shm_slot_counts(nres_shm_slot(f.scope, (uint32_t)r.idx), &c);
+  assert_int_equal(c.stops[NRES_STOP_BUDGET], 1);
   unmake(&f);
 }
 

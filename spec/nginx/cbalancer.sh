@@ -16,7 +16,7 @@
 #      tries' timed copies; a location without nres_admit still balances;
 #      an internal redirect to a location that proxies keeps the first
 #      admission (its X-Deadline-Ms, one call); /nres/status counts C-mode
-#      calls;
+#      calls; healthy requests in flight hold no retry token;
 #   2. one peer down: every request still succeeds (a retry never goes back
 #      to the peer that failed), its failures in the shared table, then it
 #      gets almost nothing (ejected or avoided);
@@ -191,7 +191,19 @@ d=0
 for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
 [ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
   fail "\$nres_deadline_ms read before the admission: $c, the upstream saw X-Deadline-Ms $d (expected 1..250)"
-pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission; \$nres_deadline_ms read before the admission still sent"
+# healthy requests in flight hold no retry token: the module asks the
+# budget only after a try failed (the budget's words are shared by every
+# worker; a token held by each request in flight wrote them twice a request)
+full=$(up_field "$(status)" budget)
+admin_all "mode=healthy&delay=1500&reset=1"
+for i in 1 2 3 4 5 6; do curl -s -o /dev/null "$gw/slow$i" & done
+sleep 0.7
+held=$(up_field "$(status)" budget)
+wait
+admin_all "mode=healthy&reset=1"
+[ "$held" = "$full" ] ||
+  fail "6 healthy requests in flight: the budget read $held tokens, $full before (a token held per request?)"
+pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission; \$nres_deadline_ms read before the admission still sent; requests in flight hold no budget token ($held of $full)"
 
 # ------------------------------------------------------- 2. one peer down
 check_one_peer_down

@@ -68,6 +68,7 @@ local config = require "nres.ngx.config"
 
 local C = cdef.C
 local breaker_stats = ffi.new("nres_breaker_stats_t")   -- read through nres_breaker_stats
+local counts = ffi.new("nres_shm_counts_t")             -- nres_shm_slot_counts's
 local ffi_new, ffi_cast, ffi_sizeof = ffi.new, ffi.cast, ffi.sizeof
 local type, error, tonumber, tostring, pairs, ipairs, format =
   type, error, tonumber, tostring, pairs, ipairs, string.format
@@ -594,8 +595,9 @@ function _M.status(now)
       for i = 1, u.n do
         local slot = sh_slot(u.ptr, u.idx[i])
         local q = est_quantile(u.est[i], now, 0.75, samples_box)
-        local tries = tonumber(slot.calls)
-        local okc = tonumber(slot.stops[STOP_OK])
+        C.nres_shm_slot_counts(slot, counts)
+        local tries = tonumber(counts.calls)
+        local okc = tonumber(counts.stops[STOP_OK])
         C.nres_breaker_stats(slot.breaker, breaker_stats)
         peers[i] = {
           peer = u.peer[i],
@@ -603,7 +605,7 @@ function _M.status(now)
           ejections = tonumber(breaker_stats.trips),
           refused = tonumber(breaker_stats.rejected),
           tries = tries, failures = tries - okc,
-          timeouts = tonumber(slot.stops[STOP_DEADLINE]),
+          timeouts = tonumber(counts.stops[STOP_DEADLINE]),
           latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,
           latency_samples = tonumber(samples_box[0]),
           inflight_this_worker = tonumber(g.peer[i - 1].inflight),

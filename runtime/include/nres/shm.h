@@ -89,15 +89,35 @@ struct nres_shm_slot_s {
   NRES_ATOMIC(uint64_t) key[NRES_SHM_KEY_MAX / 8];
   NRES_ATOMIC(uint64_t) ticket;         /* settles two inserts of one key */
   NRES_ATOMIC(uint64_t) created;        /* ns, when the key moved in */
-  NRES_ATOMIC(uint64_t) calls;          /* nres_shm_record */
-  NRES_ATOMIC(uint64_t) attempts;
-  NRES_ATOMIC(uint64_t) retries;
+  /* Calls that ended with each stop but NRES_STOP_OK (counted in
+   * shard[].ok; stops[NRES_STOP_OK] stays 0). nres_shm_slot_counts sums. */
   NRES_ATOMIC(uint64_t) stops[NRES_STOP_COUNT];
   nres_budget_t budget;
   nres_breaker_t breaker;
   nres_ratelimit_t ratelimit;
   nres_throttle_t throttle;
+  /* What every call writes, in the calling thread's shard (the process's,
+   * for single-threaded workers sharing the table): one line written by
+   * every worker would move between their cores on every request. 128
+   * bytes apart, the words at the start, so no two shards' words share a
+   * line whatever the slot's alignment. */
+  struct {
+    NRES_ATOMIC(uint64_t) calls;
+    NRES_ATOMIC(uint64_t) attempts;
+    NRES_ATOMIC(uint64_t) retries;
+    NRES_ATOMIC(uint64_t) ok;           /* calls that ended with NRES_STOP_OK */
+    uint64_t reserved_[12];
+  } shard[NRES_SHARDS];
 };
+
+/* A slot's counts, summed over its shards (nres_shm_slot_counts). */
+typedef struct nres_shm_counts_s {
+  uint64_t calls;               /* nres_shm_record's calls, and
+                                   nres_shm_limit's admissions asked */
+  uint64_t attempts;
+  uint64_t retries;
+  uint64_t stops[NRES_STOP_COUNT];
+} nres_shm_counts_t;
 
 /* The table's own counters. */
 struct nres_shm_stats_s {
@@ -167,13 +187,18 @@ NRES_EXTERN void nres_shm_slot_record(nres_shm_slot_t *slot, int stop,
                                       uint32_t attempts, uint32_t retries);
 /* Take one admission from slot `index`'s rate limiter: 0, or NRES_ELIMITED
  * with *retry_after (ns, may be NULL) until one would be allowed. Counted
- * in the slot's `calls`, refusals also in stops[NRES_STOP_LIMITED].
+ * in the slot's calls, refusals also in stops[NRES_STOP_LIMITED].
  * NRES_EINVAL if the table keeps no rate limit. */
 NRES_EXTERN int nres_shm_limit(nres_shm_t *shm, uint32_t index,
                                nres_time_t now, double *retry_after);
 NRES_EXTERN void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
 /* The configuration the table was made with. */
 NRES_EXTERN const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
+/* The slot's counts: every shard's summed, at the moment each word is
+ * read (counts added meanwhile may be seen in one field, not yet in
+ * another). */
+NRES_EXTERN void nres_shm_slot_counts(const nres_shm_slot_t *slot,
+                                      nres_shm_counts_t *out);
 /* sizeof(nres_shm_slot_t), for bindings that declare it themselves. */
 NRES_EXTERN size_t nres_shm_slot_size(void);
 

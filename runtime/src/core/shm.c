@@ -60,13 +60,14 @@
 #include <sched.h>
 #include <sys/mman.h>
 
+#include "core/shard.h"
 #include "internal.h"
 #include "nres/shm.h"
 
 #define SHM_MAGIC 0x316d687373657271ull   /* "qresshm1", little endian */
 /* Bumped whenever the header, the index or nres_shm_slot_t changes shape:
  * a region laid out by another build is refused, not misread. */
-#define SHM_VERSION 5u
+#define SHM_VERSION 6u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 
@@ -385,11 +386,14 @@ static uint64_t fill(nres_shm_t *shm, uint32_t i, const uint64_t *k,
   ticket = nres__add(&shm->tickets, 1) + 1;
   nres__store(&s->ticket, ticket);
   nres__store(&s->created, now);
-  nres__store(&s->calls, 0);
-  nres__store(&s->attempts, 0);
-  nres__store(&s->retries, 0);
   for (j = 0; j < NRES_STOP_COUNT; j++)
     nres__store(&s->stops[j], 0);
+  for (j = 0; j < NRES_SHARDS; j++) {
+    nres__store(&s->shard[j].calls, 0);
+    nres__store(&s->shard[j].attempts, 0);
+    nres__store(&s->shard[j].retries, 0);
+    nres__store(&s->shard[j].ok, 0);
+  }
   if (c->flags & NRES_SHM_BUDGET)
     nres_budget_init(&s->budget, c->budget_ratio, c->budget_min_per_sec,
                      c->budget_capacity);
@@ -632,11 +636,34 @@ int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
 
 void nres_shm_slot_record(nres_shm_slot_t *s, int stop, uint32_t attempts,
                           uint32_t retries) {
-  nres__add(&s->calls, 1);
-  nres__add(&s->attempts, attempts);
-  nres__add(&s->retries, retries);
-  if (stop >= 0 && stop < NRES_STOP_COUNT)
+  /* The calling thread's shard; each add a write, so none for a 0. */
+  unsigned k = nres__shard();
+
+  nres__add(&s->shard[k].calls, 1);
+  if (attempts != 0)
+    nres__add(&s->shard[k].attempts, attempts);
+  if (retries != 0)
+    nres__add(&s->shard[k].retries, retries);
+  if (stop == NRES_STOP_OK)
+    nres__add(&s->shard[k].ok, 1);
+  else if (stop >= 0 && stop < NRES_STOP_COUNT)
     nres__add(&s->stops[stop], 1);
+}
+
+void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out) {
+  nres_shm_slot_t *s = (nres_shm_slot_t *) slot;   /* loads only */
+  uint64_t ok = 0;
+
+  *out = (nres_shm_counts_t){ 0 };
+  for (unsigned k = 0; k < NRES_SHARDS; k++) {
+    out->calls += nres__load(&s->shard[k].calls);
+    out->attempts += nres__load(&s->shard[k].attempts);
+    out->retries += nres__load(&s->shard[k].retries);
+    ok += nres__load(&s->shard[k].ok);
+  }
+  for (unsigned j = 0; j < NRES_STOP_COUNT; j++)
+    out->stops[j] = nres__load(&s->stops[j]);
+  out->stops[NRES_STOP_OK] += ok;
 }
 
 void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop,
@@ -656,7 +683,7 @@ int nres_shm_limit(nres_shm_t *shm, uint32_t index, nres_time_t now,
   if (s == NULL || !(shm->config.flags & NRES_SHM_RATELIMIT))
     return NRES_EINVAL;
   rc = nres_ratelimit_acquire(&s->ratelimit, now, &wait);
-  nres__add(&s->calls, 1);
+  nres__add(&s->shard[nres__shard()].calls, 1);
   if (rc != 0)
     nres__add(&s->stops[NRES_STOP_LIMITED], 1);
   if (retry_after != NULL)

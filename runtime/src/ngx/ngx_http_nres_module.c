@@ -27,9 +27,12 @@
  * once. nginx -t runs no init_by_lua, so the names are checked at start
  * and reload. Per request: the
  * admission (preaccess) keeps the request's state in its pool; each try
- * (peer get) picks a peer, sets the try's timeouts from the time left
- * and grants one more try (pc->tries) if the policy, the time and the
- * retry budget allow; a retry's request is made again when it carries
+ * (peer get) picks a peer and sets the try's timeouts from the time left;
+ * a try that fails (a failing status, seen by a wrapper of the upstream's
+ * header parser; or no connection, a timeout, a broken answer, seen at
+ * the try's free) is granted one more try (pc->tries) if the policy, the
+ * time and the retry budget allow, so a healthy request never writes the
+ * budget every worker shares; a retry's request is made again when it carries
  * $nres_deadline_ms (the retry's own time left); each try's end (peer
  * free) is recorded into its peer; the call's end (the pool's cleanup,
  * after the log phase, so an error_page redirect cannot lose it) tells
@@ -110,6 +113,10 @@ typedef struct {
   int64_t left_ms;              /* X-Deadline-Ms, -1: none */
   int last;                     /* the previous try's peer, -1: none */
   ngx_uint_t session_tries;     /* tries of this upstream session */
+  ngx_uint_t granted;           /* this try's failure was asked about a
+                                   retry already */
+  ngx_int_t (*process_header)(ngx_http_request_t *r);   /* the upstream's own */
+  ngx_int_t (*reinit_request)(ngx_http_request_t *r);
   size_t deadline_len;          /* $nres_deadline_ms formatted (the last
                                    deadline_len bytes), 0: not yet */
   u_char deadline[NGX_INT64_LEN];
@@ -482,6 +489,9 @@ static ngx_http_nres_ctx_t *ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw
   ctx->left_ms = -1;
   ctx->last = -1;
   ctx->session_tries = 0;
+  ctx->granted = 0;
+  ctx->process_header = NULL;
+  ctx->reinit_request = NULL;
   ctx->deadline_len = 0;
   ngx_http_set_ctx(r, ctx, ngx_http_nres_module);
   return ctx;
@@ -744,15 +754,31 @@ static void ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t
   }
 }
 
-/* Each try: a peer, its timeouts, maybe one more try (nginx asks for
- * one after a failing status only if pc->tries allowed it before the
- * answer came, so the grant cannot wait for the try's end). */
+/* One more try after this one's failure, if the policy, the time left
+ * and the retry budget allow (the budget's token is taken now, given back
+ * at the call's end if nginx does not retry after all). Asked only when a
+ * try has failed: a healthy request never touches the budget, whose words
+ * every worker shares. */
+static void ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc) {
+  if (ctx->granted)
+    return;
+  ctx->granted = 1;
+  nres_time_t now = nres_clock_now();
+  int more = nres_gw_grant(ctx->gw, &ctx->req, now, -1);
+  if (more == NRES_GW_NEED_CLASS)
+    more = nres_gw_grant(ctx->gw, &ctx->req, now, ngx_http_nres_class(ctx->r));
+  if (more == 1)
+    pc->tries++;
+}
+
+/* Each try: a peer and its timeouts. */
 static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
   ngx_http_nres_ctx_t *ctx = data;
   nres_gw_upstream_t *gw = ctx->gw;
   nres_time_t now = nres_clock_now();
   if (ctx->session_tries++ > 0)
     ngx_http_nres_recreate_request(ctx, now);
+  ctx->granted = 0;
   uint32_t permit;
   int has_permit;
   int i = nres_gw_pick(gw, now, ctx->last, &permit, &has_permit);
@@ -767,15 +793,43 @@ static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
   if (conf == NULL)
     return NGX_ERROR;
   ctx->r->upstream->conf = conf;
-  int more = nres_gw_grant(gw, &ctx->req, now, -1);
-  if (more == NRES_GW_NEED_CLASS)
-    more = nres_gw_grant(gw, &ctx->req, now, ngx_http_nres_class(ctx->r));
-  if (more == 1)
-    pc->tries++;
   return NGX_OK;
 }
 
-/* Each try's end: recorded into its peer. */
+/* The upstream's header parser, wrapped: a failing status asks for one
+ * more try before nginx reads pc->tries to decide whether to try again
+ * (ngx_http_upstream_test_next runs right after the header is parsed,
+ * before the try's free). The proxy module replaces its parser once the
+ * status line is read, and again on each retry's reinit: the wrapper puts
+ * itself back after both. */
+static ngx_int_t ngx_http_nres_process_header(ngx_http_request_t *r) {
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+  ngx_http_upstream_t *u = r->upstream;
+  ngx_int_t rc = ctx->process_header(r);
+  if (u->process_header != ngx_http_nres_process_header) {
+    ctx->process_header = u->process_header;
+    u->process_header = ngx_http_nres_process_header;
+  }
+  if (rc == NGX_OK && u->headers_in.status_n >= NGX_HTTP_INTERNAL_SERVER_ERROR &&
+      ctx->req.peer >= 0)
+    ngx_http_nres_grant(ctx, &u->peer);
+  return rc;
+}
+
+static ngx_int_t ngx_http_nres_reinit_request(ngx_http_request_t *r) {
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+  ngx_http_upstream_t *u = r->upstream;
+  ngx_int_t rc = ctx->reinit_request(r);
+  if (u->process_header != ngx_http_nres_process_header) {
+    ctx->process_header = u->process_header;
+    u->process_header = ngx_http_nres_process_header;
+  }
+  return rc;
+}
+
+/* Each try's end: recorded into its peer; a failure nginx saw itself (no
+ * connection, a timeout, a broken answer) asks for one more try here,
+ * before nginx reads pc->tries. */
 static void ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state) {
   ngx_http_nres_ctx_t *ctx = data;
   if (pc->tries)
@@ -789,6 +843,8 @@ static void ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_u
   if (!(state & NGX_PEER_FAILED) && u->state != NULL && u->state->status == 504)
     timed_out = 1;
   ctx->last = nres_gw_try_end(ctx->gw, &ctx->req, nres_clock_now(), failed, timed_out);
+  if (state & NGX_PEER_FAILED)
+    ngx_http_nres_grant(ctx, pc);
 }
 
 /* A request's upstream session: the admission's state, or a new one
@@ -809,6 +865,14 @@ static ngx_int_t ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstrea
   ctx->last = -1;
   ctx->session_tries = 0;
   ctx->conf = r->upstream->conf;
+  ngx_http_upstream_t *u = r->upstream;
+  if (u->process_header != NULL && u->reinit_request != NULL &&
+      u->process_header != ngx_http_nres_process_header) {
+    ctx->process_header = u->process_header;
+    ctx->reinit_request = u->reinit_request;
+    u->process_header = ngx_http_nres_process_header;
+    u->reinit_request = ngx_http_nres_reinit_request;
+  }
   r->upstream->peer.get = ngx_http_nres_get_peer;
   r->upstream->peer.free = ngx_http_nres_free_peer;
   r->upstream->peer.data = ctx;

@@ -25,6 +25,7 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -72,6 +73,11 @@ static void config_and_sizes(void **state) {
   assert_int_equal(c.flags, NRES_SHM_BUDGET | NRES_SHM_BREAKER);
   assert_true(nres_shm_size(&c) >= 1024 * nres_shm_slot_size());
   assert_true(nres_shm_slot_size() == sizeof(nres_shm_slot_t));
+  /* What every call writes is per shard, the words of one shard within
+   * 32 bytes and the shards 128 apart: no line holds two shards' words. */
+  assert_int_equal(offsetof(nres_shm_slot_t, shard[1]) - offsetof(nres_shm_slot_t, shard[0]), 128);
+  assert_true(offsetof(nres_shm_slot_t, shard[0].ok) + 8 -
+              offsetof(nres_shm_slot_t, shard[0].calls) <= 32);
 
   c.slots = 0;
   assert_int_equal(nres_shm_size(&c), 0);

@@ -218,9 +218,11 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
   if (__builtin_expect(slot == 0 && kind == NRES_OK &&
                            !(flags & CALLER_FLAGS) && retry_after < 0,
                        1)) {
+    /* The answer's time first (every other answer writes its own), so
+     * that the pointer needs no register through the report. */
+    *at = -1.0;   /* to_ns(NRES_TIME_NEVER) */
     stage = nres__call_report_ok(call, t);
     if (__builtin_expect(stage >= 0, 1)) {
-      *at = -1.0;   /* to_ns(NRES_TIME_NEVER) */
       if (__builtin_expect(stage == 0, 1))
         return DONE_OK;
       return sync_record_from(call, t, stage);

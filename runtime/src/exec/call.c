@@ -841,6 +841,8 @@ enum { SHORT_BREAKER = 1, SHORT_THROTTLE, SHORT_ESTIMATOR };
 static NRES__HOT int short_record_try(nres_policy_t *p, unsigned k,
                                       nres_time_t now, nres_time_t latency,
                                       int from) {
+  if (k >= NRES_SHARDS)
+    __builtin_unreachable();   /* the adds need not test it again */
   if (from <= SHORT_BREAKER && p->breaker != NULL &&
       !nres__breaker_try_success(p->breaker, k, now,
                                  p->private_flags & NRES__F_BREAKER_WINDOW))

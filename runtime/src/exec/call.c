@@ -830,9 +830,9 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
 }
 
 /* record()'s short way (below), as stages, each one shared word's add:
- * the breaker's success, the throttle's accepted request, the latency
- * estimator's sample. */
-enum { SHORT_BREAKER = 1, SHORT_THROTTLE, SHORT_ESTIMATOR };
+ * the latency estimator's sample (first: the latency is then no longer
+ * needed), the breaker's success, the throttle's accepted request. */
+enum { SHORT_ESTIMATOR = 1, SHORT_BREAKER, SHORT_THROTTLE };
 
 /* The short way's adds from stage `from` on, each by its common case,
  * which calls nothing: 0 when all are done, else the stage whose add
@@ -843,6 +843,9 @@ static NRES__HOT int short_record_try(nres_policy_t *p, unsigned k,
                                       int from) {
   if (k >= NRES_SHARDS)
     __builtin_unreachable();   /* the adds need not test it again */
+  if (from <= SHORT_ESTIMATOR && p->estimator != NULL &&
+      !nres__estimator_try_record_in(p->estimator, k, now, latency))
+    return SHORT_ESTIMATOR;
   if (from <= SHORT_BREAKER && p->breaker != NULL &&
       !nres__breaker_try_success(p->breaker, k, now,
                                  p->private_flags & NRES__F_BREAKER_WINDOW))
@@ -850,9 +853,6 @@ static NRES__HOT int short_record_try(nres_policy_t *p, unsigned k,
   if (from <= SHORT_THROTTLE && p->throttle != NULL &&
       !nres__throttle_try_accepted(p->throttle, k, now))
     return SHORT_THROTTLE;
-  if (from <= SHORT_ESTIMATOR && p->estimator != NULL &&
-      !nres__estimator_try_record_in(p->estimator, k, now, latency))
-    return SHORT_ESTIMATOR;
   return 0;
 }
 
@@ -909,7 +909,7 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot,
                            short_record_fits(call, p, slot, k),
                        1)) {
     nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
-    int stage = short_record_try(p, k, now, latency, SHORT_BREAKER);
+    int stage = short_record_try(p, k, now, latency, SHORT_ESTIMATOR);
     if (__builtin_expect(stage != 0, 0))
       short_record_from(p, k, now, latency, stage);
     return;
@@ -1036,7 +1036,7 @@ NRES__HOT int nres__call_report_ok(nres_call_t *call, nres_time_t now) {
   if (!(flags & NRES__F_RECORDS))
     return 0;
   return short_record_try(p, k, now, nres_time_sub(now, call->slot[0].start),
-                          SHORT_BREAKER);
+                          SHORT_ESTIMATOR);
 }
 
 NRES__COLD void nres__call_record_from(nres_call_t *call, nres_time_t now,

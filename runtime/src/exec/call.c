@@ -881,8 +881,8 @@ static NRES__COLD void short_record_from(nres_policy_t *p, unsigned k,
   }
 }
 
-/* Can an OK outcome of `call`'s attempt in slot 0 take record()'s short
- * way: OK, not the caller's own, no probe permit, a policy without
+/* Can an OK outcome (not the caller's own) of the attempt in `slot` take
+ * record()'s short way: no probe permit, a policy without
  * bulkhead, slow-call or hedge accounting (NRES__F_SHORT_RECORD), a
  * thread with a shard (k)? */
 static NRES__HOT int short_record_fits(const nres_call_t *call,

@@ -14,11 +14,14 @@
  * wait, answers in their shape. They read the runtime's clock themselves
  * when given now < 0 (an FFI call and a conversion fewer per read); they
  * are flattened, so the executor's step and what it calls are compiled
- * into them, as into the C sync driver (with LTO); and they answer in
- * registers - kind, slot, hedge and stop packed in the int returned, the
- * time in *at - instead of unpacking the action into an nres_step_t. A
- * class other than default, a passthrough policy, a late report, a report
- * of a slot other than 0 or misuse takes the general path, so they answer what nres_step_begin_class and
+ * into them, as into the C sync driver (with LTO); on their usual way (a
+ * first attempt begun, an OK report that ends the call) they call
+ * nothing, so they need no stack frame, and every other case goes on by
+ * a tail call; and they answer in registers - kind, slot, hedge and stop
+ * packed in the int returned, the time in *at - instead of unpacking the
+ * action into an nres_step_t. A class other than default, a passthrough
+ * policy, a late report, a report of a slot other than 0 or misuse takes
+ * the general path, so they answer what nres_step_begin_class and
  * nres_step_report answer.
  */
 #include <time.h>
@@ -123,10 +126,10 @@ static NRES__COLD int sync_report_general(nres_call_t *call, unsigned slot,
   return packed(nres_call_report(call, slot, now, v), at);
 }
 
-/* now, or the clock's usual read for now < 0: 0 when the clock needs its
- * slow path (nothing read). Calls nothing. */
+/* now_or_clock's answer by the clock's usual read: 0 when the clock needs
+ * its slow path (nothing read). Calls nothing. */
 static int quick_now(double now, nres_time_t *t) {
-  if (now >= 0) {
+  if (!(now < 0)) {   /* NaN too, as now_or_clock */
     *t = from_ns(now);
     return 1;
   }

@@ -619,16 +619,17 @@ static NRES__COLD nres_action_t begin_general(nres_call_t *call,
 
 /* The common beginning of a call on a built policy, not a passthrough's
  * shortcut: no rate limiter, bulkhead or hedging, a closed breaker or
- * none, a throttle refusing nothing or none, time left, not draining, and
- * the measured ceiling's cached word fresh if the policy has one. Decided
- * first, then the call is written once, as nres__call_reset and
+ * none, a throttle refusing nothing or none, time left, not draining.
+ * Decided first, then the call is written once, as nres__call_reset and
  * start_attempt would leave it (attempt 1 in slot 0, bounded by
  * *ceiling): 1. Otherwise nothing is written: 0, and begin_general does
- * it all (refreshing the ceiling's word on the way). Calls nothing, so a
- * step made of it needs no stack frame on its way. */
+ * it all. leaf (a constant): call nothing, so that a step made of this
+ * needs no stack frame on its way - a measured ceiling's cached word due
+ * for its refresh is then one more case for begin_general, which
+ * refreshes it. */
 static NRES__HOT int begin_first(nres_call_t *call, nres_policy_t *policy,
                                  nres_time_t now, nres_time_t inbound, int cls,
-                                 nres_time_t *ceiling) {
+                                 nres_time_t *ceiling, int leaf) {
   nres_time_t deadline = call_deadline(policy, now, inbound);
   unsigned flags = policy->private_flags;
 
@@ -642,11 +643,11 @@ static NRES__HOT int begin_first(nres_call_t *call, nres_policy_t *policy,
                                 NRES_BREAKER_CLOSED) ||
                            (policy->throttle != NULL &&
                             nres__throttle_due(policy->throttle, now)) ||
-                           ((flags & NRES__F_CEILING) &&
+                           (leaf && (flags & NRES__F_CEILING) &&
                             now >= nres__load(&policy->quantile_next)),
                        0))
     return 0;
-  *ceiling = bounded_ceiling(policy, now, deadline, 0);   /* fresh: above */
+  *ceiling = bounded_ceiling(policy, now, deadline, !leaf);   /* leaf: fresh */
 
   nres__call_write(call, policy, now, deadline, NRES__PHASE_RUNNING, 1, cls);
   nres_backoff_state_reset(&call->backoff);
@@ -661,8 +662,8 @@ static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
                                      int cls) {
   nres_time_t ceiling;
 
-  if (__builtin_expect(begin_first(call, policy, now, inbound, cls, &ceiling),
-                       1))
+  if (__builtin_expect(
+          begin_first(call, policy, now, inbound, cls, &ceiling, 0), 1))
     return attempt_action(0, 0, 1, ceiling);
   return begin_general(call, policy, now, inbound, cls);
 }
@@ -697,7 +698,7 @@ NRES__HOT nres_action_t nres__call_begin(nres_call_t *call,
 NRES__HOT int nres__call_begin_first(nres_call_t *call, nres_policy_t *policy,
                                      nres_time_t now, nres_time_t *ceiling) {
   return begin_first(call, policy, now, NRES_TIME_NEVER, NRES_CLASS_DEFAULT,
-                     ceiling);
+                     ceiling, 1);
 }
 
 nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,

@@ -58,13 +58,15 @@ typedef struct {
   double retry_after;   /* ns, -1: none */
 } outcome_t;
 
-/* One call through both kinds of steps: attempts get `outcomes` in turn
- * (the last repeats), each attempt lasts 3 ms, waits are slept exactly. */
-static void drive_both(nres_policy_t *pg, nres_policy_t *ps, int cls,
-                       const outcome_t *outcomes, int n) {
+/* One call through both kinds of steps, begun at `start`: attempts get
+ * `outcomes` in turn (the last repeats), each attempt lasts `took` ns,
+ * waits are slept exactly. */
+static void drive_both_at(nres_policy_t *pg, nres_policy_t *ps, int cls,
+                          const outcome_t *outcomes, int n, double start,
+                          double took) {
   nres_call_t cg, cs;
   nres_step_t st;
-  double now = (double) T0, at;
+  double now = start, at;
   int act, turn = 0;
 
   nres_step_begin_class(&cg, pg, now, -1, cls, &st);
@@ -74,7 +76,7 @@ static void drive_both(nres_policy_t *pg, nres_policy_t *ps, int cls,
     if (st.kind == NRES_ATTEMPT) {
       const outcome_t *o = &outcomes[turn < n ? turn : n - 1];
       turn++;
-      now += 3.0 * MS;
+      now += took;
       nres_step_report(&cg, (unsigned) st.slot, now, o->kind, o->flags,
                        o->retry_after, &st);
       act = nres_step_sync_report(&cs, (unsigned) (act >> 8 & 0xff), now,
@@ -96,6 +98,12 @@ static void drive_both(nres_policy_t *pg, nres_policy_t *ps, int cls,
     assert_true(turn < 20);
   }
   same_call(&cg, &cs);
+}
+
+/* drive_both_at at T0, each attempt lasting 3 ms. */
+static void drive_both(nres_policy_t *pg, nres_policy_t *ps, int cls,
+                       const outcome_t *outcomes, int n) {
+  drive_both_at(pg, ps, cls, outcomes, n, (double) T0, 3.0 * MS);
 }
 
 static void build_pair(nres_policy_t *pg, nres_policy_t *ps, int preset,
@@ -142,6 +150,42 @@ static void sync_steps_answer_what_the_general_steps_answer(void **state) {
           for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++)
             drive_both(&pg, &ps, cls, runs[r].o, runs[r].n);
     }
+}
+
+/* What the sync steps' usual success records - breaker and throttle
+ * windows, the latency estimator, the budget, the counters - is what the
+ * general steps record, word for word, also where an add takes its slow
+ * path: time runs over many slices of both windows, latencies move
+ * between the estimator's buckets, and a failure now and then (a retry,
+ * the breaker's run of failures) takes the general way in between. */
+static void sync_steps_record_what_the_general_steps_record(void **state) {
+  static const outcome_t ok[] = { { NRES_OK, 0, -1 } };
+  static const outcome_t once[] = { { NRES_TRANSIENT, 0, -1 },
+                                    { NRES_OK, 0, -1 } };
+  nres_policy_t pg, ps;
+  nres_counters_t cg, cs;
+  double now = (double) T0;
+  (void) state;
+
+  build_pair(&pg, &ps, NRES_PRESET_DEFAULT, 0);
+  for (int i = 0; i < 3000; i++) {
+    double took = (double) (1 + (i * 7919) % 97) * 0.1 * MS;
+    if (i % 40 == 39)
+      drive_both_at(&pg, &ps, NRES_CLASS_DEFAULT, once, 2, now, took);
+    else
+      drive_both_at(&pg, &ps, NRES_CLASS_DEFAULT, ok, 1, now, took);
+    now += took + 0.5 * MS;
+  }
+  assert_memory_equal(&pg.breaker->window, &ps.breaker->window,
+                      sizeof(nres_window_t));
+  assert_memory_equal(&pg.throttle->window, &ps.throttle->window,
+                      sizeof(nres_window_t));
+  assert_memory_equal(pg.estimator, ps.estimator, sizeof(nres_estimator_t));
+  assert_memory_equal(pg.budget, ps.budget, sizeof(nres_budget_t));
+  nres_policy_counters(&pg, &cg);
+  nres_policy_counters(&ps, &cs);
+  assert_memory_equal(&cg, &cs, sizeof(cg));
+  assert_true(cs.calls == 3000);
 }
 
 /* Misuse and late reports answer as the general steps do. */
@@ -351,6 +395,7 @@ static void sync_steps_allocate_nothing(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(sync_steps_answer_what_the_general_steps_answer),
+    cmocka_unit_test(sync_steps_record_what_the_general_steps_record),
     cmocka_unit_test(sync_steps_answer_misuse_as_the_general_steps_do),
     cmocka_unit_test(sync_steps_answer_a_hedge_in_slot_1_as_the_general_steps_do),
     cmocka_unit_test(steps_refuse_a_kind_out_of_range_whatever_its_low_byte),

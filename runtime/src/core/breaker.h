@@ -32,14 +32,30 @@ static inline int nres__breaker_windowed(const nres_breaker_t *breaker) {
   return breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0;
 }
 
+/* A plain success (no probe permit, not slow) of a call admitted while
+ * closed, by its common case alone: nothing if the breaker tripped while
+ * the call ran (old news); else clear the failure run if there is one and
+ * add a call to the window if windowed (nres__breaker_windowed's answer).
+ * 1 when done, 0 when the window's add must take its slow path
+ * (nres__window_add_slow, the call not added yet). Calls nothing. k is the
+ * calling thread's nres__shard_if_taken. */
+static inline int nres__breaker_try_success(nres_breaker_t *breaker,
+                                            unsigned k, nres_time_t now,
+                                            int windowed) {
+  if (NRES__BREAKER_STATE(nres__load(&breaker->word)) != NRES_BREAKER_CLOSED)
+    return 1;
+  if (nres__load(&breaker->consecutive) != 0)
+    nres__store(&breaker->consecutive, 0);
+  return !windowed ||
+         nres__window_try_add_in(&breaker->window, k, now, NRES__WINDOW_CALL);
+}
+
 /* The common case of nres_breaker_record, inline: a success while closed
- * that cannot trip (only failures and slow calls check the ratios): clear
- * the failure run if there is one, add a call to the window if windowed
- * (nres__breaker_windowed's answer). k is the calling thread's
- * nres__shard_if_taken. 1 when it took the outcome (nres_breaker_record's
- * answer is then -1), 0 when nres__breaker_record_other must. Apart so
- * that a caller prepares the other case's generator only when it is
- * needed. */
+ * that cannot trip (only failures and slow calls check the ratios),
+ * nres__breaker_try_success's. 1 when it took the outcome
+ * (nres_breaker_record's answer is then -1), 0 when
+ * nres__breaker_record_other must. Apart so that a caller prepares the
+ * other case's generator only when it is needed. */
 static inline int nres__breaker_record_common(nres_breaker_t *breaker,
                                               unsigned k, nres_time_t now,
                                               uint32_t permit, int outcome,
@@ -47,13 +63,9 @@ static inline int nres__breaker_record_common(nres_breaker_t *breaker,
   if (__builtin_expect(permit == 0 && outcome == NRES_BREAKER_SUCCESS &&
                            !slow,
                        1)) {
-    if (NRES__BREAKER_STATE(nres__load(&breaker->word)) !=
-        NRES_BREAKER_CLOSED)
-      return 1;   /* it tripped while this call ran: old news */
-    if (nres__load(&breaker->consecutive) != 0)
-      nres__store(&breaker->consecutive, 0);
-    if (windowed)
-      nres__window_add_in(&breaker->window, k, now, NRES__WINDOW_CALL);
+    if (!nres__breaker_try_success(breaker, k, now, windowed))
+      nres__window_add_slow(&breaker->window, now / breaker->window.width,
+                            NRES__WINDOW_CALL);
     return 1;
   }
   return 0;

@@ -34,21 +34,36 @@ extern nres__tsc_scale_t nres__tsc_scale;
 
 nres_time_t nres__clock_slow(int state);
 
-static inline nres_time_t nres__clock_now(void) {
+/* nres__clock_now's usual read: 1 with the time in *now while the TSC is
+ * in use, 0 (nothing read) when nres__clock_now would take its slow path.
+ * It calls nothing, so a caller that hands the 0 case on keeps a path
+ * without a stack frame. */
+static inline int nres__clock_tsc(nres_time_t *now) {
 #if defined(__x86_64__)
   int state = atomic_load_explicit(&nres__tsc_state, memory_order_acquire);
   if (__builtin_expect(state == NRES__TSC_READY, 1)) {
     uint64_t ticks = __rdtsc() - nres__tsc_scale.base_tsc;
     if (ticks < (UINT64_C(1) << 62))   /* a TSC going back reads as huge */
-      return nres__tsc_scale.base_ns +
+      *now = nres__tsc_scale.base_ns +
              (nres_time_t) (((unsigned __int128) ticks *
                              nres__tsc_scale.mult) >> 32);
-    return nres__tsc_scale.base_ns;
+    else
+      *now = nres__tsc_scale.base_ns;
+    return 1;
   }
-  return nres__clock_slow(state);
 #else
-  return nres__clock_slow(0);
+  (void) now;
 #endif
+  return 0;
+}
+
+static inline nres_time_t nres__clock_now(void) {
+  nres_time_t now;
+
+  if (__builtin_expect(nres__clock_tsc(&now), 1))
+    return now;
+  return nres__clock_slow(
+      atomic_load_explicit(&nres__tsc_state, memory_order_acquire));
 }
 
 #endif /* NRES_CORE_CLOCK_H */

@@ -147,15 +147,14 @@ static void hist_add(nres_estimator_t *estimator, uint64_t tag,
   nres__add(&estimator->count[w][index], n);
 }
 
-/* A record the common case below does not cover (this thread has no
+/* A record the common case (nres__estimator_try_record_in) does not cover (this thread has no
  * shard yet, its entry holds another bucket or period, or is full, or the
  * CAS lost): take the entry over and move what it held into the
  * histogram. An entry of a later period stays (this thread's clock read
  * is late): the sample goes to the histogram, which drops it if its window
  * has moved on too. Out of line, so that the common case calls nothing. */
-__attribute__((noinline)) static void record_slow(nres_estimator_t *estimator,
-                                                  nres_time_t now,
-                                                  nres_time_t latency) {
+__attribute__((noinline)) void nres__estimator_record_slow(
+    nres_estimator_t *estimator, nres_time_t now, nres_time_t latency) {
   _Atomic uint64_t *slot;
   uint64_t tag;
   uint64_t key;
@@ -192,7 +191,7 @@ __attribute__((noinline)) static void record_slow(nres_estimator_t *estimator,
 
 /* Inline into the executor (LTO): it runs on every successful call. k is
  * the calling thread's nres__shard_if_taken. */
-__attribute__((always_inline)) inline void nres__estimator_record_in(
+__attribute__((always_inline)) inline int nres__estimator_try_record_in(
     nres_estimator_t *estimator, unsigned k, nres_time_t now,
     nres_time_t latency) {
   _Atomic uint64_t *slot;
@@ -201,23 +200,28 @@ __attribute__((always_inline)) inline void nres__estimator_record_in(
   uint32_t index;
 
   /* The common case: this shard's entry already counts this bucket in
-   * this period. The key's period is now / period, where record_slow takes
-   * epoch_of(now) - 1 (epoch_of saturates: the two differ only at now =
-   * NRES_TIME_NEVER with period 1, where this test fails and record_slow
-   * does it right). One more sample
+   * this period. The key's period is now / period, where the slow path
+   * takes epoch_of(now) - 1 (epoch_of saturates: the two differ only at
+   * now = NRES_TIME_NEVER with period 1, where this test fails and the
+   * slow path does it right). One more sample
    * would carry out of a full count into the bucket bits: then n's key
    * differs too. */
+  if (__builtin_expect(k >= NRES_SHARDS, 0))
+    return 0;
   index = hist_index(latency);
-  if (k < NRES_SHARDS) {
-    slot = &estimator->shard[k].entry[index % NRES_ESTIMATOR_PENDING];
-    e = nres__load(slot);
-    n = e + 1;
-    if ((n & ~(uint64_t) UINT32_MAX) ==
-            ENTRY(now / estimator->period, index) &&
-        nres__cas(slot, &e, n))
-      return;
-  }
-  record_slow(estimator, now, latency);
+  slot = &estimator->shard[k].entry[index % NRES_ESTIMATOR_PENDING];
+  e = nres__load(slot);
+  n = e + 1;
+  return (n & ~(uint64_t) UINT32_MAX) ==
+             ENTRY(now / estimator->period, index) &&
+         nres__cas(slot, &e, n);
+}
+
+__attribute__((always_inline)) inline void nres__estimator_record_in(
+    nres_estimator_t *estimator, unsigned k, nres_time_t now,
+    nres_time_t latency) {
+  if (!nres__estimator_try_record_in(estimator, k, now, latency))
+    nres__estimator_record_slow(estimator, now, latency);
 }
 
 void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now,

@@ -40,4 +40,13 @@ static inline void nres__throttle_record(nres_throttle_t *throttle,
     nres__store(&throttle->refused_at, now);
 }
 
+/* nres__throttle_record of an accepted request by the window's common
+ * case alone (nres__window_try_add_in's answer: 0, nothing written, when
+ * nres__window_add_slow must add the request). */
+static inline int nres__throttle_try_accepted(nres_throttle_t *throttle,
+                                              unsigned k, nres_time_t now) {
+  return nres__window_try_add_in(&throttle->window, k, now,
+                                 NRES__WINDOW_CALL);
+}
+
 #endif /* NRES_THROTTLE_H */

@@ -197,6 +197,28 @@ static NRES__COLD void mark_fallback(nres_call_t *call) {
   COUNT(call->policy, n_fallbacks);
 }
 
+/* A call's end, in its own fields. */
+static NRES__HOT void mark_done(nres_call_t *call, int stop) {
+  call->phase = NRES__PHASE_DONE;
+  call->stop = (uint8_t) stop;
+  call->resume_at = NRES_TIME_NEVER;
+}
+
+/* A call's end in the counters: the stop (an OK one to the thread's
+ * shard k, n_ok[].stops; k is read only then), and the call's retries in
+ * one add. */
+static NRES__HOT void count_end(nres_policy_t *p, const nres_call_t *call,
+                                int stop, unsigned k) {
+  if (p->private_flags & NRES__F_TELEMETRY) {
+    if (stop == NRES_STOP_OK)
+      nres__add(&p->n_ok[k].stops, 1);
+    else
+      nres__add(&p->n_stops[stop], 1);
+    if (call->retries)
+      nres__add(&p->n_retries, call->retries);   /* one add a call */
+  }
+}
+
 static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
                                     int stop) {
   nres_policy_t *p = call->policy;
@@ -212,24 +234,16 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
   a.at = NRES_TIME_NEVER;
   if (__builtin_expect(call->inflight | call->queued | call->charged, 0))
     release_all(call, now, stop);
-  call->phase = NRES__PHASE_DONE;
-  call->stop = (uint8_t) stop;
-  call->resume_at = NRES_TIME_NEVER;
+  mark_done(call, stop);
   if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
       stop != NRES_STOP_CANCELED) {
     mark_fallback(call);
     a.fallback = 1;
   }
-  /* The stop (an OK one to the thread's shard, n_ok[].stops), and the
-   * call's retries in one add. */
-  if (p->private_flags & NRES__F_TELEMETRY) {
-    if (stop == NRES_STOP_OK)
-      nres__add(&p->n_ok[nres__shard()].stops, 1);
-    else
-      nres__add(&p->n_stops[stop], 1);
-    if (call->retries)
-      nres__add(&p->n_retries, call->retries);   /* one add a call */
-  }
+  count_end(p, call, stop,
+            (p->private_flags & NRES__F_TELEMETRY) && stop == NRES_STOP_OK
+                ? nres__shard()
+                : 0);
   EMIT(p, call, NRES_EV_DONE, stop, call->attempts, now,
        nres_time_sub(now, call->start));
   return a;
@@ -387,9 +401,12 @@ static NRES__HOT nres_action_t start_attempt(nres_call_t *call, nres_time_t now,
 }
 
 /* An attempt's deadline: the call's, the attempt timeout's, the measured
- * ceiling's, whichever comes first. */
-static NRES__HOT nres_time_t attempt_ceiling(nres_policy_t *p, nres_time_t now,
-                                             nres_time_t deadline) {
+ * ceiling's, whichever comes first. refresh: 0 when the caller has seen
+ * the cached quantiles fresh (quantile_next ahead of now), so that this
+ * calls nothing. */
+static NRES__HOT nres_time_t bounded_ceiling(nres_policy_t *p, nres_time_t now,
+                                             nres_time_t deadline,
+                                             int refresh) {
   nres_time_t bound;
 
   if (!(p->private_flags & NRES__F_BOUNDED))
@@ -398,8 +415,14 @@ static NRES__HOT nres_time_t attempt_ceiling(nres_policy_t *p, nres_time_t now,
    * the earlier of now + each: the add only grows with what is added). */
   bound = p->attempt_timeout ? p->attempt_timeout : NRES_TIME_NEVER;
   if (p->private_flags & NRES__F_CEILING)   /* NEVER: too few samples */
-    bound = nres_time_min(bound, quantile(p, now, &p->quantile_ceiling));
+    bound = nres_time_min(bound, refresh ? quantile(p, now, &p->quantile_ceiling)
+                                         : nres__load(&p->quantile_ceiling));
   return nres_time_min(deadline, nres_time_add(now, bound));
+}
+
+static NRES__HOT nres_time_t attempt_ceiling(nres_policy_t *p, nres_time_t now,
+                                             nres_time_t deadline) {
+  return bounded_ceiling(p, now, deadline, 1);
 }
 
 /* Admit and start an attempt. For a hedge (hedge = 1) a refusal is not the
@@ -566,13 +589,27 @@ static NRES__HOT nres_action_t admit_next(nres_call_t *call,
 
 /* ---------------------------------------------------------------- begin */
 
-/* A call on a built policy, not a passthrough's shortcut, reset already:
- * its deadline, then its first admission. */
+/* A call's deadline: the policy's from now, tightened by an inherited
+ * one. */
+static NRES__HOT nres_time_t call_deadline(const nres_policy_t *policy,
+                                           nres_time_t now,
+                                           nres_time_t inbound) {
+  nres_time_t deadline = NRES_TIME_NEVER;
+
+  if (policy->deadline)
+    deadline = nres_time_add(now, policy->deadline);
+  return inbound < deadline ? inbound : deadline;
+}
+
+/* A call on a built policy, not a passthrough's shortcut, that begin_first
+ * did not start: reset, its deadline, then its first admission. */
 static NRES__COLD nres_action_t begin_general(nres_call_t *call,
                                               nres_policy_t *policy,
                                               nres_time_t now,
-                                              nres_time_t deadline) {
-  call->deadline = deadline;
+                                              nres_time_t inbound, int cls) {
+  nres__call_reset(call, policy, now);
+  call->criticality = (uint8_t) cls;
+  call->deadline = call_deadline(policy, now, inbound);
   nres_backoff_state_reset(&call->backoff);
 
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
@@ -580,24 +617,22 @@ static NRES__COLD nres_action_t begin_general(nres_call_t *call,
   return admit_next(call, now);
 }
 
-/* A call on a built policy, not a passthrough's shortcut: its deadline,
- * then its first admission. The common case (no rate limiter or bulkhead,
- * a closed breaker or none, a throttle refusing nothing or none, time
- * left, not draining) decides first and
- * then writes the call once, as nres__call_reset and start_attempt would
- * leave it (slot 0, attempt 1); any other case resets the call and takes
- * the general path. */
-static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
-                                     nres_time_t now, nres_time_t inbound,
-                                     int cls) {
-  nres_time_t deadline = NRES_TIME_NEVER, ceiling;
+/* The common beginning of a call on a built policy, not a passthrough's
+ * shortcut: no rate limiter, bulkhead or hedging, a closed breaker or
+ * none, a throttle refusing nothing or none, time left, not draining.
+ * Decided first, then the call is written once, as nres__call_reset and
+ * start_attempt would leave it (attempt 1 in slot 0, bounded by
+ * *ceiling): 1. Otherwise nothing is written: 0, and begin_general does
+ * it all. leaf (a constant): call nothing, so that a step made of this
+ * needs no stack frame on its way - a measured ceiling's cached word due
+ * for its refresh is then one more case for begin_general, which
+ * refreshes it. */
+static NRES__HOT int begin_first(nres_call_t *call, nres_policy_t *policy,
+                                 nres_time_t now, nres_time_t inbound, int cls,
+                                 nres_time_t *ceiling, int leaf) {
+  nres_time_t deadline = call_deadline(policy, now, inbound);
   unsigned flags = policy->private_flags;
-  uint32_t permit = 0;
 
-  if (policy->deadline)
-    deadline = nres_time_add(now, policy->deadline);
-  if (inbound < deadline)
-    deadline = inbound;   /* an inherited deadline only tightens */
   if (__builtin_expect((flags & (NRES__F_LIMITED | NRES__F_HEDGE)) ||
                            now >= deadline ||
                            atomic_load_explicit(&policy->draining,
@@ -607,18 +642,30 @@ static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
                                 &policy->breaker->word)) !=
                                 NRES_BREAKER_CLOSED) ||
                            (policy->throttle != NULL &&
-                            nres__throttle_due(policy->throttle, now)),
-                       0)) {
-    nres__call_reset(call, policy, now);
-    call->criticality = (uint8_t) cls;
-    return begin_general(call, policy, now, deadline);
-  }
-  ceiling = attempt_ceiling(policy, now, deadline);
+                            nres__throttle_due(policy->throttle, now)) ||
+                           (leaf && (flags & NRES__F_CEILING) &&
+                            now >= nres__load(&policy->quantile_next)),
+                       0))
+    return 0;
+  *ceiling = bounded_ceiling(policy, now, deadline, !leaf);   /* leaf: fresh */
 
   nres__call_write(call, policy, now, deadline, NRES__PHASE_RUNNING, 1, cls);
   nres_backoff_state_reset(&call->backoff);
-  fill_slot(call, 0, 1, now, 0, permit, ceiling, 0);
-  return attempt_action(0, 0, 1, ceiling);
+  fill_slot(call, 0, 1, now, 0, 0, *ceiling, 0);
+  return 1;
+}
+
+/* A call on a built policy, not a passthrough's shortcut: its deadline,
+ * then its first admission. */
+static NRES__HOT nres_action_t begin(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t inbound,
+                                     int cls) {
+  nres_time_t ceiling;
+
+  if (__builtin_expect(
+          begin_first(call, policy, now, inbound, cls, &ceiling, 0), 1))
+    return attempt_action(0, 0, 1, ceiling);
+  return begin_general(call, policy, now, inbound, cls);
 }
 
 nres_action_t nres_call_begin_class(nres_call_t *call, nres_policy_t *policy,
@@ -646,6 +693,12 @@ NRES__HOT nres_action_t nres__call_begin(nres_call_t *call,
                                          nres_policy_t *policy,
                                          nres_time_t now) {
   return begin(call, policy, now, NRES_TIME_NEVER, NRES_CLASS_DEFAULT);
+}
+
+NRES__HOT int nres__call_begin_first(nres_call_t *call, nres_policy_t *policy,
+                                     nres_time_t now, nres_time_t *ceiling) {
+  return begin_first(call, policy, now, NRES_TIME_NEVER, NRES_CLASS_DEFAULT,
+                     ceiling, 1);
 }
 
 nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
@@ -777,36 +830,107 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
   }
 }
 
-/* record_any, with a short way for the usual answer (OK, not the
- * caller's own, no probe permit, a policy without bulkhead, slow-call or
- * hedge accounting: NRES__F_SHORT_RECORD): what record_any does then,
- * without its tests, reading the thread's shard index once for the three
- * shared words it writes. Inline: the sync driver compiles a copy of its
- * loop for policies that record and one for those that do not (report's
- * `records`), so that the registers this takes cost nothing to a policy
- * that never records (inlined into the one loop, it cost trivial 9
- * instructions a call, retry-twice 19; out of line, it cost default
- * 16). */
+/* record()'s short way (below), as stages, each one shared word's add:
+ * the latency estimator's sample (first: the latency is then no longer
+ * needed), the breaker's success, the throttle's accepted request. */
+enum { SHORT_ESTIMATOR = 1, SHORT_BREAKER, SHORT_THROTTLE };
+
+/* The short way's adds from stage `from` on, each by its common case,
+ * which calls nothing: 0 when all are done, else the stage whose add
+ * needs its slow path (nothing of it written; short_record_from goes on
+ * from there). k < NRES_SHARDS. */
+static NRES__HOT int short_record_try(nres_policy_t *p, unsigned k,
+                                      nres_time_t now, nres_time_t latency,
+                                      int from) {
+  if (k >= NRES_SHARDS)
+    __builtin_unreachable();   /* the adds need not test it again */
+  if (from <= SHORT_ESTIMATOR && p->estimator != NULL &&
+      !nres__estimator_try_record_in(p->estimator, k, now, latency))
+    return SHORT_ESTIMATOR;
+  if (from <= SHORT_BREAKER && p->breaker != NULL &&
+      !nres__breaker_try_success(p->breaker, k, now,
+                                 p->private_flags & NRES__F_BREAKER_WINDOW))
+    return SHORT_BREAKER;
+  if (from <= SHORT_THROTTLE && p->throttle != NULL &&
+      !nres__throttle_try_accepted(p->throttle, k, now))
+    return SHORT_THROTTLE;
+  return 0;
+}
+
+/* The short way's adds from stage `stage` on, whose add needs its slow
+ * path: that add, then the later stages. */
+static NRES__COLD void short_record_from(nres_policy_t *p, unsigned k,
+                                         nres_time_t now, nres_time_t latency,
+                                         int stage) {
+  while (stage != 0) {
+    switch (stage) {
+      case SHORT_BREAKER:
+        nres__window_add_slow(&p->breaker->window,
+                              now / p->breaker->window.width,
+                              NRES__WINDOW_CALL);
+        break;
+      case SHORT_THROTTLE:
+        nres__window_add_slow(&p->throttle->window,
+                              now / p->throttle->window.width,
+                              NRES__WINDOW_CALL);
+        break;
+      default:
+        nres__estimator_record_slow(p->estimator, now, latency);
+        break;
+    }
+    stage = short_record_try(p, k, now, latency, stage + 1);
+  }
+}
+
+/* Can an OK outcome (not the caller's own) of the attempt in `slot` take
+ * record()'s short way: no probe permit, a policy without
+ * bulkhead, slow-call or hedge accounting (NRES__F_SHORT_RECORD), a
+ * thread with a shard (k)? */
+static NRES__HOT int short_record_fits(const nres_call_t *call,
+                                       const nres_policy_t *p, unsigned slot,
+                                       unsigned k) {
+  return (p->private_flags & NRES__F_SHORT_RECORD) &&
+         !call->slot[slot].permit && k < NRES_SHARDS;
+}
+
+/* record_any, with a short way for the usual answer (short_record_fits):
+ * what record_any does then, without its tests, reading the thread's
+ * shard index once for the three shared words it writes. Inline: the
+ * sync driver compiles a copy of its loop for policies that record and
+ * one for those that do not (report's `records`), so that the registers
+ * this takes cost nothing to a policy that never records (inlined into
+ * the one loop, it cost trivial 9 instructions a call, retry-twice 19;
+ * out of line, it cost default 16). */
 static NRES__HOT void record(nres_call_t *call, unsigned slot,
                              nres_time_t now, const nres_verdict_t *v) {
   nres_policy_t *p = call->policy;
   unsigned k = nres__shard_if_taken();   /* NRES_SHARDS: record_any's */
 
   if (__builtin_expect(v->kind == NRES_OK && !(v->flags & NRES_VF_SELF) &&
-                           (p->private_flags & NRES__F_SHORT_RECORD) &&
-                           !call->slot[slot].permit && k < NRES_SHARDS,
+                           short_record_fits(call, p, slot, k),
                        1)) {
     nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
-    if (p->breaker != NULL)
-      nres__breaker_record_common(p->breaker, k, now, 0, NRES_BREAKER_SUCCESS,
-                                  0, p->private_flags & NRES__F_BREAKER_WINDOW);
-    if (p->throttle != NULL)
-      nres__throttle_record(p->throttle, k, now, 1);
-    if (p->estimator != NULL)
-      nres__estimator_record_in(p->estimator, k, now, latency);
+    int stage = short_record_try(p, k, now, latency, SHORT_ESTIMATOR);
+    if (__builtin_expect(stage != 0, 0))
+      short_record_from(p, k, now, latency, stage);
     return;
   }
   record_any(call, slot, now, v);
+}
+
+/* The attempt in `slot` (its number) has ended at now with verdict v: out
+ * of flight, in the call's last verdict and in its log. */
+static NRES__HOT void end_attempt(nres_call_t *call, unsigned slot,
+                                  unsigned number, nres_time_t now,
+                                  const nres_verdict_t *v) {
+  nres_attempt_rec_t *rec;
+
+  call->inflight &= (uint8_t) ~(1u << slot);
+  call->last = *v;
+  rec = log_of(call, number);
+  rec->end = now;
+  rec->kind = (uint8_t) v->kind;
+  rec->flags = v->flags;
 }
 
 /* An attempt's outcome, checked already: record it, then decide. number
@@ -818,15 +942,8 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
                                       const nres_verdict_t *v, int records) {
   nres_policy_t *p = call->policy;
   int kind = v->kind;
-  nres_attempt_rec_t *rec;
 
-  call->inflight &= (uint8_t) ~(1u << slot);
-  call->last = *v;
-  rec = log_of(call, number);
-  rec->end = now;
-  rec->kind = (uint8_t) kind;
-  rec->flags = v->flags;
-
+  end_attempt(call, slot, number, now, v);
   if (records)
     record(call, slot, now, v);
   /* An OK verdict always ends its call with stop OK: done's count of the
@@ -885,6 +1002,48 @@ NRES__HOT nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
                                           const nres_verdict_t *v,
                                           int records) {
   return report(call, slot, number, now, v, records);
+}
+
+/* report of an OK verdict (nres_verdict(NRES_OK)) for the attempt in
+ * slot 0 when that attempt is all the call holds, on a policy without
+ * events whose record, if it records, takes the short way: the call ends
+ * OK. Decided before anything is written, and done without calling
+ * anything, so that a step made of it needs no stack frame: the shared
+ * words the record writes come last, and an add that needs its slow path
+ * is left to the caller (nres__call_record_from). */
+NRES__HOT int nres__call_report_ok(nres_call_t *call, nres_time_t now) {
+  nres_verdict_t ok = nres_verdict(NRES_OK);
+  unsigned k = nres__shard_if_taken();
+  nres_policy_t *p;
+  unsigned flags;
+
+  if (__builtin_expect(call->inflight != 1 || call->queued || call->charged,
+                       0))
+    return -1;
+  p = call->policy;
+  flags = p->private_flags;
+  if (__builtin_expect((flags & NRES__F_PASSTHROUGH) || p->on_event != NULL ||
+                           ((flags & (NRES__F_TELEMETRY | NRES__F_RECORDS)) &&
+                            k >= NRES_SHARDS) ||
+                           ((flags & NRES__F_RECORDS) &&
+                            !short_record_fits(call, p, 0, k)),
+                       0))
+    return -1;
+  end_attempt(call, 0, call->slot[0].number, now, &ok);
+  if (p->budget != NULL)
+    nres_budget_deposit(p->budget);
+  mark_done(call, NRES_STOP_OK);
+  count_end(p, call, NRES_STOP_OK, k);
+  if (!(flags & NRES__F_RECORDS))
+    return 0;
+  return short_record_try(p, k, now, nres_time_sub(now, call->slot[0].start),
+                          SHORT_ESTIMATOR);
+}
+
+NRES__COLD void nres__call_record_from(nres_call_t *call, nres_time_t now,
+                                       int stage) {
+  short_record_from(call->policy, nres__shard_if_taken(), now,
+                    nres_time_sub(now, call->slot[0].start), stage);
 }
 
 const nres_attempt_t nres__passthrough_attempt = {

@@ -44,6 +44,13 @@ static inline nres_attempt_t nres__attempt_of(nres_action_t act,
 nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
                                nres_time_t now);
 
+/* nres__call_begin's usual case alone: 1 when it started attempt 1 in
+ * slot 0 (the ATTEMPT's time in *ceiling), 0 when it wrote nothing and the
+ * call must begin the general way (nres_call_begin_class). Calls nothing.
+ * For a driver that has checked the policy as for nres__call_begin. */
+int nres__call_begin_first(nres_call_t *call, nres_policy_t *policy,
+                           nres_time_t now, nres_time_t *ceiling);
+
 /* nres_call_report after its checks, for a driver whose reports answer
  * its own ATTEMPT actions: the slot has an attempt in flight, number is
  * that attempt's (the action's attempt), the kind is in range, and the
@@ -55,6 +62,16 @@ nres_action_t nres__call_begin(nres_call_t *call, nres_policy_t *policy,
 nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
                                 unsigned number, nres_time_t now,
                                 const nres_verdict_t *v, int records);
+
+/* nres__call_report's usual success alone: an OK verdict (no flags, no
+ * retry-after) for the attempt in slot 0, all the call holds, on a policy
+ * without on_event. -1 when it is not that case (nothing written: report
+ * the general way); 0 when the call has ended OK (the answer: DONE, stop
+ * OK); a stage > 0 when it has ended OK but for the outcome's record
+ * from that stage on, which nres__call_record_from(call, now, stage) must
+ * finish. Calls nothing. */
+int nres__call_report_ok(nres_call_t *call, nres_time_t now);
+void nres__call_record_from(nres_call_t *call, nres_time_t now, int stage);
 
 /* Where a call's machine is (nres_call_t.phase). */
 enum {

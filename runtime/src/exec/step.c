@@ -14,11 +14,14 @@
  * wait, answers in their shape. They read the runtime's clock themselves
  * when given now < 0 (an FFI call and a conversion fewer per read); they
  * are flattened, so the executor's step and what it calls are compiled
- * into them, as into the C sync driver (with LTO); and they answer in
- * registers - kind, slot, hedge and stop packed in the int returned, the
- * time in *at - instead of unpacking the action into an nres_step_t. A
- * class other than default, a passthrough policy, a late report, a report
- * of a slot other than 0 or misuse takes the general path, so they answer what nres_step_begin_class and
+ * into them, as into the C sync driver (with LTO); on their usual way (a
+ * first attempt begun, an OK report that ends the call) they call
+ * nothing, so they need no stack frame, and every other case goes on by
+ * a tail call; and they answer in registers - kind, slot, hedge and stop
+ * packed in the int returned, the time in *at - instead of unpacking the
+ * action into an nres_step_t. A class other than default, a passthrough
+ * policy, a late report, a report of a slot other than 0 or misuse takes
+ * the general path, so they answer what nres_step_begin_class and
  * nres_step_report answer.
  */
 #include <time.h>
@@ -110,6 +113,12 @@ static NRES__COLD int sync_begin_general(nres_call_t *call,
                 at);
 }
 
+/* The same, when the clock must be read the slow way first. */
+static NRES__COLD int sync_begin_clock(nres_call_t *call, nres_policy_t *policy,
+                                       double now, int cls, double *at) {
+  return sync_begin_general(call, policy, now_or_clock(now), cls, at);
+}
+
 static NRES__COLD int sync_report_general(nres_call_t *call, unsigned slot,
                                           nres_time_t now, int kind,
                                           nres_verdict_t v, double *at) {
@@ -117,24 +126,43 @@ static NRES__COLD int sync_report_general(nres_call_t *call, unsigned slot,
   return packed(nres_call_report(call, slot, now, v), at);
 }
 
+/* now_or_clock's answer by the clock's usual read: 0 when the clock needs
+ * its slow path (nothing read). Calls nothing. */
+static int quick_now(double now, nres_time_t *t) {
+  if (!(now < 0)) {   /* NaN too, as now_or_clock */
+    *t = from_ns(now);
+    return 1;
+  }
+  return nres__clock_tsc(t);
+}
+
+/* The usual first attempt (nres__call_begin_first) calls nothing: no stack
+ * frame on its way; anything else goes on by a tail call. */
 __attribute__((flatten))
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
                          double now, int cls, double *at) {
-  nres_time_t t = now_or_clock(now);
+  nres_time_t t, ceiling;
 
-  if (__builtin_expect(cls != NRES_CLASS_DEFAULT || policy == NULL ||
-                       policy->private_magic != NRES__POLICY_MAGIC ||
-                       (policy->private_flags & NRES__F_PASSTHROUGH), 0))
-    return sync_begin_general(call, policy, t, cls, at);
-  return packed(nres__call_begin(call, policy, t), at);
+  if (__builtin_expect(!quick_now(now, &t), 0))
+    return sync_begin_clock(call, policy, now, cls, at);
+  if (__builtin_expect(cls == NRES_CLASS_DEFAULT && policy != NULL &&
+                           policy->private_magic == NRES__POLICY_MAGIC &&
+                           !(policy->private_flags & NRES__F_PASSTHROUGH) &&
+                           nres__call_begin_first(call, policy, t, &ceiling),
+                       1)) {
+    *at = to_ns(ceiling);
+    return NRES_ATTEMPT;   /* slot 0, no hedge, no stop */
+  }
+  return sync_begin_general(call, policy, t, cls, at);
 }
 
-__attribute__((flatten))
-int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
-                          int kind, int flags, double retry_after,
-                          double *at) {
+/* A report the usual success (nres__call_report_ok) does not cover:
+ * flattened too, for the sync driver's failures and retries. */
+__attribute__((flatten, noinline))
+static int sync_report_other(nres_call_t *call, unsigned slot, nres_time_t t,
+                             int kind, int flags, double retry_after,
+                             double *at) {
   nres_verdict_t v = nres_verdict(kind);
-  nres_time_t t = now_or_clock(now);
 
   v.flags = (uint8_t) (flags & CALLER_FLAGS);
   if (retry_after >= 0) {
@@ -158,6 +186,52 @@ int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                   at);
   return packed(nres__call_report(call, 0, call->slot[0].number, t, &v, 0),
                 at);
+}
+
+static NRES__COLD int sync_report_clock(nres_call_t *call, unsigned slot,
+                                        double now, int kind, int flags,
+                                        double retry_after, double *at) {
+  return sync_report_other(call, slot, now_or_clock(now), kind, flags,
+                           retry_after, at);
+}
+
+/* The answer of a call ended OK: DONE, stop OK, no time. */
+#define DONE_OK ((int) ((uint32_t) NRES_DONE | (uint32_t) NRES_STOP_OK << 24))
+
+/* The usual success's record, from the stage whose add needs its slow
+ * path on (*at written already). */
+static NRES__COLD int sync_record_from(nres_call_t *call, nres_time_t t,
+                                       int stage) {
+  nres__call_record_from(call, t, stage);
+  return DONE_OK;
+}
+
+/* The usual success (an OK verdict for the attempt in slot 0, which
+ * nres__call_report_ok takes) calls nothing: no stack frame on its way;
+ * anything else goes on by a tail call. */
+__attribute__((flatten))
+int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
+                          int kind, int flags, double retry_after,
+                          double *at) {
+  nres_time_t t;
+  int stage;
+
+  if (__builtin_expect(!quick_now(now, &t), 0))
+    return sync_report_clock(call, slot, now, kind, flags, retry_after, at);
+  if (__builtin_expect(slot == 0 && kind == NRES_OK &&
+                           !(flags & CALLER_FLAGS) && retry_after < 0,
+                       1)) {
+    /* The answer's time first (every other answer writes its own), so
+     * that the pointer needs no register through the report. */
+    *at = -1.0;   /* to_ns(NRES_TIME_NEVER) */
+    stage = nres__call_report_ok(call, t);
+    if (__builtin_expect(stage >= 0, 1)) {
+      if (__builtin_expect(stage == 0, 1))
+        return DONE_OK;
+      return sync_record_from(call, t, stage);
+    }
+  }
+  return sync_report_other(call, slot, t, kind, flags, retry_after, at);
 }
 
 int nres_step_sync_resume(nres_call_t *call, double now, double *at) {

@@ -1,13 +1,12 @@
--- bench/gateway/report.lua TSV D REPS BLIP_D ELAPSED HREPS [healthy [together]]:
--- the Markdown report of bench/gateway/run.sh from its raw lines (kept
--- beside it as .tsv); with "healthy" (run.sh --healthy) only the healthy
--- throughput comparison, "together" when its gateways ran at once.
+-- bench/gateway/report.lua TSV D REPS BLIP_D ELAPSED HREPS [healthy]: the
+-- Markdown report of bench/gateway/run.sh from its raw lines (kept beside
+-- it as .tsv); with "healthy" (run.sh --healthy) only the healthy
+-- throughput comparison.
 -- Medians with min-max for throughput; success and amplification are
 -- summed over the repetitions (totals, not averages of ratios); then the
 -- issue's targets, each with its figure and met or missed.
 local tsv, D, REPS, BLIP_D, ELAPSED, HREPS = arg[1], arg[2], arg[3], arg[4], arg[5], arg[6]
 local HEALTHY_ONLY = arg[7] == "healthy"
-local TOGETHER = arg[8] == "together"
 local format = string.format
 
 local rows = {}
@@ -21,7 +20,7 @@ for line in io.lines(tsv) do
 end
 
 local gateways = { "nginx-plain", "nginx-plain-b", "nginx-plain-lua", "nginx-retry", "nginx-retry-mf0",
-                   "haproxy", "nres-balancer", "nres-balancer-base", "nres-module", "nres-cosocket" }
+                   "haproxy", "nres-balancer", "nres-balancer-base", "nres-module", "nres-module-base", "nres-cosocket" }
 local labels = {
   ["nginx-plain"] = "nginx proxy_pass",
   ["nginx-plain-b"] = "nginx proxy_pass again (the control: the same config)",
@@ -32,6 +31,7 @@ local labels = {
   ["nres-balancer"] = "nres balancer mode (gateway preset, 20 % budget)",
   ["nres-balancer-base"] = "nres balancer mode, baseline Lua tree (NRES_BENCH_BASE_LUA)",
   ["nres-module"] = "nres balancer mode, nginx module (same policy, no Lua phase)",
+  ["nres-module-base"] = "nres balancer mode, nginx module of the baseline build (NRES_BENCH_BASE_BUILD)",
   ["nres-cosocket"] = "nres cosocket mode (gateway preset, 20 % budget)",
 }
 local single = { "healthy", "every4", "every2", "down" }
@@ -114,16 +114,10 @@ end
 if HEALTHY_ONLY then
   print(format("# Gateway benchmark, healthy throughput only, %s", os.date("%Y-%m-%d")))
   print()
-  if TOGETHER then
-    print(format("`bash bench/gateway/run.sh --healthy --together`: one upstream; %s runs of %s s,"
-                 .. " in each every gateway driven at the same time by a wrk of its own (1 thread,"
-                 .. " 8 connections), so a run's ratios compare gateways under the same moment of"
-                 .. " the machine; total run time %s s.", HREPS, D, ELAPSED))
-  else
-    print(format("`bash bench/gateway/run.sh --healthy`: one upstream, every gateway running at once,"
-                 .. " %s interleaved runs of %s s each (wrk, 2 threads, 16 connections); total"
-                 .. " run time %s s.", HREPS, D, ELAPSED))
-  end
+  print(format("`bash bench/gateway/run.sh --healthy`: one upstream, every gateway running at once,"
+               .. " %s interleaved runs of %s s each (wrk, 2 threads, 16 connections), the"
+               .. " upstream reloaded before each round so every gateway's keepalive"
+               .. " connections to it are dealt anew; total run time %s s.", HREPS, D, ELAPSED))
   print()
   healthy_table()
   os.exit(0)
@@ -144,8 +138,9 @@ print(format("- wrk: 2 threads, 16 connections, %s runs of %s s per cell after a
 print("  warm-up (state carries over between the runs, as in a live gateway); pool cells")
 print("  start counting one second after the fault starts;")
 print(format("- healthy with one upstream (the throughput comparison): all gateways running at"
-             .. " once, %s runs of %s s each, interleaved gateway by gateway; \"vs proxy_pass\""
-             .. " there is the median of run-by-run ratios;", HREPS or "?", D))
+             .. " once, %s runs of %s s each, interleaved gateway by gateway, the upstream"
+             .. " reloaded before each round (keepalive connections dealt anew); \"vs"
+             .. " proxy_pass\" there is the median of run-by-run ratios;", HREPS or "?", D))
 print(format("- blip: one %s s wrk run; the upstream fails everything from 1 s to 4 s;", BLIP_D))
 print("- reload: 6 s of wrk against a down upstream, `nginx -s reload` (HUP; HAProxy: a")
 print("  soft reload with -sf) at 3.5 s; upstream requests in the 1.5 s before and after;")

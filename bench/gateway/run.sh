@@ -4,26 +4,23 @@
 #
 #   bash bench/gateway/run.sh [--lib build/libnres.so] [--out FILE.md] [--quick]
 #   bash bench/gateway/run.sh --healthy [--out FILE.md]   # the throughput check only
-#   bash bench/gateway/run.sh --healthy --together [--out FILE.md]
 #
 # --healthy: only the healthy one-upstream throughput comparison (nginx
-# proxy_pass, nres balancer mode and the nginx module, HREPS=9 interleaved runs of D=2 s
-# each, about 1 minute), printed as a summary (and written to --out, if
+# proxy_pass, nres balancer mode and the nginx module, HREPS=25 interleaved runs of D=2 s
+# each, about 3 minutes), printed as a summary (and written to --out, if
 # given; the full report's file is left alone). NRES_BENCH_BASE_LUA=DIR
 # (any mode) adds "nres-balancer-base": balancer mode again, on the Lua
 # tree DIR (e.g. `git archive` of another commit's lua/), so a change is
 # measured against its baseline in the same run; NRES_BENCH_BASE_CONF=FILE
 # renders it from another nginx.conf template (a baseline whose config
 # shape differs, e.g. the commit's own bench/gateway/nres-balancer.conf.in).
-# NRES_BENCH_HREPS overrides HREPS. --together (with --healthy): every
-# gateway's run of a repetition at the same time, one wrk each (1 thread,
-# 8 connections), so all of them see the same moment of the machine: on
-# this shared 2-core machine the CPU's speed moves by up to 1.5x from one
-# second to the next, which moves req/s and CPU per request of one run
-# alone by as much (the sequential runs' ratios spread 0.72-1.28). The
-# arm nginx-plain-b, proxy_pass again with the same config, is the
-# control: its ratio to nginx-plain is what the method itself reads for
-# two equal gateways (NRES_BENCH_GATEWAYS="nginx-plain nginx-plain-b ...").
+# NRES_BENCH_BASE_BUILD=DIR (with NRES_BENCH_BASE_LUA, the same commit's
+# lua/) adds "nres-module-base": the module arm on DIR's
+# ngx_http_nres_module.so and libnres.so (another commit's build).
+# NRES_BENCH_HREPS overrides HREPS. The arm nginx-plain-b, proxy_pass
+# again with the same config, is a control: its ratio to nginx-plain is
+# what the method reads for two equal gateways
+# (NRES_BENCH_GATEWAYS="nginx-plain nginx-plain-b ...").
 # The healthy cells also record each
 # gateway's CPU per request (its processes' utime + stime over the run,
 # from /proc, divided by the requests: less sensitive to what else runs on
@@ -74,24 +71,26 @@ repo=$(cd "$here/../.." && pwd)
 
 lib="$repo/build/libnres.so"
 out="$repo/bench/results/gateway-$(date +%Y-%m-%d).md"
-D=2; REPS=3; HREPS=${NRES_BENCH_HREPS:-7}; BLIP_D=8
-healthy_only=""; together=""
+D=2; REPS=3; HREPS=${NRES_BENCH_HREPS:-15}; BLIP_D=8
+healthy_only=""
 while [ $# -gt 0 ]; do
   case $1 in
     --lib) lib=$2; shift 2 ;;
     --out) out=$2; out_given=1; shift 2 ;;
     --quick) D=1; REPS=1; HREPS=2; BLIP_D=6; shift ;;
-    --healthy) healthy_only=1; HREPS=${NRES_BENCH_HREPS:-9}; shift ;;
-    --together) together=1; shift ;;
-    *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick | --healthy [--together]]" >&2
-       exit 2 ;;
+    --healthy) healthy_only=1; HREPS=${NRES_BENCH_HREPS:-25}; shift ;;
+    *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick | --healthy]" >&2; exit 2 ;;
   esac
 done
-if [ -n "$together" ] && [ -z "$healthy_only" ]; then
-  echo "--together goes with --healthy (the other cells count one gateway's upstream requests)" >&2
-  exit 2
-fi
 base_lua=${NRES_BENCH_BASE_LUA:-}
+base_build=${NRES_BENCH_BASE_BUILD:-}
+if [ -n "$base_build" ]; then
+  [ -f "$base_build/ngx_http_nres_module.so" ] && [ -f "$base_build/libnres.so" ] ||
+    { echo "NRES_BENCH_BASE_BUILD: no ngx_http_nres_module.so and libnres.so in $base_build" >&2; exit 2; }
+  [ -n "$base_lua" ] ||
+    { echo "NRES_BENCH_BASE_BUILD needs NRES_BENCH_BASE_LUA (its commit's lua/)" >&2; exit 2; }
+  base_build=$(cd "$base_build" && pwd)
+fi
 base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}
 if [ -n "$base_lua" ] && [ ! -f "$base_lua/nres/ngx.lua" ]; then
   echo "NRES_BENCH_BASE_LUA: no nres/ngx.lua under $base_lua" >&2; exit 2
@@ -162,6 +161,12 @@ gw_pid=""
 start_gateway() {
   local name=$1 pool=$2 p="$work/$1"
   rm -rf "$p"; mkdir -p "$p/tmp"; chmod 777 "$p"
+  # each gateway its own region files, fresh for each cell: gateways
+  # running at once (the healthy cells) must not write one upstream's
+  # slots, nor a cell start with the breakers the one before left
+  export NRES_REGION_DIR_FIXED=$regions/$name
+  rm -rf "$NRES_REGION_DIR_FIXED"; mkdir -p "$NRES_REGION_DIR_FIXED"
+  chmod 777 "$NRES_REGION_DIR_FIXED"
   local s1="    server 127.0.0.1:$p1" s2="    server 127.0.0.1:$p2" s3="    server 127.0.0.1:$p3"
   local servers="$s1;
 $s1;
@@ -202,6 +207,10 @@ $s3;"
       nres_render "$here/nres-module.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="$lua_peers" LUA="$lua_dir/?.lua;${jit_dir}?.lua" \
         MODULE="$module" ;;
+    nres-module-base)
+      nres_render "$here/nres-module.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
+        PEERS="$lua_peers" LUA="$work/base/lua/?.lua;${jit_dir}?.lua" \
+        MODULE="$base_build/ngx_http_nres_module.so" ;;
     nres-cosocket)
       nres_render "$here/nres.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         UPSTREAM_PORT="$p1" LUA="$lua_dir/?.lua;${jit_dir}?.lua" ;;
@@ -217,6 +226,8 @@ $s3;"
   esac
   if [ "$name" = nres-module ]; then
     NRES_LIB=$build_lib nres_nginx_start "$p" "$p/nginx.conf"
+  elif [ "$name" = nres-module-base ]; then
+    NRES_LIB=$base_build/libnres.so nres_nginx_start "$p" "$p/nginx.conf"
   else
     nres_nginx_start "$p" "$p/nginx.conf"
   fi
@@ -292,30 +303,25 @@ wrk_cell() {
     "${line#RESULT }" "$((u1 + u2 + u3))" "$bad" "${5:-0}" "$cpu_us" >>"$tsv"
 }
 
-# together_cells REP DURATION GW...: one healthy run of every GW at the
-# same time (wrk -t1 -c8 each, on its own port); per gateway the same
-# line as wrk_cell's, with the upstream's requests of all of them
-# (upstream=, bad_peer=) as they share it.
-together_cells() {
-  local rep=$1 d=$2 g u0 u1; shift 2
-  declare -A t0=()
-  u0=$(ups "$p1")
-  for g in "$@"; do
-    t0[$g]=$(cpu_ticks "${hpid[$g]}")
-    wrk -t1 -c8 -d"$d"s --timeout 5s -s "$here/wrk.lua" "http://127.0.0.1:${hport[$g]}/bench" \
-      >"$work/together.$g" &
+# redeal_upstream: the test upstream reloaded (HUP) and waited for, so
+# every gateway opens its keepalive connections to it anew. They are
+# spread over its two workers by a hash of each connection: kept for a
+# whole healthy comparison, an uneven spread (one worker serving most of
+# one gateway's requests) would favour or slow that gateway in every run;
+# dealt anew before each repetition, it is noise that the runs average.
+redeal_upstream() {
+  local master old p gone
+  master=$(cat "$work/up/nginx.pid")
+  old=$(pgrep -P "$master" || true)
+  kill -HUP "$master"
+  for _ in $(seq 1 200); do
+    gone=1
+    for p in $old; do kill -0 "$p" 2>/dev/null && gone=0; done
+    [ "$gone" = 1 ] && [ "$(pgrep -c -P "$master" || true)" -ge 2 ] && return 0
+    sleep 0.02
   done
-  wait
-  u1=$(ups "$p1")
-  for g in "$@"; do
-    local line req cpu_us t1
-    t1=$(cpu_ticks "${hpid[$g]}")
-    line=$(grep "^RESULT" "$work/together.$g")
-    req=${line#*requests=}; req=${req%% *}
-    cpu_us=$(( (t1 - t0[$g]) * 1000000 / $(getconf CLK_TCK) / (req > 0 ? req : 1) ))
-    printf 'wrk\t%s\thealthy\t%s\t%s upstream=%s bad_peer=%s recovery=0 gw_cpu_us=%s together=1\n' \
-      "$g" "$rep" "${line#RESULT }" "$((u1 - u0))" "$((u1 - u0))" "$cpu_us" >>"$tsv"
-  done
+  echo "redeal_upstream: the upstream's old workers did not exit" >&2
+  return 1
 }
 
 # reload_cell GW: wrk for 6 s against a down upstream; a reload at 3.5 s;
@@ -348,7 +354,8 @@ if [ -n "$healthy_only" ]; then
   single=healthy; pools=""; extra=""
   gateways=${NRES_BENCH_GATEWAYS-nginx-plain nres-balancer$mod_arm}
 fi
-[ -n "$base_lua" ] && gateways="$gateways nres-balancer-base"
+[ -n "$base_lua" ] && [ -z "$base_build" ] && gateways="$gateways nres-balancer-base"
+[ -n "$base_build" ] && gateways="$gateways nres-module-base"
 started=$(date +%s)
 
 # Healthy, one upstream - the throughput comparison: every gateway at once,
@@ -370,13 +377,7 @@ case " $single " in *" healthy "*)
   admin_all "mode=healthy&reset=1"
   for g in $gateways; do wrk -t2 -c16 -d1s "http://127.0.0.1:${hport[$g]}/warmup" >/dev/null; done
   for rep in $(seq 1 "$HREPS"); do
-    if [ -n "$together" ]; then
-      echo "== healthy run $rep, every gateway at once" >&2
-      admin_all "reset=1"
-      # shellcheck disable=SC2086  # the list of gateways, split on purpose
-      together_cells "$rep" "$D" $gateways
-      continue
-    fi
+    redeal_upstream
     for g in $gateways; do
       echo "== $g / healthy run $rep" >&2
       gw_port=${hport[$g]}; gw="http://127.0.0.1:$gw_port"; gw_pid=${hpid[$g]}
@@ -426,8 +427,7 @@ done
 elapsed=$(( $(date +%s) - started ))
 
 if [ -n "$healthy_only" ]; then
-  luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$BLIP_D" "$elapsed" "$HREPS" healthy \
-    ${together:+together} |
+  luajit "$here/report.lua" "$tsv" "$D" "$REPS" "$BLIP_D" "$elapsed" "$HREPS" healthy |
     tee "$work/healthy.md"
   if [ -n "${out_given:-}" ]; then
     mkdir -p "$(dirname "$out")"

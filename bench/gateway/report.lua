@@ -80,7 +80,7 @@ end
 
 -- Throughput against proxy_pass: in the healthy cell, where the gateways'
 -- runs are interleaved, the median of run-by-run ratios (each run against
--- the proxy_pass run just before it), which cancels the machine's drift;
+-- the proxy_pass run of the same round), which cancels the machine's drift;
 -- elsewhere the ratio of medians.
 local function vs_plain(gw, sc, s, base)
   if not base then return 0 end

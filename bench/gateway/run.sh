@@ -82,6 +82,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--lib libnres.so] [--out FILE.md] [--quick | --healthy]" >&2; exit 2 ;;
   esac
 done
+D=${NRES_BENCH_D:-$D}   # whole seconds of each wrk run (2; wrk takes no fraction)
 base_lua=${NRES_BENCH_BASE_LUA:-}
 base_build=${NRES_BENCH_BASE_BUILD:-}
 if [ -n "$base_build" ]; then
@@ -376,9 +377,15 @@ case " $single " in *" healthy "*)
   done
   admin_all "mode=healthy&reset=1"
   for g in $gateways; do wrk -t2 -c16 -d1s "http://127.0.0.1:${hport[$g]}/warmup" >/dev/null; done
+  read -r -a order <<<"$gateways"
   for rep in $(seq 1 "$HREPS"); do
     redeal_upstream
-    for g in $gateways; do
+    # the upstream's new workers warmed (their Lua compiled) before any
+    # run counts; each round starts with the next gateway, so no gateway
+    # always runs first after the reload
+    wrk -t2 -c16 -d1s "http://127.0.0.1:${hport[${order[0]}]}/warmup" >/dev/null
+    for k in $(seq 0 $(( ${#order[@]} - 1 ))); do
+      g=${order[$(( (k + rep) % ${#order[@]} ))]}
       echo "== $g / healthy run $rep" >&2
       gw_port=${hport[$g]}; gw="http://127.0.0.1:$gw_port"; gw_pid=${hpid[$g]}
       admin_all "reset=1"

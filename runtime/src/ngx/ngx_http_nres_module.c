@@ -71,7 +71,6 @@ typedef struct {
 typedef struct {
   ngx_array_t refs;             /* ngx_http_nres_ref_t */
   ngx_array_t balancers;        /* ngx_http_nres_srv_conf_t * */
-  ngx_int_t deadline_index;     /* $nres_deadline_ms's, NGX_ERROR: unused */
 } ngx_http_nres_main_conf_t;
 
 /* A location's upstream conf and this worker's copy of it with the
@@ -165,7 +164,6 @@ static void *ngx_http_nres_create_main_conf(ngx_conf_t *cf) {
       ngx_array_init(&mcf->balancers, cf->pool, 4, sizeof(ngx_http_nres_srv_conf_t *))
           != NGX_OK)
     return NULL;
-  mcf->deadline_index = NGX_ERROR;
   /* A configuration starts: its init_by_lua registers its upstreams anew;
    * an older one's registrations are not this one's. */
   nres_gw_registry_clear();
@@ -424,11 +422,6 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
     scf[i]->attempt_ms = (ngx_msec_t)(scf[i]->gw->attempt_timeout / 1000000u);
   }
   ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-  ngx_http_variable_t *var = cmcf->variables.elts;   /* the indexed ones */
-  for (ngx_uint_t i = 0; i < cmcf->variables.nelts; i++)
-    if (var[i].name.len == ngx_http_nres_deadline_name.len &&
-        ngx_strncmp(var[i].name.data, ngx_http_nres_deadline_name.data, var[i].name.len) == 0)
-      mcf->deadline_index = (ngx_int_t)i;
   ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
   if (h == NULL)
     return NGX_ERROR;
@@ -457,18 +450,6 @@ static void ngx_http_nres_end(void *data) {
   ngx_http_nres_ctx_t *ctx = data;
   nres_gw_request_end(ctx->gw, &ctx->req, nres_clock_now(),
                       (int)ctx->r->headers_out.status);
-}
-
-/* $nres_deadline_ms evaluated anew at its next use (the value is cached
- * for the request: proxy's create_request reads it twice, for the length
- * and for the bytes): after an admission, which gives it a value, and
- * before a retry's request is made again, with the retry's time left. */
-static void ngx_http_nres_deadline_changed(ngx_http_request_t *r) {
-  ngx_http_nres_main_conf_t *mcf = ngx_http_get_module_main_conf(r, ngx_http_nres_module);
-  if (mcf->deadline_index != NGX_ERROR) {
-    r->variables[mcf->deadline_index].valid = 0;
-    r->variables[mcf->deadline_index].not_found = 0;
-  }
 }
 
 /* A request's state, its call's end registered with its pool (as
@@ -636,15 +617,16 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
     return ngx_http_nres_refuse(r, (ngx_uint_t)rc, 0);
   }
   ctx->left_ms = nres_gw_left_ms(&ctx->req, now);
-  ngx_http_nres_deadline_changed(r);
   ctx->cln.handler = ngx_http_nres_end;   /* the call's end armed */
   return NGX_DECLINED;
 }
 
 /* $nres_deadline_ms: the time left at admission (ms), or at a retry's
  * start (ngx_http_nres_recreate_request); empty without one. Formatted
- * once into the request's state; cached as nginx caches a variable
- * (ngx_http_nres_deadline_changed says when it changed). */
+ * once into the request's state. Not cached by nginx: a subrequest
+ * shares its parent's variables (an auth_request's proxy would cache its
+ * own value, or none, for the parent), and an internal redirect may move
+ * the request to another upstream's admission. */
 static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
                                                  ngx_http_variable_value_t *v, uintptr_t data) {
   (void)data;
@@ -672,10 +654,9 @@ static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
 
 static ngx_int_t ngx_http_nres_add_variables(ngx_conf_t *cf) {
   /* changeable: the Lua balancer's `set_by_lua $nres_deadline_ms` may sit
-   * in the same nginx (its value, once set, is what that location reads);
-   * cacheable: one call per request made (ngx_http_nres_deadline_changed) */
+   * in the same nginx (its value, once set, is what that location reads) */
   ngx_http_variable_t *var = ngx_http_add_variable(cf, &ngx_http_nres_deadline_name,
-                                                   NGX_HTTP_VAR_CHANGEABLE);
+                                                   NGX_HTTP_VAR_NOCACHEABLE | NGX_HTTP_VAR_CHANGEABLE);
   if (var == NULL)
     return NGX_ERROR;
   var->get_handler = ngx_http_nres_deadline_variable;
@@ -740,7 +721,6 @@ static void ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t
   ngx_chain_t *built = u->request_bufs;
   ctx->left_ms = left;
   ctx->deadline_len = 0;   /* formatted again by create_request */
-  ngx_http_nres_deadline_changed(r);
   u->request_bufs = r->request_body != NULL ? r->request_body->bufs : NULL;
   if (u->create_request(r) != NGX_OK) {
     /* no memory for it: the retry goes with the first try's bytes */
@@ -750,19 +730,27 @@ static void ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t
     u->request_bufs = built;
     ctx->left_ms = was;
     ctx->deadline_len = 0;
-    ngx_http_nres_deadline_changed(r);
   }
 }
 
-/* One more try after this one's failure, if the policy, the time left
- * and the retry budget allow (the budget's token is taken now, given back
- * at the call's end if nginx does not retry after all). Asked only when a
- * try has failed: a healthy request never touches the budget, whose words
- * every worker shares. */
-static void ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc) {
+/* One more try after this one's failure, if nginx would make it
+ * (proxy_next_upstream lists the failure `ft`, and a POST, LOCK or PATCH
+ * already sent is retried only with non_idempotent, as nginx tests) and
+ * the policy, the time left and the retry budget allow (the budget's
+ * token is taken now, given back at the call's end if nginx does not
+ * retry after all). Asked only when a try has failed: a healthy request
+ * never touches the budget, whose words every worker shares. */
+static void ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc,
+                                ngx_uint_t ft) {
+  ngx_http_request_t *r = ctx->r;
+  ngx_http_upstream_t *u = r->upstream;
   if (ctx->granted)
     return;
   ctx->granted = 1;
+  if (u->request_sent && (r->method & (NGX_HTTP_POST | NGX_HTTP_LOCK | NGX_HTTP_PATCH)))
+    ft |= NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT;
+  if (ft == 0 || (u->conf->next_upstream & ft) != ft)
+    return;
   nres_time_t now = nres_clock_now();
   int more = nres_gw_grant(ctx->gw, &ctx->req, now, -1);
   if (more == NRES_GW_NEED_CLASS)
@@ -810,9 +798,19 @@ static ngx_int_t ngx_http_nres_process_header(ngx_http_request_t *r) {
     ctx->process_header = u->process_header;
     u->process_header = ngx_http_nres_process_header;
   }
-  if (rc == NGX_OK && u->headers_in.status_n >= NGX_HTTP_INTERNAL_SERVER_ERROR &&
-      ctx->req.peer >= 0)
-    ngx_http_nres_grant(ctx, &u->peer);
+  if (rc == NGX_OK && ctx->req.peer >= 0) {
+    ngx_uint_t ft;
+    switch (u->headers_in.status_n) {   /* the statuses nres counts as failed */
+    case NGX_HTTP_INTERNAL_SERVER_ERROR: ft = NGX_HTTP_UPSTREAM_FT_HTTP_500; break;
+    case NGX_HTTP_BAD_GATEWAY: ft = NGX_HTTP_UPSTREAM_FT_HTTP_502; break;
+    case NGX_HTTP_SERVICE_UNAVAILABLE: ft = NGX_HTTP_UPSTREAM_FT_HTTP_503; break;
+    case NGX_HTTP_GATEWAY_TIME_OUT: ft = NGX_HTTP_UPSTREAM_FT_HTTP_504; break;
+    case NGX_HTTP_TOO_MANY_REQUESTS: ft = NGX_HTTP_UPSTREAM_FT_HTTP_429; break;
+    default: ft = 0;
+    }
+    if (ft != 0)
+      ngx_http_nres_grant(ctx, &u->peer, ft);
+  }
   return rc;
 }
 
@@ -843,8 +841,11 @@ static void ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_u
   if (!(state & NGX_PEER_FAILED) && u->state != NULL && u->state->status == 504)
     timed_out = 1;
   ctx->last = nres_gw_try_end(ctx->gw, &ctx->req, nres_clock_now(), failed, timed_out);
-  if (state & NGX_PEER_FAILED)
-    ngx_http_nres_grant(ctx, pc);
+  /* A kept-alive connection that the upstream had closed: nginx tries
+   * again by itself (pc->tries++ in ngx_http_upstream_next), no token. */
+  if ((state & NGX_PEER_FAILED) && !(pc->cached && !timed_out))
+    ngx_http_nres_grant(ctx, pc,
+                        timed_out ? NGX_HTTP_UPSTREAM_FT_TIMEOUT : NGX_HTTP_UPSTREAM_FT_ERROR);
 }
 
 /* A request's upstream session: the admission's state, or a new one

@@ -45,25 +45,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 # shellcheck source=spec/nginx/lib.sh
 . "$repo/spec/nginx/lib.sh"
+# shellcheck source=bench/gateway/common.sh
+. "$here/common.sh"
 
 lib="$repo/build/libnres.so"
 if [ "${1:-}" = --lib ]; then lib=$2; shift 2; fi
 N1=${1:-300}; N2=${2:-2300}
 [ "$N2" -gt "$N1" ] || { echo "usage: $0 [--lib libnres.so] [N1 N2] (N2 > N1)" >&2; exit 2; }
-for tool in valgrind curl; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
-done
-nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; exit 2; }
-[ -f "$lib" ] || { echo "no $lib: build first (cmake --build build)" >&2; exit 2; }
-export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+gw_need "$lib" valgrind curl
 base_lua=${NRES_BENCH_BASE_LUA:-}
 base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}
-module=$(dirname "$NRES_LIB")/ngx_http_nres_module.so
-[ -f "$module" ] || module=""
-
-work=$(mktemp -d /tmp/nres-bench-cg.XXXXXX)
-chmod 755 "$work"
-regions=$(mktemp -d /dev/shm/nres-bench-cg.XXXXXX)
+gw_scratch cg
 vg_pid=""
 cleanup() {
   [ -n "$vg_pid" ] && nres_stop_pid "$vg_pid"
@@ -91,11 +83,7 @@ render() {
     plain|plain-lua)
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;"
-      if [ "$name" = plain-lua ]; then
-        nres_render "$here/nres-module.conf.in" "$p/module.conf" PREFIX="$p" PORT="$gw_port" \
-          PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" MODULE=none
-        bash "$here/with-lua.sh" "$p/nginx.conf" "$p/module.conf"
-      fi ;;
+      [ "$name" = plain-lua ] && gw_with_lua "$p" "$gw_port" "{ \"127.0.0.1:$up\" }" "$lua" ;;
     nres|nres-base|balancer|phases)
       local tpl=$here/nres-balancer.conf.in
       [ "$name" = nres-base ] && lua="$work/base/lua/?.lua;${jit_dir}?.lua" && tpl=$base_conf

@@ -68,6 +68,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 # shellcheck source=spec/nginx/lib.sh
 . "$repo/spec/nginx/lib.sh"
+# shellcheck source=bench/gateway/common.sh
+. "$here/common.sh"
 
 lib="$repo/build/libnres.so"
 out="$repo/bench/results/gateway-$(date +%Y-%m-%d).md"
@@ -96,22 +98,9 @@ base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}
 if [ -n "$base_lua" ] && [ ! -f "$base_lua/nres/ngx.lua" ]; then
   echo "NRES_BENCH_BASE_LUA: no nres/ngx.lua under $base_lua" >&2; exit 2
 fi
-for tool in wrk haproxy curl luajit; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
-done
-nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; exit 2; }
-[ -f "$lib" ] || { echo "no $lib: build first (cmake --build build)" >&2; exit 2; }
-export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
-# the nginx module, built beside the library (runtime/src/ngx): an arm
-# of its own when present
-module=$(dirname "$NRES_LIB")/ngx_http_nres_module.so
-[ -f "$module" ] || module=""
-
-work=$(mktemp -d /tmp/nres-bench-gw.XXXXXX)
-chmod 755 "$work"
-# nres's region files on a tmpfs, as in production (a MAP_SHARED file on a
-# disk is written back and stalls the workers); removed at the end.
-regions=$(mktemp -d /dev/shm/nres-bench-gw.XXXXXX)
+# the nginx module, built beside the library, is an arm of its own when present
+gw_need "$lib" wrk haproxy curl luajit
+gw_scratch gw
 export NRES_REGION_DIR_FIXED=$regions
 haproxy_pid=""
 cleanup() {
@@ -188,11 +177,8 @@ $s3;"
       local one="$s1;"; [ "$pool" = 1 ] && one=$servers
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="$one" NEXT="proxy_next_upstream off;"
-      if [ "$name" = nginx-plain-lua ]; then
-        nres_render "$here/nres-module.conf.in" "$p/module.conf" PREFIX="$p" PORT="$gw_port" \
-          PEERS="$lua_peers" LUA="$lua_dir/?.lua;${jit_dir}?.lua" MODULE=none
-        bash "$here/with-lua.sh" "$p/nginx.conf" "$p/module.conf"
-      fi ;;
+      [ "$name" = nginx-plain-lua ] && gw_with_lua "$p" "$gw_port" "$lua_peers" \
+        "$lua_dir/?.lua;${jit_dir}?.lua" ;;
     nginx-retry|nginx-retry-mf0)
       local mf=""; [ "$name" = nginx-retry-mf0 ] && mf=" max_fails=0"
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \

@@ -28,23 +28,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 # shellcheck source=spec/nginx/lib.sh
 . "$repo/spec/nginx/lib.sh"
+# shellcheck source=bench/gateway/common.sh
+. "$here/common.sh"
 
 lib="$repo/build/libnres.so"
 if [ "${1:-}" = --lib ]; then lib=$2; shift 2; fi
 N1=${1:-200}; N2=${2:-1200}
 [ "$N2" -gt "$N1" ] || { echo "usage: $0 [--lib libnres.so] [N1 N2] (N2 > N1)" >&2; exit 2; }
-for tool in strace curl wrk; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
-done
-nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; exit 2; }
-[ -f "$lib" ] || { echo "no $lib: build first (cmake --build build)" >&2; exit 2; }
-export NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
-module=$(dirname "$NRES_LIB")/ngx_http_nres_module.so
-[ -f "$module" ] || module=""
-
-work=$(mktemp -d /tmp/nres-bench-sc.XXXXXX)
-chmod 755 "$work"
-regions=$(mktemp -d /dev/shm/nres-bench-sc.XXXXXX)
+gw_need "$lib" strace curl wrk
+gw_scratch sc
 export NRES_REGION_DIR_FIXED=$regions
 strace_pid=""
 cleanup() {
@@ -75,11 +67,7 @@ start() {
     plain|plain-lua)
       nres_render "$here/nginx.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="    server 127.0.0.1:$up;" NEXT="proxy_next_upstream off;"
-      if [ "$1" = plain-lua ]; then
-        nres_render "$here/nres-module.conf.in" "$p/module.conf" PREFIX="$p" PORT="$gw_port" \
-          PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" MODULE=none
-        bash "$here/with-lua.sh" "$p/nginx.conf" "$p/module.conf"
-      fi ;;
+      [ "$1" = plain-lua ] && gw_with_lua "$p" "$gw_port" "{ \"127.0.0.1:$up\" }" "$lua" ;;
     nres-module)
       nres_render "$here/nres-module.conf.in" "$p/nginx.conf" PREFIX="$p" PORT="$gw_port" \
         PEERS="{ \"127.0.0.1:$up\" }" LUA="$lua" MODULE="$module" ;;

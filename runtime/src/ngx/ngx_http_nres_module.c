@@ -790,14 +790,22 @@ static ngx_int_t ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data) {
  * before the try's free). The proxy module replaces its parser once the
  * status line is read, and again on each retry's reinit: the wrapper puts
  * itself back after both. */
-static ngx_int_t ngx_http_nres_process_header(ngx_http_request_t *r) {
-  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
-  ngx_http_upstream_t *u = r->upstream;
-  ngx_int_t rc = ctx->process_header(r);
+static ngx_int_t ngx_http_nres_process_header(ngx_http_request_t *r);
+
+/* The wrapper in place again if the upstream's module put a parser of its
+ * own there (kept, to be called by the wrapper). */
+static void ngx_http_nres_rewrap(ngx_http_nres_ctx_t *ctx, ngx_http_upstream_t *u) {
   if (u->process_header != ngx_http_nres_process_header) {
     ctx->process_header = u->process_header;
     u->process_header = ngx_http_nres_process_header;
   }
+}
+
+static ngx_int_t ngx_http_nres_process_header(ngx_http_request_t *r) {
+  ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+  ngx_http_upstream_t *u = r->upstream;
+  ngx_int_t rc = ctx->process_header(r);
+  ngx_http_nres_rewrap(ctx, u);
   if (rc == NGX_OK && ctx->req.peer >= 0) {
     ngx_uint_t ft;
     switch (u->headers_in.status_n) {   /* the statuses nres counts as failed */
@@ -818,10 +826,7 @@ static ngx_int_t ngx_http_nres_reinit_request(ngx_http_request_t *r) {
   ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
   ngx_http_upstream_t *u = r->upstream;
   ngx_int_t rc = ctx->reinit_request(r);
-  if (u->process_header != ngx_http_nres_process_header) {
-    ctx->process_header = u->process_header;
-    u->process_header = ngx_http_nres_process_header;
-  }
+  ngx_http_nres_rewrap(ctx, u);
   return rc;
 }
 
@@ -868,11 +873,10 @@ static ngx_int_t ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstrea
   ctx->conf = r->upstream->conf;
   ngx_http_upstream_t *u = r->upstream;
   if (u->process_header != NULL && u->reinit_request != NULL &&
-      u->process_header != ngx_http_nres_process_header) {
-    ctx->process_header = u->process_header;
+      u->reinit_request != ngx_http_nres_reinit_request) {
     ctx->reinit_request = u->reinit_request;
-    u->process_header = ngx_http_nres_process_header;
     u->reinit_request = ngx_http_nres_reinit_request;
+    ngx_http_nres_rewrap(ctx, u);
   }
   r->upstream->peer.get = ngx_http_nres_get_peer;
   r->upstream->peer.free = ngx_http_nres_free_peer;

@@ -1,0 +1,41 @@
+# bench/gateway/common.sh - what the gateway benchmarks (run.sh,
+# callgrind.sh, syscalls.sh) share, sourced after spec/nginx/lib.sh: the
+# tools and the library they need, and their scratch directories.
+# shellcheck shell=bash disable=SC2034  # work, regions, module: for the sourcing script
+
+# gw_need LIB TOOL...: exit 2 naming what is missing (a tool, nginx's Lua
+# module, the library); then NRES_LIB is LIB's absolute path and $module
+# the nginx module built beside it (runtime/src/ngx), or "" if it is not.
+gw_need() {
+  local lib=$1 tool; shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
+  done
+  nres_have_nginx_lua || { echo "missing: nginx with libnginx-mod-http-lua" >&2; exit 2; }
+  [ -f "$lib" ] || { echo "no $lib: build first (cmake --build build)" >&2; exit 2; }
+  NRES_LIB=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+  export NRES_LIB
+  module=$(dirname "$NRES_LIB")/ngx_http_nres_module.so
+  [ -f "$module" ] || module=""
+}
+
+# gw_scratch TAG: $work, a directory under /tmp, and $regions, one on the
+# /dev/shm tmpfs for nres's region files (as in production: a MAP_SHARED
+# file on a disk is written back and stalls the workers). The caller's
+# EXIT trap removes both.
+gw_scratch() {
+  work=$(mktemp -d "/tmp/nres-bench-$1.XXXXXX")
+  chmod 755 "$work"
+  regions=$(mktemp -d "/dev/shm/nres-bench-$1.XXXXXX")
+}
+
+# gw_with_lua DIR PORT PEERS LUA: DIR/nginx.conf (nginx.conf.in, rendered)
+# given the module arm's lua-nginx-module lines and init_by_lua, no nres
+# directive: the nginx-plain-lua control arm (PEERS: a Lua list of
+# "host:port", LUA: the lua_package_path).
+gw_with_lua() {
+  local here; here=$(dirname "${BASH_SOURCE[0]}")
+  nres_render "$here/nres-module.conf.in" "$1/module.conf" PREFIX="$1" PORT="$2" \
+    PEERS="$3" LUA="$4" MODULE=none
+  bash "$here/with-lua.sh" "$1/nginx.conf" "$1/module.conf"
+}

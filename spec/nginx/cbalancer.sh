@@ -16,7 +16,7 @@
 #      tries' timed copies; a location without nres_admit still balances;
 #      an internal redirect to a location that proxies keeps the first
 #      admission (its X-Deadline-Ms, one call); /nres/status counts C-mode
-#      calls; healthy requests in flight hold no retry token;
+#      calls;
 #   2. one peer down: every request still succeeds (a retry never goes back
 #      to the peer that failed), its failures in the shared table, then it
 #      gets almost nothing (ejected or avoided);
@@ -24,7 +24,9 @@
 #      opens (503 "circuit open" from nres_admit); after `nginx -s reload`
 #      new workers still refuse and the dead upstream gets no request;
 #   4. criticality: with the budget below half a sheddable request gets no
-#      retry while a default one does;
+#      retry while a default one does; healthy requests in flight hold no
+#      retry token; a 429 is retried on every peer, a failed POST is not
+#      (proxy_next_upstream without non_idempotent);
 #   5. nginx's own 502/504 carry X-Nres-Reason (error_page), each call
 #      counted once (the pool's cleanup ends it, error_page or not); a
 #      retry's X-Deadline-Ms is its own time left, less than the first's;
@@ -191,19 +193,7 @@ d=0
 for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
 [ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
   fail "\$nres_deadline_ms read before the admission: $c, the upstream saw X-Deadline-Ms $d (expected 1..250)"
-# healthy requests in flight hold no retry token: the module asks the
-# budget only after a try failed (the budget's words are shared by every
-# worker; a token held by each request in flight wrote them twice a request)
-full=$(up_field "$(status)" budget)
-admin_all "mode=healthy&delay=1500&reset=1"
-for i in 1 2 3 4 5 6; do curl -s -o /dev/null "$gw/slow$i" & done
-sleep 0.7
-held=$(up_field "$(status)" budget)
-wait
-admin_all "mode=healthy&reset=1"
-[ "$held" = "$full" ] ||
-  fail "6 healthy requests in flight: the budget read $held tokens, $full before (a token held per request?)"
-pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission; \$nres_deadline_ms read before the admission still sent; requests in flight hold no budget token ($held of $full)"
+pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission; \$nres_deadline_ms read before the admission still sent"
 
 # ------------------------------------------------------- 2. one peer down
 check_one_peer_down
@@ -256,6 +246,37 @@ for i in $(seq 1 10); do curl -s -o /dev/null -H "Connection: close" "$gw/def$i"
 u3=$(ups_all)
 [ $((u3 - u2)) -gt 10 ] || fail "default requests below half a budget got no retry ($((u3 - u2)) upstream requests for 10)"
 pass "criticality: 10 sheddable requests below half a budget went upstream once each ($shed_fail failed); 10 default ones retried ($((u3 - u2)) upstream requests)"
+# healthy requests in flight hold no retry token: the module asks the
+# budget only after a try failed (the budget's words are shared by every
+# worker; a token held by each request in flight wrote them twice a request)
+# (here, where the slow answers' latency in the peers' estimates cannot
+# spoil a later check; once the budget has refilled)
+for _ in $(seq 1 150); do
+  full=$(up_field "$(status)" budget)
+  [ "$full" = 30 ] && break
+  sleep 0.1
+done
+admin_all "mode=healthy&delay=1500&reset=1"
+for i in 1 2 3 4 5 6; do curl -s -o /dev/null "$gw/slow$i" & done
+sleep 0.7
+held=$(up_field "$(status)" budget)
+wait
+[ "$held" = "$full" ] ||
+  fail "6 healthy requests in flight: the budget read $held tokens, $full before (a token held per request?)"
+# a retry is granted for what proxy_next_upstream retries: a 429 (seen by
+# the header parser's wrapper, before nginx decides) goes to the other
+# peers; a POST already sent is not retried without non_idempotent (here,
+# where a failure that raises a peer's cost cannot spoil a later check)
+admin_all "mode=down&status=429&reset=1"
+c=$(curl -s -o /dev/null -w '%{http_code}' "$gw/throttled")
+n429=$(ups_all)
+admin_all "mode=down&reset=1"
+c2=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data 'x=1' "$gw/posted")
+npost=$(ups_all)
+[ "$c" = 429 ] && [ "$n429" = 3 ] ||
+  fail "every peer answering 429: $c after $n429 upstream requests (expected 429 after 3, one per peer)"
+[ "$npost" = 1 ] || fail "a POST every peer fails (503): $c2 after $npost upstream requests (expected 1)"
+pass "healthy requests in flight hold no budget token ($held of $full); a 429 retried on every peer (3 upstream requests), a failed POST not retried (1)"
 admin_all "mode=healthy&reset=1"
 
 # ------------------------- 5. X-Nres-Reason on nginx's own 502 / 504

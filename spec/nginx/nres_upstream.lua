@@ -9,6 +9,7 @@
 --   blip&for=S[&in=D] healthy for D s, then 503 for S s, then healthy
 --                    again; the stats say when it recovered (epoch s)
 --   &delay=MS (with any mode) healthy answers wait MS ms first
+--   &status=N (with any mode) failing answers are N (default 503)
 -- Each port the server listens on is its own upstream with its own mode and
 -- counters (the peers of a pool): /admin on that port sets and reads them.
 -- GET /admin (no mode) returns the counters as JSON; &reset=1 (also with a
@@ -78,6 +79,7 @@ function _M.admin()
     dict:set(P .. "seq", 0)
     dict:set(P .. "n", tonumber(args.n) or 2)
     dict:set(P .. "delay", tonumber(args.delay) or 0)
+    dict:set(P .. "status", tonumber(args.status) or 503)
     if mode == "blip" then
       ngx.update_time()
       local from = ngx.now() + (tonumber(args["in"]) or 0)
@@ -128,7 +130,7 @@ function _M.serve()
   end
   if fail then
     dict:incr(P .. "failed", 1, 0)
-    ngx.status = 503
+    ngx.status = dict:get(P .. "status") or 503
     ngx.header["Content-Type"] = "text/plain"
     ngx.print("unavailable\n")
     return

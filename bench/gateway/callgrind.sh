@@ -48,10 +48,7 @@ repo=$(cd "$here/../.." && pwd)
 # shellcheck source=bench/gateway/common.sh
 . "$here/common.sh"
 
-lib="$repo/build/libnres.so"
-if [ "${1:-}" = --lib ]; then lib=$2; shift 2; fi
-N1=${1:-300}; N2=${2:-2300}
-[ "$N2" -gt "$N1" ] || { echo "usage: $0 [--lib libnres.so] [N1 N2] (N2 > N1)" >&2; exit 2; }
+gw_counts_args 300 2300 "$@"
 gw_need "$lib" valgrind curl
 base_lua=${NRES_BENCH_BASE_LUA:-}
 base_conf=${NRES_BENCH_BASE_CONF:-$here/nres-balancer.conf.in}

@@ -1,7 +1,21 @@
 # bench/gateway/common.sh - what the gateway benchmarks (run.sh,
 # callgrind.sh, syscalls.sh) share, sourced after spec/nginx/lib.sh: the
 # tools and the library they need, and their scratch directories.
-# shellcheck shell=bash disable=SC2034  # work, regions, module: for the sourcing script
+# shellcheck shell=bash disable=SC2034,SC2154  # work, regions, module, lib, N1, N2: the
+#   sourcing script's; repo: set by it
+
+# gw_counts_args N1 N2 [ARG...]: a counting script's arguments,
+# [--lib LIB] [N1 N2] (the defaults given first): $lib, $N1 and $N2, or
+# exit 2 with the usage.
+gw_counts_args() {
+  local d1=$1 d2=$2; shift 2
+  lib="$repo/build/libnres.so"
+  if [ "${1:-}" = --lib ]; then lib=${2:-}; shift 2 || true; fi
+  N1=${1:-$d1}; N2=${2:-$d2}
+  if ! [[ "$N1" =~ ^[0-9]+$ && "$N2" =~ ^[0-9]+$ ]] || [ "$N2" -le "$N1" ]; then
+    echo "usage: $0 [--lib libnres.so] [N1 N2] (whole numbers, N2 > N1)" >&2; exit 2
+  fi
+}
 
 # gw_need LIB TOOL...: exit 2 naming what is missing (a tool, nginx's Lua
 # module, the library); then NRES_LIB is LIB's absolute path and $module

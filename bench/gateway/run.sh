@@ -85,6 +85,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 D=${NRES_BENCH_D:-$D}   # whole seconds of each wrk run (2; wrk takes no fraction)
+[[ "$D" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "NRES_BENCH_D: expected whole seconds >= 1 (wrk takes no fraction), got '$D'" >&2; exit 2; }
 base_lua=${NRES_BENCH_BASE_LUA:-}
 base_build=${NRES_BENCH_BASE_BUILD:-}
 if [ -n "$base_build" ]; then

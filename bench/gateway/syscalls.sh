@@ -31,10 +31,7 @@ repo=$(cd "$here/../.." && pwd)
 # shellcheck source=bench/gateway/common.sh
 . "$here/common.sh"
 
-lib="$repo/build/libnres.so"
-if [ "${1:-}" = --lib ]; then lib=$2; shift 2; fi
-N1=${1:-200}; N2=${2:-1200}
-[ "$N2" -gt "$N1" ] || { echo "usage: $0 [--lib libnres.so] [N1 N2] (N2 > N1)" >&2; exit 2; }
+gw_counts_args 200 1200 "$@"
 gw_need "$lib" strace curl wrk
 gw_scratch sc
 export NRES_REGION_DIR_FIXED=$regions

@@ -364,6 +364,9 @@ end
 -- stops = { [stop code 0..10] = n } }.
 local counts_box = ffi_new("nres_shm_counts_t")
 function _M.counts(self, i)
+  if type(i) ~= "number" or not (i >= 0 and i < self.slots) or i % 1 ~= 0 then
+    error(bad("index", "a slot index 0.." .. (self.slots - 1), i), 2)
+  end
   C.nres_shm_slot_counts(C.nres_shm_slot(self.shm, i), counts_box)
   local stops = {}
   for k = 0, 10 do stops[k] = tonumber(counts_box.stops[k]) end

@@ -78,6 +78,13 @@ static void config_and_sizes(void **state) {
   assert_int_equal(offsetof(nres_shm_slot_t, shard[1]) - offsetof(nres_shm_slot_t, shard[0]), 128);
   assert_true(offsetof(nres_shm_slot_t, shard[0].ok) + 8 -
               offsetof(nres_shm_slot_t, shard[0].calls) <= 32);
+  {   /* no slot (nres_shm_slot's NULL for a bad index): all 0, no read */
+    nres_shm_counts_t counts;
+    memset(&counts, 0xff, sizeof(counts));
+    nres_shm_slot_counts(NULL, &counts);
+    assert_int_equal(counts.calls, 0);
+    assert_int_equal(counts.stops[NRES_STOP_OK], 0);
+  }
 
   c.slots = 0;
   assert_int_equal(nres_shm_size(&c), 0);

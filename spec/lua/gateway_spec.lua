@@ -170,7 +170,7 @@ describe("nres.shm", function()
     expect.eq(wait, 2 ^ 64 / 1e9, "the wait saturates")
   end)
 
-  it("raises on a limit take from a table without a limiter or a bad slot", function()
+  it("raises on a limit take or counts from a table without a limiter or a bad slot", function()
     local t = shm.new{ slots = 8 }
     local i = t:acquire("k", T0, 1e9)
     expect.error(function() t:limit(i, T0) end,
@@ -179,7 +179,11 @@ describe("nres.shm", function()
     for _, bad in ipairs{ -1, 8, 0.5, 0 / 0 } do
       expect.error(function() l:limit(bad, T0) end,
         "nres.shm: index: expected a slot index 0..7, got " .. tostring(bad))
+      -- counts of a slot out of range: a clear error, not a NULL read in C
+      expect.error(function() t:counts(bad) end,
+        "nres.shm: index: expected a slot index 0..7, got " .. tostring(bad))
     end
+    expect.eq(t:counts(i).calls, 0, "a slot's counts before any record")
   end)
 end)
 

@@ -76,10 +76,16 @@ function _M.admin()
       ngx.say("unknown mode ", mode)
       return
     end
+    local status = tonumber(args.status or 503)
+    if not status or status % 1 ~= 0 or status < 400 or status > 599 then
+      ngx.status = 400
+      ngx.say("status: expected a whole number 400..599, got ", tostring(args.status))
+      return
+    end
     dict:set(P .. "seq", 0)
     dict:set(P .. "n", tonumber(args.n) or 2)
     dict:set(P .. "delay", tonumber(args.delay) or 0)
-    dict:set(P .. "status", tonumber(args.status) or 503)
+    dict:set(P .. "status", status)
     if mode == "blip" then
       ngx.update_time()
       local from = ngx.now() + (tonumber(args["in"]) or 0)

@@ -11,7 +11,6 @@ local C = cdef.C
 local breaker_stats = ffi.new("nres_breaker_stats_t")
 local budget_stats = ffi.new("nres_budget_stats_t")
 local rate_stats = ffi.new("nres_ratelimit_stats_t")
-local counts = ffi.new("nres_shm_counts_t")             -- a slot's, summed over its shards
 local tonumber, tostring, pairs, ipairs, format = tonumber, tostring, pairs, ipairs, string.format
 local concat, find = table.concat, string.find
 local step_now = C.nres_step_now
@@ -47,15 +46,14 @@ local function scope_status(s, now, worker_local, top)
     local key, gen, lease = s.shm:key(i)
     if key then
       local slot = s.shm:slot(i)
-      C.nres_shm_slot_counts(slot, counts)
+      local counts = s.shm:counts(i)   -- summed over the slot's shards
       local k = {
         key = key, slot = i,
-        calls = tonumber(counts.calls), attempts = tonumber(counts.attempts),
-        retries = tonumber(counts.retries), stops = {},
+        calls = counts.calls, attempts = counts.attempts, retries = counts.retries, stops = {},
         lease = math.max(0, (lease - now) / 1e9),   -- s before it may be evicted
       }
       for stop = 1, 10 do
-        local n = tonumber(counts.stops[stop])
+        local n = counts.stops[stop]
         if n > 0 then k.stops[stop_names[stop]] = n end
       end
       if s.breaker then

@@ -196,7 +196,7 @@ NRES_EXTERN void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
 NRES_EXTERN const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
 /* The slot's counts: every shard's summed, at the moment each word is
  * read (counts added meanwhile may be seen in one field, not yet in
- * another). */
+ * another). A NULL slot reads all 0. */
 NRES_EXTERN void nres_shm_slot_counts(const nres_shm_slot_t *slot,
                                       nres_shm_counts_t *out);
 /* sizeof(nres_shm_slot_t), for bindings that declare it themselves. */

@@ -655,6 +655,8 @@ void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out) {
   uint64_t ok = 0;
 
   *out = (nres_shm_counts_t){ 0 };
+  if (s == NULL)
+    return;   /* no slot (nres_shm_slot's NULL): nothing counted */
   for (unsigned k = 0; k < NRES_SHARDS; k++) {
     out->calls += nres__load(&s->shard[k].calls);
     out->attempts += nres__load(&s->shard[k].attempts);

@@ -102,11 +102,11 @@ typedef struct nres_policy_s {
   uint64_t n_verdicts[5], n_stops[11], n_rejects[6];
   uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
   uint64_t n_hedges_won, n_class_rejects[3];
-  struct { uint64_t verdicts, stops, timed_from, reserved_[13]; } n_ok[8];
+  struct { uint64_t verdicts, stops, reserved_[14]; } n_ok[8];
 } nres_policy_t;
 
 typedef struct nres_attempt_rec_s {
-  nres_time_t start, end; uint16_t number; uint8_t slot, hedge, kind, flags, untimed, reserved_;
+  nres_time_t start, end; uint16_t number; uint8_t slot, hedge, kind, flags; uint16_t reserved_;
 } nres_attempt_rec_t;
 
 typedef struct nres_call_s {

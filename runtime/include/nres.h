@@ -1054,14 +1054,11 @@ struct nres_policy_s {
    * line whatever the policy's alignment. nres_policy_counters sums them.
    * An OK verdict always ends its call with stop OK, so the executor bumps
    * one word per successful call, `stops`, which counts both; `verdicts`
-   * stays 0 (kept for the layout). `timed_from`: the first start, on the
-   * runtime's clock, of a call whose success this shard times at its end
-   * (nres_step_sync_report). */
+   * stays 0 (kept for the layout). */
   struct {
     NRES_ATOMIC(uint64_t) verdicts;
     NRES_ATOMIC(uint64_t) stops;
-    NRES_ATOMIC(uint64_t) timed_from;
-    uint64_t reserved_[13];
+    uint64_t reserved_[14];
   } n_ok[NRES_POLICY_SHARDS];
 };
 
@@ -1141,10 +1138,7 @@ struct nres_attempt_rec_s {
   uint8_t hedge;
   uint8_t kind;                 /* verdict kind, when ended */
   uint8_t flags;                /* verdict flags, or 0xff: abandoned */
-  uint8_t untimed;              /* 1: a success whose end was not read
-                                   from the clock (end = start): see
-                                   nres_step_sync_report */
-  uint8_t reserved_;
+  uint16_t reserved_;
 };
 
 /* The attempt log keeps the last NRES_LOG_CAP attempts of a call. */
@@ -1287,15 +1281,7 @@ NRES_EXTERN int nres_step_cancel(nres_call_t *call, double now,
  * (nres_action_t.at, -1 = never) in *at; an ATTEMPT's number is
  * call->attempts, a DONE's fallback call->fallback. Their actions are the
  * general steps': any unusual case (another class, a passthrough policy, a
- * late report, misuse) goes through those.
- * On the runtime's clock (now < 0 at both steps), the success of a first
- * attempt is timed at its end for one call begun in each millisecond per
- * shard of the policy (nres_policy_t.n_ok[].timed_from; every call when
- * they come slower): the others read no clock at their end. Such a
- * success is counted and recorded as any other, at its start (the
- * breaker's and throttle's windows), without a latency sample for the
- * estimator; its log record says untimed = 1 and end = start. Failures,
- * retries, explicit times and policies with on_event are always timed. */
+ * late report, misuse) goes through those. */
 NRES_EXTERN int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
                                      double now, int cls, double *at);
 NRES_EXTERN int nres_step_sync_report(nres_call_t *call, unsigned slot,

@@ -5,10 +5,8 @@
  * call; nres_policy_counters sums them. These tests run threads on one
  * policy and check every count against what the threads did, that the
  * threads really landed in different shards, that reset clears the shards,
- * and that failures still count where they always did; and that calls
- * through the sync steps on the runtime's clock, timed at their end or
- * not (nres_step_sync_report), count and record exactly. Label threads:
- * run under TSan too.
+ * and that failures still count where they always did. Label threads: run
+ * under TSan too.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -139,77 +137,6 @@ static void reset_clears_the_shards(void **state) {
   assert_int_equal(c.stops[NRES_STOP_OK], 0);
 }
 
-/* A thread's calls through the sync steps on the runtime's clock, every
- * 7th failing once: most successes go untimed (one a millisecond per
- * shard is timed), the failures and the retries' successes never. */
-static void *run_steps(void *arg) {
-  worker_t *w = arg;
-  nres_call_t call;
-  nres_step_t st;
-  double at;
-  for (int i = 0; i < CALLS; i++) {
-    int act = nres_step_sync_begin(&call, &policy, -1, NRES_CLASS_DEFAULT, &at);
-    int fail = i % 7 == 0;
-    while ((act & 0xff) == NRES_ATTEMPT || (act & 0xff) == NRES_WAIT) {
-      if ((act & 0xff) == NRES_WAIT) {   /* the backoff: not waited out */
-        act = nres_step_sync_resume(&call, at, &at);
-        continue;
-      }
-      w->attempts++;
-      act = nres_step_sync_report(&call, 0, -1,
-                                  fail ? NRES_TRANSIENT : NRES_OK, 0, -1, &at);
-      fail = 0;
-    }
-    if ((act & 0xff) != NRES_DONE)
-      nres_step_cancel(&call, -1, &st);
-    if ((act >> 24 & 0xff) == NRES_STOP_OK)
-      w->ok++;
-    w->calls++;
-  }
-  return NULL;
-}
-
-static void sync_steps_count_exactly_timed_or_not(void **state) {
-  pthread_t tid[THREADS];
-  worker_t w[THREADS];
-  nres_breaker_config_t bc;
-  nres_counters_t c;
-  unsigned long attempts = 0, ok = 0;
-  uint32_t calls, failures, slow;
-  uint64_t samples = 0;
-  (void) state;
-
-  assert_int_equal(nres_policy_init(&policy, NRES_PRESET_DEFAULT), 0);
-  nres_breaker_config_init(&bc);   /* a minute's window, no trip */
-  bc.window = 60 * NRES_SEC;
-  bc.consecutive = 0;
-  bc.failure_ratio = 0.99;
-  assert_int_equal(nres_breaker_init(&policy.own.breaker, &bc), 0);
-  policy.budget = NULL;            /* every failure retried */
-  assert_int_equal(nres_policy_build(&policy), 0);
-  memset(w, 0, sizeof(w));
-  for (int t = 0; t < THREADS; t++)
-    assert_int_equal(pthread_create(&tid[t], NULL, run_steps, &w[t]), 0);
-  for (int t = 0; t < THREADS; t++) {
-    assert_int_equal(pthread_join(tid[t], NULL), 0);
-    attempts += w[t].attempts;
-    ok += w[t].ok;
-  }
-  nres_policy_counters(&policy, &c);
-  assert_int_equal(ok, (uint64_t) THREADS * CALLS);
-  assert_int_equal(c.calls, (uint64_t) THREADS * CALLS);
-  assert_int_equal(c.stops[NRES_STOP_OK], (uint64_t) THREADS * CALLS);
-  assert_int_equal(c.attempts, attempts);
-  nres_window_sum(&policy.breaker->window, nres_clock_now(), &calls,
-                  &failures, &slow);
-  assert_int_equal(calls, attempts);
-  assert_int_equal(failures, attempts - THREADS * CALLS);
-  nres_estimator_quantile(policy.estimator, nres_clock_now(), 0.5, &samples);
-  /* Every failure's retry that succeeded is timed; so is one a ms. */
-  assert_true(samples >= attempts - THREADS * CALLS);
-  assert_true(samples < (uint64_t) THREADS * CALLS);
-}
-
 static void no_telemetry_counts_nothing(void **state) {
   worker_t w[THREADS];
   nres_counters_t c;
@@ -230,7 +157,6 @@ int main(void) {
     cmocka_unit_test(failures_and_retries_still_count),
     cmocka_unit_test(reset_clears_the_shards),
     cmocka_unit_test(no_telemetry_counts_nothing),
-    cmocka_unit_test(sync_steps_count_exactly_timed_or_not),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,8 +5,7 @@
  * nres_step_begin_class / nres_step_report / nres_step_resume, the other by
  * the sync steps, on a virtual clock: every action and every call record
  * must read the same. Then what only the sync steps do: read the runtime's
- * clock when told now < 0 (and time one success a millisecond per shard at
- * its end), and allocate nothing.
+ * clock when told now < 0, and allocate nothing.
  */
 #include <math.h>
 #include <string.h>
@@ -371,165 +370,6 @@ static void sync_steps_read_the_runtime_clock_when_now_is_negative(void **state)
               nres_call_log(&call, 0)->end <= after);
 }
 
-/* The default policy with a breaker window of a minute, so that a test's
- * successes all stay in it however slowly the test runs; and a call on
- * another policy first, so that this thread has taken its shard (a thread
- * without one times its calls, and takes one at its first record). */
-static void build_timing_policy(nres_policy_t *p) {
-  nres_breaker_config_t bc;
-  nres_policy_t other;
-  nres_call_t call;
-  double at;
-
-  assert_int_equal(nres_policy_init(&other, NRES_PRESET_DEFAULT), 0);
-  assert_int_equal(nres_policy_build(&other), 0);
-  nres_step_sync_begin(&call, &other, -1, NRES_CLASS_DEFAULT, &at);
-  nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
-
-  assert_int_equal(nres_policy_init(p, NRES_PRESET_DEFAULT), 0);
-  nres_breaker_config_init(&bc);
-  bc.window = 60 * NRES_SEC;
-  bc.buckets = 4;
-  assert_int_equal(nres_breaker_init(&p->own.breaker, &bc), 0);
-  assert_int_equal(nres_policy_build(p), 0);
-  assert_non_null(p->estimator);
-  assert_non_null(p->breaker);
-}
-
-static uint64_t estimator_samples(const nres_policy_t *p) {
-  uint64_t samples = 0;
-  nres_estimator_quantile(p->estimator, nres_clock_now(), 0.5, &samples);
-  return samples;
-}
-
-/* On the runtime's clock, a success is timed at its end for the first
- * call begun at least NRES__TIMED_GAP (1 ms) after the last timed one's
- * start; the others read no clock at their end. Checked call by call
- * against that rule from the starts the calls took (so it holds however
- * fast or slow this machine runs them): the log (untimed, end), the
- * estimator's samples (one a timed success), and the counts and the
- * breaker's window, which take every success. */
-static void sync_steps_time_one_success_a_millisecond(void **state) {
-  nres_policy_t p;
-  nres_call_t call;
-  nres_counters_t c;
-  nres_time_t next = 0, before;
-  uint32_t calls, failures, slow;
-  uint64_t timed = 0, untimed = 0;
-  double at;
-  int act;
-  (void) state;
-
-  build_timing_policy(&p);
-  for (int i = 0; i < 3000; i++) {
-    const nres_attempt_rec_t *rec;
-    int expect_timed;
-
-    if (i > 0 && i % 1000 == 0)   /* a pause: this call is timed */
-      nres_step_sleep(2.0 * NRES_MSEC);
-    act = nres_step_sync_begin(&call, &p, -1, NRES_CLASS_DEFAULT, &at);
-    assert_int_equal(act & 0xff, NRES_ATTEMPT);
-    expect_timed = call.start >= next;
-    if (expect_timed)
-      next = call.start + NRES_MSEC;
-    before = nres_clock_now();
-    act = nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
-    assert_int_equal(act, NRES_DONE | NRES_STOP_OK << 24);
-    assert_true(at == -1);
-    rec = nres_call_log(&call, 0);
-    if (expect_timed) {
-      assert_int_equal(rec->untimed, 0);
-      assert_true(rec->end >= before);
-      timed++;
-    } else {
-      assert_int_equal(rec->untimed, 1);
-      assert_true(rec->end == rec->start);
-      untimed++;
-    }
-    if (i % 1000 == 0)   /* right after a pause, or the first */
-      assert_true(expect_timed);
-  }
-  assert_true(timed >= 3 && untimed > 0 && timed + untimed == 3000);
-  assert_int_equal(estimator_samples(&p), timed);
-  nres_policy_counters(&p, &c);
-  assert_int_equal(c.calls, 3000);
-  nres_window_sum(&p.breaker->window, nres_clock_now(), &calls, &failures,
-                  &slow);
-  assert_int_equal(calls, 3000);
-  assert_int_equal(failures, 0);
-}
-
-/* What is always timed, marked untimed at its begin or not: a failure, a
- * report with an explicit time, a call begun at an explicit time, a
- * policy with on_event. */
-static void sync_steps_time_what_is_not_a_clocked_success(void **state) {
-  nres_policy_t p;
-  nres_call_t call;
-  nres_step_t st;
-  nres_time_t before;
-  double at;
-  int marked = 0;
-  (void) state;
-
-  build_timing_policy(&p);
-  /* Calls until one is marked untimed (the first never is: it is the
-   * shard's first): the marked one then fails, or reports its time. */
-  for (int i = 0; i < 1000 && marked < 2; i++) {
-    nres_step_sync_begin(&call, &p, -1, NRES_CLASS_DEFAULT, &at);
-    if (!call.log[0].untimed) {
-      nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
-      continue;
-    }
-    marked++;
-    before = nres_clock_now();
-    if (marked == 1) {
-      nres_step_sync_report(&call, 0, -1, NRES_TRANSIENT, 0, -1, &at);
-      assert_true(nres_call_log(&call, 0)->end >= before);
-      nres_step_cancel(&call, (double) nres_clock_now(), &st);
-    } else {
-      nres_step_sync_report(&call, 0, (double) (call.start + 5 * MS), NRES_OK,
-                            0, -1, &at);
-      assert_true(nres_call_log(&call, 0)->end == call.start + 5 * MS);
-    }
-    assert_int_equal(nres_call_log(&call, 0)->untimed, 0);
-  }
-  assert_int_equal(marked, 2);
-
-  /* Begun at an explicit time: never marked. */
-  for (int i = 0; i < 100; i++) {
-    nres_time_t t = nres_clock_now();
-    nres_step_sync_begin(&call, &p, (double) t, NRES_CLASS_DEFAULT, &at);
-    assert_int_equal(call.log[0].untimed, 0);
-    nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
-    assert_int_equal(nres_call_log(&call, 0)->untimed, 0);
-  }
-}
-
-static void count_events(const nres_event_t *event, void *data) {
-  (void) event;
-  ++*(int *) data;
-}
-
-static void sync_steps_time_every_call_of_a_policy_with_events(void **state) {
-  nres_policy_t p;
-  nres_call_t call;
-  double at;
-  int events = 0;
-  (void) state;
-
-  build_timing_policy(&p);
-  p.on_event = count_events;
-  p.event_data = &events;
-  assert_int_equal(nres_policy_build(&p), 0);
-  for (int i = 0; i < 200; i++) {
-    nres_step_sync_begin(&call, &p, -1, NRES_CLASS_DEFAULT, &at);
-    nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
-    assert_int_equal(nres_call_log(&call, 0)->untimed, 0);
-  }
-  assert_true(events > 0);
-  assert_int_equal(estimator_samples(&p), 200);
-}
-
 /* Steady state: a call through the sync steps allocates nothing. */
 static void sync_steps_allocate_nothing(void **state) {
   nres_policy_t p;
@@ -561,9 +401,6 @@ int main(void) {
     cmocka_unit_test(steps_refuse_a_kind_out_of_range_whatever_its_low_byte),
     cmocka_unit_test(steps_keep_only_the_callers_flags),
     cmocka_unit_test(sync_steps_read_the_runtime_clock_when_now_is_negative),
-    cmocka_unit_test(sync_steps_time_one_success_a_millisecond),
-    cmocka_unit_test(sync_steps_time_what_is_not_a_clocked_success),
-    cmocka_unit_test(sync_steps_time_every_call_of_a_policy_with_events),
     cmocka_unit_test(sync_steps_allocate_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -397,37 +397,6 @@ describe("the runtime's clock", function()
   end)
 end)
 
-describe("timing on the runtime's clock", function()
-  local ffi = require "ffi"
-  local C = require("nres.cdef").C
-  local function samples(p)
-    local n = ffi.new("uint64_t[1]")
-    C.nres_estimator_quantile(p.cp.estimator, C.nres_step_now(), 0.5, n)
-    return tonumber(n[0])
-  end
-  local function ok() return true end
-
-  -- The rule (README, "Latency samples"): per shard, the first call begun
-  -- at least 1 ms after the last timed one's start is timed. So back to
-  -- back calls give at most one sample a millisecond (+1: a thread's first
-  -- call, before it has a shard), and calls 1.5 ms apart one each.
-  it("samples one success a millisecond, and every one when calls come slower", function()
-    local p = nres.policy { base = "default" }
-    expect.eq(p.driver.name, "blocking")
-    local t0 = C.nres_step_now()
-    for _ = 1, 5000 do p:run(ok) end
-    local ms = (C.nres_step_now() - t0) / 1e6
-    local s = samples(p)
-    expect.truthy(s >= 1 and s <= 2 + ms, s .. " samples in " .. ms .. " ms")
-    expect.eq(p:stats().calls, 5000)
-    for _ = 1, 20 do
-      C.nres_step_sleep(1.5e6)
-      p:run(ok)
-    end
-    expect.eq(samples(p), s + 20)
-  end)
-end)
-
 describe("the library", function()
   it("reports every path tried when it cannot be found", function()
     local cmd = "cd " .. os.getenv("PWD") .. " && NRES_LIB=/nonexistent/libnres.so "

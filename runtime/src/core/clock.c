@@ -3,9 +3,8 @@
  * The decision engine never reads a clock: time is passed in, so tests run
  * on a virtual clock. Drivers call nres_clock_now, CLOCK_MONOTONIC in ns.
  *
- * A call reads the clock at its start and, when its success is timed
- * (exec/call.h, NRES__TIMED_GAP), at its attempt's end; clock_gettime
- * costs ~30 ns in a VM: as much as the rest of the call. So
+ * A call needs two clock reads (its start and its attempt's end), and
+ * clock_gettime costs ~30 ns in a VM: as much as the rest of the call. So
  * on x86-64, when the kernel itself keeps time with the TSC (clocksource
  * "tsc"), the clock counts TSC ticks instead, scaled to ns. The scale is
  * learned without a busy wait: the first read pairs a TSC value with

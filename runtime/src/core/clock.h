@@ -1,6 +1,6 @@
 /* clock.h - nres_clock_now's fast path, inline for the drivers.
  *
- * A sync call reads the clock at its start and at a timed attempt's end: once
+ * A sync call reads the clock twice (its start, its attempt's end): once
  * the TSC is calibrated (clock.c says how), a read is a load, rdtsc and a
  * multiply, cheaper inline than the call to nres_clock_now. Everything
  * else - calibration, CLOCK_MONOTONIC - stays in clock.c.

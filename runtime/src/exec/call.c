@@ -149,7 +149,6 @@ static nres_attempt_rec_t *log_of(nres_call_t *call, unsigned number) {
 /* Give back what an attempt in flight holds, without an outcome. */
 static void abandon(nres_call_t *call, unsigned slot, nres_time_t now) {
   nres_policy_t *p = call->policy;
-  nres_attempt_rec_t *rec;
 
   if (call->slot[slot].held)
     nres_bulkhead_release(p->bulkhead, 0, -1);
@@ -158,10 +157,8 @@ static void abandon(nres_call_t *call, unsigned slot, nres_time_t now) {
   call->slot[slot].held = 0;
   call->slot[slot].permit = 0;
   call->inflight &= (uint8_t) ~(1u << slot);
-  rec = log_of(call, call->slot[slot].number);
-  rec->end = now;
-  rec->flags = NRES__ABANDONED;
-  rec->untimed = 0;
+  log_of(call, call->slot[slot].number)->end = now;
+  log_of(call, call->slot[slot].number)->flags = NRES__ABANDONED;
   COUNT(p, n_abandoned);
 }
 
@@ -355,7 +352,7 @@ static NRES__HOT void fill_slot(nres_call_t *call, unsigned slot,
   call->slot[slot].hedge = (uint8_t) hedge;
   call->slot[slot].held = (uint8_t) held;
   *log_of(call, number) = (nres_attempt_rec_t) {
-    now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0, 0
+    now, 0, (uint16_t) number, (uint8_t) slot, (uint8_t) hedge, 0, 0, 0
   };
 }
 
@@ -704,24 +701,6 @@ NRES__HOT int nres__call_begin_first(nres_call_t *call, nres_policy_t *policy,
                      ceiling, 1);
 }
 
-/* The first call a shard begins at or after its timed_from is timed, and
- * timed_from moves NRES__TIMED_GAP on; the others are marked untimed.
- * Chosen by start alone, so which successes the estimator samples does
- * not depend on how long they take. A thread without a shard yet times
- * its call (it takes one at its first record). */
-NRES__HOT void nres__call_choose_timing(nres_call_t *call, nres_time_t now) {
-  unsigned k = nres__shard_if_taken();
-  _Atomic uint64_t *from;
-
-  if (__builtin_expect(k >= NRES_SHARDS, 0))
-    return;
-  from = &call->policy->n_ok[k].timed_from;
-  if (now < nres__load(from))
-    call->log[0].untimed = 1;   /* attempt 1's record (log_of) */
-  else
-    nres__store(from, nres_time_add(now, NRES__TIMED_GAP));
-}
-
 nres_action_t nres_call_begin_within(nres_call_t *call, nres_policy_t *policy,
                                      nres_time_t now, nres_time_t inbound) {
   return nres_call_begin_class(call, policy, now, inbound, NRES_CLASS_DEFAULT);
@@ -952,7 +931,6 @@ static NRES__HOT void end_attempt(nres_call_t *call, unsigned slot,
   rec->end = now;
   rec->kind = (uint8_t) v->kind;
   rec->flags = v->flags;
-  rec->untimed = 0;   /* its end was read: see report_ok for the other */
 }
 
 /* An attempt's outcome, checked already: record it, then decide. number
@@ -1033,8 +1011,7 @@ NRES__HOT nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
  * anything, so that a step made of it needs no stack frame: the shared
  * words the record writes come last, and an add that needs its slow path
  * is left to the caller (nres__call_record_from). */
-static NRES__HOT int report_ok(nres_call_t *call, nres_time_t now,
-                               int untimed) {
+NRES__HOT int nres__call_report_ok(nres_call_t *call, nres_time_t now) {
   nres_verdict_t ok = nres_verdict(NRES_OK);
   unsigned k = nres__shard_if_taken();
   nres_policy_t *p;
@@ -1053,28 +1030,14 @@ static NRES__HOT int report_ok(nres_call_t *call, nres_time_t now,
                        0))
     return -1;
   end_attempt(call, 0, call->slot[0].number, now, &ok);
-  if (untimed)
-    log_of(call, call->slot[0].number)->untimed = 1;
   if (p->budget != NULL)
     nres_budget_deposit(p->budget);
   mark_done(call, NRES_STOP_OK);
   count_end(p, call, NRES_STOP_OK, k);
   if (!(flags & NRES__F_RECORDS))
     return 0;
-  /* An untimed success has no latency for the estimator: its record
-   * starts at the breaker's stage. */
   return short_record_try(p, k, now, nres_time_sub(now, call->slot[0].start),
-                          untimed ? SHORT_BREAKER : SHORT_ESTIMATOR);
-}
-
-NRES__HOT int nres__call_report_ok(nres_call_t *call, nres_time_t now) {
-  return report_ok(call, now, 0);
-}
-
-NRES__HOT int nres__call_report_ok_untimed(nres_call_t *call) {
-  if (!log_of(call, call->slot[0].number)->untimed)
-    return -1;
-  return report_ok(call, call->slot[0].start, 1);
+                          SHORT_ESTIMATOR);
 }
 
 NRES__COLD void nres__call_record_from(nres_call_t *call, nres_time_t now,

@@ -73,28 +73,6 @@ nres_action_t nres__call_report(nres_call_t *call, unsigned slot,
 int nres__call_report_ok(nres_call_t *call, nres_time_t now);
 void nres__call_record_from(nres_call_t *call, nres_time_t now, int stage);
 
-/* Timing on the runtime's clock. Reading the clock costs ~12 ns in a VM
- * (rdtsc), a fifth of a sync call; a success needs it at its end only for
- * its latency (the estimator's sample: the breaker and throttle windows
- * take it at its start as well). So a shard times the success of one call
- * begun in each NRES__TIMED_GAP (every call when they come slower) and the
- * others go untimed: at most a thousand latency samples a second per
- * shard, unbiased (chosen by start), where calls come faster. */
-#define NRES__TIMED_GAP NRES_MSEC
-
-/* For a call whose attempt 1 has just started at `now` (its begin's
- * ATTEMPT), on the runtime's clock, by a driver that lets the executor
- * read that clock at the report too: will its success be timed? If not,
- * its log record is marked untimed. Calls nothing. */
-void nres__call_choose_timing(nres_call_t *call, nres_time_t now);
-
-/* nres__call_report_ok for a call marked untimed,
- * without its end's time: recorded at the attempt's start, the log's end =
- * start and untimed = 1, no estimator sample. -1 when the call is not
- * marked untimed or not in the usual case (nothing written: read the
- * clock and report). Calls nothing. */
-int nres__call_report_ok_untimed(nres_call_t *call);
-
 /* Where a call's machine is (nres_call_t.phase). */
 enum {
   NRES__PHASE_IDLE = 0,     /* not begun */
@@ -156,7 +134,7 @@ static inline int nres__call_passthrough(nres_call_t *call,
   call->attempts = 1;
   call->last = verdict;
   call->log[0] = (nres_attempt_rec_t) {
-    0, 0, 1, 0, 0, verdict.kind, verdict.flags, 0, 0
+    0, 0, 1, 0, 0, verdict.kind, verdict.flags, 0
   };
   if (__builtin_expect(verdict.kind == NRES_OK, 1)) {
     call->stop = NRES_STOP_OK;

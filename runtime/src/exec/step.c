@@ -108,21 +108,15 @@ static int packed(nres_action_t a, double *at) {
  * so flattening does not compile a second executor into each. */
 static NRES__COLD int sync_begin_general(nres_call_t *call,
                                          nres_policy_t *policy,
-                                         nres_time_t now, int cls, int clocked,
-                                         double *at) {
-  nres_action_t a =
-      nres_call_begin_class(call, policy, now, NRES_TIME_NEVER, cls);
-
-  if (clocked && a.kind == NRES_ATTEMPT &&
-      !(call->policy->private_flags & NRES__F_PASSTHROUGH))
-    nres__call_choose_timing(call, now);
-  return packed(a, at);
+                                         nres_time_t now, int cls, double *at) {
+  return packed(nres_call_begin_class(call, policy, now, NRES_TIME_NEVER, cls),
+                at);
 }
 
 /* The same, when the clock must be read the slow way first. */
 static NRES__COLD int sync_begin_clock(nres_call_t *call, nres_policy_t *policy,
                                        double now, int cls, double *at) {
-  return sync_begin_general(call, policy, now_or_clock(now), cls, now < 0, at);
+  return sync_begin_general(call, policy, now_or_clock(now), cls, at);
 }
 
 static NRES__COLD int sync_report_general(nres_call_t *call, unsigned slot,
@@ -143,9 +137,7 @@ static int quick_now(double now, nres_time_t *t) {
 }
 
 /* The usual first attempt (nres__call_begin_first) calls nothing: no stack
- * frame on its way; anything else goes on by a tail call. A call begun on
- * the runtime's clock (now < 0) whose attempt 1 starts at once has its
- * timing chosen (nres__call_choose_timing). */
+ * frame on its way; anything else goes on by a tail call. */
 __attribute__((flatten))
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
                          double now, int cls, double *at) {
@@ -158,12 +150,10 @@ int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy,
                            !(policy->private_flags & NRES__F_PASSTHROUGH) &&
                            nres__call_begin_first(call, policy, t, &ceiling),
                        1)) {
-    if (now < 0)
-      nres__call_choose_timing(call, t);
     *at = to_ns(ceiling);
     return NRES_ATTEMPT;   /* slot 0, no hedge, no stop */
   }
-  return sync_begin_general(call, policy, t, cls, now < 0, at);
+  return sync_begin_general(call, policy, t, cls, at);
 }
 
 /* A report the usual success (nres__call_report_ok) does not cover:
@@ -218,35 +208,24 @@ static NRES__COLD int sync_record_from(nres_call_t *call, nres_time_t t,
 
 /* The usual success (an OK verdict for the attempt in slot 0, which
  * nres__call_report_ok takes) calls nothing: no stack frame on its way;
- * anything else goes on by a tail call. On the runtime's clock (now < 0),
- * a success the call's begin marked untimed (nres__call_begin_first,
- * NRES__TIMED_GAP) reads no clock: it is recorded at its start. */
+ * anything else goes on by a tail call. */
 __attribute__((flatten))
 int nres_step_sync_report(nres_call_t *call, unsigned slot, double now,
                           int kind, int flags, double retry_after,
                           double *at) {
-  int usual = slot == 0 && kind == NRES_OK && !(flags & CALLER_FLAGS) &&
-              retry_after < 0;
   nres_time_t t;
   int stage;
 
-  /* The answer's time first (every other answer writes its own), so that
-   * the pointer needs no register through the report. */
-  if (now < 0 && __builtin_expect(usual, 1)) {
-    *at = -1.0;   /* to_ns(NRES_TIME_NEVER) */
-    stage = nres__call_report_ok_untimed(call);
-    if (__builtin_expect(stage >= 0, 1)) {
-      t = call->slot[0].start;
-      goto ended;
-    }
-  }
   if (__builtin_expect(!quick_now(now, &t), 0))
     return sync_report_clock(call, slot, now, kind, flags, retry_after, at);
-  if (__builtin_expect(usual, 1)) {
-    *at = -1.0;
+  if (__builtin_expect(slot == 0 && kind == NRES_OK &&
+                           !(flags & CALLER_FLAGS) && retry_after < 0,
+                       1)) {
+    /* The answer's time first (every other answer writes its own), so
+     * that the pointer needs no register through the report. */
+    *at = -1.0;   /* to_ns(NRES_TIME_NEVER) */
     stage = nres__call_report_ok(call, t);
     if (__builtin_expect(stage >= 0, 1)) {
-    ended:
       if (__builtin_expect(stage == 0, 1))
         return DONE_OK;
       return sync_record_from(call, t, stage);

@@ -5,7 +5,8 @@
  * nres_step_begin_class / nres_step_report / nres_step_resume, the other by
  * the sync steps, on a virtual clock: every action and every call record
  * must read the same. Then what only the sync steps do: read the runtime's
- * clock when told now < 0, and allocate nothing.
+ * clock when told now < 0 - at a success's end too, which two ways of
+ * skipping that read got wrong (below) - and allocate nothing.
  */
 #include <math.h>
 #include <string.h>
@@ -370,6 +371,73 @@ static void sync_steps_read_the_runtime_clock_when_now_is_negative(void **state)
               nres_call_log(&call, 0)->end <= after);
 }
 
+/* A success is dated at its end. Successes of 150 ms, 2000 in flight on
+ * one thread (as in an nginx worker), and a fast failure for every fifth:
+ * the default breaker (90 % over 100 ms) stays closed. Dated at their
+ * start (an untimed success, tried and reverted), the successes had left
+ * the window before they were counted: it held 10 calls, 9 failures, and
+ * opened. */
+static void sync_steps_date_a_success_at_its_end(void **state) {
+  static nres_call_t calls[2000];
+  nres_policy_t p;
+  nres_call_t f;
+  nres_step_t st;
+  uint32_t c, failures, slow;
+  double at;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.throttle = NULL;
+  p.budget = NULL;
+  assert_int_equal(nres_policy_build(&p), 0);
+  for (int i = 0; i < 2000; i++)
+    assert_int_equal(nres_step_sync_begin(&calls[i], &p, -1,
+                                          NRES_CLASS_DEFAULT, &at) & 0xff,
+                     NRES_ATTEMPT);
+  nres_step_sleep(150.0 * MS);
+  for (int i = 0; i < 2000; i++) {
+    nres_step_sync_report(&calls[i], 0, -1, NRES_OK, 0, -1, &at);
+    if (i % 5 == 0 && (nres_step_sync_begin(&f, &p, -1, NRES_CLASS_DEFAULT,
+                                            &at) & 0xff) == NRES_ATTEMPT) {
+      nres_step_sync_report(&f, 0, -1, NRES_TRANSIENT, 0, -1, &at);
+      nres_step_cancel(&f, (double) nres_clock_now(), &st);
+    }
+  }
+  nres_window_sum(&p.breaker->window, nres_clock_now(), &c, &failures,
+                  &slow);
+  assert_true(failures * 2 < c);
+  assert_int_equal(nres_breaker_state(p.breaker, nres_clock_now()),
+                   NRES_BREAKER_CLOSED);
+}
+
+/* Every success's latency is a sample: one call in six takes 2 ms, so the
+ * p99 is at least that. Timing only the first call begun a millisecond
+ * after the last timed one (tried and reverted) never sampled the slow
+ * call, which always followed a quick one by microseconds: p99 5.9 us. */
+static void sync_steps_sample_every_success(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  uint64_t n = 0;
+  nres_time_t p99;
+  double at;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  for (int i = 0; i < 100; i++) {
+    nres_step_sync_begin(&call, &p, -1, NRES_CLASS_DEFAULT, &at);
+    nres_step_sleep(2.0 * MS);
+    nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
+    for (int j = 0; j < 5; j++) {
+      nres_step_sync_begin(&call, &p, -1, NRES_CLASS_DEFAULT, &at);
+      nres_step_sync_report(&call, 0, -1, NRES_OK, 0, -1, &at);
+    }
+  }
+  p99 = nres_estimator_quantile(p.estimator, nres_clock_now(), 0.99, &n);
+  assert_int_equal(n, 600);
+  assert_true(p99 >= 2 * MS);
+}
+
 /* Steady state: a call through the sync steps allocates nothing. */
 static void sync_steps_allocate_nothing(void **state) {
   nres_policy_t p;
@@ -401,6 +469,8 @@ int main(void) {
     cmocka_unit_test(steps_refuse_a_kind_out_of_range_whatever_its_low_byte),
     cmocka_unit_test(steps_keep_only_the_callers_flags),
     cmocka_unit_test(sync_steps_read_the_runtime_clock_when_now_is_negative),
+    cmocka_unit_test(sync_steps_date_a_success_at_its_end),
+    cmocka_unit_test(sync_steps_sample_every_success),
     cmocka_unit_test(sync_steps_allocate_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

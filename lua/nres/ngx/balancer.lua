@@ -84,12 +84,12 @@ typedef struct nres_gw_config_s {
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; uint32_t slot, inflight;
-  double cost; int state; char name[65];
+  double cost; int state, windowed; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
   struct nres_gw_upstream_s *next; char name[65]; char key[65];
   void *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
-  uint32_t attempts, n; int choice, budget, breaker; double panic;
+  uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
   uint64_t overflow; nres_rng_t rng; nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;

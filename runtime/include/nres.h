@@ -392,6 +392,15 @@ NRES_EXTERN int nres_budget_set_floor(nres_budget_t *budget,
  * recent samples, a policy's success counters. */
 #define NRES_SHARDS 8
 
+/* Make the calling thread write shard index % NRES_SHARDS from now on.
+ * Without it a thread draws its shard at its first write (a process-wide
+ * counter offset by the process id), so two processes sharing a region
+ * (nginx workers) may draw the same one and move its lines between their
+ * cores on every call. A process that knows its number among them (an
+ * nginx worker's) takes its own: up to NRES_SHARDS of them never share a
+ * line they write. A child of fork() draws anew. */
+NRES_EXTERN void nres_shard_set(unsigned index);
+
 struct nres_window_s {
   nres_time_t width;            /* one bucket's span */
   uint32_t count;               /* buckets in use */

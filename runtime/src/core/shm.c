@@ -66,9 +66,11 @@
 #include "nres/shm.h"
 
 #define SHM_MAGIC 0x316d687373657271ull   /* "qresshm1", little endian */
-/* Bumped whenever the header, the index or nres_shm_slot_t changes shape:
- * a region laid out by another build is refused, not misread. */
-#define SHM_VERSION 6u
+/* Bumped whenever the header, the index or nres_shm_slot_t changes shape,
+ * or what a region file holds after the table (a gateway's peers'
+ * estimators, nres_estimator_t: 7 when its shards' entries went from 16
+ * to 24): a region laid out by another build is refused, not misread. */
+#define SHM_VERSION 7u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 

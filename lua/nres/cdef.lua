@@ -70,7 +70,7 @@ typedef struct nres_bulkhead_s {
 
 typedef struct nres_estimator_s {
   nres_time_t period; uint64_t epoch[2]; uint32_t count[2][608];
-  struct { uint64_t entry[16]; uint64_t reserved_[16]; } shard[8];
+  struct { uint64_t entry[24]; uint64_t reserved_[8]; } shard[8];
 } nres_estimator_t;
 
 typedef struct nres_hedge_s {

@@ -392,6 +392,15 @@ NRES_EXTERN int nres_budget_set_floor(nres_budget_t *budget,
  * recent samples, a policy's success counters. */
 #define NRES_SHARDS 8
 
+/* Make the calling thread write shard index % NRES_SHARDS from now on.
+ * Without it a thread draws its shard at its first write (a process-wide
+ * counter offset by the process id), so two processes sharing a region
+ * (nginx workers) may draw the same one and move its lines between their
+ * cores on every call. A process that knows its number among them (an
+ * nginx worker's) takes its own: up to NRES_SHARDS of them never share a
+ * line they write. A child of fork() draws anew. */
+NRES_EXTERN void nres_shard_set(unsigned index);
+
 struct nres_window_s {
   nres_time_t width;            /* one bucket's span */
   uint32_t count;               /* buckets in use */
@@ -800,24 +809,26 @@ NRES_EXTERN void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
 NRES_EXTERN uint32_t nres_hist_index(uint64_t value);
 NRES_EXTERN uint64_t nres_hist_upper(uint32_t index);
 
-/* Buckets of recent samples each shard holds before they reach count[]. */
-#define NRES_ESTIMATOR_PENDING 16
+/* Buckets of recent samples each shard holds before they reach count[]:
+ * one and a half powers of two. */
+#define NRES_ESTIMATOR_PENDING 24
 
 struct nres_estimator_s {
   nres_time_t period;           /* how long one window collects */
   NRES_ATOMIC(uint64_t) epoch[NRES_ESTIMATOR_WINDOWS];
   NRES_ATOMIC(uint32_t) count[NRES_ESTIMATOR_WINDOWS][NRES_HIST_BUCKETS];
-  /* Each shard's recent samples, by bucket: entry[b % 16] counts samples
-   * of bucket b (16 buckets = one power of two) in one period (period,
-   * bucket and count packed in one word), and moves into count[] when a
-   * sample of another bucket or period needs the entry. Quantiles add them
-   * in. Threads recording similar latencies write their shard's lines
-   * instead of one histogram line: 256 bytes per shard, entries in the
-   * first half, so no two shards' entries share a line. Zero is an empty
-   * entry. */
+  /* Each shard's recent samples, by bucket: entry[b % 24] counts samples
+   * of bucket b (24 buckets = one and a half powers of two) in one period
+   * (period, bucket and count packed in one word), and moves into count[]
+   * when a sample of another bucket or period needs the entry. Quantiles
+   * add them in. Threads recording similar latencies write their shard's
+   * lines instead of one histogram line: 256 bytes per shard, entries in
+   * the first 192, so that 64 bytes at least part two shards' entries and
+   * no line holds both, however the estimator is aligned. Zero is an
+   * empty entry. */
   struct {
     NRES_ATOMIC(uint64_t) entry[NRES_ESTIMATOR_PENDING];
-    uint64_t reserved_[16];
+    uint64_t reserved_[32 - NRES_ESTIMATOR_PENDING];
   } shard[NRES_SHARDS];
 };
 

@@ -223,33 +223,33 @@ static void old_samples_drop_and_previous_window_counts(void **state) {
  * later period already owns: it must not move the epoch back and zero the
  * newer samples. Samples wait in the thread's shard entries (one per
  * bucket % NRES_ESTIMATOR_PENDING) before the histogram: values 300
- * (bucket 82), 2 and 18 share entry 2, 9 has entry 9. */
+ * (bucket 82), 10 and 36 (bucket 34) share entry 10, 9 has entry 9. */
 static void late_sample_does_not_wipe_a_newer_window(void **state) {
   static nres_estimator_t est;
   uint64_t samples = 0;
   (void) state;
 
-  assert_int_equal(nres_hist_index(300) % NRES_ESTIMATOR_PENDING, 2);
+  assert_int_equal(nres_hist_index(300) % NRES_ESTIMATOR_PENDING, 10);
   assert_int_equal(nres_estimator_init(&est, NRES_SEC), 0);
   for (int n = 0; n < 5; n++)
     nres_estimator_record(&est, 2 * NRES_SEC, 300);   /* period 2, entry */
-  /* Late, entry 2 holds a later period: straight to the histogram's window
-   * 0, which it claims for period 0 */
-  nres_estimator_record(&est, 0, 2);
+  /* Late, entry 10 holds a later period: straight to the histogram's
+   * window 0, which it claims for period 0 */
+  nres_estimator_record(&est, 0, 10);
   assert_int_equal(atomic_load(&est.epoch[0]), 1);
   assert_int_equal(nres_estimator_quantile(&est, 2 * NRES_SEC, 0.01,
                                            &samples),
                    nres_hist_upper(nres_hist_index(300)));
   assert_int_equal(samples, 5);
-  /* Bucket 18 takes entry 2 over: its five samples of period 2 move into
+  /* Bucket 34 takes entry 10 over: its five samples of period 2 move into
    * window 0, which period 2 now owns. */
-  assert_int_equal(nres_hist_index(18) % NRES_ESTIMATOR_PENDING, 2);
-  nres_estimator_record(&est, 2 * NRES_SEC, 18);
+  assert_int_equal(nres_hist_index(36) % NRES_ESTIMATOR_PENDING, 10);
+  nres_estimator_record(&est, 2 * NRES_SEC, 36);
   assert_int_equal(atomic_load(&est.epoch[0]), 3);
   assert_int_equal(atomic_load(&est.count[0][nres_hist_index(300)]), 5);
   /* Late again, through the histogram and through an empty entry: neither
    * moves the epoch back nor counts. */
-  nres_estimator_record(&est, 0, 2);
+  nres_estimator_record(&est, 0, 10);
   nres_estimator_record(&est, 0, 9);
   assert_int_equal(atomic_load(&est.epoch[0]), 3);
   assert_int_equal(nres_estimator_quantile(&est, 2 * NRES_SEC, 1.0,
@@ -295,7 +295,7 @@ static void *rec(void *arg) {
     /* Every thread cycles through the same eight buckets, so increments
      * of one counter race; each bucket gets REC_ITERS in all. */
     nres_estimator_record(&rec_est, REC_NOW + (uint64_t) i % 1000,
-                          (uint64_t) 1 << (10 + ((uint64_t) i + id) % 8));
+                          (uint64_t) 1 << (6 + 3 * (((uint64_t) i + id) % 8)));
   return NULL;
 }
 
@@ -305,10 +305,11 @@ static void threads_recording_into_one_window_lose_no_sample(void **state) {
   (void) state;
 
   assert_int_equal(nres_estimator_init(&rec_est, NRES_SEC), 0);
-  /* Claim the window: 17 takes over the entry of 1 (bucket 17 % 16), so
+  /* Claim the window: 25 takes over the entry of 1 (bucket 25 % 24), so
    * the sample of 1 moves into the histogram, for this period. */
+  assert_int_equal(nres_hist_index(25) % NRES_ESTIMATOR_PENDING, 1);
   nres_estimator_record(&rec_est, REC_NOW, 1);
-  nres_estimator_record(&rec_est, REC_NOW, 17);
+  nres_estimator_record(&rec_est, REC_NOW, 25);
   assert_int_equal(atomic_load(&rec_est.epoch[(REC_NOW / NRES_SEC) %
                                               NRES_ESTIMATOR_WINDOWS]),
                    REC_NOW / NRES_SEC + 1);
@@ -320,22 +321,23 @@ static void threads_recording_into_one_window_lose_no_sample(void **state) {
   (void) nres_estimator_quantile(&rec_est, REC_NOW, 0.5, &samples);
   assert_int_equal(samples, (uint64_t) REC_THREADS * REC_ITERS + 2);
   /* Each bucket holds REC_ITERS, in the histogram or in the shards'
-   * entries (all eight buckets share entry 0, so they keep moving into the
-   * histogram): the samples of 1 and 17 are ranks 1 and 2, bucket
-   * 2^(10+i) ranks 3 + i * REC_ITERS .. 2 + (i + 1) * REC_ITERS. */
+   * entries (all eight buckets, three powers of two apart, share entry 0,
+   * so they keep moving into the histogram): the samples of 1 and 25 are
+   * ranks 1 and 2, bucket 2^(6+3i) ranks 3 + i * REC_ITERS .. 2 + (i + 1)
+   * * REC_ITERS. */
   for (uint64_t i = 0; i < REC_THREADS; i++) {
     double last = 2.0 + (double) (i + 1) * REC_ITERS;
-    assert_int_equal(nres_hist_index(1ull << (10 + i)) %
+    assert_int_equal(nres_hist_index(1ull << (6 + 3 * i)) %
                          NRES_ESTIMATOR_PENDING, 0);
     assert_int_equal(nres_estimator_quantile(&rec_est, REC_NOW,
                                              (last - 0.5) / (double) samples,
                                              NULL),
-                     nres_hist_upper(nres_hist_index(1ull << (10 + i))));
+                     nres_hist_upper(nres_hist_index(1ull << (6 + 3 * i))));
     if (i + 1 < REC_THREADS)
       assert_int_equal(
           nres_estimator_quantile(&rec_est, REC_NOW,
                                   (last + 0.5) / (double) samples, NULL),
-          nres_hist_upper(nres_hist_index(1ull << (11 + i))));
+          nres_hist_upper(nres_hist_index(1ull << (9 + 3 * i))));
   }
 }
 

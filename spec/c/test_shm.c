@@ -580,6 +580,45 @@ static void processes_share_one_table(void **state) {
   munmap(t, sizeof(*t));
 }
 
+/* Processes that set their shard (nres_shard_set: nginx workers, by their
+ * number) write only their own shard's counters, the index taken modulo
+ * NRES_SHARDS. */
+static void processes_given_a_shard_write_only_its_lines(void **state) {
+  enum { PROCS = 3, CALLS = 1000 };
+  nres_shm_config_t c = base_config(16);
+  nres_shm_t *shm = NULL;
+  nres_shm_counts_t n;
+  pid_t pid[PROCS];
+  int i, idx, status;
+
+  (void) state;
+  assert_int_equal(nres_shm_new(&c, &shm), 0);
+  idx = nres_shm_acquire(shm, "upstream", 8, 0, NRES_TIME_NEVER, NULL);
+  assert_true(idx >= 0);
+  for (i = 0; i < PROCS; i++) {
+    pid[i] = fork();
+    assert_true(pid[i] >= 0);
+    if (pid[i] == 0) {
+      nres_shard_set((unsigned) (i * NRES_SHARDS + 2 * i + 1));   /* shard 2i + 1 */
+      for (int j = 0; j < CALLS; j++)
+        nres_shm_record(shm, (uint32_t) idx, NRES_STOP_OK, 1, 0);
+      _exit(0);
+    }
+  }
+  for (i = 0; i < PROCS; i++) {
+    assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  for (unsigned k = 0; k < NRES_SHARDS; k++) {
+    uint64_t want = k % 2 == 1 && k < 2 * PROCS ? CALLS : 0;
+    assert_int_equal(nres_shm_slot(shm, (uint32_t) idx)->shard[k].calls, want);
+    assert_int_equal(nres_shm_slot(shm, (uint32_t) idx)->shard[k].ok, want);
+  }
+  nres_shm_slot_counts(nres_shm_slot(shm, (uint32_t) idx), &n);
+  assert_int_equal(n.calls, PROCS * CALLS);
+  nres_shm_free(shm);
+}
+
 static void *thread_main(void *arg) {
   worker_t *w = arg;
   int phase;
@@ -1092,6 +1131,7 @@ int main(void) {
     cmocka_unit_test(rate_limit_per_key),
     cmocka_unit_test(processes_share_one_table),
     cmocka_unit_test(threads_share_one_table),
+    cmocka_unit_test(processes_given_a_shard_write_only_its_lines),
     cmocka_unit_test(killed_processes_never_wedge_a_key),
     cmocka_unit_test(a_claimer_killed_at_keyed_is_finished_by_the_next_lookup),
     cmocka_unit_test(processes_killed_while_churning),

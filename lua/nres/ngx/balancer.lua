@@ -84,12 +84,12 @@ typedef struct nres_gw_config_s {
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; uint32_t slot, inflight;
-  double cost; int state; char name[65];
+  double cost; int state, windowed; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
   struct nres_gw_upstream_s *next; char name[65]; char key[65];
   void *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
-  uint32_t attempts, n; int choice, budget, breaker; double panic;
+  uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
   uint64_t overflow; nres_rng_t rng; nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
@@ -102,6 +102,7 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
 void nres_gw_upstream_free(nres_gw_upstream_t *u);
 void nres_gw_register(nres_gw_upstream_t *u);
 void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
+void nres_shard_set(unsigned index);
 size_t nres_gw_struct_size(int which);
 void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
 int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, double inbound_ms);
@@ -620,9 +621,13 @@ function _M.status(now)
 end
 
 -- Seed this worker's random choices and break jitter (init_worker): each
--- upstream's libnres state is this worker's copy since the fork.
+-- upstream's libnres state is this worker's copy since the fork. The
+-- worker's number is its shard of the shared words every request writes:
+-- two workers never write one line, whatever their pids.
 function _M.seed()
   local pid = ngx and ngx.worker.pid() or 1
+  local id = ngx and ngx.worker.id()
+  if id then C.nres_shard_set(id) end
   math.randomseed(pid * 7919 + floor(step_now() % 1e9))
   local k = 0
   for _, u in pairs(config.upstreams) do

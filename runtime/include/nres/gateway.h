@@ -66,6 +66,10 @@ typedef struct nres_gw_peer_s {
   uint32_t inflight;            /* this process's tries in flight */
   double cost;                  /* this process's view: p75 latency, ns */
   int state;                    /* breaker state at the last refresh */
+  int windowed;                 /* its breaker counts calls in a window
+                                   (the table's configuration, kept here
+                                   so that a try's end reads no line of
+                                   it) */
   char name[NRES_GW_NAME_MAX + 1];
 } nres_gw_peer_t;
 
@@ -78,6 +82,8 @@ struct nres_gw_upstream_s {
   nres_time_t deadline, attempt_timeout, hold;
   uint32_t attempts, n;
   int choice, budget, breaker;
+  int windowed;                 /* the scope's breakers count calls in a
+                                   window (as nres_gw_peer_t's) */
   double panic;
   /* this process's */
   int32_t sidx;                 /* the key's slot in the scope (-1: none) */

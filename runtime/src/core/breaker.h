@@ -26,10 +26,18 @@ static inline int nres__breaker_acquire(nres_breaker_t *breaker,
   return nres_breaker_acquire(breaker, now, permit);
 }
 
-/* Does the breaker count calls in its window (a ratio to trip on)? A
- * policy keeps the answer in its flags (NRES__F_BREAKER_WINDOW). */
+/* Does a breaker of this configuration count calls in its window (a
+ * ratio to trip on)? */
+static inline int nres__breaker_config_windowed(
+    const nres_breaker_config_t *config) {
+  return config->failure_ratio > 0 || config->slow_ratio > 0;
+}
+
+/* The same of a breaker. A policy keeps the answer in its flags
+ * (NRES__F_BREAKER_WINDOW), the gateway in its upstream and peers, so
+ * that a success does not read the configuration's line. */
 static inline int nres__breaker_windowed(const nres_breaker_t *breaker) {
-  return breaker->config.failure_ratio > 0 || breaker->config.slow_ratio > 0;
+  return nres__breaker_config_windowed(&breaker->config);
 }
 
 /* A plain success (no probe permit, not slow) of a call admitted while

@@ -1,5 +1,6 @@
 /* shard.c - hands out the calling thread's shard index (see shard.h): the
- * one thread-local every sharded word of the runtime is indexed by. */
+ * one thread-local every sharded word of the runtime is indexed by; drawn
+ * at the thread's first write, or set (nres_shard_set). */
 #include <pthread.h>
 #include <unistd.h>
 
@@ -19,6 +20,11 @@ static void forget_in_child(void) {
 
 static void watch_forks(void) {
   (void) pthread_atfork(NULL, NULL, forget_in_child);
+}
+
+void nres_shard_set(unsigned index) {
+  (void) pthread_once(&fork_once, watch_forks);
+  nres__shard_index = index % NRES_SHARDS;
 }
 
 __attribute__((noinline, cold)) unsigned nres__shard_take(void) {

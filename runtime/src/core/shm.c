@@ -61,13 +61,16 @@
 #include <sys/mman.h>
 
 #include "core/shard.h"
+#include "core/shm_count.h"
 #include "internal.h"
 #include "nres/shm.h"
 
 #define SHM_MAGIC 0x316d687373657271ull   /* "qresshm1", little endian */
-/* Bumped whenever the header, the index or nres_shm_slot_t changes shape:
- * a region laid out by another build is refused, not misread. */
-#define SHM_VERSION 6u
+/* Bumped whenever the header, the index or nres_shm_slot_t changes shape,
+ * or what a region file holds after the table (a gateway's peers'
+ * estimators, nres_estimator_t: 7 when its shards' entries went from 16
+ * to 24): a region laid out by another build is refused, not misread. */
+#define SHM_VERSION 7u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 
@@ -636,18 +639,7 @@ int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
 
 void nres_shm_slot_record(nres_shm_slot_t *s, int stop, uint32_t attempts,
                           uint32_t retries) {
-  /* The calling thread's shard; each add a write, so none for a 0. */
-  unsigned k = nres__shard();
-
-  nres__add(&s->shard[k].calls, 1);
-  if (attempts != 0)
-    nres__add(&s->shard[k].attempts, attempts);
-  if (retries != 0)
-    nres__add(&s->shard[k].retries, retries);
-  if (stop == NRES_STOP_OK)
-    nres__add(&s->shard[k].ok, 1);
-  else if (stop >= 0 && stop < NRES_STOP_COUNT)
-    nres__add(&s->stops[stop], 1);
+  nres__shm_count(s, nres__shard(), stop, attempts, retries);
 }
 
 void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out) {

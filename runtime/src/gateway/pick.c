@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "nres/gateway.h"
+#include "core/breaker.h"
 #include "internal.h"
 
 #define REFRESH 50000000u       /* ns between looks at the peers' states */
@@ -56,7 +57,7 @@ static int admit(nres_gw_upstream_t *u, int i, nres_time_t now, uint32_t *permit
     *has_permit = 0;
     return 1;
   }
-  if (nres_breaker_acquire(u->peer[i].breaker, now, permit) != 0)
+  if (nres__breaker_acquire(u->peer[i].breaker, now, permit) != 0)
     return 0;
   *has_permit = 1;
   return 1;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "nres/gateway.h"
+#include "core/breaker.h"
 #include "internal.h"
 
 static nres_gw_upstream_t *registry;
@@ -19,6 +20,15 @@ static nres_gw_limiter_t *limiters;
 
 static int name_ok(const char *s) {
   return s != NULL && s[0] != '\0' && strlen(s) <= NRES_GW_NAME_MAX;
+}
+
+/* Do the breakers of a table's slots count calls in a window? Every slot's
+ * breaker is made from the table's configuration, if the table keeps one
+ * (else it is zeros: closed, no window). */
+static int windowed(nres_shm_t *table) {
+  const nres_shm_config_t *c = nres_shm_config(table);
+  return c != NULL && (c->flags & NRES_SHM_BREAKER) &&
+         nres__breaker_config_windowed(&c->breaker);
 }
 
 nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
@@ -46,6 +56,7 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
   u->panic = cfg->panic;
   u->budget = cfg->budget != 0;
   u->breaker = cfg->breaker != 0;
+  u->windowed = windowed(cfg->scope);
   u->sidx = -1;
   u->checked = 0;
   u->lookup_at = 0;
@@ -61,6 +72,7 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
     p->breaker = &slot->breaker;
     p->counters = slot;
     p->estimator = cfg->estimators + cfg->peer_slots[i];
+    p->windowed = windowed(cfg->peers);
     strcpy(p->name, cfg->peer_names[i]);
   }
   return u;

@@ -13,6 +13,9 @@
 #include <string.h>
 
 #include "nres/gateway.h"
+#include "core/breaker.h"
+#include "core/estimator.h"
+#include "core/shm_count.h"
 #include "internal.h"
 
 #define LOOKUP_EVERY 1000000000u   /* ns between lookups of the key's slot */
@@ -32,6 +35,15 @@ static void lookup(nres_gw_upstream_t *u, nres_time_t now) {
     u->sslot = NULL;
     u->overflow++;
   }
+}
+
+/* An outcome into a breaker, its common case (a success while closed)
+ * inline; windowed: nres__breaker_windowed's answer, kept by the upstream
+ * (nres_gw_upstream_t.windowed, nres_gw_peer_t.windowed). */
+static void breaker_record(nres_breaker_t *b, unsigned k, nres_time_t now, uint32_t permit,
+                           int failed, int windowed, nres_rng_t *rng) {
+  if (!nres__breaker_record_common(b, k, now, permit, failed, 0, windowed))
+    nres__breaker_record_other(b, now, permit, failed, 0, rng);
 }
 
 static void reset(nres_gw_request_t *r, nres_time_t deadline) {
@@ -60,7 +72,7 @@ int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
     r->idx = u->sidx;
     r->slot = u->sslot;
     if (u->breaker) {
-      if (nres_breaker_acquire(&r->slot->breaker, now, &r->upermit) != 0) {
+      if (nres__breaker_acquire(&r->slot->breaker, now, &r->upermit) != 0) {
         nres_shm_slot_record(r->slot, NRES_STOP_CIRCUIT, 0, 0);
         reset(r, deadline);
         return NRES_GW_CIRCUIT;
@@ -125,23 +137,23 @@ int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now
   if (i < 0)
     return -1;
   nres_gw_peer_t *p = &u->peer[i];
+  unsigned k = nres__shard();   /* the shared words below: this process's copies */
   if (p->inflight > 0)
     p->inflight--;
   nres_time_t lat = now > r->t0 ? now - r->t0 : 0;
   if (r->has_ppermit)
-    nres_breaker_record(p->breaker, now, r->ppermit, failed ? 1 : 0, 0, &u->rng);
+    breaker_record(p->breaker, k, now, r->ppermit, failed ? 1 : 0, p->windowed, &u->rng);
   if (failed && lat < u->attempt_timeout)
     lat = u->attempt_timeout;   /* a failure counts as the attempt timeout */
-  nres_estimator_record(p->estimator, now, lat);
+  nres__estimator_record_in(p->estimator, k, now, lat);
   /* This process's view at once, not at the next refresh: a try slower
    * than the peer's cost (perhaps faded while it was avoided) raises it,
    * so a slow peer tried again is not chosen again and again meanwhile. */
   if ((double)lat > p->cost)
     p->cost = (double)lat;
-  nres_shm_slot_record(p->counters,
-                       failed ? (timed_out ? NRES_STOP_DEADLINE : NRES_STOP_ATTEMPTS)
-                              : NRES_STOP_OK,
-                       1, r->tries > 1 ? 1 : 0);
+  nres__shm_count(p->counters, k,
+                  failed ? (timed_out ? NRES_STOP_DEADLINE : NRES_STOP_ATTEMPTS) : NRES_STOP_OK,
+                  1, r->tries > 1 ? 1 : 0);
   r->peer = -1;
   r->has_ppermit = 0;
   return i;
@@ -174,12 +186,13 @@ void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_
     r->slot = NULL;
   }
   if (r->slot != NULL) {
+    unsigned k = nres__shard();
     if (r->reserved) {
       nres_budget_refund(&r->slot->budget);
       r->reserved = 0;
     }
     if (r->has_upermit) {
-      nres_breaker_record(&r->slot->breaker, now, r->upermit, failed, 0, &u->rng);
+      breaker_record(&r->slot->breaker, k, now, r->upermit, failed, u->windowed, &u->rng);
       r->has_upermit = 0;
     }
     if (!failed && u->budget)
@@ -188,7 +201,7 @@ void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_
     if (failed)
       stop = status == 504 ? NRES_STOP_DEADLINE
              : r->budget_refused ? NRES_STOP_BUDGET : NRES_STOP_ATTEMPTS;
-    nres_shm_slot_record(r->slot, stop, r->tries, r->retries);
+    nres__shm_count(r->slot, k, stop, r->tries, r->retries);
     r->slot = NULL;
   }
   if (r->peer >= 0)

@@ -16,7 +16,11 @@ cd "$tree"
 # shellcheck disable=SC1091
 . ./conf_flags
 export NRES_NGX_INCS="$incs" NRES_NGX_LIBDIR="$libdir" NRES_NGX_RPATH="$rpath"
-if ! ./configure "${NGX_CONF_FLAGS[@]}" --add-dynamic-module="$here" >configure.log 2>&1; then
+# -O2 as Debian builds nginx itself (its --with-cc-opt, which conf_flags
+# leaves out): nginx's configure alone compiles with -O, and the module
+# runs on every request.
+if ! ./configure "${NGX_CONF_FLAGS[@]}" --with-cc-opt=-O2 --add-dynamic-module="$here" \
+     >configure.log 2>&1; then
   echo "nginx configure failed (see $tree/configure.log):" >&2
   tail -5 configure.log >&2
   exit 1

@@ -429,11 +429,15 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
   return NGX_OK;
 }
 
-/* Each worker's random choices and break jitter of its own. */
+/* Each worker's random choices and break jitter of its own, and its own
+ * shard of the shared words every request writes (its number among the
+ * workers: two workers never write one line, whatever their pids). */
 static ngx_int_t ngx_http_nres_init_process(ngx_cycle_t *cycle) {
   ngx_http_nres_main_conf_t *mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_nres_module);
   if (mcf == NULL)
     return NGX_OK;
+  if (mcf->refs.nelts > 0)
+    nres_shard_set((unsigned)ngx_worker);
   ngx_http_nres_ref_t *ref = mcf->refs.elts;
   for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++)
     if (!ref[i].limiter && *ref[i].target != NULL)

@@ -9,7 +9,7 @@
 -- path tried.
 local ffi = require "ffi"
 
-local ABI_VERSION = 5
+local ABI_VERSION = 6
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;

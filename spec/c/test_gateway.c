@@ -20,8 +20,11 @@ typedef struct {
   nres_gw_upstream_t *u;
 } fixture_t;
 
-static nres_gw_upstream_t *make(fixture_t *f, uint32_t npeers, uint32_t attempts,
-                                int choice) {
+/* An upstream of npeers peers whose breakers are made by `peer_breaker`
+ * (NULL: 2 failures in a row), its scope's by the defaults. */
+static nres_gw_upstream_t *make_with(fixture_t *f, uint32_t npeers,
+                                     uint32_t attempts, int choice,
+                                     const nres_breaker_config_t *peer_breaker) {
   nres_shm_config_t sc;
   nres_shm_config_init(&sc);
   sc.slots = 8;
@@ -30,7 +33,10 @@ static nres_gw_upstream_t *make(fixture_t *f, uint32_t npeers, uint32_t attempts
   nres_shm_config_init(&pc);
   pc.slots = 8;
   pc.flags = NRES_SHM_BREAKER;
-  pc.breaker.consecutive = 2;
+  if (peer_breaker != NULL)
+    pc.breaker = *peer_breaker;
+  else
+    pc.breaker.consecutive = 2;
   assert_int_equal(nres_shm_new(&pc, &f->peers), 0);
   static const char *names[] = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80" };
   uint32_t slots[3];
@@ -49,6 +55,11 @@ static nres_gw_upstream_t *make(fixture_t *f, uint32_t npeers, uint32_t attempts
   f->u = nres_gw_upstream_new(&cfg);
   assert_non_null(f->u);
   return f->u;
+}
+
+static nres_gw_upstream_t *make(fixture_t *f, uint32_t npeers, uint32_t attempts,
+                                int choice) {
+  return make_with(f, npeers, attempts, choice, NULL);
 }
 
 static void unmake(fixture_t *f) {
@@ -259,6 +270,45 @@ static void test_ejection_and_panic(void **state) {
   unmake(&f);
 }
 
+/* A peer breaker that trips on a failure ratio (50 % of at least 10
+ * calls) counts every try in its window, successes too (the upstream
+ * keeps nres_gw_peer_t.windowed from the table's configuration, so that a
+ * try's end reads no line of it): one try in four failing leaves it
+ * closed. A success left out of the window would make that ratio 100 %. */
+static void test_ratio_breaker_counts_successes(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_breaker_config_t bc;
+  nres_breaker_config_init(&bc);
+  bc.consecutive = 0;
+  bc.failure_ratio = 0.5;
+  bc.min_calls = 10;
+  bc.window = 10 * SEC;
+  bc.buckets = 10;
+  nres_gw_upstream_t *u = make_with(&f, 1, 1, NRES_GW_P2C, &bc);
+  assert_int_equal(u->peer[0].windowed, 1);
+  nres_time_t now = 100 * SEC;
+  for (int k = 0; k < 200; k++) {
+    nres_gw_request_t r;
+    uint32_t permit;
+    int has;
+    int failed = k % 4 == 3;
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    int i = nres_gw_pick(u, now, -1, &permit, &has);
+    assert_int_equal(i, 0);
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    nres_gw_try_end(u, &r, now + MS, failed, 0);
+    nres_gw_request_end(u, &r, now + MS, failed ? 502 : 200);
+    now += 10 * MS;
+  }
+  uint32_t calls, failures, slow;
+  nres_window_sum(&u->peer[0].breaker->window, now, &calls, &failures, &slow);
+  assert_int_equal(calls, 200);
+  assert_int_equal(failures, 50);
+  assert_int_equal(nres_breaker_state(u->peer[0].breaker, now), NRES_BREAKER_CLOSED);
+  unmake(&f);
+}
+
 /* A client limiter: one admission a second per key (burst 1), an empty
  * key unlimited, a full table admitting; found by name until cleared. */
 static void test_limiter(void **state) {
@@ -326,6 +376,7 @@ int main(void) {
     cmocka_unit_test(test_inflight_damped),
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
+    cmocka_unit_test(test_ratio_breaker_counts_successes),
     cmocka_unit_test(test_limiter),
     cmocka_unit_test(test_class),
   };

@@ -623,7 +623,9 @@ end
 -- Seed this worker's random choices and break jitter (init_worker): each
 -- upstream's libnres state is this worker's copy since the fork. The
 -- worker's number is its shard of the shared words every request writes:
--- two workers never write one line, whatever their pids.
+-- up to 8 workers never write one line, whatever their pids (workers n and
+-- n + 8 share one, as do an old and a new worker of one number while a
+-- reload drains).
 function _M.seed()
   local pid = ngx and ngx.worker.pid() or 1
   local id = ngx and ngx.worker.id()

@@ -25,8 +25,8 @@
  * the shard's own line); any other takes the entry over and moves what it
  * held into the histogram: a shared line, written by every process that
  * records (nginx workers), so the entries span one and a half powers of
- * two (24 buckets): latencies within a factor of 2.8 keep to their own
- * entries (with 16, one power of two, a gateway's healthy tries moved a
+ * two (24 buckets): any 24 consecutive buckets (latencies within x2.5 of
+ * one another) keep to their own entries (with 16, one power of two, a gateway's healthy tries moved a
  * batch into the histogram on about every other try under callgrind;
  * with 24, about one in eighty). Quantiles read the histogram and the
  * entries, so a sample is counted once wherever it sits. A tag of 22 bits wraps

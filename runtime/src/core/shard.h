@@ -10,7 +10,9 @@
  * merge; a thread writes the copy of its shard index, taken once, on its
  * first write, round-robin from a process-wide counter offset by the
  * process id (so single-threaded worker processes sharing a shm slot start
- * on different shards). Shards are a spreading, not an ownership: two
+ * on different shards), unless the process set it by its number
+ * (nres_shard_set: an nginx worker's, so that two workers cannot draw the
+ * same one). Shards are a spreading, not an ownership: two
  * threads may draw the same index and still write it with atomics, so
  * nothing depends on which index a thread gets.
  */

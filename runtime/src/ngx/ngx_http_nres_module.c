@@ -56,6 +56,7 @@
 
 #include "nres.h"
 #include "nres/gateway.h"
+#include "nres/version.h"
 
 /* A name to find in the registry after init_by_lua, and where it is kept:
  * an upstream (gw.upstream with peers) or a client limiter (gw.limiter). */
@@ -383,6 +384,16 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
   ngx_http_nres_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
   if (mcf->refs.nelts == 0)
     return NGX_OK;
+  /* The module reads libnres's structs (an upstream's peers) by the
+   * headers it was built with: a library of another layout would be read
+   * with the wrong stride. */
+  if (nres_abi_version() != NRES_ABI_VERSION) {
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                  "nres: this module was built for libnres ABI %d, the libnres "
+                  "loaded has ABI %ud: build the module against that library",
+                  NRES_ABI_VERSION, nres_abi_version());
+    return NGX_ERROR;
+  }
   if (ngx_http_nres_lua_before_us(cf) != NGX_OK)
     return NGX_ERROR;
   /* nginx -t runs no init_by_lua (the Lua module skips it): the names are
@@ -431,12 +442,16 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
 
 /* Each worker's random choices and break jitter of its own, and its own
  * shard of the shared words every request writes (its number among the
- * workers: two workers never write one line, whatever their pids). */
+ * workers: up to 8 workers never write one line, whatever their pids;
+ * workers n and n + 8 share one, and so do an old and a new worker of one
+ * number while a reload drains). Only workers: the cache manager and
+ * loader run init_process too, with ngx_worker 0. */
 static ngx_int_t ngx_http_nres_init_process(ngx_cycle_t *cycle) {
   ngx_http_nres_main_conf_t *mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_nres_module);
   if (mcf == NULL)
     return NGX_OK;
-  if (mcf->refs.nelts > 0)
+  if (mcf->refs.nelts > 0 &&
+      (ngx_process == NGX_PROCESS_WORKER || ngx_process == NGX_PROCESS_SINGLE))
     nres_shard_set((unsigned)ngx_worker);
   ngx_http_nres_ref_t *ref = mcf->refs.elts;
   for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++)

@@ -55,7 +55,8 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
     WORKING_DIRECTORY ${ngx_tree}
     DEPENDS ${ngx_tree}/objs/Makefile ${ngx_dir}/ngx_http_nres_module.c
             ${CMAKE_CURRENT_SOURCE_DIR}/runtime/include/nres/gateway.h
-            ${CMAKE_CURRENT_SOURCE_DIR}/runtime/include/nres.h nres
+            ${CMAKE_CURRENT_SOURCE_DIR}/runtime/include/nres.h
+            ${CMAKE_BINARY_DIR}/include/nres/version.h nres
     COMMENT "Building ngx_http_nres_module.so")
   add_custom_target(nres_ngx_module ALL DEPENDS ${ngx_module})
   set(NRES_NGX_MODULE ${ngx_module})

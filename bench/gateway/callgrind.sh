@@ -42,9 +42,6 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-# shellcheck source=spec/nginx/lib.sh
-. "$repo/spec/nginx/lib.sh"
 # shellcheck source=bench/gateway/common.sh
 . "$here/common.sh"
 
@@ -56,21 +53,11 @@ gw_scratch cg
 vg_pid=""
 cleanup() {
   [ -n "$vg_pid" ] && nres_stop_pid "$vg_pid"
-  nres_nginx_stop_all
-  rm -rf "$regions"
-  if [ -n "${NRES_KEEP:-}" ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi
+  gw_scratch_remove
 }
 trap cleanup EXIT
 export NRES_REGION_DIR=$regions
-jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
-mapfile -t ports < <(nres_free_ports 2)
-up=${ports[0]}; gw_port=${ports[1]}
-
-mkdir -p "$work/up" && chmod 777 "$work/up"
-nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$up" SPEC="$repo/spec/nginx" EXTRA_LISTEN=""
-nres_nginx_start "$work/up" "$work/up/nginx.conf"
-nres_wait_http "http://127.0.0.1:$up/admin"
+gw_test_upstream
 
 # render NAME PREFIX: the gateway's nginx.conf, one process.
 render() {

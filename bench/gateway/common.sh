@@ -1,8 +1,13 @@
 # bench/gateway/common.sh - what the gateway benchmarks (run.sh,
-# callgrind.sh, syscalls.sh) share, sourced after spec/nginx/lib.sh: the
-# tools and the library they need, and their scratch directories.
+# callgrind.sh, syscalls.sh) share: $repo and spec/nginx/lib.sh, the tools
+# and the library they need, their scratch directories, and the counting
+# scripts' test upstream.
 # shellcheck shell=bash disable=SC2034,SC2154  # work, regions, module, lib, N1, N2: the
-#   sourcing script's; repo: set by it
+#   sourcing script's
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=spec/nginx/lib.sh
+. "$repo/spec/nginx/lib.sh"
 
 # gw_counts_args N1 N2 [ARG...]: a counting script's arguments,
 # [--lib LIB] [N1 N2] (the defaults given first): $lib, $N1 and $N2, or
@@ -41,6 +46,29 @@ gw_scratch() {
   work=$(mktemp -d "/tmp/nres-bench-$1.XXXXXX")
   chmod 755 "$work"
   regions=$(mktemp -d "/dev/shm/nres-bench-$1.XXXXXX")
+}
+
+# gw_scratch_remove: what an EXIT trap does after stopping its own
+# processes: every nginx started, the region files, and $work (kept, and
+# named, with NRES_KEEP=1).
+gw_scratch_remove() {
+  nres_nginx_stop_all
+  rm -rf "$regions"
+  if [ -n "${NRES_KEEP:-}" ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi
+}
+
+# gw_test_upstream: two free ports, $up and $gw_port, and the test
+# upstream (spec/nginx/upstream.conf.in) started on $up in $work/up, with
+# $jit_dir, LuaJIT's own modules (for a gateway's lua_package_path).
+gw_test_upstream() {
+  jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
+  mapfile -t ports < <(nres_free_ports 2)
+  up=${ports[0]}; gw_port=${ports[1]}
+  mkdir -p "$work/up" && chmod 777 "$work/up"
+  nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
+    PREFIX="$work/up" PORT="$up" SPEC="$repo/spec/nginx" EXTRA_LISTEN=""
+  nres_nginx_start "$work/up" "$work/up/nginx.conf"
+  nres_wait_http "http://127.0.0.1:$up/admin"
 }
 
 # gw_with_lua DIR PORT PEERS LUA: DIR/nginx.conf (nginx.conf.in, rendered)

@@ -65,9 +65,6 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-# shellcheck source=spec/nginx/lib.sh
-. "$repo/spec/nginx/lib.sh"
 # shellcheck source=bench/gateway/common.sh
 . "$here/common.sh"
 

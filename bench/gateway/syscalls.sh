@@ -25,9 +25,6 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-# shellcheck source=spec/nginx/lib.sh
-. "$repo/spec/nginx/lib.sh"
 # shellcheck source=bench/gateway/common.sh
 . "$here/common.sh"
 
@@ -38,21 +35,11 @@ export NRES_REGION_DIR_FIXED=$regions
 strace_pid=""
 cleanup() {
   [ -n "$strace_pid" ] && kill -INT "$strace_pid" 2>/dev/null
-  nres_nginx_stop_all
-  rm -rf "$regions"
-  if [ -n "${NRES_KEEP:-}" ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi
+  gw_scratch_remove
 }
 trap cleanup EXIT
-jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
+gw_test_upstream
 lua="$repo/lua/?.lua;${jit_dir}?.lua"
-mapfile -t ports < <(nres_free_ports 2)
-up=${ports[0]}; gw_port=${ports[1]}
-
-mkdir -p "$work/up" && chmod 777 "$work/up"
-nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$up" SPEC="$repo/spec/nginx" EXTRA_LISTEN=""
-nres_nginx_start "$work/up" "$work/up/nginx.conf"
-nres_wait_http "http://127.0.0.1:$up/admin"
 
 # start NAME: the gateway, one worker, its pid in $worker (not in a
 # subshell: the EXIT trap stops the masters this shell started).

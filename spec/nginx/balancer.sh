@@ -107,10 +107,7 @@ grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' <<<"$r" || fail "/limited: no 429 
 # left upstream.
 h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' -H "X-Deadline-Ms: 0" "$gw/via-access")
 [ "$h" = "504 deadline exceeded" ] || fail "/via-access with X-Deadline-Ms: 0 gave '$h'"
-admin_all "reset=1"
-c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 250" "$gw/via-access")
-d=0
-for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+read -r c d < <(deadline_sent "$gw/via-access")
 [ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
   fail "/via-access with X-Deadline-Ms: 250: $c, upstream saw $d"
 admin_all "reset=1"

@@ -187,10 +187,7 @@ for _ in $(seq 1 40); do r1=$(up_field "$(status)" calls); [ "$r1" -gt "$r0" ] &
 [ $((r1 - r0)) = 1 ] || fail "a redirected request counted $((r1 - r0)) calls"
 # $nres_deadline_ms read before the admission (nginx caches a variable's
 # value for the request): the admission's value reaches the upstream
-admin_all "reset=1"
-c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 250" "$gw/early")
-d=0
-for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+read -r c d < <(deadline_sent "$gw/early")
 [ "$c" = 200 ] && [ "$d" -gt 0 ] && [ "$d" -le 250 ] ||
   fail "\$nres_deadline_ms read before the admission: $c, the upstream saw X-Deadline-Ms $d (expected 1..250)"
 pass "healthy: 300/300 ok over 3 peers, X-Deadline-Ms on each, $((c1 - c0)) calls and $tries tries in /nres/status; inbound 0 -> 504 (connection kept), bad values ignored, 300 -> upstream saw $dmax; nres_admit's limiter: 429 + Retry-After; a redirect keeps its admission; \$nres_deadline_ms read before the admission still sent"

@@ -26,6 +26,16 @@ peer_field() {   # JSON PORT FIELD
     if p.peer == '127.0.0.1:$2' then return p.$3 end end end)()"
 }
 up_field() { printf '%s' "$1" | json "key('upstreams', 'backend').$2"; }
+# deadline_sent URL: a request to URL with X-Deadline-Ms: 250, the peers'
+# counts reset first; prints its status and the X-Deadline-Ms the peer it
+# reached saw (the peers' largest, summed: the others saw none).
+deadline_sent() {
+  local c d=0 p
+  admin_all "reset=1"
+  c=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Deadline-Ms: 250" "$1")
+  for p in "$p1" "$p2" "$p3"; do d=$(( d + $(admin "$p" "" | json "j.deadline_max or 0") )); done
+  echo "$c $d"
+}
 
 # One peer down: p1 and p3 made slower first, so the choice prefers p2 when
 # it dies: its failures then happen and the retries have to go elsewhere.

@@ -607,7 +607,8 @@ function _M.status(now)
           refused = tonumber(breaker_stats.rejected),
           tries = tries, failures = tries - okc,
           timeouts = tonumber(counts.stops[STOP_DEADLINE]),
-          latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,
+          -- no estimate yet (no try has ended): no figure, never 0 ms
+          latency_p75_ms = q > 0 and tonumber(q) / 1e6 or nil,
           latency_samples = tonumber(samples_box[0]),
           inflight_this_worker = tonumber(g.peer[i - 1].inflight),
         }

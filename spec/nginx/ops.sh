@@ -9,6 +9,8 @@
 #      addresses, only the `top` most refused keys are listed by name (the
 #      rest aggregated), and `promtool check metrics` passes on the
 #      Prometheus text;
+#   2. latency histograms: each request's duration per upstream and each
+#      try's per peer, Prometheus histograms in seconds (promtool clean);
 #   9. error.log has no [error], [crit], [alert] or [emerg] line.
 # Skipped (exit 0) without nginx's Lua module; without promtool (Debian
 # prometheus) section 1's promtool check fails the test (.ci/deps installs
@@ -83,6 +85,26 @@ promtool check metrics <"$out/metrics.txt" >"$out/promtool.txt" 2>&1 ||
   fail "promtool check metrics: $(cat "$out/promtool.txt")"
 pass "scrape: $refused refusals from 5 addresses (3 listed: $top; others $others),"\
 " JSON and Prometheus valid UTF-8, promtool check metrics clean"
+
+# ------------------------------------------------ 2. latency histograms
+for _ in $(seq 1 20); do curl -sf -o /dev/null "$gw/free" || fail "a healthy request failed"; done
+curl -sf -o "$out/metrics.txt" "$gw/nres/status?format=prometheus"
+p=$(cat "$out/metrics.txt")
+grep -q "^# TYPE nres_upstream_request_duration_seconds histogram" <<<"$p" ||
+  fail "no request duration histogram"
+n=$(sed -n 's/^nres_upstream_request_duration_seconds_count{upstream="backend"} //p' <<<"$p")
+[ "${n:-0}" -ge 20 ] || fail "request histogram count: '${n}' (20 requests at least)"
+inf=$(sed -n 's/^nres_upstream_request_duration_seconds_bucket{upstream="backend",le="+Inf"} //p' <<<"$p")
+[ "$inf" = "$n" ] || fail "+Inf bucket $inf != count $n"
+tries=0
+for port in "$p1" "$p2"; do
+  c=$(sed -n "s/^nres_peer_try_duration_seconds_count{upstream=\"backend\",peer=\"127.0.0.1:$port\"} //p" <<<"$p")
+  tries=$((tries + ${c:-0}))
+done
+[ "$tries" -ge 20 ] || fail "peer try histograms count $tries tries (20 at least)"
+promtool check metrics <"$out/metrics.txt" >"$out/promtool.txt" 2>&1 ||
+  fail "promtool check metrics (histograms): $(cat "$out/promtool.txt")"
+pass "histograms: $n requests, $tries tries, in seconds buckets; promtool clean"
 
 # ------------------------------------------------------------ 9. error.log
 nres_nginx_stop_all

@@ -243,6 +243,10 @@ local FAMILIES = {
   { "nres_peer_latency_p75_seconds", "gauge", "recent p75 try latency (none without a"
     .. " successful sample)", "peer",
     function(p) return p.latency_p75_ms and p.latency_p75_ms / 1e3 end },
+  { "nres_upstream_request_duration_seconds", "histogram", "requests' durations, admission"
+    .. " to end, every try included", "upstream", "request_seconds" },
+  { "nres_peer_try_duration_seconds", "histogram", "tries' durations, failed ones included",
+    "peer", "try_seconds" },
   { "nres_fleet_connected", "gauge", "1 when the fleet agent reaches Redis", "fleet",
     function(f) return flag(f.connected) end },
   { "nres_fleet_status_age_seconds", "gauge", "seconds since the fleet agent last wrote its"

@@ -88,10 +88,12 @@ _M.balance, _M.log = balancer.balance, balancer.log
 _M.region = files.configure
 
 -- init_worker_by_lua: seed this worker's random peer choices and, in
--- worker 0, remove region files no declaration uses (nres.ngx.files).
+-- worker 0, remove region files no declaration uses (nres.ngx.files) and
+-- log every breaker's and peer's state changes (nres.ngx.watch).
 function _M.init_worker()
   balancer.seed()
   files.init_worker()
+  require("nres.ngx.watch").start()
 end
 
 return _M

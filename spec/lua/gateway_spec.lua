@@ -564,6 +564,34 @@ describe("nres.ngx region files and balancer mode", function()
       .. ' is for, got "10.0.0.1"')
   end)
 
+  it("log each peer state change once, rate-limited, with why and the counts", function()
+    local watch = require "nres.ngx.watch"
+    local u = gw.upstream("watched", { scope = "ups", peers = { "10.9.0.1:80" } })
+    local lines = {}
+    local function log(level, text)
+      if text:find("watched", 1, true) then lines[#lines + 1] = level .. " " .. text end
+    end
+    watch.reset()
+    local now = T0
+    watch.poll(log, now, 100)
+    expect.eq(#lines, 0, "a closed peer at the first look: no line")
+    local rng = ffi.new("nres_rng_t", { 1 })
+    for _ = 1, 5 do C.nres_breaker_record(u.br[1], now, 0, 1, 0, rng) end
+    watch.poll(log, now, 100.5)
+    watch.poll(log, now, 101)
+    expect.eq(#lines, 1, table.concat(lines, "\n"))
+    expect.eq(lines[1], "warn nres: peer 10.9.0.1:80 of upstream watched ejected: 5 failures"
+              .. " in a row; 0 tries, 0 failed; opened 1 times")
+    C.nres_breaker_reset(u.br[1])
+    watch.poll(log, now, 102)
+    expect.eq(#lines, 1, "within 5 s of the last line: held")
+    watch.poll(log, now, 105.6)
+    expect.eq(lines[2], "notice nres: peer 10.9.0.1:80 of upstream watched restored; 0 tries,"
+              .. " 0 failed; opened 1 times")
+    watch.poll(log, now, 200)
+    expect.eq(#lines, 2, "no change, no line")
+  end)
+
   it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()
     local u = gw.upstream("pool", { scope = "ups", peers = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80" } })
     expect.eq(u.shm.file, dir .. "/spec.peers.pool.shm")

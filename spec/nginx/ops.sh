@@ -11,6 +11,10 @@
 #      Prometheus text;
 #   2. latency histograms: each request's duration per upstream and each
 #      try's per peer, Prometheus histograms in seconds (promtool clean);
+#   3. a slow peer the choice avoids says so in the status (avoided, its
+#      share of recent tries, its score); a peer that goes down is ejected
+#      with one [warn] line in error.log (why, counts), restored with a
+#      [notice] line;
 #   9. error.log has no [error], [crit], [alert] or [emerg] line.
 # Skipped (exit 0) without nginx's Lua module; without promtool (Debian
 # prometheus) section 1's promtool check fails the test (.ci/deps installs
@@ -105,6 +109,46 @@ done
 promtool check metrics <"$out/metrics.txt" >"$out/promtool.txt" 2>&1 ||
   fail "promtool check metrics (histograms): $(cat "$out/promtool.txt")"
 pass "histograms: $n requests, $tries tries, in seconds buckets; promtool clean"
+
+# ------------------------------------- 3. transitions you can see, honest status
+admin() { curl -sf "http://127.0.0.1:$1/admin?$2" >/dev/null; }
+peer2="127.0.0.1:$p2"
+# one peer down: ejected ([warn], once), then restored ([notice])
+admin "$p2" "mode=down&reset=1"
+for _ in $(seq 1 20); do curl -s -o /dev/null "$gw/rr"; done
+ejected=""
+for _ in $(seq 1 40); do
+  grep -q "peer $peer2 of upstream rr ejected" "$work/gw/error.log" && { ejected=1; break; }
+  curl -s -o /dev/null "$gw/rr"
+  sleep 0.1
+done
+[ -n "$ejected" ] || fail "no error.log line for the ejection: $(grep nres: "$work/gw/error.log" | tail -3)"
+line=$(grep "peer $peer2 of upstream rr ejected" "$work/gw/error.log" | head -1)
+grep -q "\[warn\].*failures in a row; [0-9]* tries, [0-9]* failed; opened [0-9]* times" <<<"$line" ||
+  fail "the ejection line is [warn] with why and counts: $line"
+admin "$p2" "mode=healthy&reset=1"
+restored=""
+for _ in $(seq 1 100); do
+  curl -s -o /dev/null "$gw/rr"
+  grep -q "\[notice\].*peer $peer2 of upstream rr restored" "$work/gw/error.log" &&
+    { restored=1; break; }
+  sleep 0.1
+done
+[ -n "$restored" ] || fail "no [notice] line for the restored peer: $(grep nres: "$work/gw/error.log" | tail -5)"
+n=$(grep -c "peer $peer2 of upstream rr ejected" "$work/gw/error.log")
+[ "$n" -le 2 ] || fail "the ejection logged $n times (once per change, both workers)"
+pass "transitions: $(grep -c "nres: peer $peer2" "$work/gw/error.log") error.log lines for the peer's changes: $line"
+
+# a slow peer: the choice avoids it, and the status says so
+admin "$p2" "mode=healthy&delay=300&reset=1"
+for _ in $(seq 1 4); do curl -sf -o /dev/null "$gw/free" || true; done
+for _ in $(seq 1 30); do curl -sf -o /dev/null "$gw/free" || fail "a request failed (slow peer)"; done
+s=$(status)
+av=$(json 'j.upstreams.backend.peers[2].avoided' <<<"$s")
+share=$(json 'j.upstreams.backend.peers[2].recent_share' <<<"$s")
+score=$(json 'j.upstreams.backend.peers[2].score_ms' <<<"$s")
+[ "$av" = true ] || fail "a slow peer the choice avoids says so: avoided=$av share=$share score=$score"
+pass "honest status: the slow peer avoided (share $share, score $score ms)"
 
 # ------------------------------------------------------------ 9. error.log
 nres_nginx_stop_all

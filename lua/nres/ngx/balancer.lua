@@ -616,13 +616,19 @@ local function histogram(h)
   return { le = HIST_LE, counts = counts, count = count, sum = tonumber(hist_sum[0]) / 1e9 }
 end
 
--- The peers of every balancer upstream, for nres.ngx.status.
+-- The peers of every balancer upstream, for nres.ngx.status. Besides its
+-- breaker's state, each peer says how the choice sees it: its score (this
+-- worker's latency estimate x sqrt(in-flight + 1), ms: the lower wins a
+-- pair) and its share of the tries of the last 1-2 s (the estimators'
+-- samples); `avoided` when it is closed yet got under half an even share
+-- of at least 10 recent tries.
 function _M.status(now)
   local out = {}
   for name, u in pairs(config.upstreams) do
     if u.balancer then
       local g = u.gw
-      local peers = {}
+      C.nres_gw_refresh(g, now)
+      local peers, recent = {}, 0
       for i = 1, u.n do
         local slot = sh_slot(u.ptr, u.idx[i])
         local q = est_quantile(u.est[i], now, 0.75, samples_box)
@@ -630,6 +636,7 @@ function _M.status(now)
         local tries = tonumber(counts.calls)
         local okc = tonumber(counts.stops[STOP_OK])
         C.nres_breaker_stats(slot.breaker, breaker_stats)
+        local gp = g.peer[i - 1]
         peers[i] = {
           peer = u.peer[i],
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
@@ -640,11 +647,17 @@ function _M.status(now)
           -- no estimate yet (no try has ended): no figure, never 0 ms
           latency_p75_ms = q > 0 and tonumber(q) / 1e6 or nil,
           latency_samples = tonumber(samples_box[0]),
-          inflight_this_worker = tonumber(g.peer[i - 1].inflight),
+          recent_tries = tonumber(samples_box[0]),
+          score_ms = gp.cost > 0 and gp.cost * math.sqrt(gp.inflight + 1) / 1e6 or nil,
+          inflight_this_worker = tonumber(gp.inflight),
           try_seconds = histogram(u.hists + u.idx[i] * HIST_SIZE),
         }
+        recent = recent + peers[i].recent_tries
       end
-      C.nres_gw_refresh(g, now)
+      for _, p in ipairs(peers) do
+        p.recent_share = recent > 0 and p.recent_tries / recent or 0
+        p.avoided = p.state == "closed" and recent >= 10 and p.recent_share < 0.5 / u.n
+      end
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
                     panicking = g.panicking ~= 0, peers = peers,
                     request_seconds = histogram(u.hist) }

@@ -243,6 +243,13 @@ local FAMILIES = {
   { "nres_peer_latency_p75_seconds", "gauge", "recent p75 try latency (none without a"
     .. " successful sample)", "peer",
     function(p) return p.latency_p75_ms and p.latency_p75_ms / 1e3 end },
+  { "nres_peer_score_seconds", "gauge", "the choice's view of the peer: latency estimate x"
+    .. " sqrt(in-flight + 1), the lower wins", "peer",
+    function(p) return p.score_ms and p.score_ms / 1e3 end },
+  { "nres_peer_recent_share", "gauge", "the peer's share of the tries of the last 1-2 s",
+    "peer", "recent_share" },
+  { "nres_peer_avoided", "gauge", "1 while the peer is closed but the choice avoids it",
+    "peer", function(p) return flag(p.avoided) end },
   { "nres_upstream_request_duration_seconds", "histogram", "requests' durations, admission"
     .. " to end, every try included", "upstream", "request_seconds" },
   { "nres_peer_try_duration_seconds", "histogram", "tries' durations, failed ones included",

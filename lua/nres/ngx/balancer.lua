@@ -81,19 +81,19 @@ typedef struct nres_gw_config_s {
   nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
   uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
   int choice; double panic; int budget, breaker;
-  void *try_hists; void *request_hist;
+  void *try_hists; void *request_hist; void *control; void *peer_controls;
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; void *hist;
-  uint32_t slot, inflight;
-  double cost; int state, windowed; char name[65];
+  void *control; uint32_t slot, inflight;
+  double cost; int state, drained, windowed; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
   struct nres_gw_upstream_s *next; char name[65]; char key[65];
   void *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
   uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
-  uint64_t overflow; nres_rng_t rng; void *hist; nres_gw_peer_t peer[?];
+  uint64_t overflow; nres_rng_t rng; void *hist; void *control; nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
 typedef struct nres_gw_request_s {
   nres_time_t deadline, t0; void *slot; int32_t idx, peer; uint32_t upermit, ppermit;
@@ -217,7 +217,8 @@ local function register(u, s, ests)
     deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
     budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
-    try_hists = u.hists, request_hist = u.hist })
+    try_hists = u.hists, request_hist = u.hist, control = s.control,
+    peer_controls = u.controls })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)
@@ -284,13 +285,16 @@ function _M.declare(name, opts)
   slots = slots + (8 - slots % 8) % 8
   local hists_at = slots * EST_SIZE
   hists_at = hists_at + (64 - hists_at % 64) % 64
+  local CONTROL_SIZE = require("nres.ngx.control").BYTES
+  local controls_at = hists_at + (slots + 1) * HIST_SIZE
   local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
                                     budget = false, limiter = false,
-                                    extra = hists_at + (slots + 1) * HIST_SIZE }, name)
+                                    extra = controls_at + slots * CONTROL_SIZE }, name)
   u.shm, u.ptr = tbl, tbl.shm
   local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
   u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
   u.hist = u.hists + slots * HIST_SIZE
+  u.controls = ffi_cast("char *", tbl.extra) + controls_at   -- slot i's (drain) at i * size
   if not tbl.reused then
     for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
   end
@@ -623,6 +627,7 @@ end
 -- samples); `avoided` when it is closed yet got under half an even share
 -- of at least 10 recent tries.
 function _M.status(now)
+  local control = require "nres.ngx.control"
   local out = {}
   for name, u in pairs(config.upstreams) do
     if u.balancer then
@@ -638,6 +643,8 @@ function _M.status(now)
         C.nres_breaker_stats(slot.breaker, breaker_stats)
         local gp = g.peer[i - 1]
         peers[i] = {
+          drained = control.flag(control.block(u.controls + u.idx[i] * control.BYTES),
+                                 control.DRAIN),
           peer = u.peer[i],
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
           ejections = tonumber(breaker_stats.trips),

@@ -13,7 +13,7 @@ local bad, limiters = config.bad, config.limiters
 ffi.cdef [[
 typedef struct nres_gw_limiter_s {
   struct nres_gw_limiter_s *next; char name[65]; void *table; nres_time_t hold;
-  uint64_t overflow;
+  uint64_t overflow; void *control;
 } nres_gw_limiter_t;
 nres_gw_limiter_t *nres_gw_limiter_new(const char *name, void *table, nres_time_t hold);
 void nres_gw_limiter_free(nres_gw_limiter_t *l);
@@ -40,6 +40,7 @@ function _M.register(s)
   if #s.name > 64 then error(bad("limiter", "name", "at most 64 bytes", s.name), 3) end
   local l = C.nres_gw_limiter_new(s.name, s.ptr, s.hold)
   if l == nil then error("nres.ngx.limiter: " .. s.name .. ": the runtime refused it", 3) end
+  l.control = s.control   -- the control API's dry-run and rate (nres.ngx.control)
   s.gw = ffi_gc(l, C.nres_gw_limiter_free)
   C.nres_gw_limiter_register(l)
 end

@@ -171,10 +171,21 @@ function _M.snapshot()
   local now = step_now()
   local out = { worker = ngx and ngx.worker.id() or 0, pid = ngx and ngx.worker.pid() or 0,
                 scopes = {}, limiters = {} }
-  for name, s in pairs(scopes) do out.scopes[name] = scope_status(s, now, true) end
+  local control = require "nres.ngx.control"
+  for name, s in pairs(scopes) do
+    local st = scope_status(s, now, true)
+    local c = control.state(s.control)
+    if c then st.dry_run, st.would_refuse = c.dry_run, c.would_refuse end
+    out.scopes[name] = st
+  end
   for name, s in pairs(limiters) do
     local st = scope_status(s, now, false, s.top)
     st.rate, st.burst, st.top = s.rate, s.burst, s.top
+    local c = control.state(s.control)
+    if c then   -- the control API's dry-run, and its rate if it set one
+      st.dry_run, st.would_refuse = c.dry_run, c.would_refuse
+      if c.rate then st.rate, st.burst, st.rate_set = c.rate, c.burst, true end
+    end
     out.limiters[name] = st
   end
   out.upstreams = require("nres.ngx.balancer").status(now)
@@ -208,6 +219,10 @@ local FAMILIES = {
   { "nres_table_evictions_total", "counter", "keys moved out for room", "table", "evictions" },
   { "nres_table_full_total", "counter", "lookups refused: set full of leased keys", "table",
     "full" },
+  { "nres_dry_run", "gauge", "1 while the control API's dry-run lets refusals through",
+    "table", function(t) return t.dry_run ~= nil and flag(t.dry_run) or nil end },
+  { "nres_would_refuse_total", "counter", "requests a dry-run let through, by the refusal"
+    .. " they would have had", "table", "would_refuse", by = "reason" },
   { "nres_calls_total", "counter", "calls ended", "key", "calls" },
   { "nres_stops_total", "counter", "calls ended, by reason", "key", "stops", by = "reason" },
   { "nres_attempts_total", "counter", "upstream attempts", "key", "attempts" },
@@ -236,6 +251,8 @@ local FAMILIES = {
     "upstream", function(u) return flag(u.panicking) end },
   { "nres_peer_state", "gauge", "0 closed, 1 ejected (open), 2 half-open", "peer",
     function(p) return state_code(p.state) end },
+  { "nres_peer_drained", "gauge", "1 while the control API drains the peer (no new tries)",
+    "peer", function(p) return flag(p.drained) end },
   { "nres_peer_ejections_total", "counter", "times the peer was ejected", "peer", "ejections" },
   { "nres_peer_tries_total", "counter", "tries sent to the peer", "peer", "tries" },
   { "nres_peer_failures_total", "counter", "tries that failed (5xx, connect error, timeout)",

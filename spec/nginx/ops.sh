@@ -21,6 +21,10 @@
 #      dry-run lets the requests through and counts would_refuse (JSON,
 #      Prometheus); a limiter's new rate applies at once; dry-run and rate
 #      survive `nginx -s reload`; each change is one [notice] line;
+#   5. the status page (?format=html, Accept: text/html) in headless
+#      Chromium with an open breaker and an ejected peer: the rendered DOM
+#      shows both, the upstreams, scope and limiter; no external asset;
+#      it refreshes itself; the screenshot is kept (NRES_OPS_OUT);
 #   9. error.log has no [error], [crit], [alert] or [emerg] line.
 # Skipped (exit 0) without nginx's Lua module; without promtool (Debian
 # prometheus) section 1's promtool check fails the test (.ci/deps installs
@@ -236,6 +240,49 @@ n=$(grep -c "nres: control from 127.0.0.1: " "$work/gw/error.log")
 grep -q "\[notice\].*nres: control from 127.0.0.1: scope upstreams key backend: breaker isolate (was closed, now isolated)" \
   "$work/gw/error.log" || fail "the isolate line: $(grep 'control from' "$work/gw/error.log" | head -3)"
 pass "limiter rate 1000/s: 20/20 ok; dry-run and rate kept across nginx -s reload; $n [notice] lines"
+
+# ------------------------------------------------ 5. the status page
+# An open breaker (every peer of rr down: its key's breaker in scope
+# upstreams opens) and an ejected peer (backend's first, by the control
+# API), then the page in headless Chromium: the rendered DOM is checked
+# and a screenshot kept in $out.
+command -v chromium >/dev/null || fail "chromium is missing (Debian chromium, .ci/deps)"
+admin "$p1" "mode=down&reset=1"
+admin "$p2" "mode=down&reset=1"
+open_=""
+for _ in $(seq 1 60); do
+  curl -s -o /dev/null "$gw/rr"
+  [ "$(status | json 'key("upstreams", "rr").breaker')" = open ] && { open_=1; break; }
+done
+[ -n "$open_" ] || fail "the rr key's breaker did not open: $(status)"
+expect_ctl 200 '{"action":"eject","upstream":"backend","peer":"127.0.0.1:'"$p1"'"}'
+expect_ctl 200 '{"action":"dry_run","limiter":"clients","on":true}'
+chrome() {
+  timeout 60 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --user-data-dir="$work/chrome" "$@" 2>>"$out/chromium.log"
+}
+page="$gw/nres/status?format=html"
+chrome --dump-dom "$page" >"$out/status.dom.html" || fail "chromium --dump-dom failed: $(tail -3 "$out/chromium.log")"
+chrome --screenshot="$out/status.png" --window-size=1280,1400 "$page" >/dev/null ||
+  fail "chromium --screenshot failed"
+[ -s "$out/status.png" ] || fail "no screenshot"
+dom=$(cat "$out/status.dom.html")
+grep -q '<title>nres status</title>' <<<"$dom" || fail "not the status page: ${dom:0:300}"
+grep -q "data-key=\"rr\" data-state=\"open\"" <<<"$dom" || fail "the open breaker is not shown"
+grep -q "data-peer=\"127.0.0.1:$p1\" data-state=\"isolated\"" <<<"$dom" ||
+  fail "the ejected peer is not shown: $(grep -o "data-peer=[^>]*" <<<"$dom")"
+grep -q 'data-upstream="backend"' <<<"$dom" && grep -q 'data-upstream="rr"' <<<"$dom" &&
+  grep -q 'data-limiter="clients"' <<<"$dom" && grep -q 'DRY-RUN' <<<"$dom" &&
+  grep -q 'data-scope="upstreams"' <<<"$dom" || fail "upstreams, scope or limiter missing"
+grep -q 'http-equiv="refresh"' <<<"$dom" || fail "the page does not refresh itself"
+if grep -Eq '(src|href)="?(https?:)?//' <<<"$dom"; then fail "the page loads an external asset"; fi
+c=$(curl -s -o /dev/null -w '%{content_type}' -H 'Accept: text/html' "$gw/nres/status")
+[ "$c" = "text/html; charset=utf-8" ] || fail "Accept: text/html gets $c"
+expect_ctl 200 '{"action":"restore","upstream":"backend","peer":"127.0.0.1:'"$p1"'"}'
+expect_ctl 200 '{"action":"dry_run","limiter":"clients","on":false}'
+admin "$p1" "mode=healthy&reset=1"
+admin "$p2" "mode=healthy&reset=1"
+pass "status page: Chromium renders the open breaker, the ejected peer, upstreams, limiter (dry-run); screenshot $out/status.png"
 
 # ------------------------------------------------------------ 9. error.log
 nres_nginx_stop_all

@@ -397,8 +397,9 @@ function _M.prometheus(snap)
   return concat(out, "\n") .. "\n"
 end
 
--- Content handler for /nres/status: JSON (default, ?format=json) or
--- Prometheus text (?format=prometheus, or an Accept of text/plain).
+-- Content handler for /nres/status: JSON (default, ?format=json),
+-- Prometheus text (?format=prometheus, or an Accept of text/plain) or the
+-- HTML page (?format=html, or an Accept of text/html: a browser).
 function _M.status()
   local snap = _M.snapshot()
   local fmt = ngx.var.arg_format
@@ -406,6 +407,11 @@ function _M.status()
   if fmt == "prometheus" or (fmt == nil and accept and find(accept, "text/plain", 1, true)) then
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(_M.prometheus(snap))
+    return
+  end
+  if fmt == "html" or (fmt == nil and accept and find(accept, "text/html", 1, true)) then
+    ngx.header["Content-Type"] = "text/html; charset=utf-8"
+    ngx.print(require("nres.ngx.page").html(snap, ngx.now()))
     return
   end
   ngx.header["Content-Type"] = "application/json"

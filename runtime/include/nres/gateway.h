@@ -239,6 +239,9 @@ NRES_EXTERN int nres_gw_limit(nres_gw_limiter_t *l, const char *key, size_t len,
 
 /* Set (on != 0) or clear flag (NRES_GW_*) in c, atomically. */
 NRES_EXTERN void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
+/* Count one refusal a dry-run let through (reason NRES_GW_WOULD_*); a
+ * NULL c is ignored. */
+NRES_EXTERN void nres_gw_control_count(nres_gw_control_t *c, int reason);
 /* A limiter's new rate (> 0, finite) and burst (>= 1) for every key: the
  * keys held now are changed at once (table's slots), the others when
  * next asked. NRES_EINVAL for a bad value (nothing changed). */

@@ -17,6 +17,11 @@ void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on) {
     atomic_fetch_and_explicit(&c->flags, ~flag, memory_order_release);
 }
 
+void nres_gw_control_count(nres_gw_control_t *c, int reason) {
+  if (c != NULL && reason >= 0 && reason < NRES_GW_WOULD_MAX)
+    nres__add(&c->would_refuse[reason], 1);
+}
+
 int nres_gw_control_rate(nres_gw_control_t *c, nres_shm_t *table, double rate,
                          uint32_t burst, nres_time_t now) {
   nres_ratelimit_t want;

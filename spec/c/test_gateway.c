@@ -328,8 +328,8 @@ static void test_ratio_breaker_counts_successes(void **state) {
 
 /* A client limiter: one admission a second per key (burst 1), an empty
  * key unlimited, a full table admitting; found by name until cleared. */
-static void test_limiter(void **state) {
-  (void)state;
+/* A limiter's table: 8 keys of one admission a second (burst 1). */
+static nres_shm_t *limiter_table(void) {
   nres_shm_config_t cfg;
   nres_shm_config_init(&cfg);
   cfg.slots = 8;
@@ -338,6 +338,12 @@ static void test_limiter(void **state) {
   cfg.burst = 1;
   nres_shm_t *t;
   assert_int_equal(nres_shm_new(&cfg, &t), 0);
+  return t;
+}
+
+static void test_limiter(void **state) {
+  (void)state;
+  nres_shm_t *t = limiter_table();
   nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
   assert_non_null(l);
   nres_gw_limiter_register(l);
@@ -377,14 +383,7 @@ static void test_limiter(void **state) {
  * through an open breaker; a drained peer gets no try, in panic too. */
 static void test_control(void **state) {
   (void)state;
-  nres_shm_config_t cfg;
-  nres_shm_config_init(&cfg);
-  cfg.slots = 8;
-  cfg.flags = NRES_SHM_RATELIMIT;
-  cfg.rate = 1;
-  cfg.burst = 1;
-  nres_shm_t *t;
-  assert_int_equal(nres_shm_new(&cfg, &t), 0);
+  nres_shm_t *t = limiter_table();
   nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
   nres_gw_control_t lc;
   memset(&lc, 0, sizeof lc);

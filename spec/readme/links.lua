@@ -27,7 +27,7 @@ local function exists(path)
   return is_dir(path)
 end
 
--- The page's lines outside fenced code blocks, with inline code removed.
+-- The page's lines outside fenced code blocks.
 local function prose_lines(text)
   local lines, fence = {}, nil
   local n = 0
@@ -39,7 +39,9 @@ local function prose_lines(text)
     elseif mark then
       fence = mark
     else
-      lines[#lines + 1] = { n = n, text = line:gsub("``.-``", ""):gsub("`[^`]*`", "") }
+      -- text: for links (inline code holds none); raw: for headings,
+      -- whose anchors keep inline code's text.
+      lines[#lines + 1] = { n = n, raw = line, text = line:gsub("``.-``", ""):gsub("`[^`]*`", "") }
     end
   end
   return lines
@@ -73,7 +75,7 @@ local function anchors(path)
   local set, seen = {}, {}
   local text = read(path) or ""
   for _, l in ipairs(prose_lines(text)) do
-    local h = l.text:match("^#+%s+(.-)%s*#*%s*$")
+    local h = l.raw:match("^#+%s+(.-)%s*#*%s*$")
     if h then
       local a = slug(h)
       if seen[a] then

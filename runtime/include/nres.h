@@ -1010,8 +1010,10 @@ struct nres_policy_s {
   uint32_t reserved0_;
   nres_time_t slow_threshold;
   double slow_factor;
-  /* Refusals of the rate limiter are waited out when the wait is at most
-   * this (and fits the deadline); otherwise the call stops. */
+  /* Refusals of the rate limiter are waited out while the whole wait of
+   * the admission (from its first refusal, across every refusal after a
+   * lost race for the token) is at most this and fits the deadline;
+   * otherwise the call stops. */
   nres_time_t limit_wait;
   uint32_t fallback;            /* 1: failed calls are marked for the
                                    driver to run its fallback */
@@ -1178,7 +1180,8 @@ struct nres_call_s {
   uint8_t criticality;          /* nres_class_t, set by begin */
   uint8_t deferred;             /* attempts the throttle refused and the
                                    call waited out as throttled answers */
-  nres_time_t queue_end;        /* when a queued wait gives up */
+  nres_time_t queue_end;        /* when an admission wait (the rate
+                                   limiter's, then a queued one) gives up */
   nres_verdict_t last;          /* the last verdict reported */
   nres_backoff_state_t backoff;
   nres_rng_t rng;               /* seeded at the first random need */

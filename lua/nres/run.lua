@@ -198,7 +198,7 @@ local slots = setmetatable({}, { __mode = "k" })   -- coroutine -> its slot
 
 local function new_slot()
   return { info = { reason = false, criticality = false, attempts = 0, retries = 0, hedges = 0,
-                    error = false, thrown = false, log = {} },
+                    error = false, result = false, thrown = false, log = {} },
            n = 0, busy = false }
 end
 
@@ -297,6 +297,9 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   info.retries = call.retries
   info.hedges = call.hedges
   info.error = classify.error_of(ok, r1, r2)
+  -- The dependency's last answer (fn's first result, e.g. an HTTP
+  -- response with its 503 body), so a proxy can forward it as it came.
+  if ok then info.result = r1 else info.result = nil end
   info.thrown = not ok
   info.callback, info.raised, info.cause, info.fallback = nil, nil, nil, nil
   local log = info.log

@@ -238,6 +238,26 @@ describe("classifiers", function()
     local _, reason, info = p:run(function() return 500 end)
     expect.eq(reason, "attempts exhausted"); expect.eq(info.attempts, 3)
   end)
+  it("keeps the dependency's last answer in info.result when retries run out", function()
+    local p = virtual { base = "http", breaker = false, ceiling = false }
+    local n = 0
+    local res, reason, info = p:run(function()
+      n = n + 1
+      return { status = 503, body = "upstream busy " .. n }
+    end)
+    expect.eq(res, nil); expect.eq(reason, "attempts exhausted")
+    expect.eq(type(info.result), "table", "info.result")
+    expect.eq(info.result.status, 503); expect.eq(info.result.body, "upstream busy 3")
+    -- A thrown attempt, or nil, err, has no answer: nothing is kept.
+    local _, _, info2 = p:run(function() error("kaboom") end)
+    expect.eq(info2.result, nil)
+    local _, _, info3 = p:run(function() return nil, "refused" end)
+    expect.eq(info3.result, nil)
+    -- A passthrough keeps it too.
+    local q = virtual { base = "none", classify = "http" }
+    local _, r, i = q:run(function() return { status = 502, body = "bad gateway" } end)
+    expect.eq(r, "attempts exhausted"); expect.eq(i.result.body, "bad gateway")
+  end)
   it("a classifier function's retry_after is honoured", function()
     local p, d = virtual { base = "none", attempts = 2, backoff = { kind = "constant", base = 0.01, max = 10 },
                            classify = function(_, err) if err then return "throttled", 4 end return "ok" end }

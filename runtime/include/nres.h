@@ -939,6 +939,8 @@ struct nres_counters_s {
   uint64_t hedges_won;          /* calls answered by a hedged attempt */
   uint64_t class_rejects[NRES_CLASS_COUNT];   /* calls refused (any
                                    source), by class */
+  uint64_t isolations;          /* nres_policy_isolate(p, 1) calls */
+  uint64_t resets;              /* nres_policy_isolate(p, 0) calls */
 };
 
 /* ----------------------------------------------------------------- policy */
@@ -1058,6 +1060,8 @@ struct nres_policy_s {
   NRES_ATOMIC(uint64_t) n_late;
   NRES_ATOMIC(uint64_t) n_hedges_won;
   NRES_ATOMIC(uint64_t) n_class_rejects[NRES_CLASS_COUNT];
+  NRES_ATOMIC(uint64_t) n_isolations;
+  NRES_ATOMIC(uint64_t) n_resets;
   /* What every successful call writes - its OK verdict and its OK stop -
    * counted in one of NRES_POLICY_SHARDS shards (the calling thread's,
    * taken round-robin) instead of n_verdicts[NRES_OK] and
@@ -1089,6 +1093,12 @@ NRES_EXTERN int nres_policy_build(nres_policy_t *policy);
 NRES_EXTERN const char *nres_policy_error(const nres_policy_t *policy);
 /* Refuse new calls with NRES_STOP_DRAINING (on = 1) or accept them again. */
 NRES_EXTERN void nres_policy_drain(nres_policy_t *policy, int on);
+/* An operator's hand on the policy's breaker: on = 1 isolates it
+ * (NRES_BREAKER_ISOLATED: every call stops NRES_STOP_CIRCUIT until reset),
+ * on = 0 resets it (closed, its window emptied, from any state). Counted
+ * in counters.isolations and counters.resets. 0, or NRES_EINVAL when the
+ * policy has no breaker. Any thread. */
+NRES_EXTERN int nres_policy_isolate(nres_policy_t *policy, int on);
 /* Copy the counters out; relaxed reads, no locks. */
 NRES_EXTERN void nres_policy_counters(const nres_policy_t *policy,
                                       nres_counters_t *out);

@@ -286,6 +286,26 @@ describe("classifiers", function()
   end)
 end)
 
+describe("isolation by hand", function()
+  it("p:isolate() stops every call until p:reset(), both counted", function()
+    local p = virtual { base = "default" }
+    expect.eq(p:run(function() return 1 end), 1)
+    p:isolate()
+    local res, reason = p:run(function() return 1 end)
+    expect.eq(res, nil); expect.eq(reason, "circuit open")
+    expect.eq(p:stats().breaker, "isolated")
+    p:reset()
+    expect.eq(p:run(function() return 2 end), 2)
+    local s = p:stats()
+    expect.eq(s.breaker, "closed"); expect.eq(s.isolations, 1); expect.eq(s.resets, 1)
+    local q = virtual { base = "trivial" }
+    local ok, err = pcall(function() q:isolate() end)
+    expect.eq(ok, false)
+    expect.truthy(tostring(err):find("has no breaker", 1, true), tostring(err))
+    expect.truthy(tostring(err):find("run_spec", 1, true), "names the caller: " .. tostring(err))
+  end)
+end)
+
 describe("fallback and admit", function()
   it("a fallback's value is returned as a success and marked in info", function()
     local got_reason, got_err

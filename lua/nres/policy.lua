@@ -458,7 +458,7 @@ function _M.stats(self)
                          default = tonumber(counters.class_rejects[1]),
                          sheddable = tonumber(counters.class_rejects[2]) }
   for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
-  for i = 1, 10 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
+  for i = 1, #stop_names do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
   for i = 0, 5 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
   local cp, now = self.cp, self.driver.now()   -- state lives on the driver's clock
   if cp.budget ~= nil then

@@ -894,7 +894,10 @@ struct nres_event_s {
 
 /* -------------------------------------------------------------- stop reasons */
 
-/* Why a call ended. Stable: values and names never change. */
+/* Why a call ended. Stable: values and names never change; new ones are
+ * appended. CALLBACK: the driver's own code for the call (a binding's
+ * classifier, admission hook, event listener or sleep) failed, and the
+ * driver ended the call with nres_call_abort. */
 #define NRES_STOP_MAP(XX)                                                    \
   XX(NONE,       "running")                                                  \
   XX(OK,         "ok")                                                       \
@@ -907,6 +910,7 @@ struct nres_event_s {
   XX(CANCELED,   "canceled")                                                 \
   XX(DRAINING,   "draining")                                                 \
   XX(THROTTLED,  "throttled locally")                                        \
+  XX(CALLBACK,   "callback error")                                           \
 
 typedef enum {
 #define XX(name, _) NRES_STOP_ ## name,
@@ -1250,6 +1254,13 @@ NRES_EXTERN nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now);
  * failure, and DONE with NRES_STOP_CANCELED comes back (with the slots to
  * abandon). Canceling a finished call returns its DONE again. */
 NRES_EXTERN nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now);
+/* The same end for a call whose driver's own code failed (a classifier
+ * that raised or answered junk, an admission hook, an event listener, the
+ * driver's sleep): everything given back as by nres_call_cancel, nothing
+ * counted against the dependency, no fallback, but the stop is
+ * NRES_STOP_CALLBACK (nres_stop_error: NRES_ECALLBACK), so the caller
+ * learns that the call failed on its own side. */
+NRES_EXTERN nres_action_t nres_call_abort(nres_call_t *call, nres_time_t now);
 /* Time left before the call's deadline (NRES_TIME_NEVER if none). */
 NRES_EXTERN nres_time_t nres_call_remaining(const nres_call_t *call,
                                             nres_time_t now);
@@ -1295,6 +1306,8 @@ NRES_EXTERN int nres_step_resume(nres_call_t *call, double now,
                                  nres_step_t *out);
 NRES_EXTERN int nres_step_cancel(nres_call_t *call, double now,
                                  nres_step_t *out);
+NRES_EXTERN int nres_step_abort(nres_call_t *call, double now,
+                                nres_step_t *out);
 /* The two steps of a synchronous driver's call (one attempt at a time, no
  * hedging), one FFI call each: nres_step_begin_class with no inherited
  * deadline, and nres_step_report (nres_step_sync_resume: nres_step_resume,

@@ -360,6 +360,41 @@ static void canceled_probe_never_leaves_breaker_stuck_half_open(void **state) {
   assert_int_equal(nres_breaker_state(&br, 2 * SEC), NRES_BREAKER_CLOSED);
 }
 
+/* A driver whose own code failed ends the call with nres_call_abort: the
+ * probe permit is given back as by a cancel, no fallback is marked, and
+ * the stop says so (NRES_STOP_CALLBACK, NRES_ECALLBACK), counted. */
+static void aborted_call_stops_callback_error_and_gives_back(void **state) {
+  nres_policy_t p;
+  nres_breaker_t br;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 1;
+  p.fallback = 1;
+  use_breaker(&p, &br, 1, 1 * SEC);
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  a = nres_call_begin(&call, &p, 2 * SEC);   /* the probe */
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_abort(&call, 2 * SEC);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_CALLBACK);
+  assert_int_equal(a.cancel, 1);
+  assert_int_equal(a.fallback, 0);
+  assert_int_equal(nres_stop_error(call.stop), NRES_ECALLBACK);
+  assert_int_equal(counters(&p).stops[NRES_STOP_CALLBACK], 1);
+  a = nres_call_abort(&call, 2 * SEC);       /* over: its DONE again */
+  assert_int_equal(a.stop, NRES_STOP_CALLBACK);
+  assert_int_equal(counters(&p).stops[NRES_STOP_CALLBACK], 1);
+  a = nres_call_begin(&call, &p, 2 * SEC);   /* permit was given back */
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_report(&call, a.slot, 2 * SEC, ok());
+  assert_int_equal(nres_breaker_state(&br, 2 * SEC), NRES_BREAKER_CLOSED);
+}
+
 static void canceled_outcome_is_not_a_breaker_failure(void **state) {
   nres_policy_t p;
   nres_breaker_t br;
@@ -1182,6 +1217,7 @@ int main(void) {
     cmocka_unit_test(breaker_opens_rejects_then_probes_and_closes),
     cmocka_unit_test(canceled_probe_never_leaves_breaker_stuck_half_open),
     cmocka_unit_test(canceled_outcome_is_not_a_breaker_failure),
+    cmocka_unit_test(aborted_call_stops_callback_error_and_gives_back),
     cmocka_unit_test(hedge_starts_after_delay_and_first_ok_wins),
     cmocka_unit_test(exhausted_budget_never_cancels_inflight_hedges),
     cmocka_unit_test(hedge_win_is_counted_and_the_loser_is_a_censored_sample),

@@ -277,12 +277,17 @@ describe("classifiers", function()
     expect.near((d.now() - t0) / 1e9, 3, 1e-6, "waited the retry-after")
     expect.eq(inst.requests, 3)
   end)
-  it("a classifier returning nonsense ends the call with a clear error, not a throw", function()
+  it("a classifier returning nonsense ends the call \"callback error\", not a throw nor \"canceled\"", function()
     local p = virtual { base = "none", classify = function() return "maybe" end }
     local res, reason, info = p:run(function() return 1 end)
-    expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(info.callback, "classify")
+    expect.eq(res, nil); expect.eq(reason, "callback error"); expect.eq(info.callback, "classify")
     expect.eq(info.error,
       'nres: classify returned "maybe"; expected "ok", "transient", "throttled", "permanent" or "canceled"')
+    local q = virtual { base = "trivial", classify = function() return "maybe" end }
+    local _, r2 = q:run(function() return 1 end)
+    expect.eq(r2, "callback error")
+    expect.eq(q:stats().stops["callback error"], 1, "counted as its own stop")
+    expect.eq(q:stats().stops.canceled, 0, "not as canceled")
   end)
 end)
 

@@ -236,7 +236,7 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
     release_all(call, now, stop);
   mark_done(call, stop);
   if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
-      stop != NRES_STOP_CANCELED) {
+      stop != NRES_STOP_CANCELED && stop != NRES_STOP_CALLBACK) {
     mark_fallback(call);
     a.fallback = 1;
   }
@@ -1097,6 +1097,12 @@ nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
   if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
   return done(call, now, NRES_STOP_CANCELED);
+}
+
+nres_action_t nres_call_abort(nres_call_t *call, nres_time_t now) {
+  if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
+    return pending(call);
+  return done(call, now, NRES_STOP_CALLBACK);
 }
 
 nres_time_t nres_call_remaining(const nres_call_t *call, nres_time_t now) {

@@ -53,7 +53,7 @@ local function scope_status(s, now, worker_local, top)
         calls = counts.calls, attempts = counts.attempts, retries = counts.retries, stops = {},
         lease = math.max(0, (lease - now) / 1e9),   -- s before it may be evicted
       }
-      for stop = 1, 10 do
+      for stop = 1, #stop_names do
         local n = counts.stops[stop]
         if n > 0 then k.stops[stop_names[stop]] = n end
       end

@@ -415,6 +415,19 @@ describe("verdict", function()
     expect.eq(quiet.breakers[1].text, "never opened")
   end)
 
+  it("docs/reports.md's example prints the verdict the page quotes", function()
+    local f = assert(io.open("docs/reports.md"))
+    local page = f:read("*a")
+    f:close()
+    local code = assert(page:match("<!%-%- readme%-test: nresrun %-%->\n```lua\n(.-)```"), "the example")
+    local quoted = assert(page:match("```text\n(Verdict, .-\n)```"), "the quoted verdict")
+    local doc = assert(loadstring(code, "=docs/reports.md"))():run()
+    local text = report.terminal(doc)
+    local from = assert(text:find("Verdict, ", 1, true))
+    local to = assert(text:find("\n\n", from, true))
+    expect.eq(text:sub(from, to), quoted)
+  end)
+
   it("at most 40 lines on a terminal, even with many policies", function()
     local policies = {}
     for i = 1, 40 do policies[string.format("p%02d", i)] = "default" end

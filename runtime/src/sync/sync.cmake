@@ -13,6 +13,8 @@ endif()
 set(NRES_SYNC_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/sync.c
   ${CMAKE_CURRENT_LIST_DIR}/scripts.c
+  ${CMAKE_CURRENT_LIST_DIR}/reply.c
+  ${CMAKE_CURRENT_LIST_DIR}/conn.c
 )
 foreach(lib nres_sync nres_sync_static)
   if(lib STREQUAL "nres_sync")

@@ -51,6 +51,7 @@
 #include "nres/shm.h"
 #include "nres/sync.h"
 #include "../sync/redis_server.h"
+#include "../sync/region.h"
 
 #define IVL (50 * NRES_MSEC)
 
@@ -979,36 +980,6 @@ static void test_probe_hanging(void **state) {
 
 /* ----------------------------------------------------------- nres-syncd */
 
-/* A region file as the gateway makes one: laid out in a temporary file,
- * renamed into place (replacing the one before). One key in use. */
-static nres_shm_slot_t *make_region(const char *path, uint32_t slots,
-                                    double rate, void **mem, size_t *size) {
-  nres_shm_config_t c;
-  nres_shm_t *shm;
-  char tmp[300];
-  int fd, idx;
-
-  nres_shm_config_init(&c);
-  c.slots = slots;
-  c.flags = NRES_SHM_BUDGET | NRES_SHM_RATELIMIT | NRES_SHM_BREAKER;
-  c.rate = rate;
-  c.burst = 5;
-  *size = nres_shm_size(&c);
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  assert_true(fd >= 0);
-  assert_int_equal(ftruncate(fd, (off_t) *size), 0);
-  *mem = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  assert_true(*mem != MAP_FAILED);
-  assert_int_equal(nres_shm_init(*mem, *size, &c), 0);
-  assert_int_equal(nres_shm_attach(*mem, *size, &shm), 0);
-  idx = nres_shm_acquire(shm, "api.example:80", 14, now_ns(), 60 * NRES_SEC,
-                         NULL);
-  assert_true(idx >= 0);
-  assert_int_equal(rename(tmp, path), 0);
-  return nres_shm_slot(shm, (uint32_t) idx);
-}
 
 /* Wait until the limiter's rate drops under `below`: 1, or 0 after 2 s. */
 static int rate_drops(nres_ratelimit_t *l, double below) {

@@ -92,6 +92,38 @@ if(TARGET nres_sync)
           COMPONENT sync)
 endif()
 
+# Manual pages, made at build time from each program's --help by
+# cmake/manpage.awk, so a page cannot drift from its --help (the help text
+# is the one source), compressed as Debian wants and installed with the
+# program's component.
+function(nres_manpage target name section summary component)
+  set(page ${CMAKE_BINARY_DIR}/man/${name}.${section})
+  add_custom_command(OUTPUT ${page}.gz
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
+    COMMAND sh -c "\"$1\" --help | awk -v name=\"$2\" -v section=$3 -v summary=\"$4\" -v version=$5 -f \"$6\" > \"$7\" && gzip -9nf \"$7\""
+            manpage $<TARGET_FILE:${target}> ${name} ${section} "${summary}" ${PROJECT_VERSION}
+            ${CMAKE_CURRENT_SOURCE_DIR}/cmake/manpage.awk ${page}
+    DEPENDS ${target} ${CMAKE_CURRENT_SOURCE_DIR}/cmake/manpage.awk ${ARGN}
+    COMMENT "Manual page ${name}(${section}) from ${name} --help"
+    VERBATIM)
+  add_custom_target(man_${name} ALL DEPENDS ${page}.gz)
+  install(FILES ${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section}
+          COMPONENT ${component})
+endfunction()
+if(TARGET nresrun)
+  # nresrun's help text is lua/nresrun/cli.lua's USAGE.
+  nres_manpage(nresrun nresrun 1 "run resilience stress scenarios and simulations"
+               nresrun ${CMAKE_CURRENT_SOURCE_DIR}/lua/nresrun/cli.lua)
+endif()
+if(TARGET nres-depserver)
+  nres_manpage(nres-depserver nres-depserver 1
+               "HTTP dependency server for resilience tests" nresrun)
+endif()
+if(TARGET nres-syncd)
+  nres_manpage(nres-syncd nres-syncd 8
+               "sync nres gateways' budgets, rate limits and breakers through Redis" sync)
+endif()
+
 # ------------------------------------------------------------------ CPack
 set(CPACK_PACKAGE_NAME nres)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})

@@ -45,6 +45,7 @@ build = {
   build_command = [[
 cmake -S . -B build-rock -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DNRES_TESTS=OFF -DNRES_BENCH=OFF "-DNRES_COMPONENTS=pool;http;shm" \
+  -DNRES_INSTALL_DOCS=OFF \
   "-DNRES_INSTALL_LUADIR=$(LUADIR)" &&
 cmake --build build-rock --target nres -j `nproc 2>/dev/null || echo 2`
 ]],

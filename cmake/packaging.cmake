@@ -110,16 +110,20 @@ function(nres_manpage target name section summary component)
   install(FILES ${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section}
           COMPONENT ${component})
 endfunction()
-if(TARGET nresrun)
+# Sanitizer trees install nothing (spec/install/install.cmake), and running
+# their programs at build time could fail on a leak report: no pages there.
+if(NOT NRES_SANITIZE STREQUAL "")
+  # nothing: the plain tree makes the pages
+elseif(TARGET nresrun)
   # nresrun's help text is lua/nresrun/cli.lua's USAGE.
   nres_manpage(nresrun nresrun 1 "run resilience stress scenarios and simulations"
                nresrun ${CMAKE_CURRENT_SOURCE_DIR}/lua/nresrun/cli.lua)
 endif()
-if(TARGET nres-depserver)
+if(TARGET nresrun AND TARGET nres-depserver AND NRES_SANITIZE STREQUAL "")   # as its install
   nres_manpage(nres-depserver nres-depserver 1
                "HTTP dependency server for resilience tests" nresrun)
 endif()
-if(TARGET nres-syncd)
+if(TARGET nres-syncd AND NRES_SANITIZE STREQUAL "")
   nres_manpage(nres-syncd nres-syncd 8
                "sync nres gateways' budgets, rate limits and breakers through Redis" sync)
 endif()
@@ -236,6 +240,10 @@ set(CPACK_COMPONENT_NGX_DESCRIPTION
 # native package, changelog.gz: one entry for this version pointing at
 # CHANGELOG.md, dated SOURCE_DATE_EPOCH when set (reproducible builds),
 # compressed with gzip -9n as lintian asks.
+# The rock (nres-*.rockspec) installs into a LuaRocks tree, not a prefix:
+# it turns these off (-DNRES_INSTALL_DOCS=OFF) so nothing lands in
+# CMAKE_INSTALL_PREFIX.
+option(NRES_INSTALL_DOCS "install the copyright file and changelog per component" ON)
 string(TIMESTAMP NRES_CHANGELOG_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
 configure_file(cmake/debian/changelog.in ${CMAKE_BINARY_DIR}/debian/changelog @ONLY)
 execute_process(COMMAND gzip -9nf -k ${CMAKE_BINARY_DIR}/debian/changelog
@@ -244,6 +252,9 @@ if(NOT gzip_rc EQUAL 0)
   message(FATAL_ERROR "gzip of the Debian changelog failed")
 endif()
 foreach(component ${CPACK_COMPONENTS_ALL})
+  if(NOT NRES_INSTALL_DOCS)
+    break()
+  endif()
   string(TOUPPER ${component} upper)
   install(FILES cmake/debian/copyright ${CMAKE_BINARY_DIR}/debian/changelog.gz
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${CPACK_DEBIAN_${upper}_PACKAGE_NAME}

@@ -36,6 +36,10 @@ unset NRES_LIB LUA_PATH LUA_CPATH LUA_INIT
 (cd "$tmp/src" && luarocks make --tree "$tmp/tree" "nres-$version-1.rockspec") \
   >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; fail "luarocks make failed"; }
 
+# Everything the rock installed is in its tree: nothing in a prefix.
+outside=$(sed -n 's/^-- \(Installing\|Up-to-date\): //p' "$tmp/make.log" | grep -v "^$tmp/" || true)
+[ -z "$outside" ] || fail "luarocks make installed outside its tree: $outside"
+
 lpath=$(luarocks path --tree "$tmp/tree" --lr-path)
 lcpath=$(luarocks path --tree "$tmp/tree" --lr-cpath)
 [ -n "$(find "$tmp/tree" -name libnres.so)" ] || fail "no libnres.so in the tree"

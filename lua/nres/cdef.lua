@@ -7,6 +7,12 @@
 -- memory corruption. libnres is looked for in $NRES_LIB, then on
 -- package.cpath, then in the usual install locations; the error lists every
 -- path tried.
+-- nres needs LuaJIT's FFI: say so under any other Lua (plain Lua 5.1, as
+-- LuaRocks may run, would otherwise fail with "module 'ffi' not found").
+if not jit then
+  error("nres needs LuaJIT (its FFI): this is " .. tostring(_VERSION)
+        .. "; run it with luajit or in OpenResty", 2)
+end
 local ffi = require "ffi"
 
 local ABI_VERSION = 7

@@ -128,7 +128,12 @@ describe("scenario errors name file:line and the field", function()
     expect.eq((run("x.lua --repetitions 0")), 2)
     local code, out = run("--help")
     expect.eq(code, 0)
-    expect.truthy(out:find("Exit codes", 1, true), "help text")
+    -- The help (also nresrun(1)) covers simulations, serve, where the
+    -- reports go and the exit status.
+    for _, want in ipairs { "Exit status:", "nresrun.simulation{", "nresrun serve",
+                            "artifacts/sim", "artifacts/stress", "--max-minutes" } do
+      expect.truthy(out:find(want, 1, true), "help text lacks " .. want)
+    end
     code, out = run("--version")
     expect.eq(code, 0)
     expect.truthy(out:find("^nresrun %d"), out)

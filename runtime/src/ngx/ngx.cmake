@@ -70,6 +70,13 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
   install(CODE "file(RPATH_CHANGE FILE \"\$ENV{DESTDIR}${ngx_installed}\"
                      OLD_RPATH \"${ngx_build_rpath}\" NEW_RPATH \"${ngx_install_rpath}\")"
           COMPONENT ngx)
+  # Installed as a file, the module is not stripped by `cmake --install
+  # --strip` (CPack's CPACK_STRIP_FILES): strip it here, as Debian wants.
+  install(CODE "if(CMAKE_INSTALL_DO_STRIP)
+                  execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-unneeded
+                                  \"\$ENV{DESTDIR}${ngx_installed}\")
+                endif()"
+          COMPONENT ngx)
   # The Debian package's nginx ABI (nginx-dev's, e.g. nginx-abi-1.22.1-7),
   # which Debian's own module packages depend on.
   set(NRES_NGX_ABI "")

@@ -62,6 +62,7 @@ local function scope_status(s, now, worker_local, top)
         C.nres_breaker_stats(slot.breaker, breaker_stats)
         k.breaker_trips = tonumber(breaker_stats.trips)
         k.breaker_rejected = tonumber(breaker_stats.rejected)
+        k.leases_expired = tonumber(breaker_stats.leases_expired)
       end
       if s.budget then
         k.budget = C.nres_budget_level(slot.budget, now)
@@ -215,6 +216,8 @@ local function emit_key(out, kind, kl, k)
          k.breaker_trips)
     emit(out, "nres_breaker_rejected_total", "counter", "admissions the breaker refused", kl,
          k.breaker_rejected)
+    emit(out, "nres_leases_expired_total", "counter",
+         "probe permits given back by their lease, not their holder", kl, k.leases_expired)
   end
   if k.budget then
     emit(out, "nres_budget_tokens", "gauge", "retry budget tokens available", kl,
@@ -271,6 +274,8 @@ local function emit_peers(out, ups)
            breaker_code(p.state))
       emit(out, "nres_peer_ejections_total", "counter", "times the peer was ejected", pl,
            p.ejections)
+      emit(out, "nres_peer_leases_expired_total", "counter",
+           "probe permits given back by their lease, not their holder", pl, p.leases_expired)
       emit(out, "nres_peer_tries_total", "counter", "tries sent to the peer", pl, p.tries)
       emit(out, "nres_peer_failures_total", "counter", "tries that failed (5xx, connect"
            .. " error, timeout)", pl, p.failures)

@@ -22,10 +22,21 @@
  *               through every other transition. A probe permit is
  *               generation + 1 (never 0), so a permit from an earlier
  *               half-open period is recognised as stale and ignored.
- *   bits 26-63  open-until, in ms, modulo 2^38. Compared with wrapping
+ *   bits 26-63  OPEN: open-until; HALF_OPEN: lease-until, the moment the
+ *               probe permits out lapse (config.lease after the latest was
+ *               taken). In ms, modulo 2^38. Compared with wrapping
  *               arithmetic (a break is far shorter than 2^37 ms, 4.3 years),
  *               so any epoch works: nanoseconds since boot or since 1970
  *               (ngx.now) alike. It is rounded up, never admitting early.
+ *
+ * Every probe permit has a lease (docs/leases.md). A holder that dies,
+ * hangs or never reports does not keep the breaker half-open: once all
+ * `probes` permits are out and lease-until has passed, the next caller
+ * takes their place in one CAS (the probe count goes back to one, its own)
+ * and leases_expired counts the lapsed ones. The generation stays, so a
+ * lapsed probe that reports late is still heard: its outcome is news of
+ * the dependency. No thread watches the clock; the reclaim happens in
+ * acquire, off the closed hot path.
  *
  * The hot path, acquire while CLOSED, is one relaxed load and no write.
  * Counters (current failure run, break level, trips, refusals) and the
@@ -84,14 +95,32 @@ static nres_time_t break_duration(const nres_breaker_config_t *config,
   return d;
 }
 
+/* ns to the ms the word keeps, rounded up. */
+static uint64_t ms_up(nres_time_t t) {
+  return t / NRES_MSEC + (t % NRES_MSEC != 0);
+}
+
 /* The OPEN word for a break of d from now: open-until rounded up to the
  * ms, so the breaker never admits a moment early. */
 static uint64_t open_word(uint32_t gen, nres_time_t now, nres_time_t d) {
-  nres_time_t end;
+  return pack(NRES_BREAKER_OPEN, gen, ms_up(nres_time_add(now, d)));
+}
 
-  end = nres_time_add(now, d);
-  return pack(NRES_BREAKER_OPEN, gen,
-              end / NRES_MSEC + (end % NRES_MSEC != 0));
+/* A probe permit's lease (config.lease, or break_for when 0), capped like
+ * a break so that lease-until reads "later" on the ms ring. */
+static nres_time_t lease_of(const nres_breaker_config_t *config) {
+  nres_time_t d = config->lease != 0 ? config->lease : config->break_for;
+  return d > BREAK_LIMIT ? BREAK_LIMIT : d;
+}
+
+/* The HALF_OPEN word of generation gen with `probes` permits out and
+ * `successes` so far, whose permits lapse a lease after now. */
+static uint64_t half_open_word(const nres_breaker_config_t *config,
+                               uint32_t gen, uint32_t probes,
+                               uint32_t successes, nres_time_t now) {
+  return pack(NRES_BREAKER_HALF_OPEN, gen,
+              ms_up(nres_time_add(now, lease_of(config)))) +
+         probes * PROBE_ONE + successes * SUCCESS_ONE;
 }
 
 /* Enter OPEN from exactly the word `w`; 0 if the word has changed (the
@@ -148,6 +177,7 @@ void nres_breaker_config_init(nres_breaker_config_t *config) {
   config->break_for = 15 * NRES_SEC;
   config->break_max = 120 * NRES_SEC;
   config->break_jitter = 0.1;
+  config->lease = 0;
 }
 
 const char *nres_breaker_config_error(const nres_breaker_config_t *config) {
@@ -172,6 +202,10 @@ const char *nres_breaker_config_error(const nres_breaker_config_t *config) {
     return "breaker.break_max: below breaker.break_for";
   if (!(config->break_jitter >= 0 && config->break_jitter < 1))
     return "breaker.break_jitter: must be in [0, 1)";
+  if (config->lease == NRES_TIME_INVALID)
+    return "breaker.lease: not a number or negative";
+  if (config->lease > config->break_for)
+    return "breaker.lease: above breaker.break_for";
   if (config->window == NRES_TIME_INVALID)
     return "breaker.window: not a number or negative";
   if (config->window == 0)
@@ -196,19 +230,24 @@ int nres_breaker_init(nres_breaker_t *breaker,
   nres__store(&breaker->level, 0);
   nres__store(&breaker->trips, 0);
   nres__store(&breaker->rejected, 0);
+  nres__store(&breaker->leases_expired, 0);
   return 0;
 }
 
 int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now,
                          uint32_t *permit) {
+  const nres_breaker_config_t *c;
   uint64_t w;
   uint64_t n;
+  uint32_t lapsed;
 
   if (breaker == NULL || permit == NULL)
     return NRES_EINVAL;
 
+  c = &breaker->config;
   w = nres__load(&breaker->word);
   for (;;) {
+    lapsed = 0;
     switch (STATE(w)) {
       case NRES_BREAKER_CLOSED:
         *permit = 0;
@@ -217,17 +256,25 @@ int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now,
         if (!time_up(w, now))
           goto refuse;
         /* First caller after the break: a new generation, one probe. */
-        n = pack(NRES_BREAKER_HALF_OPEN, GEN(w) + 1, UNTIL(w)) + PROBE_ONE;
+        n = half_open_word(c, GEN(w) + 1, 1, 0, now);
         break;
       case NRES_BREAKER_HALF_OPEN:
-        if (PROBES(w) >= breaker->config.probes)
-          goto refuse;
-        n = w + PROBE_ONE;
+        if (PROBES(w) >= c->probes) {
+          if (!time_up(w, now))
+            goto refuse;
+          /* Every permit out has lapsed: this caller takes their place. */
+          lapsed = PROBES(w);
+          n = half_open_word(c, GEN(w), 1, SUCCESSES(w), now);
+        } else {
+          n = half_open_word(c, GEN(w), PROBES(w) + 1, SUCCESSES(w), now);
+        }
         break;
       default:
         goto refuse;
     }
     if (nres__cas(&breaker->word, &w, n)) {
+      if (lapsed != 0)
+        nres__add(&breaker->leases_expired, lapsed);
       *permit = GEN(n) + 1;
       return 0;
     }
@@ -422,6 +469,7 @@ void nres_breaker_stats(const nres_breaker_t *breaker,
   out->reserved_ = 0;
   out->trips = nres__load(&b->trips);
   out->rejected = nres__load(&b->rejected);
+  out->leases_expired = nres__load(&b->leases_expired);
 }
 
 /* For the fleet sync agent (nres/sync.h): read, impose and lift a break

@@ -113,7 +113,8 @@ wait "$probe_pid" || true   # timed out after 1 s: 504, answered by /50x.html
 recovers "Lua balancer, error_page without gw.log" 2
 n=$(leases_expired)
 [ "$n" -ge 1 ] || fail "Lua balancer: /nres/status leases_expired is '$n', expected >= 1"
-curl -sf "$gw/nres/status?format=prometheus" | grep -q '^nres_leases_expired_total{.*key="backend"} [1-9]' ||
+prom=$(curl -sf "$gw/nres/status?format=prometheus")
+grep -q '^nres_leases_expired_total{.*key="backend"} [1-9]' <<<"$prom" ||
   fail "Lua balancer: no nres_leases_expired_total for backend in the Prometheus output"
 pass "Lua balancer: a probe ending in error_page /50x.html (no gw.log) held the breaker for its lease only: 200 again ${recovered_ms} ms after it began (lease 2 s), leases_expired $n"
 stop_gateway

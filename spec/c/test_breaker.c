@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "nres_test.h"
+#include "core/breaker.h"
 
 #define T0 NRES_SEC
 #define REFUSED (-100)
@@ -221,6 +222,61 @@ static void failure_ratio_trip_honours_min_calls(void **state) {
                    -1);
   assert_int_equal(nres_breaker_state(&b, T0 + 31 * NRES_SEC),
                    NRES_BREAKER_CLOSED);
+}
+
+/* Issue 28: the success that brings the window to min_calls trips the
+ * breaker when the failure ratio is over the threshold then (resilience4j
+ * does; a ratio checked on failures only never saw it). Through the inline
+ * common case (nres__breaker_record_common), as the executor and the
+ * gateway record. Failures that left the window no longer make it due. */
+static void success_reaching_min_calls_trips_on_the_ratio(void **state) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  uint32_t permit;
+  int i;
+
+  (void) state;
+  plain_config(&c);
+  c.consecutive = 0;
+  c.min_calls = 10;
+  c.failure_ratio = 0.5;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 5; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  for (i = 0; i < 4; i++)   /* 9 calls: under min_calls */
+    assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 0, NULL), -1);
+  assert_int_equal(nres_breaker_acquire(&b, T0, &permit), 0);
+  assert_int_equal(permit, 0);
+  assert_true(nres__breaker_record_common(&b, nres__shard_if_taken(), T0, 0,
+                                          NRES_BREAKER_SUCCESS, 0, 1) == 0);
+  assert_int_equal(nres__breaker_record_other(&b, T0, 0, NRES_BREAKER_SUCCESS,
+                                              0, NULL),
+                   NRES_BREAKER_OPEN);   /* 5 of 10 */
+
+  /* under the ratio at min_calls: no trip, and successes go back to the
+   * common case */
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 4; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  for (i = 0; i < 12; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_SUCCESS, 0, NULL), -1);
+  assert_int_equal(nres_breaker_state(&b, T0), NRES_BREAKER_CLOSED);
+  assert_true(nres__breaker_record_common(&b, nres__shard_if_taken(), T0, 0,
+                                          NRES_BREAKER_SUCCESS, 0, 1) == 1);
+
+  /* the failures left the window (30 s) before min_calls: no trip */
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  for (i = 0; i < 5; i++)
+    assert_int_equal(call(&b, T0, NRES_BREAKER_FAILURE, 0, NULL), -1);
+  for (i = 0; i < 10; i++)
+    assert_int_equal(call(&b, T0 + 31 * NRES_SEC, NRES_BREAKER_SUCCESS, 0,
+                          NULL),
+                     -1);
+  assert_int_equal(nres_breaker_state(&b, T0 + 31 * NRES_SEC),
+                   NRES_BREAKER_CLOSED);
+  assert_true(nres__breaker_record_common(&b, nres__shard_if_taken(),
+                                          T0 + 31 * NRES_SEC, 0,
+                                          NRES_BREAKER_SUCCESS, 0, 1) == 1);
 }
 
 static void slow_call_ratio_trips_on_slow_successes(void **state) {
@@ -940,6 +996,7 @@ int main(void) {
     cmocka_unit_test(trips_on_n_consecutive_failures_and_not_before),
     cmocka_unit_test(success_resets_the_failure_run),
     cmocka_unit_test(failure_ratio_trip_honours_min_calls),
+    cmocka_unit_test(success_reaching_min_calls_trips_on_the_ratio),
     cmocka_unit_test(slow_call_ratio_trips_on_slow_successes),
     cmocka_unit_test(open_refuses_until_break_then_admits_exactly_probes),
     cmocka_unit_test(break_ends_on_time_whatever_the_clock_epoch),

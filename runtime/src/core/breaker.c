@@ -2,7 +2,8 @@
  *
  * CLOSED admits everything and watches outcomes: a run of `consecutive`
  * failures, or a failure (or slow-call) ratio over the sliding window once
- * it holds `min_calls` calls, trips it OPEN. OPEN refuses everything for a
+ * it holds `min_calls` calls, trips it OPEN (the success that brings the
+ * window to min_calls too, when the ratio is over then). OPEN refuses everything for a
  * break (break_for, doubling per reopening up to break_max, shortened at
  * random by up to break_jitter so that many breakers do not retry in step).
  * When the break is over the next caller turns it HALF_OPEN and becomes a
@@ -22,7 +23,8 @@
  *               through every other transition. A probe permit is
  *               generation + 1 (never 0), so a permit from an earlier
  *               half-open period is recognised as stale and ignored.
- *   bits 26-63  OPEN: open-until; HALF_OPEN: lease-until, the moment the
+ *   bits 26-63  CLOSED: bit 26 is NRES__BREAKER_RATIO_DUE (breaker.h),
+ *               the rest 0; OPEN: open-until; HALF_OPEN: lease-until, the moment the
  *               probe permits out lapse (config.lease after the latest was
  *               taken). In ms, modulo 2^38. Compared with wrapping
  *               arithmetic (a break is far shorter than 2^37 ms, 4.3 years),
@@ -286,19 +288,46 @@ refuse:
   return NRES_ECIRCUIT;
 }
 
-/* Did the window's ratios cross a threshold? */
-static int ratio_tripped(nres_breaker_t *breaker, nres_time_t now) {
+/* Set (due != 0) or clear NRES__BREAKER_RATIO_DUE in a CLOSED word. */
+static void ratio_due(nres_breaker_t *breaker, int due) {
+  uint64_t w = nres__load(&breaker->word);
+
+  while (STATE(w) == NRES_BREAKER_CLOSED &&
+         ((w & NRES__BREAKER_RATIO_DUE) != 0) != (due != 0))
+    if (nres__cas(&breaker->word, &w, w ^ NRES__BREAKER_RATIO_DUE))
+      return;
+}
+
+/* Are failures (or slow calls) over their ratio of these calls? */
+static int over(const nres_breaker_config_t *c, uint32_t calls,
+                uint32_t failures, uint32_t slow) {
+  return (c->failure_ratio > 0 &&
+          (double) failures >= c->failure_ratio * calls) ||
+         (c->slow_ratio > 0 && (double) slow >= c->slow_ratio * calls);
+}
+
+/* Did the window's ratios cross a threshold? With fewer than min_calls
+ * calls, no; but if the failures (or slow calls) already there would be
+ * over the ratio of min_calls, the success that brings the window to
+ * min_calls must trip it, as resilience4j's does: the word says so
+ * (NRES__BREAKER_RATIO_DUE), and successes take the long way, here,
+ * until the window holds min_calls or those failures have left it. */
+static int ratio_tripped(nres_breaker_t *breaker, nres_time_t now,
+                         uint64_t w) {
   const nres_breaker_config_t *c = &breaker->config;
   uint32_t calls, failures, slow;
+  int due;
 
   nres_window_sum(&breaker->window, now, &calls, &failures, &slow);
-  if (calls == 0 || calls < c->min_calls)
+  if (calls < c->min_calls || calls == 0) {
+    due = c->min_calls > 0 && over(c, c->min_calls, failures, slow);
+    if (due != ((w & NRES__BREAKER_RATIO_DUE) != 0))
+      ratio_due(breaker, due);
     return 0;
-  if (c->failure_ratio > 0 && (double) failures >= c->failure_ratio * calls)
-    return 1;
-  if (c->slow_ratio > 0 && (double) slow >= c->slow_ratio * calls)
-    return 1;
-  return 0;
+  }
+  if (w & NRES__BREAKER_RATIO_DUE)
+    ratio_due(breaker, 0);
+  return over(c, calls, failures, slow);
 }
 
 /* A probe's outcome. A slow probe is a failed one when slowness can trip
@@ -354,14 +383,14 @@ static int record_closed(nres_breaker_t *breaker, nres_time_t now,
       nres__store(&breaker->consecutive, 0);
     if (ratios)
       nres_window_add(&breaker->window, now, 0, slow);
-    if (slow && c->slow_ratio > 0)
-      trip = ratio_tripped(breaker, now);
+    if ((slow && c->slow_ratio > 0) || (w & NRES__BREAKER_RATIO_DUE))
+      trip = ratio_tripped(breaker, now, w);
   } else {
     run = nres__add(&breaker->consecutive, 1) + 1;
     if (ratios)
       nres_window_add(&breaker->window, now, 1, slow);
     trip = (c->consecutive > 0 && run >= c->consecutive) ||
-           (ratios && ratio_tripped(breaker, now));
+           (ratios && ratio_tripped(breaker, now, w));
   }
   if (!trip)
     return -1;

@@ -45,12 +45,12 @@ typedef struct nres_window_s {
 typedef struct nres_breaker_config_s {
   uint32_t consecutive, min_calls; double failure_ratio, slow_ratio;
   nres_time_t window; uint32_t buckets, probes, success_threshold, reserved_;
-  nres_time_t break_for, break_max; double break_jitter;
+  nres_time_t break_for, break_max; double break_jitter; nres_time_t lease;
 } nres_breaker_config_t;
 
 typedef struct nres_breaker_s {
   nres_breaker_config_t config; uint64_t word; uint32_t consecutive, level;
-  uint64_t trips, rejected; nres_window_t window;
+  uint64_t trips, rejected, leases_expired; nres_window_t window;
 } nres_breaker_t;
 
 typedef struct nres_throttle_s {
@@ -135,7 +135,7 @@ typedef struct nres_budget_stats_s {
 } nres_budget_stats_t;
 typedef struct nres_breaker_stats_s {
   uint32_t state, probes, successes, consecutive, level, reserved_;
-  uint64_t trips, rejected;
+  uint64_t trips, rejected, leases_expired;
 } nres_breaker_stats_t;
 typedef struct nres_ratelimit_stats_s { nres_time_t tat; uint64_t refused; } nres_ratelimit_stats_t;
 typedef struct nres_throttle_stats_s {

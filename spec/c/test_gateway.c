@@ -287,6 +287,91 @@ static void test_ejection_and_panic(void **state) {
   unmake(&f);
 }
 
+/* Picks at `now` until peer 0 comes (round robin: within 3), or -1. */
+static int pick_peer0(nres_gw_upstream_t *u, nres_time_t now, uint32_t *permit, int *has) {
+  for (int k = 0; k < 3; k++)
+    if (nres_gw_pick(u, now, -1, permit, has) == 0)
+      return 0;
+  return -1;
+}
+
+/* Issue 28: the worker holding a probe is killed (its request never
+ * ends). The peer's probe permit and the upstream's lapse after their
+ * lease (the peers' 1 s here; the scope's is its break_for, 15 s), and
+ * then the next request probes; each lapse is counted. */
+static void test_vanished_probe_holders(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_breaker_config_t pb;
+  nres_breaker_config_init(&pb);
+  pb.consecutive = 1;
+  pb.break_for = 2 * SEC;
+  pb.break_max = 2 * SEC;
+  pb.break_jitter = 0;
+  pb.lease = SEC;
+  nres_gw_upstream_t *u = make_with(&f, 3, 1, NRES_GW_ROUND_ROBIN, &pb);
+  nres_breaker_t *peer0 = u->peer[0].breaker;
+  nres_time_t now = 100 * SEC;
+  uint32_t permit;
+  int has;
+
+  /* peer 0 fails once (ejected), its break ends, a request probes it */
+  nres_gw_request_t r;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 0);
+  nres_gw_try_begin(u, &r, now, 0, permit, has);
+  nres_gw_request_end(u, &r, now + MS, 502);
+  assert_int_equal(nres_breaker_state(peer0, now + MS), NRES_BREAKER_OPEN);
+  now += 3 * SEC;
+  nres_gw_request_t gone;
+  assert_int_equal(nres_gw_admit(u, &gone, now, NAN), NRES_GW_ADMITTED);
+  int i = pick_peer0(u, now, &permit, &has);
+  assert_int_equal(i, 0);
+  assert_true(has);
+  nres_gw_try_begin(u, &gone, now, 0, permit, has);   /* and the worker dies */
+
+  /* held for its lease: peer 0 gets no try meanwhile */
+  for (int k = 0; k < 6; k++)
+    assert_int_not_equal(pick_at(u, now + SEC - MS), 0);
+  nres_breaker_stats_t st;
+  nres_breaker_stats(peer0, &st);
+  assert_int_equal(st.leases_expired, 0);
+  /* then the next request probes it, and a success closes it (after 3) */
+  for (int k = 0; k < 3; k++) {
+    now += SEC;
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    assert_int_equal(pick_peer0(u, now, &permit, &has), 0);
+    assert_true(has);
+    nres_gw_try_begin(u, &r, now, 0, permit, has);
+    nres_gw_request_end(u, &r, now + MS, 200);
+  }
+  assert_int_equal(nres_breaker_state(peer0, now + MS), NRES_BREAKER_CLOSED);
+  nres_breaker_stats(peer0, &st);
+  assert_int_equal(st.leases_expired, 1);
+
+  /* the upstream's own breaker: its probe request dies the same way */
+  nres_breaker_t *ub = &nres_shm_slot(f.scope, (uint32_t)u->sidx)->breaker;
+  nres_breaker_isolate(ub);
+  nres_breaker_reset(ub);
+  for (int k = 0; k < 5; k++) {   /* 5 failures in a row trip it */
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    i = nres_gw_pick(u, now, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    nres_gw_request_end(u, &r, now + MS, 503);
+  }
+  assert_int_equal(nres_breaker_state(ub, now + MS), NRES_BREAKER_OPEN);
+  now += 15 * SEC;
+  assert_int_equal(nres_gw_admit(u, &gone, now, NAN), NRES_GW_ADMITTED);
+  assert_true(gone.has_upermit && gone.upermit != 0);   /* the probe; dies */
+  assert_int_equal(nres_gw_admit(u, &r, now + 15 * SEC - MS, NAN), NRES_GW_CIRCUIT);
+  assert_int_equal(nres_gw_admit(u, &r, now + 15 * SEC, NAN), NRES_GW_ADMITTED);
+  assert_true(r.has_upermit && r.upermit != 0);
+  nres_breaker_stats(ub, &st);
+  assert_int_equal(st.leases_expired, 1);
+  nres_gw_request_end(u, &r, now + 15 * SEC, 200);
+  unmake(&f);
+}
+
 /* A peer breaker that trips on a failure ratio (50 % of at least 10
  * calls) counts every try in its window, successes too (the upstream
  * keeps nres_gw_peer_t.windowed from the table's configuration, so that a
@@ -393,6 +478,7 @@ int main(void) {
     cmocka_unit_test(test_inflight_damped),
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
+    cmocka_unit_test(test_vanished_probe_holders),
     cmocka_unit_test(test_ratio_breaker_counts_successes),
     cmocka_unit_test(test_limiter),
     cmocka_unit_test(test_class),

@@ -540,7 +540,7 @@ describe("nres.ngx region files and balancer mode", function()
       'nres.ngx.upstream: choice: expected "p2c" or "round-robin", got "lc"')
     expect.error(function() gw.upstream("b6", { scope = "ups", peers = { "h:1" }, eject = { ration = 1 } }) end,
       "nres.ngx.upstream: eject.ration: expected one of consecutive, ratio, min_calls, window,"
-      .. " buckets, break_for, break_max, jitter, probes, successes, got an unknown field")
+      .. " buckets, break_for, break_max, jitter, probes, successes, lease, got an unknown field")
     expect.error(function() gw.upstream("b7", { scope = "ups", peers = { "h:1" }, eject = { ratio = 2 } }) end,
       "nres.ngx.upstream: eject: breaker.failure_ratio: must be in [0, 1]")
     expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "h:1" }, panic = 1.5 }) end,

@@ -167,7 +167,8 @@ local hist_counts = ffi_new("uint64_t[?]", HIST_BUCKETS + 1)
 local hist_sum = ffi_new("uint64_t[1]")
 
 local EJECT = { consecutive = 5, ratio = 0.25, min_calls = 10, window = 5, buckets = 5,
-                break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3 }
+                break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3,
+                lease = 0 }   -- 0: break_for
 
 -- The peers' breaker configuration from an eject table (seconds, ratios).
 local function eject_config(e)
@@ -177,7 +178,7 @@ local function eject_config(e)
     if EJECT[k] == nil then
       error("nres.ngx.upstream: eject." .. tostring(k) .. ": expected one of consecutive,"
             .. " ratio, min_calls, window, buckets, break_for, break_max, jitter, probes,"
-            .. " successes, got an unknown field", 0)
+            .. " successes, lease, got an unknown field", 0)
     end
   end
   local function num(k)
@@ -198,6 +199,7 @@ local function eject_config(e)
   cfg.break_jitter = num("jitter")
   cfg.probes = num("probes")
   cfg.success_threshold = num("successes")
+  cfg.lease = num("lease") * 1e9
   local why = C.nres_breaker_config_error(cfg)
   if why ~= nil then error("nres.ngx.upstream: eject: " .. ffi.string(why), 0) end
   return cfg
@@ -635,6 +637,7 @@ function _M.status(now)
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
           ejections = tonumber(breaker_stats.trips),
           refused = tonumber(breaker_stats.rejected),
+          leases_expired = tonumber(breaker_stats.leases_expired),
           tries = tries, failures = tries - okc,
           timeouts = tonumber(counts.stops[STOP_DEADLINE]),
           -- no estimate yet (no try has ended): no figure, never 0 ms

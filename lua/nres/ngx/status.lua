@@ -63,6 +63,7 @@ local function scope_status(s, now, worker_local, top)
         C.nres_breaker_stats(slot.breaker, breaker_stats)
         k.breaker_trips = tonumber(breaker_stats.trips)
         k.breaker_rejected = tonumber(breaker_stats.rejected)
+        k.leases_expired = tonumber(breaker_stats.leases_expired)
       end
       if s.budget then
         k.budget = C.nres_budget_level(slot.budget, now)
@@ -217,6 +218,8 @@ local FAMILIES = {
   { "nres_breaker_trips_total", "counter", "times the breaker opened", "key", "breaker_trips" },
   { "nres_breaker_rejected_total", "counter", "admissions the breaker refused", "key",
     "breaker_rejected" },
+  { "nres_leases_expired_total", "counter", "probe permits given back by their lease, not their"
+    .. " holder", "key", "leases_expired" },
   { "nres_budget_tokens", "gauge", "retry budget tokens available", "key", "budget" },
   { "nres_budget_spent_total", "counter", "retries the budget allowed", "key", "budget_spent" },
   { "nres_budget_refused_total", "counter", "retries the budget refused", "key",
@@ -237,6 +240,8 @@ local FAMILIES = {
   { "nres_peer_state", "gauge", "0 closed, 1 ejected (open), 2 half-open", "peer",
     function(p) return state_code(p.state) end },
   { "nres_peer_ejections_total", "counter", "times the peer was ejected", "peer", "ejections" },
+  { "nres_peer_leases_expired_total", "counter", "probe permits given back by their lease, not"
+    .. " their holder", "peer", "leases_expired" },
   { "nres_peer_tries_total", "counter", "tries sent to the peer", "peer", "tries" },
   { "nres_peer_failures_total", "counter", "tries that failed (5xx, connect error, timeout)",
     "peer", "failures" },

@@ -88,3 +88,14 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_cbalancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
 endif()
+
+# spec/nginx/regions.sh: region files that trust nothing (another user's,
+# open to others, a link, a full filesystem, a truncation), in the Lua
+# balancer and, when built, the module. Root only (tmpfs mounts): skipped
+# otherwise.
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  add_test(NAME nginx_regions
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/regions.sh
+                   $<TARGET_FILE:nres> "${NRES_NGX_MODULE}")
+  set_tests_properties(nginx_regions PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+endif()

@@ -48,6 +48,7 @@ struct nres_ngx_dirent { uint64_t ino; int64_t off; unsigned short reclen;
 struct nres_ngx_dirent *readdir(nres_ngx_dir_t *dir);
 int unlink(const char *path);
 int setenv(const char *name, const char *value, int overwrite);
+char *strerror(int errnum);
 ]]
 local C = ffi.C
 
@@ -161,11 +162,12 @@ function _M.opened(kind, tname, tbl)
 end
 
 -- Remove the files under <dir>/<name>.* that this configuration does not
--- use: the list of names removed.
+-- use: the list of names removed, or nil and why the directory cannot be
+-- read.
 function _M.sweep()
   if not dir then return {} end
   local d = C.opendir(dir)
-  if d == nil then return {} end
+  if d == nil then return nil, ffi_string(C.strerror(ffi.errno())) end
   local gone, lead = {}, name .. "."
   while true do
     local e = C.readdir(d)
@@ -211,8 +213,11 @@ function _M.init_worker()
   if not in_nginx then return end
   _M.verify()
   if ngx.worker.id() ~= 0 then return end
-  local gone = _M.sweep()
-  if #gone > 0 then
+  local gone, err = _M.sweep()
+  if not gone then
+    ngx.log(ngx.NOTICE, "nres: cannot read the region directory ", dir, " (", err,
+            "): files no declaration uses stay")
+  elseif #gone > 0 then
     ngx.log(ngx.NOTICE, "nres: removed regions no declaration uses: ", table.concat(gone, " "))
   end
 end

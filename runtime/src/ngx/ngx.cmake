@@ -99,3 +99,11 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
                    $<TARGET_FILE:nres> "${NRES_NGX_MODULE}")
   set_tests_properties(nginx_regions PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
 endif()
+
+# spec/nginx/findlib.sh: docs/gateway-regions.md's nginx blocks start as
+# written, with no NRES_LIB (issue 26, finding the library).
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "" AND TARGET nres-depserver)
+  add_test(NAME nginx_findlib
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/findlib.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(nginx_findlib PROPERTIES TIMEOUT 60 LABELS nginx RUN_SERIAL ON)
+endif()

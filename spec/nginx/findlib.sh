@@ -24,7 +24,7 @@ trap 'nres_nginx_stop_all; [ -n "$depserver_pid" ] && kill "$depserver_pid" 2>/d
 for page in "${docs[@]}"; do
   awk -v dir="$work" -v page="$page" '
     /^<!-- readme-test: nginx -->/ { want = NR + 1; next }
-    /^```nginx/ && NR == want { out = dir "/" page ":" NR; print out > (dir "/blocks"); next }
+    /^```nginx/ && NR == want { out = dir "/" page ":" NR; print out >> (dir "/blocks"); next }
     /^```/ && out != "" { close(out); out = ""; next }
     out != "" { print > out }
   ' "$repo/docs/$page"

@@ -4,9 +4,9 @@
 -- plain types: same size and alignment). Loading checks the library's ABI
 -- version and the size of every struct declared here against what the
 -- library reports, so a stale or mismatched libnres is a clear error, not
--- memory corruption. libnres is looked for in $NRES_LIB, then on
--- package.cpath, then in the usual install locations; the error lists every
--- path tried.
+-- memory corruption. libnres is looked for in $NRES_LIB, then in the
+-- process (a module's), then on package.cpath, then where an installed one
+-- is (see candidates below); the error lists every path tried.
 -- nres needs LuaJIT's FFI: say so under any other Lua (plain Lua 5.1, as
 -- LuaRocks may run, would otherwise fail with "module 'ffi' not found").
 if not jit then
@@ -265,25 +265,56 @@ void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out);
 size_t nres_shm_slot_size(void);
 ]]
 
--- The library: $NRES_LIB, then package.cpath, then install locations.
+-- The library. In order: $NRES_LIB; a libnres already loaded into the
+-- process (nginx with ngx_http_nres_module: the module's own, found by
+-- its rpath, so Lua and the module share one registry); package.cpath's
+-- absolute templates with "libnres" for "?" (nginx: lua_package_cpath
+-- "/path/to/build/?.so;;"); the soname through the system's loader (an
+-- installed library: ld.so.cache, LD_LIBRARY_PATH); the usual install
+-- directories. A relative template ("./?.so") is not tried: a library is
+-- never loaded from whatever the current directory is.
+ffi.cdef [[
+typedef struct { const char *dli_fname; void *dli_fbase; const char *dli_sname;
+                 void *dli_saddr; } nres_dl_info_t;
+int dladdr(const void *addr, nres_dl_info_t *info);
+]]
+
 local function candidates()
   local list = {}
   local env = os.getenv("NRES_LIB")
   if env and env ~= "" then list[#list + 1] = env end
   for template in package.cpath:gmatch("[^;]+") do
-    list[#list + 1] = template:gsub("%?", "libnres")
+    if template:sub(1, 1) == "/" then
+      list[#list + 1] = (template:gsub("%?", "libnres"))
+    end
   end
+  list[#list + 1] = "libnres.so.0"
   -- libnres.so comes with the -dev files; libnres.so.0 (its soname, the
   -- CMake project's major version) alone with the runtime package libnres0.
   for _, dir in ipairs { "/usr/local/lib", "/usr/local/lib/x86_64-linux-gnu",
-                         "/usr/lib", "/usr/lib/x86_64-linux-gnu" } do
+                         "/usr/local/lib/aarch64-linux-gnu", "/usr/lib",
+                         "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu" } do
     list[#list + 1] = dir .. "/libnres.so"
     list[#list + 1] = dir .. "/libnres.so.0"
   end
   return list
 end
 
+-- The libnres this process already has (nil if none): ffi.C resolves in
+-- the global namespace, where nginx's dlopen of a module puts the
+-- module's libraries.
+local function loaded()
+  local ok, sym = pcall(function() return ffi.C.nres_abi_version end)
+  if not ok then return nil end
+  local info = ffi.new("nres_dl_info_t")
+  if ffi.C.dladdr(sym, info) == 0 or info.dli_fname == nil then return nil end
+  return ffi.string(info.dli_fname)
+end
+
 local function load_library()
+  local env = os.getenv("NRES_LIB")
+  local have = loaded()
+  if have and not (env and env ~= "") then return ffi.C, have end
   local tried = {}
   for _, path in ipairs(candidates()) do
     local ok, lib = pcall(ffi.load, path)
@@ -291,7 +322,9 @@ local function load_library()
     tried[#tried + 1] = "  " .. path
   end
   error("nres: cannot load libnres; tried:\n" .. table.concat(tried, "\n")
-        .. "\nset NRES_LIB to the path of libnres.so (e.g. build/libnres.so)", 0)
+        .. "\nin nginx: lua_package_cpath \"/path/to/nres/build/?.so;;\"; or"
+        .. " `env NRES_LIB;` and NRES_LIB=/path/to/libnres.so in nginx's environment;"
+        .. " elsewhere NRES_LIB (see docs/gateway-regions.md)", 0)
 end
 
 local C, path = load_library()

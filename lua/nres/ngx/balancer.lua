@@ -293,17 +293,27 @@ function _M.declare(name, opts)
   local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
   u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
   u.hist = u.hists + slots * HIST_SIZE
-  if not tbl.reused then
-    for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
+  -- Estimators laid out and peers keyed, in order: a fresh table given
+  -- the same keys in the same order puts each in the same slot, so a
+  -- worker's table remade by verify() keeps every index and pointer
+  -- (its extra memory comes zeroed: empty histograms).
+  local function lay_out(fresh)
+    if fresh then
+      for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
+    end
+    local now = step_now()
+    for i = 1, n do
+      local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
+      if idx < 0 or (u.idx[i] and u.idx[i] ~= idx) then
+        error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0)
+      end
+      u.idx[i] = idx
+      u.br[i] = sh_slot(u.ptr, idx).breaker
+      u.est[i] = ests + idx
+    end
   end
-  local now = step_now()
-  for i = 1, n do
-    local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
-    if idx < 0 then error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0) end
-    u.idx[i] = idx
-    u.br[i] = sh_slot(u.ptr, idx).breaker
-    u.est[i] = ests + idx
-  end
+  lay_out(not tbl.reused)
+  tbl.on_fresh = function() lay_out(true) end
   local t = s.policy.spec
   u.attempts = t.attempts or 1
   u.deadline = t.deadline * 1e9

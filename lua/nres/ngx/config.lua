@@ -32,8 +32,9 @@ end
 -- directory (nres.ngx.files).
 local function new_table(fn, opts, tname)
   if tname then opts.file = files.path(fn, tname) end
-  local ok, tbl, err = pcall(shm_mod.new, opts)
+  local ok, tbl, err, kind = pcall(shm_mod.new, opts)
   if not ok then error((tostring(tbl):gsub("^[^\n]-:%d+: ", "")), 3) end
+  if not tbl and kind == "full" then error(files.full(fn, tname, err), 3) end
   if not tbl then error("nres.ngx." .. fn .. ": " .. err, 3) end
   if tname then files.opened(fn, tname, tbl) end
   return tbl

@@ -114,3 +114,22 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
                    $<TARGET_FILE:nres> ${nres_signals_module})
   set_tests_properties(nginx_signals PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
 endif()
+
+# spec/nginx/regions.sh: region files that trust nothing (another user's,
+# open to others, a link, a full filesystem, a truncation), in the Lua
+# balancer and, when built, the module. Root only (tmpfs mounts): skipped
+# otherwise.
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  add_test(NAME nginx_regions
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/regions.sh
+                   $<TARGET_FILE:nres> "${NRES_NGX_MODULE}")
+  set_tests_properties(nginx_regions PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+endif()
+
+# spec/nginx/findlib.sh: docs/gateway-regions.md's nginx blocks start as
+# written, with no NRES_LIB (issue 26, finding the library).
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "" AND TARGET nres-depserver)
+  add_test(NAME nginx_findlib
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/findlib.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(nginx_findlib PROPERTIES TIMEOUT 60 LABELS nginx RUN_SERIAL ON)
+endif()

@@ -34,6 +34,9 @@ void nres__sync_say(nres_sync_t *s, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof(line), fmt, ap);
   va_end(ap);
+  for (char *c = line; *c != '\0'; c++)   /* server text: one line */
+    if ((unsigned char) *c < 32 || *c == 127)
+      *c = '?';
   if (strcmp(line, s->info.error) == 0)
     return;
   memcpy(s->info.error, line, sizeof(line));
@@ -170,6 +173,7 @@ int nres__sync_connect(nres_sync_t *s) {
   }
   if (redisSetTimeout(s->rc, tv) != REDIS_OK)
     return NRES_EAGAIN;
+  s->rc->reader->fn = nres__sync_reply_functions();   /* bounded arrays */
   if (s->cfg.password != NULL) {
     argv[0] = "AUTH";
     if (s->cfg.user != NULL) {

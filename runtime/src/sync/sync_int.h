@@ -107,6 +107,11 @@ int nres__sync_rate_reply(const redisReply *r, double fleet_rate,
 int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
                              nres__breaker_reply_t *out, char *why,
                              size_t cap);
+/* Reply-object functions for hiredis's reader that refuse an array of
+ * more than NRES__SYNC_REPLY_ELEMENTS_MAX elements (conn.c sets them on
+ * every connection). */
+#define NRES__SYNC_REPLY_ELEMENTS_MAX 64
+redisReplyObjectFunctions *nres__sync_reply_functions(void);
 /* "array[4]: integer, bulk string, ..." */
 void nres__sync_reply_shape(const redisReply *r, char *out, size_t cap);
 

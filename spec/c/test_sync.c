@@ -51,7 +51,7 @@
 #include "nres/shm.h"
 #include "nres/sync.h"
 #include "../sync/redis_server.h"
-#include "../sync/region.h"
+#include "../sync/syncd_test.h"
 
 #define IVL (50 * NRES_MSEC)
 
@@ -1001,21 +1001,12 @@ static void test_syncd_region(void **state) {
   char syncd[512], buf[4096];
   size_t size, size2, size3;
   void *mem, *mem2, *mem3;
-  ssize_t len;
   pid_t pid;
   FILE *f;
   int i, n;
 
   (void) state;
-  /* nres-syncd is built beside this test (ctest also says where). */
-  if (getenv("NRES_SYNCD") != NULL) {
-    snprintf(syncd, sizeof(syncd), "%s", getenv("NRES_SYNCD"));
-  } else {
-    len = readlink("/proc/self/exe", syncd, sizeof(syncd) - 16);
-    assert_true(len > 0);
-    syncd[len] = '\0';
-    strcpy(strrchr(syncd, '/') + 1, "nres-syncd");
-  }
+  syncd_path(syncd, sizeof(syncd));
   snprintf(path, sizeof(path), "%s/gw.shm", redis.dir);
   snprintf(status, sizeof(status), "%s/status.json", redis.dir);
   slot = make_region(path, 64, 200, &mem, &size);

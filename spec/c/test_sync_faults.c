@@ -39,7 +39,7 @@
 
 #include "nres.h"
 #include "nres/sync.h"
-#include "../sync/region.h"
+#include "../sync/syncd_test.h"
 
 /* ---------------------------------------------------------- fake Redis */
 
@@ -441,14 +441,7 @@ static void test_syncd_once(void **state) {
   pid_t pid;
 
   (void) state;
-  if (getenv("NRES_SYNCD") != NULL) {
-    snprintf(syncd, sizeof(syncd), "%s", getenv("NRES_SYNCD"));
-  } else {
-    len = readlink("/proc/self/exe", syncd, sizeof(syncd) - 16);
-    assert_true(len > 0);
-    syncd[len] = '\0';
-    strcpy(strrchr(syncd, '/') + 1, "nres-syncd");
-  }
+  syncd_path(syncd, sizeof(syncd));
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof(path), "%s/gw.shm", dir);
   make_region(path, 8, 1000, &mem, &size);   /* GOOD_RATE: 250 of 1000/s */

@@ -664,7 +664,10 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     if (redisGetReply(s->rc, (void **) &r) != REDIS_OK) {
       nres__sync_say(s, "%s: round: %s", s->cfg.unix_path != NULL
                      ? s->cfg.unix_path : s->host,
-                     s->rc->errstr[0] ? s->rc->errstr : "no answer");
+                     s->rc->err == REDIS_ERR_OOM
+                         ? "reply refused: an array of more than 64 "
+                           "elements (or out of memory)"
+                         : s->rc->errstr[0] ? s->rc->errstr : "no answer");
       return fail(s, now, NRES_EAGAIN);   /* reset, or no answer in time */
     }
     if (r->type == REDIS_REPLY_ERROR) {

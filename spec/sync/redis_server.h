@@ -27,6 +27,7 @@ typedef struct {
   pid_t pid;
   const char *extra[16];        /* more arguments (NULL-ended), e.g.
                                    "--requirepass", "pw" */
+  const char *conf;             /* a config file, first (a Sentinel's) */
 } redis_server_t;
 
 /* redis-server from $REDIS_SERVER or $PATH: 1, or 0 if there is none. */
@@ -108,11 +109,16 @@ static int redis_server_start(redis_server_t *r) {
     dup2(fd, 1);
     dup2(fd, 2);
     {
-      const char *argv[32] = { r->bin, "--port", port, "--bind", "127.0.0.1",
-                               "--dir", r->dir, "--save", "", "--appendonly",
-                               "no", "--daemonize", "no" };
-      int n = 13;
+      const char *argv[34] = { r->bin };
+      const char *fixed[] = { "--port", port, "--bind", "127.0.0.1", "--dir",
+                              r->dir, "--save", "", "--appendonly", "no",
+                              "--daemonize", "no" };
+      int n = 1;
 
+      if (r->conf != NULL)
+        argv[n++] = r->conf;
+      for (i = 0; i < 12; i++)
+        argv[n++] = fixed[i];
       for (i = 0; i < 16 && r->extra[i] != NULL; i++)
         argv[n++] = r->extra[i];
       argv[n] = NULL;

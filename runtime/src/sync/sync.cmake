@@ -15,6 +15,7 @@ set(NRES_SYNC_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/scripts.c
   ${CMAKE_CURRENT_LIST_DIR}/reply.c
   ${CMAKE_CURRENT_LIST_DIR}/conn.c
+  ${CMAKE_CURRENT_LIST_DIR}/sentinel.c
 )
 foreach(lib nres_sync nres_sync_static)
   if(lib STREQUAL "nres_sync")

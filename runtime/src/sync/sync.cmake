@@ -43,6 +43,10 @@ set_target_properties(nres-syncd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BIN
 
 nres_add_c_test(sync 300 redis nres_sync_static)
 nres_add_c_test(sync_faults 120 sync nres_sync_static)
+nres_add_c_test(sync_sentinel 180 redis nres_sync_static)
+if(TARGET test_sync_sentinel)
+  set_tests_properties(sync_sentinel PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+endif()
 if(NRES_TESTS)
   add_test(NAME syncd_flags
            COMMAND bash ${CMAKE_SOURCE_DIR}/spec/sync/syncd_flags.sh $<TARGET_FILE:nres-syncd>)

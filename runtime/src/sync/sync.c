@@ -659,10 +659,10 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     else
       n = breaker_args(s, e, now, buf);
     e->last_tick = now;
-    keys = kind == NRES_SYNC_BREAKER ? 3 : 1;
+    keys = kind == NRES_SYNC_BREAKER ? 3 : 2;
     argv[0] = "EVALSHA";
     argv[1] = s->sha[kind - 1];
-    argv[2] = keys == 3 ? "3" : "1";
+    argv[2] = keys == 3 ? "3" : "2";
     for (j = 0; j < keys; j++)
       argv[3 + j] = e->key[j];
     argv[3 + keys] = s->node;

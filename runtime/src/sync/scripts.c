@@ -18,13 +18,16 @@
 #include "sync_int.h"
 
 /* Shared prologue: this host's demand into the running sum, stale hosts
- * out (at most 64 a call; the rest at the next). Leaves now (us) and
- * hosts(), which returns n (live hosts) and sum (their demand). */
+ * out (at most 64 a call; the rest at the next). A host that left has no
+ * d: field any more, so its old demand reads 0 when it comes back. Leaves
+ * now (us) and hosts(), which returns n (live hosts) and sum (their
+ * demand). */
 #define PROLOGUE                                                             \
   "local t = redis.call('TIME')\n"                                          \
   "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                 \
   "local function hosts(key, zkey, node, demand, stale)\n"                  \
-  "  local sum = tonumber(redis.call('HGET', key, 'sum') or 0)\n"           \
+  "  local r = redis.call('HMGET', key, 'sum', 'd:' .. node)\n"            \
+  "  local sum, old = tonumber(r[1] or 0), tonumber(r[2] or 0)\n"           \
   "  local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now - stale, 'LIMIT', 0, 64)\n" \
   "  for _, id in ipairs(gone) do\n"                                        \
   "    if id ~= node then\n"                                                \
@@ -34,10 +37,6 @@
   "    end\n"                                                               \
   "  end\n"                                                                 \
   "  local mine = math.floor(demand * 1000 + 0.5)\n"                        \
-  "  local old = 0\n"                                                       \
-  "  if redis.call('ZSCORE', zkey, node) then\n"                            \
-  "    old = tonumber(redis.call('HGET', key, 'd:' .. node) or 0)\n"        \
-  "  end\n"                                                                 \
   "  redis.call('ZADD', zkey, now, node)\n"                                 \
   "  local n = redis.call('ZCARD', zkey)\n"                                 \
   "  sum = sum - old + mine\n"                                              \

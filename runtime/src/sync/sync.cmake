@@ -69,6 +69,13 @@ if(NRES_BENCH)
   target_compile_definitions(bench_fleet PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_fleet PRIVATE nres_sync_static)
   set_target_properties(bench_fleet PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+  # bench/fleet_scale.c: N agents (1 to 1000) on one redis-server: its CPU,
+  # commands, round latency and the fleet rate's accuracy.
+  add_executable(bench_fleet_scale ${CMAKE_SOURCE_DIR}/bench/fleet_scale.c)
+  target_compile_options(bench_fleet_scale PRIVATE ${NRES_WARNINGS})
+  target_compile_definitions(bench_fleet_scale PRIVATE _GNU_SOURCE)
+  target_link_libraries(bench_fleet_scale PRIVATE nres_sync_static)
+  set_target_properties(bench_fleet_scale PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 endif()
 
 # Two nginx gateways sharing a breaker view through nres-syncd and Redis

@@ -35,6 +35,7 @@ typedef struct nres_sync_config_s {
   double local_share; uint64_t seed;
   const char *fleet, *unix_path, *user, *password, *password_file;
   int db; double breaker_quorum; nres_time_t probe_lease;
+  const char *sentinels, *master;
   void (*log)(void *arg, const char *line); void *log_arg;
 } nres_sync_config_t;
 typedef struct nres_sync_info_s {
@@ -98,7 +99,8 @@ end
 --           db = n, user = acl_user, password_file = path | password_env = VAR,
 --           interval = s, timeout = s, reconnect_max = s, ttl = s,
 --           prefix = "nres", node = name, local_share = 0..1,
---           breaker_quorum = 0..<1, probe_lease = s }
+--           breaker_quorum = 0..<1, probe_lease = s,
+--           sentinels = { "host:port", ... }, master = name }   -- instead of redis
 -- Returns the agent, or nil and a reason (no library, refused settings).
 -- A password is read from a file or an environment variable, never given
 -- inline (it would sit in configuration text and process listings).
@@ -125,6 +127,22 @@ function _M.new(opts)
     if not host then error("nres.sync: redis: expected \"host:port\" or \"unix:/path\", got " .. tostring(opts.redis), 2) end
     keep[#keep + 1] = host
     cfg.host, cfg.port = keep[#keep], tonumber(port)
+  end
+  if opts.sentinels ~= nil or opts.master ~= nil then
+    local list = opts.sentinels
+    if type(list) ~= "table" or #list == 0 or #list > 8 then
+      error(bad(1, "new", "sentinels: a list of 1..8 \"host:port\"", list), 2)
+    end
+    for i, a in ipairs(list) do
+      if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
+        error(format("nres.sync: sentinels[%d]: expected \"host:port\", got %s", i, tostring(a)), 2)
+      end
+    end
+    if not name_ok(opts.master, 127) then error(bad(1, "new", "master: the Sentinel master's name", opts.master), 2) end
+    keep[#keep + 1] = table.concat(list, ",")
+    cfg.sentinels = keep[#keep]
+    keep[#keep + 1] = opts.master
+    cfg.master = keep[#keep]
   end
   keep[#keep + 1] = opts.prefix or "nres"
   cfg.prefix = keep[#keep]

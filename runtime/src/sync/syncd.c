@@ -3,7 +3,8 @@
  * (nres/shm.h; the nginx gateway's <dir>/<name>.<kind>.<table>.shm).
  *
  *   nres-syncd --fleet NAME --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
- *              [--redis HOST:PORT|unix:PATH] [--db N] [--user NAME]
+ *              [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...
+ *               --master NAME] [--db N] [--user NAME]
  *              [--password-file FILE | --password-env VAR]
  *              [--interval MS] [--breaker] [--quorum X] [--node NAME]
  *              [--local-share X] [--prefix P] [--status FILE] [--once]
@@ -369,7 +370,7 @@ static void look_again(nres_sync_t *sync, region_t *r) {
 int main(int argc, char **argv) {
   const char *redis = "127.0.0.1:6379", *status = NULL;
   region_t regions[MAX_REGIONS];
-  char host[256];
+  char host[256], sentinels[2048] = "";
   nres_sync_config_t cfg;
   nres_sync_t *sync;
   struct sigaction sa;
@@ -435,6 +436,13 @@ int main(int argc, char **argv) {
               "shows it): use --password-file FILE or --password-env VAR\n");
       return 2;
     }
+    else if (strcmp(argv[k], "--sentinel") == 0) {
+      size_t n = strlen(sentinels);
+
+      snprintf(sentinels + n, sizeof(sentinels) - n, "%s%s", n ? "," : "", argv[++k]);
+      cfg.sentinels = sentinels;
+    }
+    else if (strcmp(argv[k], "--master") == 0) cfg.master = argv[++k];
     else if (strcmp(argv[k], "--db") == 0)
       cfg.db = (int) number_flag("--db", argv[++k], 0, 1000000);
     else if (strcmp(argv[k], "--quorum") == 0)
@@ -457,6 +465,11 @@ int main(int argc, char **argv) {
   if (cfg.password != NULL && cfg.password_file != NULL) {
     fprintf(stderr, "nres-syncd: --password-file and --password-env: expected "
             "one of them, got both\n");
+    return 2;
+  }
+  if ((cfg.sentinels != NULL) != (cfg.master != NULL)) {
+    fprintf(stderr, "nres-syncd: --sentinel and --master: expected both "
+            "(the Sentinels and the master's name), got one\n");
     return 2;
   }
   if (cfg.user != NULL && cfg.password == NULL && cfg.password_file == NULL) {

@@ -172,6 +172,8 @@ int nres_breaker_init(nres_breaker_t *breaker, const nres_breaker_config_t *conf
 int nres_breaker_state(const nres_breaker_t *breaker, nres_time_t now);
 void nres_breaker_isolate(nres_breaker_t *breaker);
 void nres_breaker_reset(nres_breaker_t *breaker);
+void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
+void nres_shard_set(unsigned index);
 int nres_ratelimit_init(nres_ratelimit_t *limit, double rate, uint32_t burst);
 int nres_throttle_init(nres_throttle_t *throttle, double k, nres_time_t window, uint32_t buckets);
 const char *nres_throttle_error(double k, nres_time_t window, uint32_t buckets);

@@ -411,6 +411,79 @@ static void test_ratio_breaker_counts_successes(void **state) {
   unmake(&f);
 }
 
+/* Client aborts (nginx's 499) are no successes (issue 28, defect 6): with
+ * the upstream's breaker half-open, two probes whose clients gave up
+ * closed it on an upstream that hangs. Now each is judged neither way:
+ * the breaker stays half-open, the probe permit comes back for the next
+ * request, the peer's try is let go unrecorded, the call counted as
+ * canceled. */
+static void test_client_abort_is_no_success(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 1, 1, NRES_GW_P2C);
+  nres_time_t now = 100 * SEC;
+  nres_gw_request_t r;
+  uint32_t permit;
+  int has;
+  for (int k = 0; k < 5; k++) {   /* the scope's default: 5 failures in a row */
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    int i = nres_gw_pick(u, now, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    nres_gw_request_end(u, &r, now + MS, 502);
+  }
+  nres_breaker_t *b = &nres_shm_slot(f.scope, (uint32_t)u->sidx)->breaker;
+  assert_int_equal(nres_breaker_state(b, now), NRES_BREAKER_OPEN);
+  now += 20 * SEC;   /* past the break (15 s, 10 % jitter): half-open */
+  nres_shm_counts_t before, after;
+  nres_shm_slot_counts(u->peer[0].counters, &before);
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    assert_true(r.has_upermit);
+    int i = nres_gw_pick(u, now, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    nres_gw_request_end(u, &r, now + 500 * MS, NRES_GW_CLIENT_CLOSED);
+    assert_int_equal(nres_breaker_state(b, now), NRES_BREAKER_HALF_OPEN);
+    assert_int_equal(u->peer[0].inflight, 0);
+  }
+  nres_shm_slot_counts(u->peer[0].counters, &after);
+  assert_int_equal(after.calls, before.calls);   /* no try recorded */
+  nres_shm_counts_t c;
+  nres_shm_slot_counts(nres_shm_slot(f.scope, (uint32_t)u->sidx), &c);
+  assert_int_equal(c.stops[NRES_STOP_CANCELED], 3);
+  assert_int_equal(c.stops[NRES_STOP_OK], 0);
+  /* a probe that is answered still closes it (two successes) */
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    int i = nres_gw_pick(u, now, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    nres_gw_request_end(u, &r, now + MS, 200);
+  }
+  assert_int_equal(nres_breaker_state(b, now), NRES_BREAKER_CLOSED);
+  unmake(&f);
+}
+
+/* X-Deadline-Ms, read alike by every adapter (nres_gw_deadline_ms): a
+ * value of 64 bytes or more is read as any other (issue 28, defect 10:
+ * the module ignored it, the Lua balancer honoured it). */
+static void test_deadline_header(void **state) {
+  (void)state;
+  char longer[80];
+  memset(longer, '0', sizeof longer);
+  memcpy(longer + sizeof longer - 3, "300", 3);
+  assert_true(nres_gw_deadline_ms(longer, sizeof longer) == 300);
+  static const struct { const char *v; double ms; } good[] = {
+    { "300", 300 }, { " 300\t", 300 }, { "0", 0 }, { "0.5", 0.5 }, { "007", 7 },
+    { "9007199254740993", 9007199254740992.0 } };
+  for (size_t k = 0; k < sizeof good / sizeof good[0]; k++)
+    assert_true(nres_gw_deadline_ms(good[k].v, strlen(good[k].v)) == good[k].ms);
+  static const char *bad[] = { "", " ", "abc", "-5", "+5", "1e3", "0x10", "inf", "nan",
+                               "5, 100", "1.", ".5", "3 00", "300ms" };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+    assert_true(isnan(nres_gw_deadline_ms(bad[k], strlen(bad[k]))));
+  assert_true(isnan(nres_gw_deadline_ms(NULL, 0)));
+  assert_true(isnan(nres_gw_deadline_ms("300", 0)));
+}
+
 /* A client limiter: one admission a second per key (burst 1), an empty
  * key unlimited, a full table admitting; found by name until cleared. */
 static void test_limiter(void **state) {
@@ -480,6 +553,8 @@ int main(void) {
     cmocka_unit_test(test_ejection_and_panic),
     cmocka_unit_test(test_vanished_probe_holders),
     cmocka_unit_test(test_ratio_breaker_counts_successes),
+    cmocka_unit_test(test_client_abort_is_no_success),
+    cmocka_unit_test(test_deadline_header),
     cmocka_unit_test(test_limiter),
     cmocka_unit_test(test_class),
   };

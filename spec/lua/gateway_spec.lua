@@ -571,7 +571,13 @@ describe("nres.ngx region files and balancer mode", function()
     expect.error(function() gw.upstream("b1", { scope = "ups", peers = {} }) end,
       'nres.ngx.upstream: peers: expected a list of 1..256 "host:port", got "0 peers"')
     expect.error(function() gw.upstream("b2", { scope = "ups", peers = { "h" } }) end,
-      'nres.ngx.upstream: peers[1]: expected "host:port", got "h"')
+      'nres.ngx.upstream: peers[1]: expected "host:port" or "[IPv6]:port", got "h"')
+    expect.error(function() gw.upstream("b2", { scope = "ups", peers = { "::1:80" } }) end,
+      'nres.ngx.upstream: peers[1]: expected "host:port" or "[IPv6]:port", got "::1:80"')
+    -- an IPv6 peer keeps its brackets (issue 28, defect 12: refused)
+    local v6 = gw.upstream("b2v6", { scope = "ups", peers = { "[::1]:8080", "127.0.0.1:80" } })
+    expect.eq(v6.hosts[1], "[::1]")
+    expect.eq(v6.ports[1], 8080)
     expect.error(function() gw.upstream("b3", { scope = "ups", peers = { "h:1", "h:1" } }) end,
       'nres.ngx.upstream: peers[2]: expected a peer listed once, got "h:1"')
     expect.error(function() gw.upstream("b4", { scope = "nope", peers = { "h:1" } }) end,

@@ -64,76 +64,16 @@
 -- registers them by name for the module) and runs the phases.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+require "nres.cdef.gateway"
 local config = require "nres.ngx.config"
 
 local C = cdef.C
 local breaker_stats = ffi.new("nres_breaker_stats_t")   -- read through nres_breaker_stats
 local counts = ffi.new("nres_shm_counts_t")             -- nres_shm_slot_counts's
 local ffi_new, ffi_cast, ffi_sizeof = ffi.new, ffi.cast, ffi.sizeof
-local type, error, tonumber, tostring, pairs, ipairs, format =
-  type, error, tonumber, tostring, pairs, ipairs, string.format
+local type, error, tonumber, tostring, pairs, ipairs =
+  type, error, tonumber, tostring, pairs, ipairs
 local floor, ceil, max = math.floor, math.ceil, math.max
-
-ffi.cdef [[
-int nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
-typedef struct nres_gw_config_s {
-  const char *name; const char *key; void *scope; void *peers;
-  nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
-  uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
-  int choice; double panic; int budget, breaker;
-  void *try_hists; void *request_hist;
-} nres_gw_config_t;
-typedef struct nres_gw_peer_s {
-  nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; void *hist;
-  uint32_t slot, inflight;
-  double cost; int state, windowed; char name[65];
-} nres_gw_peer_t;
-typedef struct nres_gw_upstream_s {
-  struct nres_gw_upstream_s *next; char name[65]; char key[65];
-  void *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
-  uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
-  int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
-  uint64_t overflow; nres_rng_t rng; void *hist; nres_gw_peer_t peer[?];
-} nres_gw_upstream_t;
-typedef struct nres_gw_request_s {
-  nres_time_t deadline, t0; void *slot; int32_t idx, peer; uint32_t upermit, ppermit;
-  uint8_t has_upermit, has_ppermit, reserved, budget_refused; int8_t cls; uint8_t reserved_[3];
-  uint32_t tries, retries; nres_time_t begun;
-} nres_gw_request_t;
-nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
-void nres_gw_upstream_free(nres_gw_upstream_t *u);
-void nres_gw_register(nres_gw_upstream_t *u);
-void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
-void nres_shard_set(unsigned index);
-size_t nres_gw_struct_size(int which);
-void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
-int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, double inbound_ms);
-void nres_gw_unadmitted(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now);
-int64_t nres_gw_left_ms(const nres_gw_request_t *r, nres_time_t now);
-int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *permit,
-                 int *has_permit);
-uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
-                           int i, uint32_t permit, int has_permit);
-int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, int cls);
-int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
-                    int failed, int timed_out);
-void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
-void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
-                         int status);
-int nres_gw_class(const char *value, size_t len);
-uint64_t nres_gw_hist_bound(int i);
-uint64_t nres_gw_hist_read(const void *h, uint64_t *counts, uint64_t *sum);
-]]
-
--- The declarations above mirror runtime/include/nres/gateway.h: checked.
-for which, ct in pairs { [0] = "nres_gw_upstream_t", "nres_gw_peer_t", "nres_gw_request_t" } do
-  local ours = which == 0 and ffi.sizeof(ct, 0) or ffi.sizeof(ct)
-  if tonumber(C.nres_gw_struct_size(which)) ~= ours then
-    error(format("nres.ngx.balancer: %s is %d bytes in %s but %d here; the library and"
-      .. " the Lua module are out of step", ct, tonumber(C.nres_gw_struct_size(which)),
-      cdef.path, ours), 0)
-  end
-end
 
 local step_now = C.nres_step_now
 local sh_acquire, sh_slot = C.nres_shm_acquire, C.nres_shm_slot
@@ -143,7 +83,7 @@ local gw_admit, gw_unadmitted, gw_left_ms = C.nres_gw_admit, C.nres_gw_unadmitte
 local gw_pick, gw_try_begin, gw_grant = C.nres_gw_pick, C.nres_gw_try_begin, C.nres_gw_grant
 local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
   C.nres_gw_request_end
-local gw_class = C.nres_gw_class
+local gw_class, gw_deadline_ms = C.nres_gw_class, C.nres_gw_deadline_ms
 local est_quantile = C.nres_estimator_quantile
 local bad, scopes, new_table = config.bad, config.scopes, config.new_table
 local limit = require("nres.ngx.limiter").limit
@@ -269,10 +209,14 @@ function _M.declare(name, opts)
   local seen = {}
   for i, p in ipairs(list) do
     local host, port
-    if type(p) == "string" then host, port = p:match("^([^:]+):(%d+)$") end
+    if type(p) == "string" then
+      -- an IPv6 address keeps its brackets: set_current_peer parses it so
+      host, port = p:match("^(%[[%x:.]+%]):(%d+)$")
+      if not host then host, port = p:match("^([^:]+):(%d+)$") end
+    end
     port = tonumber(port)
     if not host or port < 1 or port > 65535 then
-      error(bad("upstream", "peers[" .. i .. "]", "\"host:port\"", p), 0)
+      error(bad("upstream", "peers[" .. i .. "]", "\"host:port\" or \"[IPv6]:port\"", p), 0)
     end
     if seen[p] then error(bad("upstream", "peers[" .. i .. "]", "a peer listed once", p), 0) end
     seen[p] = true
@@ -464,7 +408,7 @@ function _M.admit(uname, lname, lkey)
   local ms = NAN
   local rc = var_get(req, "http_x_deadline_ms", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
   if rc == NGX_OK then
-    ms = tonumber(ffi_str(value_ptr[0], size_ptr[0])) or NAN
+    ms = gw_deadline_ms(value_ptr[0], size_ptr[0])
   elseif rc ~= NGX_DECLINED then
     error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
   end

@@ -103,16 +103,21 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
 endif()
 
 # spec/nginx/signals.sh: nginx -t and nginx -s reload|reopen|quit|stop as
-# systemd runs them, with the Lua balancer and (when built) the module.
+# systemd runs them; spec/nginx/defects.sh: issue 28's gateway defects
+# (client aborts, long X-Deadline-Ms, HTTP/0.9 answers, IPv6 peers,
+# balancing methods). Both with the Lua balancer and, when built, the
+# module.
 if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
-  set(nres_signals_module "")
+  set(nres_ngx_test_module "")
   if(DEFINED NRES_NGX_MODULE)
-    set(nres_signals_module ${NRES_NGX_MODULE})
+    set(nres_ngx_test_module ${NRES_NGX_MODULE})
   endif()
-  add_test(NAME nginx_signals
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/signals.sh
-                   $<TARGET_FILE:nres> ${nres_signals_module})
-  set_tests_properties(nginx_signals PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+  foreach(script signals defects)
+    add_test(NAME nginx_${script}
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/${script}.sh
+                     $<TARGET_FILE:nres> ${nres_ngx_test_module})
+    set_tests_properties(nginx_${script} PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
+  endforeach()
 endif()
 
 # spec/nginx/regions.sh: region files that trust nothing (another user's,

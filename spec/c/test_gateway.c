@@ -486,8 +486,8 @@ static void test_deadline_header(void **state) {
 
 /* A client limiter: one admission a second per key (burst 1), an empty
  * key unlimited, a full table admitting; found by name until cleared. */
-static void test_limiter(void **state) {
-  (void)state;
+/* A limiter's table: 8 keys of one admission a second (burst 1). */
+static nres_shm_t *limiter_table(void) {
   nres_shm_config_t cfg;
   nres_shm_config_init(&cfg);
   cfg.slots = 8;
@@ -496,6 +496,12 @@ static void test_limiter(void **state) {
   cfg.burst = 1;
   nres_shm_t *t;
   assert_int_equal(nres_shm_new(&cfg, &t), 0);
+  return t;
+}
+
+static void test_limiter(void **state) {
+  (void)state;
+  nres_shm_t *t = limiter_table();
   nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
   assert_non_null(l);
   nres_gw_limiter_register(l);
@@ -530,6 +536,69 @@ static void test_limiter(void **state) {
   nres_shm_free(t);
 }
 
+/* The control API's changes: a limiter's dry-run admits and counts, its
+ * new rate reaches a key made before; a scope's dry-run lets a request
+ * through an open breaker; a drained peer gets no try, in panic too. */
+static void test_control(void **state) {
+  (void)state;
+  nres_shm_t *t = limiter_table();
+  nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
+  nres_gw_control_t lc;
+  memset(&lc, 0, sizeof lc);
+  l->control = &lc;
+  nres_time_t now = 100 * SEC, wait = 0;
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 0);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 1);
+  nres_gw_control_flag(&lc, NRES_GW_DRY_RUN, 1);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 0);   /* would refuse */
+  assert_int_equal(lc.would_refuse[NRES_GW_WOULD_RATE], 1);
+  nres_gw_control_flag(&lc, NRES_GW_DRY_RUN, 0);
+  assert_int_equal(nres_gw_control_rate(&lc, t, 0, 1, now), NRES_EINVAL);
+  assert_int_equal(nres_gw_control_rate(&lc, t, NAN, 1, now), NRES_EINVAL);
+  assert_int_equal(nres_gw_control_rate(&lc, t, 1000, 10, now), 0);
+  for (int i = 0; i < 10; i++)   /* a burst of 10 for "a" now */
+    assert_int_equal(nres_gw_limit(l, "a", 1, now + SEC, &wait), 0);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now + SEC, &wait), 1);
+  nres_gw_limiter_free(l);
+  nres_shm_free(t);
+
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 3, 1, NRES_GW_P2C);
+  nres_gw_control_t sc, pc[8];
+  memset(&sc, 0, sizeof sc);
+  memset(pc, 0, sizeof pc);
+  u->control = &sc;
+  for (uint32_t i = 0; i < 3; i++)
+    u->peer[i].control = &pc[u->peer[i].slot];
+  nres_gw_request_t r;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  nres_gw_request_end(u, &r, now, 200);
+  nres_breaker_isolate(&nres_shm_slot(f.scope, (uint32_t)u->sidx)->breaker);
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_CIRCUIT);
+  nres_gw_control_flag(&sc, NRES_GW_DRY_RUN, 1);
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  assert_int_equal(sc.would_refuse[NRES_GW_WOULD_CIRCUIT], 1);
+  assert_null(r.slot);   /* no retries, nothing recorded into the breaker */
+  nres_gw_control_flag(&pc[u->peer[1].slot], NRES_GW_DRAIN, 1);
+  now += SEC;
+  for (int k = 0; k < 100; k++) {
+    uint32_t permit;
+    int has;
+    assert_int_not_equal(nres_gw_pick(u, now, -1, &permit, &has), 1);   /* closed: no permit held */
+  }
+  /* in panic (both others ejected) the drained peer still gets nothing */
+  nres_breaker_isolate(u->peer[0].breaker);
+  nres_breaker_isolate(u->peer[2].breaker);
+  now += SEC;
+  for (int k = 0; k < 20; k++) {
+    uint32_t permit;
+    int has;
+    assert_int_not_equal(nres_gw_pick(u, now, -1, &permit, &has), 1);
+  }
+  assert_true(u->panicking);
+  unmake(&f);
+}
+
 static void test_class(void **state) {
   (void)state;
   assert_int_equal(nres_gw_class("critical", 8), NRES_CLASS_CRITICAL);
@@ -556,6 +625,7 @@ int main(void) {
     cmocka_unit_test(test_client_abort_is_no_success),
     cmocka_unit_test(test_deadline_header),
     cmocka_unit_test(test_limiter),
+    cmocka_unit_test(test_control),
     cmocka_unit_test(test_class),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -136,6 +136,10 @@ local function resolve(spec, depth)
   local base = spec.base
   if base == nil and spec ~= preset_cache.default then base = "default" end
   if spec == preset_cache.none then base = nil end
+  -- Durations with units ("250ms") as seconds, before merging compares them.
+  local problems
+  spec, problems = schema.normalize(spec)
+  if not spec then return nil, concat(problems, "; ") end
   if base == nil then return merge({}, spec) end
   if type(base) ~= "string" then
     return nil, "base: expected a preset name (string), got " .. schema.describe(base)

@@ -39,10 +39,13 @@ local function new_table(fn, opts, tname)
   return tbl
 end
 
+local unit_seconds = require("nres.schema").seconds
+
 local function seconds(fn, field, v, default)
   if v == nil then return default end
+  if type(v) == "string" then v = unit_seconds(v) or v end   -- "90s", "2m"
   if type(v) ~= "number" or v ~= v or v < 0 or v > 1e6 then
-    error(bad(fn, field, "seconds (a number 0..1e6)", v), 3)
+    error(bad(fn, field, 'seconds (a number 0..1e6, or with a unit: "90s", "2m")', v), 3)
   end
   return v
 end

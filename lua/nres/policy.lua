@@ -61,6 +61,20 @@ end
 
 local preset_cache = {}
 
+-- The presets shipped in policies/ (spec/lua/layout_spec.lua checks the
+-- list against the folder). A folder named by NRES_POLICIES may hold more.
+local PRESETS = { "batch", "default", "gateway", "http", "none", "trivial" }
+_M.presets = PRESETS
+
+-- An unknown preset's message: the nearest name, if one is close, and the
+-- presets there are - not the file that was looked for.
+local function unknown_preset(name)
+  local nearest = schema.nearest(name, PRESETS)
+  return format('unknown preset "%s" (%spresets: %s%s)', name,
+                nearest and format('did you mean "%s"? ', nearest) or "", concat(PRESETS, ", "),
+                os.getenv("NRES_POLICIES") and ", and those in $NRES_POLICIES" or "")
+end
+
 -- A preset's table, loaded with an empty environment: presets are data.
 local function load_preset(name)
   local cached = preset_cache[name]
@@ -75,9 +89,9 @@ local function load_preset(name)
   local path = presets_dir .. "/" .. name .. ".lua"
   local chunk, err = loadfile(path)
   if not chunk then
-    if io.open(path, "r") == nil then
-      return nil, format('unknown preset "%s" (no %s)', name, path)
-    end
+    local f = io.open(path, "r")
+    if f == nil then return nil, unknown_preset(name) end
+    f:close()
     return nil, err
   end
   setfenv(chunk, {})

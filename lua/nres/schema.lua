@@ -316,15 +316,24 @@ local function distance(a, b)
   return prev[lb]
 end
 
--- "did you mean" for key among the keys of `fields`, or the valid names.
-function _M.hint(key, fields)
-  local names, best, best_d = {}, nil, 3
-  for name in pairs(fields) do
-    names[#names + 1] = name
+-- The name of the list `names` nearest to key (edit distance at most 2;
+-- the first in alphabetical order on a tie), or nil.
+local function nearest(key, names)
+  local best, best_d = nil, 3
+  for _, name in ipairs(names) do
     local d = distance(key, name)
     if d < best_d or (d == best_d and best and name < best) then best, best_d = name, d end
   end
+  return best
+end
+_M.nearest = nearest
+
+-- "did you mean" for key among the keys of `fields`, or the valid names.
+function _M.hint(key, fields)
+  local names = {}
+  for name in pairs(fields) do names[#names + 1] = name end
   sort(names)
+  local best = nearest(key, names)
   return best and format('did you mean "%s"?', best) or "valid: " .. concat(names, ", ")
 end
 

@@ -385,9 +385,12 @@ end
 -- Criticality classes, as nres_class_t.
 local CLASSES = { critical = 0, default = 1, sheddable = 2 }
 _M.classes = CLASSES
+local class_parse = C.nres_class_parse
 
 -- The same policy for calls of another criticality:
--- p:with{ criticality = "critical" | "default" | "sheddable" }. Under
+-- p:with{ criticality = "critical" | "default" | "sheddable" }, or any
+-- name X-Criticality takes (critical_plus, sheddable_plus, any case: the
+-- gateways' one parser, nres_class_parse). Under
 -- overload the limiters and the budget refuse sheddable calls first and
 -- keep headroom for critical ones (limiter.reserve for the concurrency
 -- limit and its queue; a sheddable call takes at most half the rate
@@ -407,10 +410,11 @@ function _M.with(self, opts)
     end
   end
   local name = opts.criticality
-  local cls = CLASSES[name]
-  if cls == nil then
-    error('bad argument #1 to \'with\' (criticality: expected one of "critical", "default",'
-          .. ' "sheddable", got ' .. schema.describe(name) .. ")", 2)
+  local cls = type(name) == "string" and class_parse(name, #name) or -1
+  if cls < 0 then
+    error('bad argument #1 to \'with\' (criticality: expected one of "critical", "critical_plus",'
+          .. ' "default", "sheddable", "sheddable_plus" (any case; the names of X-Criticality),'
+          .. ' got ' .. schema.describe(name) .. ")", 2)
   end
   if cls == self.class then return self end
   local variants = self.variants

@@ -541,6 +541,14 @@ local function check_relations(problems, t)
   end
   local h = t.hedge
   if type(h) == "table" then
+    -- Hedges are attempts (attempts counts them): a max the attempts can
+    -- never reach would build a policy that hedges less than it says.
+    local max, attempts = h.max == nil and 2 or h.max, t.attempts == nil and 1 or t.attempts
+    if integer(2, 4)(max) == nil and integer(1, 65535)(attempts) == nil and max > attempts then
+      problems[#problems + 1] = format(
+        "hedge.max: %d attempts side by side need attempts >= %d (hedges count as attempts), got attempts = %d",
+        max, max, attempts)
+    end
     if h.at == nil then
       problems[#problems + 1] = 'hedge.at: expected a latency quantile like "p95" or a fixed delay in seconds (> 0), got nil'
     elseif type(h.at) == "string" and t.latency == false then

@@ -204,6 +204,12 @@ typedef enum {
 } nres_class_t;
 
 NRES_EXTERN const char *nres_class_name(int cls);   /* "critical", ... */
+/* The class of a criticality name (len bytes), in any case: critical or
+ * critical_plus, default, sheddable or sheddable_plus (Google's _PLUS
+ * names fold into the nearest class); -1 for anything else or NULL. The
+ * one parser of these names: X-Criticality in both gateways
+ * (nres_gw_class) and p:with{ criticality = ... } in Lua. */
+NRES_EXTERN int nres_class_parse(const char *name, size_t len);
 
 /* Verdict flags. */
 enum {

@@ -201,6 +201,7 @@ int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind, int
 int nres_step_resume(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_abort(nres_call_t *call, double now, nres_step_t *out);
+int nres_step_log(const nres_call_t *call, double *out);
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy, double now, int cls,
                          double *at);
 int nres_step_sync_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,

@@ -254,6 +254,13 @@ local function build(t)
     if br.jitter then cfg.break_jitter = br.jitter end
     if br.probes then cfg.probes = br.probes end
     if br.successes then cfg.success_threshold = br.successes end
+    -- A probe's lease (docs/leases.md): as set, else the attempt timeout
+    -- and a second's margin, never more than break_for (C's 0).
+    if br.lease then cfg.lease = ns(br.lease)
+    elseif cp.attempt_timeout > 0 then
+      local lease = cp.attempt_timeout + 1e9
+      if lease < cfg.break_for then cfg.lease = lease end
+    end
     local rc = C.nres_breaker_init(cp.own.breaker, cfg)
     if rc ~= 0 then return nil, "breaker: " .. ffi_string(C.nres_strerror(rc)) end
     cp.breaker = cp.own.breaker
@@ -455,6 +462,7 @@ end
 
 local counters = ffi_new("nres_counters_t")
 local bstats = ffi_new("nres_bulkhead_stats_t")
+local brstats = ffi_new("nres_breaker_stats_t")
 local stop_names = run.reasons
 local verdict_names = classify.names
 local reject_names = { [0] = "breaker", "budget", "rate", "concurrency", "draining", "throttle" }
@@ -486,8 +494,12 @@ function _M.stats(self)
   if cp.budget ~= nil then
     s.budget = C.nres_budget_level(cp.budget, now)
   end
+  -- Permits given back by their lease, not their holder (docs/leases.md).
+  s.leases_expired = 0
   if cp.breaker ~= nil then
     s.breaker = ffi_string(C.nres_breaker_state_name(C.nres_breaker_state(cp.breaker, now)))
+    C.nres_breaker_stats(cp.breaker, brstats)
+    s.leases_expired = s.leases_expired + tonumber(brstats.leases_expired)
   end
   if cp.throttle ~= nil then
     -- The throttle's window now (requests and accepts), the refusal

@@ -250,6 +250,7 @@ _M.policy = {
     jitter = fraction,
     probes = integer(1, 255),
     successes = integer(1, 255),
+    lease = positive_duration,
   },
   throttle = section {
     k = number(1, false, 1000, false, "a finite number from 1 to 1000"),
@@ -472,6 +473,11 @@ local function check_relations(problems, t)
     if pos(br.break_for) and pos(br.break_max) and br.break_max < br.break_for then
       problems[#problems + 1] = format("breaker.break_max: expected >= breaker.break_for (%s), got %s",
         secs(br.break_for), describe(br.break_max))
+    end
+    local break_for = br.break_for == nil and 15 or br.break_for
+    if pos(br.lease) and pos(break_for) and br.lease > break_for then
+      problems[#problems + 1] = format("breaker.lease: expected <= breaker.break_for (%s), got %s",
+        secs(break_for), describe(br.lease))
     end
     local buckets = br.buckets == nil and 10 or br.buckets
     if pos(br.window) and integer(1, 16)(buckets) == nil and ns(br.window) < buckets then

@@ -455,6 +455,7 @@ typedef enum {
 /* Ranges (nres_breaker_config_error names the field it refuses):
  * failure_ratio and slow_ratio in [0, 1]; probes and success_threshold in
  * 1..255; break_for > 0; break_max >= break_for; break_jitter in [0, 1);
+ * lease <= break_for;
  * window > 0 with window / buckets >= 1 ns and 1 <= buckets <=
  * NRES_WINDOW_MAX_BUCKETS. Durations may be NRES_TIME_NEVER (a break is
  * capped at 2^37 ms, 4.3 years), never NRES_TIME_INVALID. */
@@ -476,6 +477,13 @@ struct nres_breaker_config_s {
   nres_time_t break_max;        /* open period doubles up to this. 2 min */
   double break_jitter;          /* open period shortened by up to this
                                    fraction, at random. Default 0.1 */
+  nres_time_t lease;            /* a probe permit's lease: once every probe
+                                   permit of a half-open breaker has been
+                                   out this long (since the latest was
+                                   taken) without a report, the next caller
+                                   takes their place and the lapsed permits
+                                   are counted in leases_expired. 0 =
+                                   break_for; at most break_for. Default 0 */
 };
 
 /* The whole state machine is one atomic word (state, probe permits in use,
@@ -488,6 +496,8 @@ struct nres_breaker_s {
   NRES_ATOMIC(uint32_t) level;          /* trips since last closed */
   NRES_ATOMIC(uint64_t) trips;          /* times it opened */
   NRES_ATOMIC(uint64_t) rejected;       /* admissions refused */
+  NRES_ATOMIC(uint64_t) leases_expired; /* probe permits whose lease ran
+                                           out before their report */
   nres_window_t window;
 };
 
@@ -535,6 +545,7 @@ typedef struct nres_breaker_stats_s {
   uint32_t reserved_;
   uint64_t trips;               /* times it opened */
   uint64_t rejected;            /* admissions refused */
+  uint64_t leases_expired;      /* probe permits whose lease ran out */
 } nres_breaker_stats_t;
 
 NRES_EXTERN void nres_breaker_stats(const nres_breaker_t *breaker,

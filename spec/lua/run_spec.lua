@@ -104,6 +104,17 @@ describe("stop reasons", function()
     expect.eq(calls(), 2)
     expect.eq(p:stats().breaker, "open")
   end)
+  it("circuit open from the success that brings the window to min_calls over the ratio (issue 28)", function()
+    -- resilience4j trips there; a ratio checked on failures only did not
+    for _, base in ipairs { "none", "trivial" } do
+      local p = virtual { base = base, attempts = 1, breaker = { ratio = 0.5, min_calls = 6, break_for = 10 } }
+      for _ = 1, 3 do p:run(function() return nil, "down" end) end
+      for _ = 1, 2 do expect.eq(p:run(function() return 1 end), 1) end
+      expect.eq(p:stats().breaker, "closed", base .. ": 5 calls, under min_calls")
+      expect.eq(p:run(function() return 1 end), 1)
+      expect.eq(p:stats().breaker, "open", base .. ": 3 failures of 6")
+    end
+  end)
   it("throttled locally, without calling fn, once the dependency refuses for overload", function()
     local p, d = virtual { base = "none", telemetry = true, throttle = { k = 1, window = 10, buckets = 10 },
                            classify = function(_, err) return err and "throttled" or "ok" end }

@@ -203,11 +203,13 @@ int nres_step_begin(nres_call_t *call, nres_policy_t *policy, double now, double
 int nres_step_begin_class(nres_call_t *call, nres_policy_t *policy, double now,
                           double inbound, int cls, nres_step_t *out);
 const char *nres_class_name(int cls);
+int nres_class_parse(const char *name, size_t len);
 int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,
                      double retry_after, nres_step_t *out);
 int nres_step_resume(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_abort(nres_call_t *call, double now, nres_step_t *out);
+int nres_step_log(const nres_call_t *call, double *out);
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy, double now, int cls,
                          double *at);
 int nres_step_sync_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,

@@ -171,9 +171,10 @@ local function check_section(problems, path, s, top)
         problems[#problems + 1] = format("%s.arms.%s: expected a policy, a preset name, nresrun.raw, nresrun.naive(n) or nresrun.peer{...}, got %s",
           path, name, describe(a))
       elseif type(a) == "string" then
-        local ok, err = pcall(require("nres.policy").resolve, a)
-        if not ok or not err then
-          problems[#problems + 1] = format("%s.arms.%s: unknown preset %s", path, name, describe(a))
+        local ok, t, why = pcall(require("nres.policy").resolve, a)
+        if not ok or not t then   -- resolve's own words: the nearest preset, the list
+          problems[#problems + 1] = format("%s.arms.%s: %s", path, name,
+                                           ok and why or format("unknown preset %s", describe(a)))
         end
       end
     end

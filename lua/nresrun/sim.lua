@@ -78,8 +78,10 @@ local function is_policy(v) return type(v) == "table" and v.cp ~= nil and type(v
 -- The problem with one policy entry, or nil.
 local function check_policy(path, v)
   if type(v) == "string" then
-    local ok, t = pcall(policy_mod.resolve, v)
-    if not ok or not t then return format("%s: unknown preset %s", path, describe(v)) end
+    local ok, t, why = pcall(policy_mod.resolve, v)
+    if not ok or not t then   -- resolve's own words: the nearest preset, the list
+      return format("%s: %s", path, ok and why or format("unknown preset %s", describe(v)))
+    end
     if type(t.budget) == "string" then
       return format("%s: preset %s uses the named budget %s, shared by the whole process; a simulation needs fresh state per run",
                     path, describe(v), describe(t.budget))

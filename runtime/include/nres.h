@@ -204,6 +204,12 @@ typedef enum {
 } nres_class_t;
 
 NRES_EXTERN const char *nres_class_name(int cls);   /* "critical", ... */
+/* The class of a criticality name (len bytes), in any case: critical or
+ * critical_plus, default, sheddable or sheddable_plus (Google's _PLUS
+ * names fold into the nearest class); -1 for anything else or NULL. The
+ * one parser of these names: X-Criticality in both gateways
+ * (nres_gw_class) and p:with{ criticality = ... } in Lua. */
+NRES_EXTERN int nres_class_parse(const char *name, size_t len);
 
 /* Verdict flags. */
 enum {
@@ -1319,6 +1325,16 @@ NRES_EXTERN int nres_step_cancel(nres_call_t *call, double now,
                                  nres_step_t *out);
 NRES_EXTERN int nres_step_abort(nres_call_t *call, double now,
                                 nres_step_t *out);
+/* A call's end for a binding, as doubles only (a binding that reads the
+ * log's 64-bit fields or its records by reference makes a fresh box for
+ * each, where its code is not compiled): out[0] the entries n (the last
+ * min(attempts, NRES_LOG_CAP) attempts), out[1] the last verdict's flags,
+ * then per entry, oldest first, NRES_STEP_LOG_FIELDS doubles: number,
+ * hedge, verdict kind, flags (0xff: abandoned), start and end (ns). out
+ * holds at least NRES_STEP_LOG_SIZE doubles. Returns n. */
+#define NRES_STEP_LOG_FIELDS 6
+#define NRES_STEP_LOG_SIZE (2 + NRES_LOG_CAP * NRES_STEP_LOG_FIELDS)
+NRES_EXTERN int nres_step_log(const nres_call_t *call, double *out);
 /* The two steps of a synchronous driver's call (one attempt at a time, no
  * hedging), one FFI call each: nres_step_begin_class with no inherited
  * deadline, and nres_step_report (nres_step_sync_resume: nres_step_resume,

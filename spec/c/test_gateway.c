@@ -609,6 +609,11 @@ static void test_class(void **state) {
   assert_int_equal(nres_gw_class("sheddable", 8), NRES_CLASS_DEFAULT);   /* "sheddabl" */
   assert_int_equal(nres_gw_class("bulk", 4), NRES_CLASS_DEFAULT);
   assert_int_equal(nres_gw_class(NULL, 0), NRES_CLASS_DEFAULT);
+  /* The one parser under it refuses what is not a name (p:with needs to). */
+  assert_int_equal(nres_class_parse("Critical_Plus", 13), NRES_CLASS_CRITICAL);
+  assert_int_equal(nres_class_parse("default", 7), NRES_CLASS_DEFAULT);
+  assert_int_equal(nres_class_parse("bulk", 4), -1);
+  assert_int_equal(nres_class_parse(NULL, 0), -1);
 }
 
 int main(void) {

@@ -74,7 +74,7 @@ describe("scenario errors name file:line and the field", function()
       '$F:5: nres.policy: attempts: expected an integer from 1 to 65535, got 0' },
     { HEAD .. '  name = "x", dependency = nresrun.dep.flaky{ fail_every = 2 },\n'
       .. '  load = { workers = 1 },\n  arms = { p = "nosuch" },\n  baseline = "nope",\n}\n',
-      '$F:2: 2 problems:\n  $F:5: scenario.arms.p: unknown preset "nosuch"\n  $F:6: scenario.baseline: no arm named "nope"' },
+      '$F:2: 2 problems:\n  $F:5: scenario.arms.p: unknown preset "nosuch" (presets: batch, default, gateway, http, none, trivial)\n  $F:6: scenario.baseline: no arm named "nope"' },
     { 'return { name = "not a scenario" }\n',
       '$F: a scenario file must return nresrun.scenario{...}, got a table' },
     { 'return nresrun.scenario{\n', nil },   -- a syntax error: message from Lua

@@ -292,6 +292,13 @@ describe("classifiers", function()
     p:run(flaky(1, "slow down", "ok"))
     expect.near((d.now() - t0) / 1e9, 4, 1e-6, "waited 4 s")
   end)
+  it("a classifier function's retry_after may carry a unit", function()
+    local p, d = virtual { base = "none", attempts = 2, backoff = { kind = "constant", base = "10ms", max = "10s" },
+                           classify = function(_, err) if err then return "throttled", "1500ms" end return "ok" end }
+    local t0 = d.now()
+    p:run(flaky(1, "slow down", "ok"))
+    expect.near((d.now() - t0) / 1e9, 1.5, 1e-6, "waited 1.5 s")
+  end)
   it("a modelled dependency's throttled answer carries its retry-after", function()
     local dep = require "nresrun.dep"
     local p, d = virtual { base = "none", attempts = 2,

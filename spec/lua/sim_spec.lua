@@ -501,7 +501,7 @@ local bad = {
   { base{ grace = -1 }, "simulation.grace: expected simulated seconds from 0 to 3600, got -1" },
   { base{ policy = "nil" }, "simulation.policy: missing (a policy, a preset name, or policies = { name = policy, ... })" },
   { base{ policies = { a = "none" } }, "simulation.policies: give policy = ... or policies = { name = ... }, not both" },
-  { base{ policy = "nope" }, 'simulation.policy: unknown preset "nope"' },
+  { base{ policy = "nope" }, 'simulation.policy: unknown preset "nope" (did you mean "none"? presets: batch, default, gateway, http, none, trivial)' },
   { base{ policy = 42 }, "simulation.policy: expected a policy (nres.policy{...}) or a preset name, got 42" },
   { base{ policy = "nil", policies = {} }, "simulation.policies: expected a table of name = policy or preset name, got a table" },
   { base{ policy = "nil", policies = { x = {} } }, "simulation.policies.x: expected a policy (nres.policy{...}) or a preset name, got a table" },

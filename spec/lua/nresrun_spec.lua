@@ -248,6 +248,38 @@ describe("a run", function()
   end)
 end)
 
+-- Load kinds are modules behind one interface (nresrun.load).
+describe("load kinds", function()
+  local load = require "nresrun.load"
+  it("every kind has the whole interface", function()
+    for _, name in ipairs(load.KINDS) do
+      local k = assert(load.get(name), name)
+      expect.eq(k.name, name)
+      for _, f in ipairs { "check", "values", "fields", "fit", "peer", "run" } do
+        expect.eq(type(k[f]), "function", name .. "." .. f)
+      end
+      for _, f in ipairs { "expected", "what", "loop" } do expect.eq(type(k[f]), "string", name .. "." .. f) end
+      expect.eq(type(k.result), "table", name .. ".result")
+    end
+  end)
+  it("the scenario's checks and matrix ask the kinds", function()
+    local sc = scenario.new({ name = "k", dependency = nresrun.dep.flaky{ fail_every = 2 },
+                              load = { threads = { 1, 2 }, workers = 3 }, arms = { raw = nresrun.raw } })
+    local cells = sc:cells()
+    expect.eq(#cells, 2)
+    expect.eq(cells[2].load, "threads")
+    expect.eq(cells[2].threads, 2)
+    expect.eq(cells[2].workers_per_thread, 3)
+    expect.eq(load.of({ open_rate = 5 }).name, "open_rate")
+    expect.eq(load.is_open("open_rate"), true)
+    expect.eq(load.is_open("workers"), false)
+    local spec, why = load.get("threads").peer(cells[2], {})
+    expect.eq(spec, nil)
+    expect.eq(why, "the peer driver has no threads load (one event loop)")
+    expect.eq(load.get("open_rate").peer({ rate = 7 }, {}).rate, 7)
+  end)
+end)
+
 -- The stress report says what differs between arms, not only a ratio.
 describe("the stress report", function()
   local report = require "nresrun.report"

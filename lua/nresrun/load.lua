@@ -1,0 +1,54 @@
+-- nresrun.load: the load kinds of a scenario, one module each.
+--
+-- A load kind is a module in nresrun/load/ (workers, open_rate, threads)
+-- with one shape, as lua-resty-balancer's pickers are:
+--
+--   name, loop ("closed" or "open"), what ("closed loop", ...),
+--   expected      what one value must be, for error messages
+--   check(v)      true when one value of the kind is valid
+--   companions    { field = check(v, path) -> problem or nil }: other load
+--                 fields the kind reads (threads' workers per thread)
+--   dependency(d) a problem with running dependency `d` under it, or nil
+--   values(load)  the list of values a section's matrix takes
+--   fields(cell, v, load)  fill a cell's fields for value v
+--   fit(cell)     why the machine cannot run the cell, or nil
+--   peer(cell, spec)       fill a peer driver's spec, or return nil, why
+--   run(cell, seed, kit, srv)  run the cell in this process (kit: the
+--                 shared parts of nresrun.cell); returns its metrics
+--   result        the cell fields copied into each result of the report
+--
+-- The scenario checks, the matrix, the runner, the cell and the report ask
+-- this module, so a new kind (a replayed trace) is one new file here and
+-- its name in KINDS.
+local _M = { _VERSION = "0.1.0" }
+
+_M.KINDS = { "workers", "open_rate", "threads" }
+
+local by_name = {}
+for _, name in ipairs(_M.KINDS) do
+  by_name[name] = require("nresrun.load." .. name)
+end
+
+-- The kind module called `name`, or nil.
+function _M.get(name) return by_name[name] end
+
+-- The kind a load table names, and the set of fields it reads as its
+-- companions; nil when it names none.
+function _M.of(load)
+  for _, name in ipairs(_M.KINDS) do
+    if load[name] ~= nil and by_name[name].companions then return by_name[name] end
+  end
+  for _, name in ipairs(_M.KINDS) do
+    if load[name] ~= nil then return by_name[name] end
+  end
+  return nil
+end
+
+-- Whether results of this kind were offered a fixed rate (an open loop):
+-- their ops/s is the offered rate, whatever the arm does.
+function _M.is_open(name)
+  local k = by_name[name]
+  return k ~= nil and k.loop == "open"
+end
+
+return _M

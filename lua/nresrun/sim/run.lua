@@ -51,7 +51,9 @@ end
 -- cfg: { policy = a fresh policy object (its state is this run's),
 --        dependency = a checked simdep table, rate = arrivals/s,
 --        arrivals = "poisson" | "fixed", duration = s, seed = n,
---        max_inflight = n, grace = s }
+--        max_inflight = n, grace = s, slo_s = s (optional: successes
+--        within it count as goodput, totals.good and series.good),
+--        ok_quantile = q (optional: totals.ok_quantile_ms) }
 -- Returns { series = { per-second arrays }, transitions, totals }.
 function _M.run(cfg)
   local D = cfg.duration_s
@@ -83,9 +85,10 @@ function _M.run(cfg)
     budget = budget and zeros(D) or nil, budget_min = budget and zeros(D) or nil,
     limit = bulkhead and zeros(D) or nil,
     breaker = breaker and {} or nil,
+    good = cfg.slo_s and zeros(D) or nil,
   }
-  local T = { arrivals = 0, ok = 0, failed = 0, rejected = 0, shed = 0, unfinished = 0,
-              failed_by = {}, rejected_by = {}, budget_min = budget_cap, breaker_opens = 0,
+  local T = { arrivals = 0, ok = 0, good = cfg.slo_s and 0 or nil, failed = 0, rejected = 0, shed = 0,
+              unfinished = 0, failed_by = {}, rejected_by = {}, budget_min = budget_cap, breaker_opens = 0,
               breaker_open_s = 0 }
   local transitions = {}
 
@@ -126,6 +129,8 @@ function _M.run(cfg)
     return i <= D and i or D + 1
   end
 
+  local slo_ns = cfg.slo_s and cfg.slo_s * 1e9 or -1
+  local good = S.good
   local inflight = 0
   local function record(started, t, ok, reason)
     observe(t)
@@ -138,6 +143,10 @@ function _M.run(cfg)
       T.ok = T.ok + 1
       okhist[i] = okhist[i] + 1
       if sec <= D then S.ok[sec] = S.ok[sec] + 1 end
+      if t - started <= slo_ns then
+        T.good = T.good + 1
+        if sec <= D then good[sec] = good[sec] + 1 end
+      end
     elseif REJECTIONS[reason] then
       T.rejected = T.rejected + 1
       T.rejected_by[reason] = (T.rejected_by[reason] or 0) + 1
@@ -251,8 +260,10 @@ function _M.run(cfg)
   T.dep_failed, T.dep_timeouts = inst.failed, inst.timeouts
   T.dep_requests_per_op = T.arrivals > 0 and inst.requests / T.arrivals or 0
   T.success_ratio = T.arrivals > 0 and T.ok / T.arrivals or 0
+  if T.good then T.goodput = T.arrivals > 0 and T.good / T.arrivals or 0 end
   T.ok_p50_ms = quantile(okhist, T.ok, 0.5)
   T.ok_p99_ms = quantile(okhist, T.ok, 0.99)
+  if cfg.ok_quantile then T.ok_quantile_ms = quantile(okhist, T.ok, cfg.ok_quantile) end
   T.budget_capacity = budget_cap
   T.final_breaker = breaker and STATE_NAMES[breaker_state(breaker, now())] or nil
   T.final_budget = budget and budget_level(budget, now()) or nil

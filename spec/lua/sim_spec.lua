@@ -708,6 +708,35 @@ describe("tournament", function()
     expect.truthy(md:find("## Targets", 1, true))
     expect.truthy(tmod.plot(doc, out):find("<svg", 1, true))
   end)
+  it("goodput within each scenario's SLO beside success; the interactive presets side by side", function()
+    local t = nresrun.simulation{
+      policies = { "none", "trivial", "http" }, seeds = { 1 },
+      slo = { latency = 0.015 },
+      scenarios = {
+        { name = "flaky", dependency = { latency = { fixed = 0.01 }, phases = { { name = "f", from = 5, to = 15, fail = 0.5 } } },
+          load = { rate = 100, arrivals = "fixed" }, duration = 20 },
+        { name = "measured", slo = { quantile = 0.9 }, dependency = { latency = { fixed = 0.02 } },
+          load = { rate = 50 }, duration = 10 },
+      },
+    }
+    local doc = tmod.run(t)
+    local flaky, measured = doc.scenarios[1], doc.scenarios[2]
+    expect.eq(flaky.slo.latency, 0.015, "the tournament's slo")
+    expect.eq(flaky.slo.measured, false)
+    expect.near(measured.slo.latency, 0.02, 0.002, "the scenario's quantile, its latency measured")
+    expect.eq(measured.slo.quantile, 0.9)
+    local tr = flaky.results.trivial[1]
+    expect.truthy(tr.goodput < tr.success - 0.1, "trivial's retried successes come after 15 ms")
+    expect.near(flaky.results.none[1].goodput, flaky.results.none[1].success, 1e-9, "none has no late success")
+    local md = tmod.markdown(doc, {})
+    expect.truthy(md:find("| policy | success % | goodput % |", 1, true), "the column")
+    expect.truthy(md:find("SLO: 99 % of calls within 15 ms.", 1, true), "the scenario's SLO")
+    expect.truthy(md:find("## Interactive presets: success and goodput", 1, true))
+    expect.truthy(md:find("| scenario | SLO ms | none | http |", 1, true), md)
+    expect.truthy(md:find(string.format("| flaky | 15 | %.1f / %.1f |", flaky.results.none[1].success * 100,
+                                        flaky.results.none[1].goodput * 100), 1, true), "a row from the figures")
+  end)
+
   it("bench/tournament.lua loads as a tournament of the six presets", function()
     local s = dofile("bench/tournament.lua")
     expect.truthy(sim.is_simulation(s) and s.scenarios ~= nil)

@@ -455,6 +455,9 @@ describe("verdict", function()
     local measured = nresrun.simulation{ policy = "none", dependency = { latency = { fixed = 0.010 } },
                                          load = { rate = 50 }, duration = 5, slo = {} }:run()
     expect.near(measured.slo.latency, 0.010, 0.001)
+    expect.eq(report.analyse(measured).verdict.ranking[1].sentence,
+      string.format("none: 100.0 %% success, 100.0 %% goodput within %.3g ms.", measured.slo.latency * 1000),
+      "one policy: its own figures, no comparison")
     expect.eq(measured.slo.measured, true)
     expect.eq(measured.slo.quantile, 0.99)
   end)

@@ -106,7 +106,7 @@ local function settings(w, doc, bold)
   w("- Load: open loop, %g arrivals/s (%s), the same arrivals for every policy.", doc.load.rate, doc.load.arrivals)
   w("- Dependency: %s.", doc.dependency.label)
   if doc.slo then
-    w("- SLO: %g %% of calls succeed within %.4g ms%s; goodput = calls that succeeded within it, per arrival.",
+    w("- SLO: %g %% of calls succeed within %.3g ms%s; goodput = calls that succeeded within it, per arrival.",
       doc.slo.quantile * 100, doc.slo.latency * 1000,
       doc.slo.measured and format(" (measured: the p%g of calls with no policy while the dependency is healthy)",
                                   doc.slo.quantile * 100) or "")

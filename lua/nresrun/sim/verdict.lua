@@ -152,7 +152,7 @@ local function recovery_words(f)
   return format("back %g s after %s", f.recovery, f.recovery_phase)
 end
 
-local function ms(s) return format("%.4g", s * 1000) end
+local function ms(s) return format("%.3g", s * 1000) end
 
 -- "same success as b (89.8 vs 89.9 %)", "5.0 points less goodput than b
 -- (...)"; without `ref`, "same success (...)".
@@ -201,6 +201,12 @@ local function sentence(doc, f, r)
   return format("%s: %s.", f.policy, concat(parts, ", "))
 end
 
+-- The sentence of a policy with no other to compare with.
+local function alone(doc, f)
+  return format("%s: %s %% success%s.", f.policy, pct(f.success),
+    doc.slo and format(", %s %% goodput within %s ms", pct(f.goodput), ms(doc.slo.latency)) or "")
+end
+
 -- Opens, probe gap and time open of one run's breaker; nil without one.
 function _M.breaker(run)
   local T = run.totals
@@ -241,11 +247,12 @@ function _M.of(doc)
   }
   local place = 0
   for i, f in ipairs(ranked) do
-    local ref = i == 1 and ranked[2] or ranked[1]
+    local ref = ranked[1]
+    if i == 1 then ref = ranked[2] end
     if i == 1 or not tied(ranked[i - 1], f) then place = i end
     out.ranking[i] = {
       rank = place, policy = f.policy,
-      sentence = ref and sentence(doc, f, ref) or format("%s: %s %% success.", f.policy, pct(f.success)),
+      sentence = ref and sentence(doc, f, ref) or alone(doc, f),
       success = f.success, goodput = f.goodput, down_requests = f.down_requests,
       recovery_s = f.recovery ~= huge and f.recovery or false, p99_ms = f.p99,
     }

@@ -352,10 +352,13 @@ function _M.markdown(doc)
       local b = by_arm[c.group .. "\0" .. c.baseline]
       local bm = b and median(values(b, "ops_per_sec"))
       if bm and bm > 0 and m then ratio = format("%.2f", m / bm) end
-    elseif c.baseline == c.arm then
-      ratio = "1.00 (baseline)"
     end
-    if load.is_open(c.load) and ratio ~= "-" then ratio = ratio .. " (offered)" end
+    local open = load.is_open(c.load)
+    if c.baseline == c.arm then
+      ratio = open and "1.00 (baseline, offered)" or "1.00 (baseline)"
+    elseif open and ratio ~= "-" then
+      ratio = ratio .. " (offered)"
+    end
     return { ops = ops, m = m, ratio = ratio, ok = cell_ok(c) }
   end
   local sections, by_name = {}, {}

@@ -9,7 +9,6 @@
 -- flight after the grace are counted as failed ("unfinished").
 local C = require("nres.cdef").C
 
-local co_yield, co_create, co_running = coroutine.yield, coroutine.create, coroutine.running
 local huge = math.huge
 
 local _M = { name = "open_rate", loop = "open", what = "open loop",
@@ -43,20 +42,10 @@ local function drive(x)
   local now, t0, measure_at, stop_at = s.now, x.t0, x.measure_at, x.stop_at
   local m, record = tally.m, tally.record
   local interval = 1e9 / cell.rate
-  local idle, nidle, inflight = {}, 0, 0
-  local max_inflight = cell.max_inflight
-  local IDLE = "idle"
-  local function open_worker(scheduled, n)
-    local self = co_running()
-    while true do
-      local ok, reason = op(n)
-      record(scheduled, now(), ok, reason)
-      inflight = inflight - 1
-      nidle = nidle + 1
-      idle[nidle] = self
-      scheduled, n = co_yield(IDLE)
-    end
-  end
+  local workers = s:workers(function(scheduled, n)
+    local ok, reason = op(n)
+    record(scheduled, now(), ok, reason)
+  end, cell.max_inflight)
   local i, spin_ns = 0, 200e3
   while true do
     local t = now()
@@ -69,18 +58,7 @@ local function drive(x)
         if lag > m.lag_max then m.lag_max = lag end
         m.lag_sum = m.lag_sum + lag
       end
-      if nidle > 0 then
-        local co = idle[nidle]
-        idle[nidle] = nil
-        nidle = nidle - 1
-        inflight = inflight + 1
-        s:resume(co, due_at, i)
-      elseif inflight < max_inflight then
-        inflight = inflight + 1
-        s:resume(co_create(open_worker), due_at, i)
-      elseif due_at >= measure_at then
-        tally.shed()
-      end
+      if not workers.start(due_at, i) and due_at >= measure_at then tally.shed() end
       i = i + 1
     else
       -- Nothing due: run due timers, else wait (spin when close); with
@@ -96,6 +74,7 @@ local function drive(x)
     end
   end
   s:run_until(stop_at + 10e9)
+  local inflight = workers.busy()
   m.unfinished = inflight
   if inflight > 0 then
     m.failures = m.failures + inflight

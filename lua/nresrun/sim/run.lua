@@ -18,7 +18,7 @@ local sched_mod = require "nresrun.sched"
 local simdep = require "nresrun.sim.dep"
 local run_mod = require "nres.run"
 
-local co_yield, co_create, co_running = coroutine.yield, coroutine.create, coroutine.running
+local co_yield = coroutine.yield
 local floor, log, ffi_fill, ffi_string = math.floor, math.log, ffi.fill, ffi.string
 local hist_index = C.nres_hist_index
 local breaker_state, budget_level = C.nres_breaker_state, C.nres_budget_level
@@ -131,7 +131,6 @@ function _M.run(cfg)
 
   local slo_ns = cfg.slo_s and cfg.slo_s * 1e9 or -1
   local good = S.good
-  local inflight = 0
   local function record(started, t, ok, reason)
     observe(t)
     local sec = sec_of(t)
@@ -162,23 +161,12 @@ function _M.run(cfg)
   -- Dependency counters are read per second as differences.
   local last = { requests = 0, refused = 0, failed = 0, timeouts = 0 }
 
-  -- Open loop: workers are reused; a worker parks itself by yielding a
-  -- non-number (the scheduler then forgets it) until the pacer resumes it.
-  local idle, nidle = {}, 0
-  local IDLE = "idle"
-  local function worker(started, n)
-    local self = co_running()
-    while true do
-      local r, reason = p:run(client, n)
-      record(started, now(), r ~= nil, reason)
-      inflight = inflight - 1
-      nidle = nidle + 1
-      idle[nidle] = self
-      started, n = co_yield(IDLE)
-    end
-  end
+  -- Open loop: workers are reused (nresrun.sched's workers).
+  local workers = s:workers(function(started, n)
+    local r, reason = p:run(client, n)
+    record(started, now(), r ~= nil, reason)
+  end, cfg.max_inflight)
 
-  local max_inflight = cfg.max_inflight
   local poisson = cfg.arrivals ~= "fixed"
   local interval = 1e9 / cfg.rate
   local function pacer()
@@ -196,16 +184,7 @@ function _M.run(cfg)
       local sec = sec_of(t)
       T.arrivals = T.arrivals + 1
       S.arrivals[sec] = S.arrivals[sec] + 1
-      if nidle > 0 then
-        local co = idle[nidle]
-        idle[nidle] = nil
-        nidle = nidle - 1
-        inflight = inflight + 1
-        s:resume(co, t, n)
-      elseif inflight < max_inflight then
-        inflight = inflight + 1
-        s:resume(co_create(worker), t, n)
-      else
+      if not workers.start(t, n) then
         T.shed = T.shed + 1
         S.shed[sec] = S.shed[sec] + 1
       end
@@ -226,7 +205,7 @@ function _M.run(cfg)
       S.dep_queue_max[sec] = inst.queue_max
       inst.queue_max = inst.queued(t)
       S.dep_busy[sec] = inst.busy(t)
-      S.inflight[sec] = inflight
+      S.inflight[sec] = workers.busy()
       if bulkhead then S.limit[sec] = tonumber(C.nres_bulkhead_limit(bulkhead)) end
       if budget then
         local level = budget_level(budget, t)
@@ -254,7 +233,7 @@ function _M.run(cfg)
     S.success_ratio[sec] = done > 0 and S.ok[sec] / done or false
   end
 
-  T.unfinished = inflight
+  T.unfinished = workers.busy()
   T.identity_ok = T.arrivals == T.ok + T.failed + T.rejected + T.shed + T.unfinished
   T.dep_requests, T.dep_refused = inst.requests, inst.refused
   T.dep_failed, T.dep_timeouts = inst.failed, inst.timeouts

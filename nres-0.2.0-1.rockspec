@@ -16,6 +16,7 @@ source = {
 }
 description = {
   summary = "Resilience policies for LuaJIT and OpenResty on a C11 runtime",
+  license = "MIT",
   detailed = [[
 Retries with backoff and jitter, deadlines and attempt timeouts,
 classifiers, retry budgets, circuit breakers, rate and concurrency

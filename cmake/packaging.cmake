@@ -150,4 +150,13 @@ endif()
 set(CPACK_COMPONENT_NGX_DESCRIPTION
     "nres resilience runtime - nginx module\n ngx_http_nres_module: nginx's proxy moves the bytes, libnres decides (peer\n choice, retries, deadlines, breakers, budgets) with no Lua phase per\n request: load_module modules/ngx_http_nres_module.so; after the Lua module.")
 
+# Every package carries the licence as Debian wants it: the
+# machine-readable copyright file in /usr/share/doc/<package>.
+foreach(component ${CPACK_COMPONENTS_ALL})
+  string(TOUPPER ${component} upper)
+  install(FILES cmake/debian/copyright
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${CPACK_DEBIAN_${upper}_PACKAGE_NAME}
+          COMPONENT ${component})
+endforeach()
+
 include(CPack)

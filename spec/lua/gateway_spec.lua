@@ -474,8 +474,48 @@ describe("nres.shm files", function()
     expect.eq(e.replaced, "another layout version or a damaged header")
     expect.eq(e.reused, false)
     local _, err = shm.new{ slots = 8, file = dir .. "/no/such/dir/t.shm" }
-    expect.truthy(err and err:find("^open "), "an unwritable path is an error: " .. tostring(err))
+    expect.truthy(err and err:find(": open: "), "an unwritable path is an error: " .. tostring(err))
     expect.error(function() shm.new{ slots = 8, file = "" } end, 'nres.shm: file: expected a path, got ""')
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("trust no file: a link, group or other access, a truncation", function()
+    local dir = tmpdir()
+    local path = dir .. "/t.shm"
+    local opts = { slots = 16, budget = { ratio = 0.1 }, file = path, extra = 64 }
+    local a = assert(shm.new(opts))
+    local i = a:acquire("k", T0, 1e12)
+    os.execute("chmod 644 " .. path)
+    local b = assert(shm.new(opts))
+    expect.eq(b.replaced, "a file with group or other access (mode 0644, expected 0600 or 0700)")
+    expect.eq(b:key(i), nil, "not attached: fresh")
+    -- a link to a valid region: not followed, and its target not written
+    os.execute("mv " .. path .. " " .. dir .. "/target.shm && ln -s target.shm " .. path)
+    local c = assert(shm.new(opts))
+    expect.eq(c.replaced, "a symbolic link")
+    local f = assert(io.open(dir .. "/target.shm", "rb"))
+    local target_size = #f:read("*a"); f:close()
+    expect.eq(target_size, c.mapped, "the target is left as it was")
+    expect.truthy(os.execute("test -L " .. path) ~= 0, "the link is replaced by a file")
+    -- truncated in place after the mapping: verify() finds it before a
+    -- page is touched and gives this process a fresh table of its own
+    expect.eq(c:verify(), true, "whole")
+    local j = c:acquire("k", T0, 1e12)
+    local fresh = 0
+    c.on_fresh = function(t) fresh = fresh + 1; t.extra[0] = 7 end
+    os.execute("truncate -s 100 " .. path)
+    local whole, why = c:verify()
+    expect.eq(whole, false)
+    expect.eq(why, path .. " was truncated to 100 bytes (this table maps " .. c.mapped .. ")")
+    expect.eq(c.private, why)
+    expect.eq(fresh, 1, "on_fresh ran once")
+    expect.eq(c.extra[0], 7)
+    expect.eq(c:key(j), nil, "a fresh table")
+    expect.truthy(c:acquire("k", T0, 1e12), "usable")
+    expect.eq(c:verify(), true, "no file any more: nothing to check")
+    -- the next attach refuses the short file and makes a new one
+    local d = assert(shm.new(opts))
+    expect.eq(d.replaced, "a size of 100 bytes (this layout: " .. d.mapped .. ")")
     os.execute("rm -rf " .. dir)
   end)
 
@@ -531,7 +571,13 @@ describe("nres.ngx region files and balancer mode", function()
     expect.error(function() gw.upstream("b1", { scope = "ups", peers = {} }) end,
       'nres.ngx.upstream: peers: expected a list of 1..256 "host:port", got "0 peers"')
     expect.error(function() gw.upstream("b2", { scope = "ups", peers = { "h" } }) end,
-      'nres.ngx.upstream: peers[1]: expected "host:port", got "h"')
+      'nres.ngx.upstream: peers[1]: expected "host:port" or "[IPv6]:port", got "h"')
+    expect.error(function() gw.upstream("b2", { scope = "ups", peers = { "::1:80" } }) end,
+      'nres.ngx.upstream: peers[1]: expected "host:port" or "[IPv6]:port", got "::1:80"')
+    -- an IPv6 peer keeps its brackets (issue 28, defect 12: refused)
+    local v6 = gw.upstream("b2v6", { scope = "ups", peers = { "[::1]:8080", "127.0.0.1:80" } })
+    expect.eq(v6.hosts[1], "[::1]")
+    expect.eq(v6.ports[1], 8080)
     expect.error(function() gw.upstream("b3", { scope = "ups", peers = { "h:1", "h:1" } }) end,
       'nres.ngx.upstream: peers[2]: expected a peer listed once, got "h:1"')
     expect.error(function() gw.upstream("b4", { scope = "nope", peers = { "h:1" } }) end,
@@ -540,7 +586,7 @@ describe("nres.ngx region files and balancer mode", function()
       'nres.ngx.upstream: choice: expected "p2c" or "round-robin", got "lc"')
     expect.error(function() gw.upstream("b6", { scope = "ups", peers = { "h:1" }, eject = { ration = 1 } }) end,
       "nres.ngx.upstream: eject.ration: expected one of consecutive, ratio, min_calls, window,"
-      .. " buckets, break_for, break_max, jitter, probes, successes, got an unknown field")
+      .. " buckets, break_for, break_max, jitter, probes, successes, lease, got an unknown field")
     expect.error(function() gw.upstream("b7", { scope = "ups", peers = { "h:1" }, eject = { ratio = 2 } }) end,
       "nres.ngx.upstream: eject: breaker.failure_ratio: must be in [0, 1]")
     expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "h:1" }, panic = 1.5 }) end,

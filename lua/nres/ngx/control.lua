@@ -34,21 +34,7 @@ local type, tostring, tonumber, pairs, ipairs, format = type, tostring, tonumber
 local concat, sort = table.concat, table.sort
 local band = require("bit").band
 
-ffi.cdef [[
-typedef struct nres_gw_control_s {
-  uint32_t flags; uint32_t burst; double rate; nres_time_t interval, tolerance;
-  uint64_t would_refuse[4]; uint64_t reserved_[2];
-} nres_gw_control_t;
-void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
-int nres_gw_control_rate(nres_gw_control_t *c, void *table, double rate, uint32_t burst,
-                         nres_time_t now);
-size_t nres_gw_struct_size(int which);
-]]
-if tonumber(C.nres_gw_struct_size(5)) ~= ffi.sizeof("nres_gw_control_t") then
-  error(format("nres.ngx.control: nres_gw_control_t is %d bytes in %s but %d here; the"
-    .. " library and the Lua module are out of step", tonumber(C.nres_gw_struct_size(5)),
-    cdef.path, ffi.sizeof("nres_gw_control_t")), 0)
-end
+require "nres.cdef.gateway"   -- nres_gw_control_t and its functions
 
 local _M = {}
 

@@ -53,7 +53,7 @@ local function scope_status(s, now, worker_local, top)
         calls = counts.calls, attempts = counts.attempts, retries = counts.retries, stops = {},
         lease = math.max(0, (lease - now) / 1e9),   -- s before it may be evicted
       }
-      for stop = 1, 10 do
+      for stop = 1, #stop_names do
         local n = counts.stops[stop]
         if n > 0 then k.stops[stop_names[stop]] = n end
       end
@@ -63,6 +63,7 @@ local function scope_status(s, now, worker_local, top)
         C.nres_breaker_stats(slot.breaker, breaker_stats)
         k.breaker_trips = tonumber(breaker_stats.trips)
         k.breaker_rejected = tonumber(breaker_stats.rejected)
+        k.leases_expired = tonumber(breaker_stats.leases_expired)
       end
       if s.budget then
         k.budget = C.nres_budget_level(slot.budget, now)
@@ -232,6 +233,8 @@ local FAMILIES = {
   { "nres_breaker_trips_total", "counter", "times the breaker opened", "key", "breaker_trips" },
   { "nres_breaker_rejected_total", "counter", "admissions the breaker refused", "key",
     "breaker_rejected" },
+  { "nres_leases_expired_total", "counter", "probe permits given back by their lease, not their"
+    .. " holder", "key", "leases_expired" },
   { "nres_budget_tokens", "gauge", "retry budget tokens available", "key", "budget" },
   { "nres_budget_spent_total", "counter", "retries the budget allowed", "key", "budget_spent" },
   { "nres_budget_refused_total", "counter", "retries the budget refused", "key",
@@ -254,6 +257,8 @@ local FAMILIES = {
   { "nres_peer_drained", "gauge", "1 while the control API drains the peer (no new tries)",
     "peer", function(p) return flag(p.drained) end },
   { "nres_peer_ejections_total", "counter", "times the peer was ejected", "peer", "ejections" },
+  { "nres_peer_leases_expired_total", "counter", "probe permits given back by their lease, not"
+    .. " their holder", "peer", "leases_expired" },
   { "nres_peer_tries_total", "counter", "tries sent to the peer", "peer", "tries" },
   { "nres_peer_failures_total", "counter", "tries that failed (5xx, connect error, timeout)",
     "peer", "failures" },

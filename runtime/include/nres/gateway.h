@@ -163,6 +163,9 @@ typedef struct nres_gw_request_s {
 
 /* Admission refusals (nres_gw_admit). */
 enum { NRES_GW_ADMITTED = 0, NRES_GW_DEADLINE = 504, NRES_GW_CIRCUIT = 503 };
+/* nginx's status for a request whose client closed the connection before
+ * it was answered: nres_gw_request_end judges such a call neither way. */
+#define NRES_GW_CLIENT_CLOSED 499
 /* nres_gw_grant's third answer: read the request's criticality and ask
  * again with it. */
 #define NRES_GW_NEED_CLASS (-1)
@@ -281,6 +284,11 @@ NRES_EXTERN uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t 
  * ask again with it (nres_class_t). */
 NRES_EXTERN int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r,
                               nres_time_t now, int cls);
+/* An inbound X-Deadline-Ms value (len bytes; NULL: no header) as a number
+ * of ms for nres_gw_admit: decimal digits with an optional fraction,
+ * spaces or tabs around them, any length; anything else is NaN (no
+ * deadline). */
+NRES_EXTERN double nres_gw_deadline_ms(const char *value, size_t len);
 /* The class (nres_class_t) of an X-Criticality value (len bytes; NULL: no
  * header): critical or critical_plus, default, sheddable or
  * sheddable_plus, in any case; anything else is NRES_CLASS_DEFAULT. */
@@ -292,11 +300,16 @@ NRES_EXTERN int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
 /* r's current try let go unjudged (a new upstream session of the same
  * request): permit released, in-flight count and held token given back. */
 NRES_EXTERN void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
-/* The call's end with the response status (0: none): an unfinished try
+/* The call's end with the response status (under 100: none, or an answer
+ * with no status line, a failure; lua-nginx-module says 9 for an HTTP/0.9
+ * answer, nginx's status is 0): an unfinished try
  * ended with it, a held token given back, the upstream's breaker told,
  * the budget credited on success, the call counted in the scope. A call
  * that made no try (answered by a later phase) is not judged: its permit
- * of the upstream's breaker is given back, nothing is counted. */
+ * of the upstream's breaker is given back, nothing is counted. A call
+ * whose client left first (NRES_GW_CLIENT_CLOSED) is not judged either:
+ * its unfinished try is abandoned (nres_gw_try_abandon), its permits given
+ * back, the call counted as NRES_STOP_CANCELED. */
 NRES_EXTERN void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
                                      nres_time_t now, int status);
 

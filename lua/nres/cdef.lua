@@ -15,7 +15,7 @@ if not jit then
 end
 local ffi = require "ffi"
 
-local ABI_VERSION = 6
+local ABI_VERSION = 7
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -86,8 +86,8 @@ typedef struct nres_hedge_s {
 
 typedef struct nres_counters_s {
   uint64_t calls, attempts, retries, hedges, abandoned, fallbacks, late;
-  uint64_t verdicts[5]; uint64_t stops[11]; uint64_t rejects[6];
-  uint64_t hedges_won, class_rejects[3];
+  uint64_t verdicts[5]; uint64_t stops[12]; uint64_t rejects[6];
+  uint64_t hedges_won, class_rejects[3], isolations, resets;
 } nres_counters_t;
 
 typedef struct nres_policy_s {
@@ -105,9 +105,9 @@ typedef struct nres_policy_s {
   uint32_t private_flags, private_magic, draining;
   uint64_t sequence, quantile_next, quantile_samples, quantile_ceiling, quantile_slow,
            quantile_hedge, quantile_fast;
-  uint64_t n_verdicts[5], n_stops[11], n_rejects[6];
+  uint64_t n_verdicts[5], n_stops[12], n_rejects[6];
   uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
-  uint64_t n_hedges_won, n_class_rejects[3];
+  uint64_t n_hedges_won, n_class_rejects[3], n_isolations, n_resets;
   struct { uint64_t verdicts, stops, reserved_[14]; } n_ok[8];
 } nres_policy_t;
 
@@ -191,6 +191,7 @@ int nres_policy_init(nres_policy_t *policy, int preset);
 int nres_policy_build(nres_policy_t *policy);
 const char *nres_policy_error(const nres_policy_t *policy);
 void nres_policy_drain(nres_policy_t *policy, int on);
+int nres_policy_isolate(nres_policy_t *policy, int on);
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out);
 void nres_policy_counters_reset(nres_policy_t *policy);
 const nres_attempt_rec_t *nres_call_log(const nres_call_t *call, unsigned i);
@@ -204,6 +205,7 @@ int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind, int
                      double retry_after, nres_step_t *out);
 int nres_step_resume(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out);
+int nres_step_abort(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy, double now, int cls,
                          double *at);
 int nres_step_sync_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,
@@ -229,7 +231,7 @@ typedef struct nres_shm_config_s {
 typedef struct nres_shm_slot_s {
   uint64_t key[8];
   uint64_t ticket, created;
-  uint64_t stops[11];
+  uint64_t stops[12];
   nres_budget_t budget;
   nres_breaker_t breaker;
   nres_ratelimit_t ratelimit;
@@ -239,7 +241,7 @@ typedef struct nres_shm_slot_s {
 
 typedef struct nres_shm_counts_s {
   uint64_t calls, attempts, retries;
-  uint64_t stops[11];
+  uint64_t stops[12];
 } nres_shm_counts_t;
 
 typedef struct nres_shm_stats_s {

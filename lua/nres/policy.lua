@@ -451,12 +451,14 @@ function _M.stats(self)
   -- canceled (losers abandoned unclassified: the same as abandoned);
   -- calls refused (any source) by criticality.
   s.hedges_won = tonumber(counters.hedges_won)
+  -- An operator's hand on the breaker: p:isolate() and p:reset() calls.
+  s.isolations, s.resets = tonumber(counters.isolations), tonumber(counters.resets)
   s.hedges_canceled = s.abandoned
   s.refused_by_class = { critical = tonumber(counters.class_rejects[0]),
                          default = tonumber(counters.class_rejects[1]),
                          sheddable = tonumber(counters.class_rejects[2]) }
   for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
-  for i = 1, 10 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
+  for i = 1, #stop_names do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
   for i = 0, 5 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
   local cp, now = self.cp, self.driver.now()   -- state lives on the driver's clock
   if cp.budget ~= nil then
@@ -496,5 +498,19 @@ function _M.reset_stats(self)
   C.nres_policy_counters_reset(self.cp)
 end
 function _M.drain(self, on) C.nres_policy_drain(self.cp, on == false and 0 or 1) end
+
+-- An operator's hand on the breaker, shared by every user of the policy's
+-- state: p:isolate() opens it until p:reset() (every call stops "circuit
+-- open" meanwhile); p:reset() closes it from any state, its window
+-- emptied. Each is counted in p:stats() (isolations, resets). A policy
+-- without a breaker has nothing to isolate: an error naming it.
+local function hand(self, on, name)
+  if C.nres_policy_isolate(self.cp, on) ~= 0 then
+    error(format("nres: p:%s(): this policy has no breaker (breaker = false); give it one to"
+                 .. " isolate its dependency", name), 3)
+  end
+end
+function _M.isolate(self) hand(self, 1, "isolate") end
+function _M.reset(self) hand(self, 0, "reset") end
 
 return _M

@@ -19,18 +19,22 @@
 --     results, however many (more than three cost one table per call).
 --   * classify, admit, on_event and the driver's sleep are policy code. If
 --     one throws, or returns junk (classify: not a verdict; admit: not
---     `true`, `false`/nil or `false, "reason"`), the call is canceled in C
---     at once: every permit, half-open probe, queue place and budget token
---     it holds is given back and nothing counts against the dependency.
---     p:run then returns nil, "canceled", info with info.callback naming
---     the callback, info.error saying what it did ("nres: admit raised:
---     ..."), info.raised the raw error and info.cause the attempt's own
---     error, if any. Decision: caught, not re-raised - a broken callback
---     must not take the caller (an nginx request, a scenario cell) down,
---     and the caller already handles nil, reason, info.
+--     `true`, `false`/nil or `false, "reason"`), the call is ended in C at
+--     once (nres_call_abort): every permit, half-open probe, queue place
+--     and budget token it holds is given back and nothing counts against
+--     the dependency. p:run then returns nil, "callback error", info
+--     (stop NRES_STOP_CALLBACK, counted in stats().stops) with
+--     info.callback naming the callback, info.error saying what it did
+--     ("nres: admit raised: ..."), info.raised the raw error and
+--     info.cause the attempt's own error, if any. Decision: caught, not
+--     re-raised - a broken callback must not take the caller (an nginx
+--     request, a scenario cell) down, and the caller already handles nil,
+--     reason, info; and its own reason, not "canceled", so `res or
+--     reason` says whose fault it was.
 --   * After the call has ended (on_event "done", the fallback), there is
 --     nothing left to give back: a failed call keeps its own reason, a
---     successful one becomes nil, "canceled"; info says the same as above.
+--     successful one becomes nil, "callback error" (counted as the
+--     success it was in C); info says the same as above.
 -- Abandoned calls: a coroutine that called p:run and is never resumed
 -- holds its call record, and the record its permits. Every record carries
 -- a finalizer (ffi.gc, set once when the record is made): when the
@@ -49,6 +53,7 @@ local band, lshift, rshift = require("bit").band, require("bit").lshift, require
 local ffi_new, ffi_string, ffi_gc, ffi_cast = ffi.new, ffi.string, ffi.gc, ffi.cast
 local step_begin, step_report = C.nres_step_begin_class, C.nres_step_report
 local step_resume, step_cancel, step_now = C.nres_step_resume, C.nres_step_cancel, C.nres_step_now
+local step_abort = C.nres_step_abort
 local sync_begin, sync_report = C.nres_step_sync_begin, C.nres_step_sync_report
 local sync_resume = C.nres_step_sync_resume
 local verdict_names = classify.names
@@ -69,7 +74,15 @@ local gc_step = ffi_new("nres_step_t")
 local CLASS_NAMES = { [0] = "critical", "default", "sheddable" }
 
 local reasons = {}
-for i = 0, 10 do reasons[i] = ffi_string(C.nres_stop_name(i)) end
+do   -- every stop the library names: reasons[0 .. #reasons]
+  local i, name = 0, ffi_string(C.nres_stop_name(0))
+  while name ~= "unknown" do
+    reasons[i] = name
+    i = i + 1
+    name = ffi_string(C.nres_stop_name(i))
+  end
+end
+local CALLBACK_ERROR = "callback error"
 _M.reasons = reasons
 
 -- Call records. An nres_call_t must stay referenced for the whole call (it
@@ -198,7 +211,7 @@ local slots = setmetatable({}, { __mode = "k" })   -- coroutine -> its slot
 
 local function new_slot()
   return { info = { reason = false, criticality = false, attempts = 0, retries = 0, hedges = 0,
-                    error = false, thrown = false, log = {} },
+                    error = false, result = false, thrown = false, log = {} },
            n = 0, busy = false }
 end
 
@@ -281,11 +294,11 @@ end
 
 -- The failure path: the info table, the reason, and the fallback. `stop`
 -- and `fallback_wanted` were read from `step` before any user code ran;
--- `cb`, `cb_err`: a callback that failed; `canceled`: report "canceled"
--- whatever the stop (a success spoiled by its on_event "done").
+-- `cb`, `cb_err`: a callback that failed; `spoiled`: report "callback
+-- error" whatever the stop (a success spoiled by its on_event "done").
 local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused,
-                      cb, cb_err, canceled)
-  local reason = canceled and "canceled" or reasons[stop]
+                      cb, cb_err, spoiled)
+  local reason = spoiled and CALLBACK_ERROR or reasons[stop]
   if refused ~= nil and call.last.flags == VF_SELF and stop == STOP_ATTEMPTS then
     reason = refused
   end
@@ -297,6 +310,9 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   info.retries = call.retries
   info.hedges = call.hedges
   info.error = classify.error_of(ok, r1, r2)
+  -- The dependency's last answer (fn's first result, e.g. an HTTP
+  -- response with its 503 body), so a proxy can forward it as it came.
+  if ok then info.result = r1 else info.result = nil end
   info.thrown = not ok
   info.callback, info.raised, info.cause, info.fallback = nil, nil, nil, nil
   local log = info.log
@@ -326,7 +342,8 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
 end
 
 -- The end of a successful call: on_event "done" (a failure there spoils
--- it: nil, "canceled", info), the record given back, fn's results exactly.
+-- it: nil, "callback error", info), the record given back, fn's results
+-- exactly.
 local function succeed(self, call, owner, on_event, ok, n, r1, r2, r3, rest)
   if on_event then
     local fine, err = pcall(on_event, "done", "ok", call.attempts)
@@ -580,7 +597,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
   kill_all(kill, recs, nil)
   clear_kit(kit)
   if cb ~= nil then
-    step_cancel(call, now(), st)
+    step_abort(call, now(), st)
     return finish(self, call, owner, st.stop, false, ok, r1, r2, refused, cb, cb_err)
   end
   local stop, fallback_wanted = st.stop, st.fallback == 1
@@ -613,7 +630,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
       step_report(call, 0, 0, vk, 0, -1, step)
       return finish(self, call, owner, step.stop, step.fallback == 1, ok, r1, r2, nil)
     end
-    step_cancel(call, 0, step)
+    step_abort(call, 0, step)
     return finish(self, call, owner, step.stop, false, ok, r1, r2, nil, "classify", vk)
   end
 
@@ -698,7 +715,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
     -- Give back at once everything the call holds (permit, probe, queue
     -- place, budget token); the attempt counts for nothing.
     attempt_at = -1
-    step_cancel(call, timeless and t or now(), step)
+    step_abort(call, timeless and t or now(), step)
     return finish(self, call, owner, step.stop, false, ok, r1, r2, refused, cb, cb_err)
   end
 

@@ -361,15 +361,16 @@ end
 
 -- Slot i's counts, summed over its shards (each process writes its own
 -- copy of the words every call writes): { calls, attempts, retries,
--- stops = { [stop code 0..10] = n } }.
+-- stops = { [stop code 0..NRES_STOP_COUNT - 1] = n } }.
 local counts_box = ffi_new("nres_shm_counts_t")
+local STOP_LAST = ffi.sizeof(counts_box.stops) / 8 - 1   -- NRES_STOP_COUNT - 1
 function _M.counts(self, i)
   if type(i) ~= "number" or not (i >= 0 and i < self.slots) or i % 1 ~= 0 then
     error(bad("index", "a slot index 0.." .. (self.slots - 1), i), 2)
   end
   C.nres_shm_slot_counts(C.nres_shm_slot(self.shm, i), counts_box)
   local stops = {}
-  for k = 0, 10 do stops[k] = tonumber(counts_box.stops[k]) end
+  for k = 0, STOP_LAST do stops[k] = tonumber(counts_box.stops[k]) end
   return { calls = tonumber(counts_box.calls), attempts = tonumber(counts_box.attempts),
            retries = tonumber(counts_box.retries), stops = stops }
 end

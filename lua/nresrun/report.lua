@@ -5,7 +5,8 @@
 -- says can be recomputed from it. The Markdown shows, per section, each
 -- cell's medians with their spread (± half the range, as % of the median),
 -- a ratio against the section's baseline arm under the same dependency and
--- load, and a warning block for untrusted or failed cells. A section whose
+-- load, what differs from that arm (completion, dependency requests per
+-- operation; throughput only in a closed loop), and a warning block for untrusted or failed cells. A section whose
 -- cells ran the HTTP client (they report client_requests_per_op) gets a
 -- second table: the handler's own cost, i.e. heap B/op minus dependency
 -- requests/op x the transport's B/request (the baseline arm's heap B/op /
@@ -156,6 +157,59 @@ local function own_cost(w, cells, by_arm)
   end
 end
 
+-- What differs between each arm and its baseline under the same dependency
+-- and load: completion and dependency requests per operation, then the
+-- throughput ratio in a closed loop. In an open loop every arm is offered
+-- the same rate, so its ops/s ratio reads about 1.00 whatever the arm does;
+-- the line says so (w: writer).
+_M.SAME_COMPLETION = 0.005    -- completion within half a point reads "as much"
+_M.SAME_REQUESTS = 1.05       -- requests per op within 5 % read "as many"
+_M.SAME_OPS = 1.05            -- closed-loop throughput within 5 % reads "as fast"
+
+local function x(r) return r >= 0.01 and format("%.2fx", r) or format("%.2gx", r) end
+
+local function differs(c, b)
+  local mc, bc = median(values(c, "completion_ratio")), median(values(b, "completion_ratio"))
+  local mr, br = median(values(c, "dependency_requests_per_op")), median(values(b, "dependency_requests_per_op"))
+  local m, bm = median(values(c, "ops_per_sec")), median(values(b, "ops_per_sec"))
+  local parts = {}
+  if mc and bc and math.abs(mc - bc) >= _M.SAME_COMPLETION then
+    parts[#parts + 1] = format("completes %.3f of its operations where %s completes %.3f", mc, b.arm, bc)
+  end
+  if mr and br and br > 0 and mr > 0 and (mr >= br * _M.SAME_REQUESTS or br >= mr * _M.SAME_REQUESTS) then
+    parts[#parts + 1] = format("%s the dependency requests per operation (%.2f vs %.2f)", x(mr / br), mr, br)
+  end
+  local open = c.load == "open_rate"
+  if not open and m and bm and bm > 0 and (m >= bm * _M.SAME_OPS or bm >= m * _M.SAME_OPS) then
+    parts[#parts + 1] = format("%s the operations per second", x(m / bm))
+  end
+  if #parts == 0 then return nil end
+  return format("%s vs %s (%s, %s=%s): %s%s.", c.arm, b.arm, c.dependency, c.load, tostring(c.load_value),
+    concat(parts, ", "), open and "; both were offered the same rate, so ops/s does not tell them apart" or "")
+end
+
+local function differences(w, cells, by_arm)
+  local lines, compared = {}, 0
+  for _, c in ipairs(cells) do
+    local b = c.baseline and c.baseline ~= c.arm and by_arm[c.group .. "\0" .. c.baseline]
+    if b and cell_ok(c) and cell_ok(b) then
+      compared = compared + 1
+      local l = differs(c, b)
+      if l then lines[#lines + 1] = l end
+    end
+  end
+  if compared == 0 then return end
+  w("")
+  if #lines == 0 then
+    w("What differs: every arm completes as much as its baseline with as many dependency requests per operation.")
+    return
+  end
+  w("What differs from the baseline (completion, dependency requests per operation, and throughput in a closed loop;"
+    .. " arms not listed read the same as their baseline):")
+  w("")
+  for _, l in ipairs(lines) do w("- %s", l) end
+end
+
 -- Rejection reasons of a cell, summed over repetitions: "budget exhausted 12, shed 3".
 local function reasons_of(c)
   local sum, keys = {}, {}
@@ -235,13 +289,16 @@ function _M.markdown(doc)
     doc.machine.cpu, doc.machine.cores, doc.versions.nres, doc.versions.luajit)
   w("")
   w("Medians over repetitions, ± half the range as %% of the median. ratio = ops/s"
-    .. " against the section's baseline arm under the same dependency and load.")
+    .. " against the section's baseline arm under the same dependency and load; \"(offered)\":"
+    .. " an open loop offers every arm the same rate, so the ratio is about 1.00 whatever the arm does"
+    .. " (what differs is listed under each table).")
   local cells, by_arm = cells_of(doc.results)
   local warnings = {}
   local section
   local in_section = {}
   for _, c in ipairs(cells) do
     if c.section ~= section then
+      differences(w, in_section, by_arm)
       own_cost(w, in_section, by_arm)
       load_table(w, in_section)
       in_section = {}
@@ -263,6 +320,7 @@ function _M.markdown(doc)
     elseif c.baseline == c.arm then
       ratio = "1.00 (baseline)"
     end
+    if c.load == "open_rate" and ratio ~= "-" then ratio = ratio .. " (offered)" end
     local ok, trusted = cell_ok(c), cell_trusted(c)
     w("| %s | %s | %s=%s | %s ±%.0f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
       c.arm, c.dependency, c.load, tostring(c.load_value),
@@ -292,6 +350,7 @@ function _M.markdown(doc)
       end
     end
   end
+  differences(w, in_section, by_arm)
   own_cost(w, in_section, by_arm)
   load_table(w, in_section)
   if #warnings > 0 then

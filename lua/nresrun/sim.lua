@@ -378,8 +378,7 @@ function _M.main(self, path, opts)
   doc.versions = { nres = require("nres").version, luajit = jit and jit.version or "?" }
   local stem = name .. "-" .. os.date("!%Y%m%dT%H%M%SZ", started)
   local paths = report.write(doc, opts.out or "artifacts/sim", stem)
-  io.stdout:write(report.markdown(doc, { every = report.print_step(doc.duration_s) }), "\n")
-  print(format("reports: %s %s %s", paths.md, paths.json, paths.svg))
+  io.stdout:write(report.terminal(doc, paths), "\n")
   for _, r in ipairs(doc.runs) do
     if not r.totals.identity_ok then
       io.stderr:write("nresrun: ", r.policy, ": arrivals do not add up to outcomes\n")

@@ -17,6 +17,7 @@
 typedef struct {
   nres_shm_t *scope, *peers;
   nres_estimator_t est[8];
+  nres_gw_hist_t hists[9];      /* one per peers' slot, the upstream's */
   nres_gw_upstream_t *u;
 } fixture_t;
 
@@ -47,11 +48,13 @@ static nres_gw_upstream_t *make_with(fixture_t *f, uint32_t npeers,
   }
   for (int i = 0; i < 8; i++)
     nres_estimator_init(&f->est[i], SEC);
+  memset(f->hists, 0, sizeof f->hists);
   nres_gw_config_t cfg = {
     .name = "backend", .key = "backend", .scope = f->scope, .peers = f->peers,
     .estimators = f->est, .peer_names = names, .peer_slots = slots, .npeers = npeers,
     .attempts = attempts, .deadline = 10 * SEC, .attempt_timeout = 2 * SEC,
-    .hold = 60 * SEC, .choice = choice, .panic = 0.5, .budget = 1, .breaker = 1 };
+    .hold = 60 * SEC, .choice = choice, .panic = 0.5, .budget = 1, .breaker = 1,
+    .try_hists = f->hists, .request_hist = &f->hists[8] };
   f->u = nres_gw_upstream_new(&cfg);
   assert_non_null(f->u);
   return f->u;
@@ -146,6 +149,20 @@ static void test_retry_elsewhere(void **state) {
   assert_int_equal(c.retries, 10);
   for (uint32_t i = 0; i < 3; i++)
     assert_int_equal(u->peer[i].inflight, 0);
+  /* histograms: 20 tries of 1 ms (bucket le 1 ms, inclusive), 10
+   * requests of 2 ms (le 2.5 ms) */
+  uint64_t counts[NRES_GW_HIST_BUCKETS + 1], sum, tries = 0;
+  for (uint32_t i = 0; i < 3; i++) {
+    tries += nres_gw_hist_read(u->peer[i].hist, counts, &sum);
+    assert_int_equal(counts[0], sum / MS);
+  }
+  assert_int_equal(tries, 20);
+  assert_int_equal(nres_gw_hist_read(u->hist, counts, &sum), 10);
+  assert_int_equal(counts[1], 10);
+  assert_int_equal(sum, 20 * MS);
+  assert_int_equal(nres_gw_hist_bound(0), MS);
+  assert_int_equal(nres_gw_hist_bound(NRES_GW_HIST_BUCKETS - 1), 30 * SEC);
+  assert_true(nres_gw_hist_bound(NRES_GW_HIST_BUCKETS) == UINT64_MAX);
   unmake(&f);
 }
 

@@ -51,6 +51,7 @@
 #include "nres/shm.h"
 #include "nres/sync.h"
 #include "../sync/redis_server.h"
+#include "../sync/region.h"
 
 #define IVL (50 * NRES_MSEC)
 
@@ -97,7 +98,10 @@ static int teardown(void **state) {
   return 0;
 }
 
-static nres_sync_t *agent(const char *node, const char *prefix) {
+/* An agent of fleet "test" on the test's Redis; `tune` may change its
+ * configuration first (NULL: as made here). */
+static nres_sync_t *agent_tuned(const char *node, const char *prefix,
+                                void (*tune)(nres_sync_config_t *)) {
   nres_sync_config_t c;
   nres_sync_t *s;
 
@@ -105,11 +109,24 @@ static nres_sync_t *agent(const char *node, const char *prefix) {
   c.port = redis.port;
   c.node = node;
   c.prefix = prefix;
+  c.fleet = "test";
   c.interval = IVL;
   c.timeout = 20 * NRES_MSEC;
+  c.reconnect_max = IVL;   /* back within ~2 intervals (the bounds below) */
   c.seed = 7;
+  if (tune != NULL)
+    tune(&c);
   assert_int_equal(nres_sync_new(&c, &s), 0);
   return s;
+}
+
+static nres_sync_t *agent(const char *node, const char *prefix) {
+  return agent_tuned(node, prefix, NULL);
+}
+
+/* The first host that opens opens the fleet (no quorum). */
+static void any_host(nres_sync_config_t *c) {
+  c->breaker_quorum = 0;
 }
 
 /* ------------------------------------------- core additions (no Redis) */
@@ -510,7 +527,7 @@ static void test_breaker_fleet(void **state) {
     h[i].end = start + 4500 * NRES_MSEC;
     h[i].down = &down;
     snprintf(node, sizeof(node), "k%d", i);
-    s[i] = agent(node, "nres-k");
+    s[i] = agent_tuned(node, "nres-k", any_host);
     assert_true(nres_sync_add_breaker(s[i], "dep", &h[i].breaker) >= 0);
     assert_int_equal(nres_sync_start(s[i]), 0);
   }
@@ -732,6 +749,7 @@ static nres_sync_t *virtual_agent(const char *node, const char *prefix,
   c.port = port;
   c.node = node;
   c.prefix = prefix;
+  c.fleet = "test";
   c.interval = NRES_SEC;
   c.timeout = 500 * NRES_MSEC;   /* a loaded machine is no failure here */
   c.seed = 7;
@@ -919,6 +937,7 @@ static void test_probe_hanging(void **state) {
     snprintf(node, sizeof(node), "p%d", i);
     c.node = node;
     c.prefix = "nres-probe";
+    c.fleet = "test";
     c.interval = 500 * NRES_MSEC;
     c.timeout = 200 * NRES_MSEC;
     c.ttl = 10 * NRES_SEC;
@@ -961,36 +980,6 @@ static void test_probe_hanging(void **state) {
 
 /* ----------------------------------------------------------- nres-syncd */
 
-/* A region file as the gateway makes one: laid out in a temporary file,
- * renamed into place (replacing the one before). One key in use. */
-static nres_shm_slot_t *make_region(const char *path, uint32_t slots,
-                                    double rate, void **mem, size_t *size) {
-  nres_shm_config_t c;
-  nres_shm_t *shm;
-  char tmp[300];
-  int fd, idx;
-
-  nres_shm_config_init(&c);
-  c.slots = slots;
-  c.flags = NRES_SHM_BUDGET | NRES_SHM_RATELIMIT | NRES_SHM_BREAKER;
-  c.rate = rate;
-  c.burst = 5;
-  *size = nres_shm_size(&c);
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  assert_true(fd >= 0);
-  assert_int_equal(ftruncate(fd, (off_t) *size), 0);
-  *mem = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  assert_true(*mem != MAP_FAILED);
-  assert_int_equal(nres_shm_init(*mem, *size, &c), 0);
-  assert_int_equal(nres_shm_attach(*mem, *size, &shm), 0);
-  idx = nres_shm_acquire(shm, "api.example:80", 14, now_ns(), 60 * NRES_SEC,
-                         NULL);
-  assert_true(idx >= 0);
-  assert_int_equal(rename(tmp, path), 0);
-  return nres_shm_slot(shm, (uint32_t) idx);
-}
 
 /* Wait until the limiter's rate drops under `below`: 1, or 0 after 2 s. */
 static int rate_drops(nres_ratelimit_t *l, double below) {
@@ -1044,7 +1033,7 @@ static void test_syncd_region(void **state) {
   snprintf(port, sizeof(port), "127.0.0.1:%d", redis.port);
   pid = fork();
   if (pid == 0) {
-    execl(syncd, syncd, "--region", region_arg, "--region", path2, "--redis",
+    execl(syncd, syncd, "--fleet", "test", "--region", region_arg, "--region", path2, "--redis",
           port, "--interval", "50", "--breaker", "--node", "gw1", "--status",
           status, (char *) NULL);
     _exit(127);

@@ -271,7 +271,7 @@ describe("nres.ngx scopes", function()
     expect.eq(snap.fleet.entries[1].scope, "upstreams:api:80")
     local prom = gw.prometheus(snap)
     expect.truthy(prom:find('nres_fleet_synced{scope="upstreams:api:80",kind="budget"} 1', 1, true), prom)
-    expect.truthy(prom:find("nres_fleet_connected{} 1", 1, true), prom)
+    expect.truthy(prom:find("\nnres_fleet_connected 1\n", 1, true), prom)
     os.remove(path)
     require("nres.ngx.config").fleet_status = nil
   end)
@@ -351,6 +351,60 @@ describe("nres.ngx scopes", function()
     expect.eq(gw.limit("clients", "10.0.0.2"), true)
     expect.error(function() gw.limiter("bad", { rate = 0 }) end,
       "nres.ngx.limiter: rate: expected admissions per second (> 0), got 0")
+  end)
+
+  it("show binary keys as text: addresses as addresses, other bytes escaped", function()
+    local kt = require "nres.ngx.keytext"
+    expect.eq(kt.key("\127\200\200\1"), "127.200.200.1")
+    expect.eq(kt.key("\127\0\0\2", "address"), "127.0.0.2")
+    expect.eq(kt.key("ABCD", "address"), "65.66.67.68")
+    expect.eq(kt.key("ABCD"), "ABCD")
+    local v6 = ("\0"):rep(15) .. "\1"
+    expect.eq(kt.key(v6), "::1")
+    expect.eq(kt.key("\32\1\13\184" .. ("\0"):rep(11) .. "\1"), "2001:db8::1")
+    expect.eq(kt.key(("\0"):rep(10) .. "\255\255\10\0\0\1"), "::ffff:10.0.0.1")
+    expect.eq(kt.key("\0\1\0\0\0\0\0\1\0\0\0\0\0\0\0\0"), "1:0:0:1::")
+    expect.eq(kt.key("caf\195\169"), "caf\195\169", "valid UTF-8 stays")
+    expect.eq(kt.key("a\255b\\c"), "a\\xffb\\x5cc", "bytes that are no UTF-8 escaped")
+    expect.eq(kt.key("\237\160\128xy"), "\\xed\\xa0\\x80xy", "a surrogate is no UTF-8")
+    expect.eq(kt.key("\192\175abc"), "\\xc0\\xafabc", "nor an overlong form")
+    expect.error(function() gw.limiter("badtop", { rate = 1, top = 1000 }) end,
+      "nres.ngx.limiter: top: expected an integer 0..100 (keys listed by name), got 1000")
+    expect.error(function() gw.limiter("badkeys", { rate = 1, keys = "ip" }) end,
+      'nres.ngx.limiter: keys: expected "address", "text" or nil, got "ip"')
+  end)
+
+  it("export each metric family once, its lines together, label values valid UTF-8", function()
+    gw.limiter("bykey", { rate = 1, burst = 1, slots = 64, top = 3, keys = "address" })
+    for i = 1, 6 do   -- six clients, 0x80 and up in their addresses, i refusals each
+      local key = string.char(127, 200, 128 + i, 1)
+      for _ = 1, i + 1 do gw.limit("bykey", key) end
+    end
+    local snap = gw.snapshot()
+    local l = snap.limiters.bykey
+    expect.eq(#l.keys, 3, "top 3 by name")
+    expect.eq(l.keys[1].key, "127.200.134.1")
+    expect.eq(l.refused, 21)
+    expect.eq(l.others_refused, 1 + 2 + 3)
+    local text = gw.prometheus(snap)
+    local kt = require "nres.ngx.keytext"
+    expect.truthy(kt.clean((text:gsub("\n", " "))), "the exposition is valid UTF-8")
+    expect.truthy(kt.clean((gw.json(snap):gsub("\n", " "))), "the JSON is valid UTF-8")
+    expect.truthy(text:find('\nnres_limiter_key_refused{limiter="bykey",key="127.200.134.1"} 6\n',
+                            1, true), text)
+    expect.truthy(text:find('\nnres_limiter_others_refused{limiter="bykey"} 6\n', 1, true))
+    local seen, current = {}, nil
+    for line in text:gmatch("[^\n]+") do
+      local fam = line:match("^# %u+ (%S+)") or line:match("^([%w_]+)")
+      fam = fam:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")
+      if fam ~= current then
+        expect.truthy(not seen[fam], "family " .. fam .. " in one group")
+        seen[fam], current = true, fam
+      end
+    end
+    for _, f in ipairs(require("nres.ngx.status").FAMILIES) do
+      expect.truthy(#f == 5 and f[2]:match("^%a+$"), "a family row: name, type, help, rows, field")
+    end
   end)
 
   it("limit no empty key (as limit_req), and name a key that is no string", function()
@@ -591,7 +645,12 @@ describe("nres.ngx region files and balancer mode", function()
     local text = gw.prometheus(gw.snapshot())
     expect.truthy(text:find('\nnres_peer_ejections_total{upstream="pool",peer="10.0.0.1:80"} 1\n', 1, true),
                   "Prometheus: " .. text:sub(1, 200))
-    expect.truthy(text:find("# TYPE nres_peer_latency_p75_seconds gauge", 1, true))
+    expect.truthy(text:find("# TYPE nres_peer_tries_total counter", 1, true))
+    -- a peer without an estimate has no latency figure, never 0
+    for _, p in ipairs(gw.snapshot().upstreams.pool.peers) do
+      expect.truthy(p.latency_p75_ms == nil or p.latency_p75_ms > 0, "p75 of " .. p.peer)
+    end
+    expect.truthy(not text:find("nres_peer_latency_p75_seconds{[^}]*} 0\n"), "no 0 s p75")
   end)
 
   gw.region{ dir = false }

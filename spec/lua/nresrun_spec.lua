@@ -253,6 +253,41 @@ describe("a run", function()
   end)
 end)
 
+-- The stress report says what differs between arms, not only a ratio.
+describe("the stress report", function()
+  local report = require "nresrun.report"
+  local function result(arm, load, completion, req, ops)
+    return { key = "budget/" .. arm, section = "budget", arm = arm, dependency = "fails every 2", load = load,
+             load_value = 20000, baseline = "unbudgeted", group = "budget/fails every 2/" .. load, index = #arm,
+             ok = true, trusted = true, repetition = 1, completion_ratio = completion,
+             dependency_requests_per_op = req, ops_per_sec = ops }
+  end
+  local function doc(results)
+    return { scenario = "s", started = "t", seed = 1, settings = { quick = true }, results = results,
+             machine = { cpu = "cpu", cores = 2 }, versions = { nres = "0", luajit = "lj" } }
+  end
+
+  it("open loop: completion and requests per op, and why the ratio reads 1.00", function()
+    local md = report.markdown(doc { result("budgeted", "open_rate", 0.526, 1.05, 20000),
+                                     result("unbudgeted", "open_rate", 1.0, 2.0, 20000) })
+    expect.truthy(md:find("| 1.00 (offered) |", 1, true), "the ratio marked")
+    expect.truthy(md:find("- budgeted vs unbudgeted (fails every 2, open_rate=20000): completes 0.526 of its"
+      .. " operations where unbudgeted completes 1.000, 0.53x the dependency requests per operation (1.05 vs 2.00);"
+      .. " both were offered the same rate, so ops/s does not tell them apart.", 1, true), md)
+  end)
+
+  it("closed loop: the throughput ratio too; alike arms are said to be alike", function()
+    local md = report.markdown(doc { result("budgeted", "workers", 1.0, 2.0, 5000),
+                                     result("unbudgeted", "workers", 1.0, 2.0, 10000) })
+    expect.truthy(md:find("- budgeted vs unbudgeted (fails every 2, workers=20000): 0.50x the operations per second.",
+      1, true), md)
+    local same = report.markdown(doc { result("budgeted", "workers", 1.0, 2.02, 10100),
+                                       result("unbudgeted", "workers", 1.0, 2.0, 10000) })
+    expect.truthy(same:find("What differs: every arm completes as much as its baseline with as many"
+      .. " dependency requests per operation.", 1, true), same)
+  end)
+end)
+
 describe("policy:on_state", function()
   it("a copy over another policy's C state shares its counters and state", function()
     local owner = nres.policy{ base = "trivial" }

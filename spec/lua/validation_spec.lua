@@ -328,12 +328,12 @@ describe("durations", function()
       expect.eq(d.now(), t0, "no wait was made")
     end
   end)
-  it("a classify function's retry-after of NaN or below 0 is junk: the call is canceled, naming it", function()
+  it("a classify function's retry-after of NaN or below 0 is junk: the call ends as a callback error, naming it", function()
     for _, ra in ipairs { 0 / 0, -1, -math.huge } do
       local p = nres.policy { base = "none", classify = function() return "throttled", ra end }
                   :with_driver(nres.driver.virtual())
       local _, reason, info = p:run(function() return 1 end)
-      expect.eq(reason, "canceled")
+      expect.eq(reason, "callback error")
       expect.truthy(info.error:find("^nres: classify returned retry_after "), info.error)
     end
   end)

@@ -208,7 +208,7 @@ scope_file=$(ls "$work/gw/regions"/*.scope.upstreams.shm)
 ino=$(stat -c %i "$scope_file")
 touch "${scope_file%.scope.upstreams.shm}.scope.gone.shm"
 render_gw 128
-kill -HUP "$gw_master"
+nres_nginx_signal "$work/gw" "$work/gw/nginx.conf" reload || fail "nginx -s reload failed"
 for _ in $(seq 1 100); do
   grep -q 'scope "upstreams": .* made a new region' "$work/gw/error.log" && break
   sleep 0.05

@@ -1,18 +1,47 @@
 -- sync_spec.lua - nres.sync, the Lua face of fleet sync (runtime/include/
--- nres/sync.h), against a redis-server of its own (127.0.0.1, a port from
--- $NRES_SYNC_PORT or 26379, a temporary directory; killed at the end).
--- Two policies in this LuaJIT stand for two hosts: rounds are run by hand
--- (agent:tick), so nothing depends on timing. Exits 77 (skipped) without
--- redis-server.
+-- nres/sync.h), against a redis-server of its own (127.0.0.1, a free port
+-- below the kernel's ephemeral range, or $NRES_SYNC_PORT; a temporary
+-- directory; killed at the end). Two policies in this LuaJIT stand for two
+-- hosts: rounds are run by hand (agent:tick), so nothing depends on
+-- timing. Exits 77 (skipped) without redis-server.
 local nres = require "nres"
 local sync = require "nres.sync"
+local ffi = require "ffi"
 
 if os.execute("command -v redis-server >/dev/null 2>&1") ~= 0 then
   print("redis-server is not installed (Debian: redis-server): skipped")
   os.exit(77)
 end
 
-local port = tonumber(os.getenv("NRES_SYNC_PORT") or "26379")
+ffi.cdef [[
+int socket(int domain, int type, int protocol);
+int bind(int fd, const void *addr, unsigned int len);
+int close(int fd);
+]]
+
+-- A port nobody holds on 127.0.0.1 now (bind succeeds), taken below the
+-- ephemeral range so no client socket of a test beside us takes it.
+local function free_port()
+  local low = 32768
+  local f = io.open("/proc/sys/net/ipv4/ip_local_port_range")
+  if f then low = tonumber(f:read("*n")) or low; f:close() end
+  local hi = low > 21000 and low - 1 or 59999
+  math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)"), 16) % 100000)
+  for _ = 1, 100 do
+    local p = math.random(20000, hi)
+    local sa = ffi.new("uint8_t[16]")
+    sa[0], sa[1] = 2, 0                          -- AF_INET, little-endian
+    sa[2], sa[3] = math.floor(p / 256), p % 256  -- port, network order
+    sa[4], sa[5], sa[6], sa[7] = 127, 0, 0, 1
+    local fd = ffi.C.socket(2, 1, 0)
+    local ok = ffi.C.bind(fd, sa, 16) == 0
+    ffi.C.close(fd)
+    if ok then return p end
+  end
+  error("no free port found")
+end
+
+local port = tonumber(os.getenv("NRES_SYNC_PORT") or "") or free_port()
 local dir = os.tmpname()
 os.remove(dir)
 assert(os.execute("mkdir -p " .. dir) == 0)
@@ -23,16 +52,16 @@ local function stop_redis()
   os.execute(string.format("kill $(cat %s) 2>/dev/null; sleep 0.2; rm -rf %s", pidfile, dir))
 end
 for _ = 1, 100 do   -- until it answers
-  if sync.new{ redis = "127.0.0.1:" .. port }:tick() then break end
+  if sync.new{ fleet = "t", redis = "127.0.0.1:" .. port }:tick() then break end
   os.execute("sleep 0.05")
 end
 
 describe("nres.sync", function()
   it("refuses bad settings by name", function()
-    local ok, err = pcall(sync.new, { redis = "nowhere" })
+    local ok, err = pcall(sync.new, { fleet = "t", redis = "nowhere" })
     expect.truthy(not ok)
     expect.truthy(err:find("redis", 1, true), err)
-    ok, err = pcall(sync.new, { interval = -1 })
+    ok, err = pcall(sync.new, { fleet = "t", interval = -1 })
     expect.truthy(not ok)
     expect.truthy(err:find("interval", 1, true), err)
   end)
@@ -40,8 +69,8 @@ describe("nres.sync", function()
   it("two hosts share one fleet budget and report it", function()
     local spec = { attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
     local p1, p2 = nres.policy(spec), nres.policy(spec)
-    local a1 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "l1", prefix = "lua" })
-    local a2 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "l2", prefix = "lua" })
+    local a1 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "l1", prefix = "lua" })
+    local a2 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "l2", prefix = "lua" })
     expect.eq(#a1:add("api", p1), 1)   -- a budget, no limiter, no breaker
     expect.eq(#a2:add("api", p2), 1)
     for _ = 1, 3 do
@@ -76,8 +105,8 @@ describe("nres.sync", function()
     local l1, l2 = ffi.cast("nres_ratelimit_t *", mem), ffi.cast("nres_ratelimit_t *", mem + 1)
     expect.eq(C.nres_ratelimit_init(l1, 100, 20), 0)
     expect.eq(C.nres_ratelimit_init(l2, 100, 20), 0)
-    local a1 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "b1", prefix = "luab" })
-    local a2 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "b2", prefix = "luab" })
+    local a1 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "b1", prefix = "luab" })
+    local a2 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "b2", prefix = "luab" })
     local ok, err = pcall(a1.add, a1, "api", l1, { burst = 0 })
     expect.truthy(not ok and err:find("what.burst", 1, true), err)
     ok, err = pcall(a1.add, a1, "api", l1, { burst = 2.5 })
@@ -99,7 +128,7 @@ describe("nres.sync", function()
 
   it("falls back to local protection without Redis", function()
     local p = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
-    local a = assert(sync.new{ redis = "127.0.0.1:1", local_share = 0.5, interval = 0.01 })
+    local a = assert(sync.new{ fleet = "t", redis = "127.0.0.1:1", local_share = 0.5, interval = 0.01 })
     a:add("api", p)
     expect.truthy(not a:tick())
     local s = a:stats()

@@ -81,9 +81,11 @@ typedef struct nres_gw_config_s {
   nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
   uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
   int choice; double panic; int budget, breaker;
+  void *try_hists; void *request_hist;
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
-  nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; uint32_t slot, inflight;
+  nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; void *hist;
+  uint32_t slot, inflight;
   double cost; int state, windowed; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
@@ -91,12 +93,12 @@ typedef struct nres_gw_upstream_s {
   void *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
   uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
-  uint64_t overflow; nres_rng_t rng; nres_gw_peer_t peer[?];
+  uint64_t overflow; nres_rng_t rng; void *hist; nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
 typedef struct nres_gw_request_s {
   nres_time_t deadline, t0; void *slot; int32_t idx, peer; uint32_t upermit, ppermit;
   uint8_t has_upermit, has_ppermit, reserved, budget_refused; int8_t cls; uint8_t reserved_[3];
-  uint32_t tries, retries;
+  uint32_t tries, retries; nres_time_t begun;
 } nres_gw_request_t;
 nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
 void nres_gw_upstream_free(nres_gw_upstream_t *u);
@@ -119,6 +121,8 @@ void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
 void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
                          int status);
 int nres_gw_class(const char *value, size_t len);
+uint64_t nres_gw_hist_bound(int i);
+uint64_t nres_gw_hist_read(const void *h, uint64_t *counts, uint64_t *sum);
 ]]
 
 -- The declarations above mirror runtime/include/nres/gateway.h: checked.
@@ -148,6 +152,8 @@ local _M = {}
 
 local STOP_OK, STOP_DEADLINE = 1, 4
 local EST_SIZE = ffi_sizeof("nres_estimator_t")
+local HIST_SIZE = tonumber(C.nres_gw_struct_size(4))   -- nres_gw_hist_t, C's to lay out
+local HIST_BUCKETS = 14                                 -- NRES_GW_HIST_BUCKETS
 local EST_PERIOD = 1e9          -- ns per estimator window (two are read)
 local NEVER = 2 ^ 64            -- a lease that never ends (nres.shm)
 local NEED_CLASS = -1           -- nres_gw_grant: read the criticality, ask again
@@ -157,6 +163,8 @@ local permit_box = ffi_new("uint32_t[1]")
 local has_box = ffi_new("int[1]")
 local gen_box = ffi_new("uint32_t[1]")
 local samples_box = ffi_new("uint64_t[1]")
+local hist_counts = ffi_new("uint64_t[?]", HIST_BUCKETS + 1)
+local hist_sum = ffi_new("uint64_t[1]")
 
 local EJECT = { consecutive = 5, ratio = 0.25, min_calls = 10, window = 5, buckets = 5,
                 break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3 }
@@ -208,7 +216,8 @@ local function register(u, s, ests)
     peer_names = names, peer_slots = slots, npeers = u.n, attempts = u.attempts,
     deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
-    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0 })
+    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
+    try_hists = u.hists, request_hist = u.hist })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)
@@ -268,14 +277,20 @@ function _M.declare(name, opts)
     u.hosts[i], u.ports[i], u.peer[i] = host, port, p
   end
   -- The peers' table: two slots per peer (room to add a few without a new
-  -- layout), each key leased for ever; estimators after it, one per slot.
+  -- layout), each key leased for ever; after it an estimator and a
+  -- histogram of try durations per slot, and the upstream's histogram of
+  -- request durations (zeroed memory: empty histograms).
   local slots = max(8, 2 * n)
   slots = slots + (8 - slots % 8) % 8
+  local hists_at = slots * EST_SIZE
+  hists_at = hists_at + (64 - hists_at % 64) % 64
   local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
                                     budget = false, limiter = false,
-                                    extra = slots * EST_SIZE }, name)
+                                    extra = hists_at + (slots + 1) * HIST_SIZE }, name)
   u.shm, u.ptr = tbl, tbl.shm
   local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
+  u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
+  u.hist = u.hists + slots * HIST_SIZE
   if not tbl.reused then
     for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
   end
@@ -586,6 +601,21 @@ end
 
 local BREAKER_STATES = { [0] = "closed", "open", "half-open", "isolated" }
 
+local HIST_LE = {}   -- the buckets' upper bounds, s
+for i = 0, HIST_BUCKETS - 1 do HIST_LE[i + 1] = tonumber(C.nres_gw_hist_bound(i)) / 1e9 end
+
+-- A histogram at h as nres.ngx.status exports it: upper bounds (s),
+-- cumulative counts, count, sum (s).
+local function histogram(h)
+  local count = tonumber(C.nres_gw_hist_read(h, hist_counts, hist_sum))
+  local counts, acc = {}, 0
+  for i = 1, HIST_BUCKETS do
+    acc = acc + tonumber(hist_counts[i - 1])
+    counts[i] = acc
+  end
+  return { le = HIST_LE, counts = counts, count = count, sum = tonumber(hist_sum[0]) / 1e9 }
+end
+
 -- The peers of every balancer upstream, for nres.ngx.status.
 function _M.status(now)
   local out = {}
@@ -607,14 +637,17 @@ function _M.status(now)
           refused = tonumber(breaker_stats.rejected),
           tries = tries, failures = tries - okc,
           timeouts = tonumber(counts.stops[STOP_DEADLINE]),
-          latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,
+          -- no estimate yet (no try has ended): no figure, never 0 ms
+          latency_p75_ms = q > 0 and tonumber(q) / 1e6 or nil,
           latency_samples = tonumber(samples_box[0]),
           inflight_this_worker = tonumber(g.peer[i - 1].inflight),
+          try_seconds = histogram(u.hists + u.idx[i] * HIST_SIZE),
         }
       end
       C.nres_gw_refresh(g, now)
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
-                    panicking = g.panicking ~= 0, peers = peers }
+                    panicking = g.panicking ~= 0, peers = peers,
+                    request_seconds = histogram(u.hist) }
     end
   end
   return out

@@ -131,7 +131,11 @@ function _M.fleet(path)
   _M.fleet_status = path
 end
 
--- gw.limiter(name, { rate = per second, burst = 1, slots = 4096, hold = 60 })
+-- gw.limiter(name, { rate = per second, burst = 1, slots = 4096, hold = 60,
+--   top = 10 (keys the status lists by name: the most refused; 0..100),
+--   keys = "address" ($binary_remote_addr: shown as addresses), "text" or
+--   nil (either, guessed per key) })
+local LIMITER_KEYS = { address = true, text = true }
 function _M.limiter(name, opts)
   check_name("limiter", name)
   if type(opts) ~= "table" then error(bad("limiter", "opts", "a table", opts), 2) end
@@ -142,10 +146,18 @@ function _M.limiter(name, opts)
   if type(burst) ~= "number" or burst < 1 or burst % 1 ~= 0 then
     error(bad("limiter", "burst", "an integer >= 1", burst), 2)
   end
+  local top = opts.top or 10
+  if type(top) ~= "number" or top < 0 or top > 100 or top % 1 ~= 0 then
+    error(bad("limiter", "top", "an integer 0..100 (keys listed by name)", top), 2)
+  end
+  if opts.keys ~= nil and not LIMITER_KEYS[opts.keys] then
+    error(bad("limiter", "keys", "\"address\", \"text\" or nil", opts.keys), 2)
+  end
   local tbl = new_table("limiter", { slots = opts.slots or 4096,
                                     limiter = { rate = opts.rate, burst = burst } }, name)
   local s = { name = name, shm = tbl, ptr = tbl.shm, rate = opts.rate, burst = burst,
-              hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0 }
+              hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0,
+              top = top, keys = opts.keys }
   require("nres.ngx.limiter").register(s)
   limiters[name] = s
   return s

@@ -36,6 +36,19 @@ extern "C" {
 
 enum { NRES_GW_P2C = 0, NRES_GW_ROUND_ROBIN = 1 };
 
+/* A latency histogram in a shared table (Prometheus' histogram type):
+ * counts per bucket of NRES_GW_HIST_BUCKETS upper bounds (nres_gw_hist_bound;
+ * gateway figures, 1 ms to 30 s) and one over the last, and the sum, in
+ * the writing process's shard (nres_shard_set) so workers never write one
+ * line; nres_gw_hist_read sums them. Zeroed memory is an empty one. */
+#define NRES_GW_HIST_BUCKETS 14
+typedef struct nres_gw_hist_s {
+  struct {
+    NRES_ATOMIC(uint64_t) n[NRES_GW_HIST_BUCKETS + 1];
+    NRES_ATOMIC(uint64_t) sum;  /* ns */
+  } shard[NRES_SHARDS];
+} nres_gw_hist_t;
+
 /* What nres_gw_upstream_new copies (every pointer stays the caller's to
  * keep mapped: the regions outlive the upstream). */
 typedef struct nres_gw_config_s {
@@ -56,12 +69,18 @@ typedef struct nres_gw_config_s {
                                    ejection is ignored, 0..1 */
   int budget;                   /* the scope's table keeps a budget */
   int breaker;                  /* ... and a breaker */
+  nres_gw_hist_t *try_hists;    /* one per slot of the peers' table (as
+                                   estimators): each try's duration; or
+                                   NULL */
+  nres_gw_hist_t *request_hist; /* each request's duration (admission to
+                                   end), or NULL */
 } nres_gw_config_t;
 
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker;      /* in the peers' table */
   nres_estimator_t *estimator;
   nres_shm_slot_t *counters;    /* its slot there (nres_shm_slot_record) */
+  nres_gw_hist_t *hist;         /* its tries' durations, or NULL */
   uint32_t slot;
   uint32_t inflight;            /* this process's tries in flight */
   double cost;                  /* this process's view: p75 latency, ns */
@@ -94,6 +113,7 @@ struct nres_gw_upstream_s {
   int panicking;
   uint64_t overflow;            /* lookups refused: the scope was full */
   nres_rng_t rng;
+  nres_gw_hist_t *hist;         /* the requests' durations, or NULL */
   nres_gw_peer_t peer[];
 };
 
@@ -111,6 +131,7 @@ typedef struct nres_gw_request_s {
   int8_t cls;                   /* criticality, -1 until it is read */
   uint8_t reserved_[3];
   uint32_t tries, retries;
+  nres_time_t begun;            /* admission (or nres_gw_unadmitted) */
 } nres_gw_request_t;
 
 /* Admission refusals (nres_gw_admit). */
@@ -138,12 +159,21 @@ NRES_EXTERN void nres_gw_registry_clear(void);
 /* Seed this process's random choices (a worker, once forked). */
 NRES_EXTERN void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
 /* sizeof nres_gw_upstream_t (which 0), nres_gw_peer_t (1),
- * nres_gw_request_t (2), nres_gw_limiter_t (3), for bindings that declare
- * them (0 otherwise). */
+ * nres_gw_request_t (2), nres_gw_limiter_t (3), nres_gw_hist_t (4), for
+ * bindings that declare or place them (0 otherwise). */
 NRES_EXTERN size_t nres_gw_struct_size(int which);
 /* This process's view of the peers (breaker states, p75 latencies, panic)
  * brought up to now; nres_gw_pick does it when the view is 50 ms old. */
 NRES_EXTERN void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
+
+/* The upper bound of histogram bucket i in ns (0..NRES_GW_HIST_BUCKETS-1;
+ * UINT64_MAX past the last). */
+NRES_EXTERN uint64_t nres_gw_hist_bound(int i);
+/* h's counts summed over its shards: counts[i] observations in bucket i
+ * (not cumulative; counts[NRES_GW_HIST_BUCKETS] over the last bound), *sum
+ * their sum in ns; returns their number. */
+NRES_EXTERN uint64_t nres_gw_hist_read(const nres_gw_hist_t *h, uint64_t *counts,
+                                       uint64_t *sum);
 
 /* ------------------------------------------------------ client limiters */
 

@@ -246,6 +246,10 @@ int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out) {
   return fill(out, call, nres_call_cancel(call, from_ns(now)));
 }
 
+int nres_step_abort(nres_call_t *call, double now, nres_step_t *out) {
+  return fill(out, call, nres_call_abort(call, from_ns(now)));
+}
+
 double nres_step_now(void) {
   return (double) nres_clock_now();
 }

@@ -95,3 +95,16 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_cbalancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
 endif()
+
+# spec/nginx/signals.sh: nginx -t and nginx -s reload|reopen|quit|stop as
+# systemd runs them, with the Lua balancer and (when built) the module.
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  set(nres_signals_module "")
+  if(DEFINED NRES_NGX_MODULE)
+    set(nres_signals_module ${NRES_NGX_MODULE})
+  endif()
+  add_test(NAME nginx_signals
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/signals.sh
+                   $<TARGET_FILE:nres> ${nres_signals_module})
+  set_tests_properties(nginx_signals PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+endif()

@@ -24,8 +24,8 @@
  * postconfiguration, which runs after the Lua module's: nginx orders the
  * Lua module, a filter, before plain modules such as this one, whatever
  * the load_module order; checked). The peers' addresses are parsed then,
- * once. nginx -t runs no init_by_lua, so the names are checked at start
- * and reload. Per request: the
+ * once. nginx -t and nginx -s run no init_by_lua, so the names are checked
+ * at start and reload only. Per request: the
  * admission (preaccess) keeps the request's state in its pool; each try
  * (peer get) picks a peer and sets the try's timeouts from the time left;
  * a try that fails (a failing status, seen by a wrapper of the upstream's
@@ -396,10 +396,12 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
   }
   if (ngx_http_nres_lua_before_us(cf) != NGX_OK)
     return NGX_ERROR;
-  /* nginx -t runs no init_by_lua (the Lua module skips it): the names are
-   * checked when nginx starts or reloads, where an unknown one fails the
-   * start, or the reload (the running configuration stays). */
-  if (ngx_test_config)
+  /* Neither nginx -t nor the signaller of nginx -s reload|reopen|quit|stop
+   * (systemd's reload runs it) runs init_by_lua, though both parse the
+   * whole configuration: the names are checked where it ran, when the
+   * master starts or reloads, where an unknown one fails the start, or
+   * the reload (the running configuration stays). */
+  if (ngx_test_config || ngx_process == NGX_PROCESS_SIGNALLER)
     return NGX_OK;
   ngx_http_nres_ref_t *ref = mcf->refs.elts;
   for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {

@@ -78,35 +78,67 @@ const char nres__sync_rate_lua[] =
   "return { string.format('%.6f', quota), string.format('%.6f', sum), n, now }\n";
 
 /* KEYS[1] breaker hash: state ('open' | 'closed'), until (ms, Redis
- * clock), prober, beat (ms). ARGV: node, local state ('closed', 'open',
+ * clock), prober, beat (ms). KEYS[2], KEYS[3]: sorted sets of the voters
+ * (hosts that saw the dependency lately) and of the open ones among them,
+ * scored by when they last said so (ms), so a host that stops reporting
+ * ages out in O(log hosts). ARGV: node, local state ('closed', 'open',
  * 'half', 'isolated'), own (1: the local break is the host's own, not one
  * given by the fleet), ms left of the local break (own OPEN), stale (ms),
- * keep (ms: how long a closed record stays to be seen).
- * Returns { state, until_ms, me_prober, prober_live, now_ms }. */
+ * keep (ms: how long a closed record stays to be seen), lease (ms: a
+ * prober's claim lapses this long after its break unless it opens again or
+ * closes), voter (1: calls in the host's window, or own break), quorum (the
+ * fleet opens when more than this share of the voters are open; 0: any).
+ *
+ * The fleet opens only on a quorum: a host whose own breaker opens below it
+ * protects itself and nobody else. A prober holds the fleet while it beats
+ * and until its break ends plus the lease; a failed probe (a new break)
+ * renews the claim, a host stuck half-open does not, and the host that
+ * held a lapsed claim cannot take it again while half-open.
+ * Returns { state, until_ms, me_prober, claim_live, now_ms, voters, open }. */
 const char nres__sync_breaker_lua[] =
   "local t = redis.call('TIME')\n"
   "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-  "local key, node, loc = KEYS[1], ARGV[1], ARGV[2]\n"
+  "local key, vk, ok = KEYS[1], KEYS[2], KEYS[3]\n"
+  "local node, loc = ARGV[1], ARGV[2]\n"
   "local own, left = ARGV[3] == '1', tonumber(ARGV[4])\n"
-  "local stale, keep = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+  "local stale, keep, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])\n"
+  "local voter, quorum = ARGV[8] == '1', tonumber(ARGV[9])\n"
+  "local broken = own and (loc == 'open' or loc == 'half')\n"
+  "redis.call('ZREMRANGEBYSCORE', vk, '-inf', now - stale)\n"
+  "redis.call('ZREMRANGEBYSCORE', ok, '-inf', now - stale)\n"
+  "if voter or broken then redis.call('ZADD', vk, now, node) else redis.call('ZREM', vk, node) end\n"
+  "if broken then redis.call('ZADD', ok, now, node) else redis.call('ZREM', ok, node) end\n"
+  "local voters, opened = redis.call('ZCARD', vk), redis.call('ZCARD', ok)\n"
+  "local quorate = opened > 0 and opened > quorum * voters\n"
   "local r = redis.call('HMGET', key, 'state', 'until', 'prober', 'beat')\n"
   "local state, untl, prober, beat = r[1], tonumber(r[2] or 0), r[3], tonumber(r[4] or 0)\n"
-  "local live = prober and (now - beat) <= stale\n"
-  "local broken = loc == 'open' or loc == 'half'\n"
-  "if own and broken then\n"
-  "  if state ~= 'open' or not live or prober == node then\n"
-  "    if loc == 'open' then untl = now + left end\n"
-  "    if state ~= 'open' then untl = math.max(untl, now + left) end\n"
-  "    state, prober, beat, live = 'open', node, now, true\n"
-  "    redis.call('HSET', key, 'state', 'open', 'until', untl, 'prober', node, 'beat', now)\n"
+  "local function held()\n"
+  "  return state == 'open' and prober and (now - beat) <= stale and now <= untl + lease\n"
+  "end\n"
+  "local function claim(u)\n"
+  "  state, untl, prober, beat = 'open', u, node, now\n"
+  "  redis.call('HSET', key, 'state', 'open', 'until', untl, 'prober', node, 'beat', now)\n"
+  "end\n"
+  "local live = held()\n"
+  "if broken then\n"
+  "  if loc == 'open' and ((prober == node and live) or (quorate and not live)) then\n"
+  "    claim(now + left)\n"
+  "  elseif loc == 'half' and prober == node and live then\n"
+  "    beat = now\n"
+  "    redis.call('HSET', key, 'beat', now)\n"
+  "  elseif loc == 'half' and quorate and not live and prober ~= node then\n"
+  "    claim(now)\n"
   "  end\n"
   "elseif loc == 'closed' and prober == node and state == 'open' then\n"
   "  state = 'closed'\n"
   "  redis.call('HSET', key, 'state', 'closed', 'beat', now)\n"
   "end\n"
-  "if state == 'open' then\n"
-  "  redis.call('PEXPIRE', key, math.max(untl - now, 0) + keep)\n"
-  "elseif state == 'closed' and prober == node then\n"
-  "  redis.call('PEXPIRE', key, keep)\n"
+  "live = held()\n"
+  "local ttl = keep\n"
+  "if state == 'open' then ttl = math.max(untl + lease - now, 0) + keep end\n"
+  "if state == 'open' or (state == 'closed' and prober == node) then\n"
+  "  redis.call('PEXPIRE', key, ttl)\n"
   "end\n"
-  "return { state or '', untl, prober == node and 1 or 0, live and 1 or 0, now }\n";
+  "redis.call('PEXPIRE', vk, keep)\n"
+  "redis.call('PEXPIRE', ok, keep)\n"
+  "return { state or '', untl, prober == node and 1 or 0, live and 1 or 0, now, voters, opened }\n";

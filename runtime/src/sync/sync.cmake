@@ -13,6 +13,8 @@ endif()
 set(NRES_SYNC_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/sync.c
   ${CMAKE_CURRENT_LIST_DIR}/scripts.c
+  ${CMAKE_CURRENT_LIST_DIR}/reply.c
+  ${CMAKE_CURRENT_LIST_DIR}/conn.c
 )
 foreach(lib nres_sync nres_sync_static)
   if(lib STREQUAL "nres_sync")
@@ -44,10 +46,15 @@ target_link_libraries(nres-syncd PRIVATE nres_sync_static)
 set_target_properties(nres-syncd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 
 nres_add_c_test(sync 300 redis nres_sync_static)
+nres_add_c_test(sync_faults 120 sync nres_sync_static)
 if(NRES_TESTS)
   add_test(NAME syncd_flags
            COMMAND bash ${CMAKE_SOURCE_DIR}/spec/sync/syncd_flags.sh $<TARGET_FILE:nres-syncd>)
   set_tests_properties(syncd_flags PROPERTIES TIMEOUT 30 LABELS sync)
+endif()
+if(TARGET test_sync_faults)
+  set_tests_properties(sync_faults PROPERTIES
+    ENVIRONMENT "NRES_SYNCD=$<TARGET_FILE:nres-syncd>")
 endif()
 if(TARGET test_sync)
   set_tests_properties(sync PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON

@@ -2,9 +2,16 @@
  * gateway whose policy state lives in shared-memory region files
  * (nres/shm.h; the nginx gateway's <dir>/<name>.<kind>.<table>.shm).
  *
- *   nres-syncd --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
- *              [--redis HOST:PORT] [--interval MS] [--breaker] [--node NAME]
+ *   nres-syncd --fleet NAME --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
+ *              [--redis HOST:PORT|unix:PATH] [--db N] [--user NAME]
+ *              [--password-file FILE | --password-env VAR]
+ *              [--interval MS] [--breaker] [--quorum X] [--node NAME]
  *              [--local-share X] [--prefix P] [--status FILE] [--once]
+ *
+ * --fleet is required: it is part of every key, so two fleets (staging and
+ * production) on one Redis never share a record. A password is never taken
+ * from the command line (ps shows it). --once runs one round and exits 1 if
+ * it did not reach Redis or Redis answered something refused.
  *
  * It maps each region file (MAP_SHARED, checked by nres_shm_attach) and,
  * every interval, puts each key in use under a scope "<SCOPE>:<key>"
@@ -75,8 +82,10 @@ static void sleep_until(nres_time_t t) {
 /* The help text is also nres-syncd(8): cmake/manpage.cmake makes the
  * manual page from `nres-syncd --help` at build time. */
 #define USAGE \
-  "usage: nres-syncd --region FILE[=SCOPE]... [--redis HOST:PORT]\n" \
-  "                  [--interval MS] [--breaker] [--node NAME]\n" \
+  "usage: nres-syncd --fleet NAME --region FILE[=SCOPE]...\n" \
+  "                  [--redis HOST:PORT|unix:PATH] [--db N] [--user NAME]\n" \
+  "                  [--password-file FILE | --password-env VAR]\n" \
+  "                  [--interval MS] [--breaker] [--quorum X] [--node NAME]\n" \
   "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n" \
   "\n" \
   "nres-syncd syncs an nres gateway's shared tables with Redis, so that\n" \
@@ -89,16 +98,31 @@ static void sleep_until(nres_time_t t) {
   "with backoff.\n" \
   "\n" \
   "Options:\n" \
+  "  --fleet NAME           the fleet's name, required: 1 to 64 bytes\n" \
+  "                         without blanks, braces or colons; it is part of\n" \
+  "                         every key, so two fleets on one Redis (staging\n" \
+  "                         and production) never share a record\n" \
   "  --region FILE[=SCOPE]  a gateway region file to sync (up to 32), as\n" \
   "                         <dir>/<name>.<kind>.<table>.shm; each key in\n" \
   "                         use is synced under SCOPE:key, SCOPE being the\n" \
   "                         file's name without .shm unless given; every\n" \
   "                         host of the fleet must use the same scopes\n" \
-  "  --redis HOST:PORT      the Redis server (default 127.0.0.1:6379)\n" \
+  "  --redis HOST:PORT|unix:PATH\n" \
+  "                         the Redis server, or its unix socket (default\n" \
+  "                         127.0.0.1:6379)\n" \
+  "  --db N                 SELECT database N after connecting (default 0)\n" \
+  "  --user NAME            the ACL user; needs a password option\n" \
+  "  --password-file FILE   the password: the file's first line\n" \
+  "  --password-env VAR     the password: the environment variable VAR (a\n" \
+  "                         password is never taken from the command line,\n" \
+  "                         which ps shows)\n" \
   "  --interval MS          milliseconds between rounds, 1 to 3600000\n" \
   "                         (default 100)\n" \
-  "  --breaker              sync the breakers too: the first host to open\n" \
-  "                         one opens it for the fleet\n" \
+  "  --breaker              sync the breakers too\n" \
+  "  --quorum X             with --breaker: the fleet opens a breaker when\n" \
+  "                         more than this share of the hosts that saw the\n" \
+  "                         dependency lately are open, in [0, 1) (default\n" \
+  "                         0.5, a strict majority; 0: the first host)\n" \
   "  --node NAME            this host's name in the fleet, without quotes,\n" \
   "                         backslashes or blanks (default hostname:pid:\n" \
   "                         random)\n" \
@@ -116,9 +140,10 @@ static void sleep_until(nres_time_t t) {
   "  SIGTERM, SIGINT        write the status file once more and exit\n" \
   "\n" \
   "Exit status:\n" \
-  "  0                      stopped by a signal, or --once done\n" \
-  "  1                      a region file could not be mapped, or memory\n" \
-  "                         ran out\n" \
+  "  0                      stopped by a signal, or --once reached Redis\n" \
+  "  1                      --once did not reach Redis or Redis refused the\n" \
+  "                         round; a region file could not be mapped; or\n" \
+  "                         memory ran out\n" \
   "  2                      a usage error or bad settings, naming the flag\n"
 
 static void usage(void) {
@@ -183,10 +208,18 @@ static void write_status(nres_sync_t *sync, region_t *regions, int nregions,
     return;
   nres_sync_info(sync, &info);
   fprintf(f, "{\"node\":\"%s\",\"written_unix\":%lld,\"connected\":%u,\"rounds\":%llu,"
-          "\"failures\":%llu,\"connects\":%llu,\"entries\":[",
+          "\"failures\":%llu,\"connects\":%llu,\"errors\":%llu,\"error\":\"",
           nres_sync_node(sync), (long long) time(NULL), info.connected,
           (unsigned long long) info.rounds, (unsigned long long) info.failures,
-          (unsigned long long) info.connects);
+          (unsigned long long) info.connects, (unsigned long long) info.errors);
+  for (const char *c = info.error; *c != '\0'; c++)   /* a JSON string */
+    if (*c == '"' || *c == '\\')
+      fprintf(f, "\\%c", *c);
+    else if ((unsigned char) *c < 32)
+      fprintf(f, "\\u%04x", (unsigned) (unsigned char) *c);
+    else
+      fputc(*c, f);
+  fprintf(f, "\",\"entries\":[");
   for (r = 0; r < nregions; r++)
   for (i = 0; i < regions[r].slots; i++) {
     slot_map_t *map = regions[r].map;
@@ -383,6 +416,28 @@ int main(int argc, char **argv) {
       }
     }
     else if (strcmp(argv[k], "--prefix") == 0) cfg.prefix = argv[++k];
+    else if (strcmp(argv[k], "--fleet") == 0) cfg.fleet = argv[++k];
+    else if (strcmp(argv[k], "--user") == 0) cfg.user = argv[++k];
+    else if (strcmp(argv[k], "--password-file") == 0) cfg.password_file = argv[++k];
+    else if (strcmp(argv[k], "--password-env") == 0) {
+      const char *var = argv[++k];
+
+      cfg.password = getenv(var);
+      if (cfg.password == NULL || cfg.password[0] == '\0') {
+        fprintf(stderr, "nres-syncd: --password-env: expected the name of a set "
+                "environment variable, got \"%s\" (unset or empty)\n", var);
+        return 2;
+      }
+    }
+    else if (strcmp(argv[k], "--password") == 0) {
+      fprintf(stderr, "nres-syncd: --password: never on the command line (ps "
+              "shows it): use --password-file FILE or --password-env VAR\n");
+      return 2;
+    }
+    else if (strcmp(argv[k], "--db") == 0)
+      cfg.db = (int) number_flag("--db", argv[++k], 0, 1000000);
+    else if (strcmp(argv[k], "--quorum") == 0)
+      cfg.breaker_quorum = number_flag("--quorum", argv[++k], 0, 0.999999);
     else if (strcmp(argv[k], "--status") == 0) status = argv[++k];
     else if (strcmp(argv[k], "--interval") == 0)   /* 1 ms to an hour */
       cfg.interval = (nres_time_t) (number_flag("--interval", argv[++k], 1, 3600e3) * 1e6);
@@ -393,27 +448,50 @@ int main(int argc, char **argv) {
   }
   if (nregions == 0)
     usage();
+  if (cfg.fleet == NULL) {
+    fprintf(stderr, "nres-syncd: --fleet: expected the fleet's name (every key "
+            "carries it: two fleets on one Redis must differ), got none\n");
+    return 2;
+  }
+  if (cfg.password != NULL && cfg.password_file != NULL) {
+    fprintf(stderr, "nres-syncd: --password-file and --password-env: expected "
+            "one of them, got both\n");
+    return 2;
+  }
+  if (cfg.user != NULL && cfg.password == NULL && cfg.password_file == NULL) {
+    fprintf(stderr, "nres-syncd: --user: expected a password too "
+            "(--password-file or --password-env), got none\n");
+    return 2;
+  }
   snprintf(host, sizeof(host), "%s", redis);
-  colon = strrchr(host, ':');
-  if (colon != NULL) {
-    *colon = '\0';
-    cfg.port = (int) number_flag("--redis port", colon + 1, 1, 65535);
+  if (strncmp(host, "unix:", 5) == 0) {
+    cfg.unix_path = host + 5;
+  } else {
+    colon = strrchr(host, ':');
+    if (colon != NULL) {
+      *colon = '\0';
+      cfg.port = (int) number_flag("--redis port", colon + 1, 1, 65535);
+    }
+    cfg.host = host;
   }
-  cfg.host = host;
 
-  for (r = 0; r < nregions; r++) {
-    if (map_region(regions[r].path, &regions[r].mem, &regions[r].size,
-                   &regions[r].shm, &regions[r].sb) != 0)
-      return 1;
-    regions[r].slots = nres_shm_config(regions[r].shm)->slots;
-    regions[r].map = new_map(regions[r].slots);
-  }
   rc = nres_sync_new(&cfg, &sync);
   if (rc != 0) {
-    fprintf(stderr, "nres-syncd: bad settings (%s)\n", nres_strerror(rc));
+    fprintf(stderr, "nres-syncd: bad settings (%s): a line above names it, "
+            "or --fleet is not 1..64 bytes without blanks, braces or colons\n",
+            nres_strerror(rc));
     return 2;
   }
 
+  for (r = 0; r < nregions; r++) {
+    if (map_region(regions[r].path, &regions[r].mem, &regions[r].size,
+                   &regions[r].shm, &regions[r].sb) != 0) {
+      nres_sync_free(sync);
+      return 1;
+    }
+    regions[r].slots = nres_shm_config(regions[r].shm)->slots;
+    regions[r].map = new_map(regions[r].slots);
+  }
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, NULL);
@@ -432,7 +510,7 @@ int main(int argc, char **argv) {
     }
     for (r = 0; r < nregions; r++)
       scan(sync, &regions[r], breaker, &warned);
-    nres_sync_tick(sync, now);
+    rc = nres_sync_tick(sync, now);
     if (status != NULL && now >= next_status) {
       write_status(sync, regions, nregions, status);
       next_status = now + NRES_SEC;
@@ -453,5 +531,5 @@ int main(int argc, char **argv) {
     free(regions[r].map);
     munmap(regions[r].mem, regions[r].size);
   }
-  return 0;
+  return once && rc != 0 ? 1 : 0;
 }

@@ -23,6 +23,7 @@
 -- on the monotonic clock (nres_step_now: the plain and nginx drivers).
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+local unit_seconds = require("nres.schema").seconds
 
 local type, error, tonumber, format, setmetatable = type, error, tonumber, string.format, setmetatable
 local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
@@ -35,6 +36,7 @@ typedef struct nres_sync_config_s {
   double local_share; uint64_t seed;
   const char *fleet, *unix_path, *user, *password, *password_file;
   int db; double breaker_quorum; nres_time_t probe_lease;
+  const char *sentinels, *master;
   void (*log)(void *arg, const char *line); void *log_arg;
 } nres_sync_config_t;
 typedef struct nres_sync_info_s {
@@ -98,7 +100,8 @@ end
 --           db = n, user = acl_user, password_file = path | password_env = VAR,
 --           interval = s, timeout = s, reconnect_max = s, ttl = s,
 --           prefix = "nres", node = name, local_share = 0..1,
---           breaker_quorum = 0..<1, probe_lease = s }
+--           breaker_quorum = 0..<1, probe_lease = s,
+--           sentinels = { "host:port", ... }, master = name }   -- instead of redis
 -- Returns the agent, or nil and a reason (no library, refused settings).
 -- A password is read from a file or an environment variable, never given
 -- inline (it would sit in configuration text and process listings).
@@ -125,6 +128,22 @@ function _M.new(opts)
     if not host then error("nres.sync: redis: expected \"host:port\" or \"unix:/path\", got " .. tostring(opts.redis), 2) end
     keep[#keep + 1] = host
     cfg.host, cfg.port = keep[#keep], tonumber(port)
+  end
+  if opts.sentinels ~= nil or opts.master ~= nil then
+    local list = opts.sentinels
+    if type(list) ~= "table" or #list == 0 or #list > 8 then
+      error(bad(1, "new", "sentinels: a list of 1..8 \"host:port\"", list), 2)
+    end
+    for i, a in ipairs(list) do
+      if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
+        error(format("nres.sync: sentinels[%d]: expected \"host:port\", got %s", i, tostring(a)), 2)
+      end
+    end
+    if not name_ok(opts.master, 127) then error(bad(1, "new", "master: the Sentinel master's name", opts.master), 2) end
+    keep[#keep + 1] = table.concat(list, ",")
+    cfg.sentinels = keep[#keep]
+    keep[#keep + 1] = opts.master
+    cfg.master = keep[#keep]
   end
   keep[#keep + 1] = opts.prefix or "nres"
   cfg.prefix = keep[#keep]
@@ -173,9 +192,11 @@ function _M.new(opts)
   end
   for _, f in ipairs { "interval", "timeout", "reconnect_max", "ttl", "probe_lease" } do
     local v = opts[f]
+    if type(v) == "string" then v = unit_seconds(v) or v end   -- "500ms", "2m"
     if v ~= nil then
       if type(v) ~= "number" or not (v >= 0 and v < 1e9) then
-        error(format("nres.sync: %s: expected seconds (a number >= 0), got %s", f, tostring(v)), 2)
+        error(format('nres.sync: %s: expected seconds (a number >= 0, or with a unit: "500ms", "2m"), got %s',
+                     f, tostring(v)), 2)
       end
       cfg[f] = v * 1e9
     end

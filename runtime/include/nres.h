@@ -204,6 +204,12 @@ typedef enum {
 } nres_class_t;
 
 NRES_EXTERN const char *nres_class_name(int cls);   /* "critical", ... */
+/* The class of a criticality name (len bytes), in any case: critical or
+ * critical_plus, default, sheddable or sheddable_plus (Google's _PLUS
+ * names fold into the nearest class); -1 for anything else or NULL. The
+ * one parser of these names: X-Criticality in both gateways
+ * (nres_gw_class) and p:with{ criticality = ... } in Lua. */
+NRES_EXTERN int nres_class_parse(const char *name, size_t len);
 
 /* Verdict flags. */
 enum {
@@ -449,6 +455,7 @@ typedef enum {
 /* Ranges (nres_breaker_config_error names the field it refuses):
  * failure_ratio and slow_ratio in [0, 1]; probes and success_threshold in
  * 1..255; break_for > 0; break_max >= break_for; break_jitter in [0, 1);
+ * lease <= break_for;
  * window > 0 with window / buckets >= 1 ns and 1 <= buckets <=
  * NRES_WINDOW_MAX_BUCKETS. Durations may be NRES_TIME_NEVER (a break is
  * capped at 2^37 ms, 4.3 years), never NRES_TIME_INVALID. */
@@ -470,6 +477,13 @@ struct nres_breaker_config_s {
   nres_time_t break_max;        /* open period doubles up to this. 2 min */
   double break_jitter;          /* open period shortened by up to this
                                    fraction, at random. Default 0.1 */
+  nres_time_t lease;            /* a probe permit's lease: once every probe
+                                   permit of a half-open breaker has been
+                                   out this long (since the latest was
+                                   taken) without a report, the next caller
+                                   takes their place and the lapsed permits
+                                   are counted in leases_expired. 0 =
+                                   break_for; at most break_for. Default 0 */
 };
 
 /* The whole state machine is one atomic word (state, probe permits in use,
@@ -482,6 +496,8 @@ struct nres_breaker_s {
   NRES_ATOMIC(uint32_t) level;          /* trips since last closed */
   NRES_ATOMIC(uint64_t) trips;          /* times it opened */
   NRES_ATOMIC(uint64_t) rejected;       /* admissions refused */
+  NRES_ATOMIC(uint64_t) leases_expired; /* probe permits whose lease ran
+                                           out before their report */
   nres_window_t window;
 };
 
@@ -529,6 +545,7 @@ typedef struct nres_breaker_stats_s {
   uint32_t reserved_;
   uint64_t trips;               /* times it opened */
   uint64_t rejected;            /* admissions refused */
+  uint64_t leases_expired;      /* probe permits whose lease ran out */
 } nres_breaker_stats_t;
 
 NRES_EXTERN void nres_breaker_stats(const nres_breaker_t *breaker,
@@ -1308,6 +1325,16 @@ NRES_EXTERN int nres_step_cancel(nres_call_t *call, double now,
                                  nres_step_t *out);
 NRES_EXTERN int nres_step_abort(nres_call_t *call, double now,
                                 nres_step_t *out);
+/* A call's end for a binding, as doubles only (a binding that reads the
+ * log's 64-bit fields or its records by reference makes a fresh box for
+ * each, where its code is not compiled): out[0] the entries n (the last
+ * min(attempts, NRES_LOG_CAP) attempts), out[1] the last verdict's flags,
+ * then per entry, oldest first, NRES_STEP_LOG_FIELDS doubles: number,
+ * hedge, verdict kind, flags (0xff: abandoned), start and end (ns). out
+ * holds at least NRES_STEP_LOG_SIZE doubles. Returns n. */
+#define NRES_STEP_LOG_FIELDS 6
+#define NRES_STEP_LOG_SIZE (2 + NRES_LOG_CAP * NRES_STEP_LOG_FIELDS)
+NRES_EXTERN int nres_step_log(const nres_call_t *call, double *out);
 /* The two steps of a synchronous driver's call (one attempt at a time, no
  * hedging), one FFI call each: nres_step_begin_class with no inherited
  * deadline, and nres_step_report (nres_step_sync_resume: nres_step_resume,

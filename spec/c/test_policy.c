@@ -174,6 +174,25 @@ static void counters_sum_up_and_reset(void **state) {
   assert_int_equal(c.verdicts[NRES_OK], 0);
 }
 
+/* A negative backoff.base wraps to a huge duration (-1 to
+ * NRES_TIME_NEVER): the refusal names base, not the max it now exceeds. */
+static void wrapped_negative_base_is_named(void **state) {
+  nres_policy_t p;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.backoff.base = (nres_time_t) -1;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  assert_non_null(strstr(nres_policy_error(&p), "backoff.base: "));
+  p.backoff.base = (nres_time_t) -5 * NRES_MSEC;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  assert_non_null(strstr(nres_policy_error(&p), "backoff.base: "));
+  /* A base that is merely longer than max still blames max. */
+  p.backoff.base = 60 * NRES_SEC;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  assert_string_equal(nres_policy_error(&p), "backoff.max: below backoff.base");
+}
+
 /* An operator isolates the policy's breaker (every call stops "circuit
  * open") and resets it; both are counted. No breaker: EINVAL. */
 static void isolate_and_reset_are_counted(void **state) {
@@ -210,6 +229,7 @@ int main(void) {
     cmocka_unit_test(readme_policy_needs_its_attempt_timeout_lowered),
     cmocka_unit_test(counters_sum_up_and_reset),
     cmocka_unit_test(isolate_and_reset_are_counted),
+    cmocka_unit_test(wrapped_negative_base_is_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -287,6 +287,33 @@ describe("abandoned calls", function()
     expect.eq(p:stats().breaker, "closed")
     expect.eq(co, nil)
   end)
+  it("a probe that hangs, still referenced, is given back by its lease (issue 28)", function()
+    -- Plain Lua cannot abandon a running attempt: the attempt timeout is
+    -- cooperative. The probe's lease (attempt_timeout + 1 s here) covers it.
+    local d = nres.driver.virtual()
+    local p = nres.policy { base = "none", attempt_timeout = 2,
+                            breaker = { consecutive = 1, break_for = 10, break_max = 10,
+                                        jitter = 0, probes = 1, successes = 1 } }:with_driver(d)
+    p:run(function() return nil, "down" end)
+    d.advance(10e9 + 1)
+    local co = coroutine.create(function() return p:run(function() coroutine.yield(); return 1 end) end)
+    assert(coroutine.resume(co))
+    d.advance(3e9 - 1e6)
+    local _, reason = p:run(function() return 1 end)
+    expect.eq(reason, "circuit open", "the probe is held for its lease")
+    expect.eq(p:stats().leases_expired, 0)
+    d.advance(2e6)   -- a lease ends on the ms, rounded up
+    expect.eq(p:run(function() return 4 end), 4, "the lease is over: a new probe")
+    expect.eq(p:stats().breaker, "closed")
+    expect.eq(p:stats().leases_expired, 1)
+    expect.truthy(coroutine.resume(co), "the hung call ends without harm")
+  end)
+  it("breaker.lease is checked against break_for", function()
+    local ok, err = pcall(nres.policy, { breaker = { consecutive = 1, break_for = 1, lease = 2 } })
+    expect.eq(ok, false)
+    expect.truthy(tostring(err):find("breaker.lease: expected <= breaker.break_for (1 s), got 2", 1, true),
+                  tostring(err))
+  end)
   it("a suspended coroutine still referenced keeps its permit, and finishes normally", function()
     local p = nres.policy { base = "none", limiter = { concurrency = 1 } }
                 :with_driver(nres.driver.virtual())

@@ -104,6 +104,17 @@ describe("stop reasons", function()
     expect.eq(calls(), 2)
     expect.eq(p:stats().breaker, "open")
   end)
+  it("circuit open from the success that brings the window to min_calls over the ratio (issue 28)", function()
+    -- resilience4j trips there; a ratio checked on failures only did not
+    for _, base in ipairs { "none", "trivial" } do
+      local p = virtual { base = base, attempts = 1, breaker = { ratio = 0.5, min_calls = 6, break_for = 10 } }
+      for _ = 1, 3 do p:run(function() return nil, "down" end) end
+      for _ = 1, 2 do expect.eq(p:run(function() return 1 end), 1) end
+      expect.eq(p:stats().breaker, "closed", base .. ": 5 calls, under min_calls")
+      expect.eq(p:run(function() return 1 end), 1)
+      expect.eq(p:stats().breaker, "open", base .. ": 3 failures of 6")
+    end
+  end)
   it("throttled locally, without calling fn, once the dependency refuses for overload", function()
     local p, d = virtual { base = "none", telemetry = true, throttle = { k = 1, window = 10, buckets = 10 },
                            classify = function(_, err) return err and "throttled" or "ok" end }
@@ -124,6 +135,22 @@ describe("stop reasons", function()
     expect.eq(st.throttle.accepts, 0)
     expect.truthy(st.throttle.probability > 0.9)
   end)
+  it("tells on_event of the breaker's changes (\"breaker\", state), once each", function()
+    local p, d = virtual { base = "none", breaker = { consecutive = 2, break_for = 10,
+                                                     successes = 1 } }
+    local events = {}
+    p.on_event = function(kind, a) if kind == "breaker" then events[#events + 1] = a end end
+    local fn = flaky(2, "down")
+    p:run(fn); p:run(fn)
+    expect.eq(table.concat(events, " "), "open")
+    p:run(fn)   -- refused: no change
+    expect.eq(table.concat(events, " "), "open")
+    d.advance(20e9)
+    p:run(fn)   -- the probe succeeds: closed
+    expect.eq(events[#events], "closed")
+    expect.eq(#events, 2, table.concat(events, " "))
+  end)
+
   it("rate limited by the local limiter", function()
     local p = virtual { base = "none", limiter = { rate = 1, burst = 1 } }
     expect.eq(p:run(function() return 1 end), 1)
@@ -264,6 +291,13 @@ describe("classifiers", function()
     local t0 = d.now()
     p:run(flaky(1, "slow down", "ok"))
     expect.near((d.now() - t0) / 1e9, 4, 1e-6, "waited 4 s")
+  end)
+  it("a classifier function's retry_after may carry a unit", function()
+    local p, d = virtual { base = "none", attempts = 2, backoff = { kind = "constant", base = "10ms", max = "10s" },
+                           classify = function(_, err) if err then return "throttled", "1500ms" end return "ok" end }
+    local t0 = d.now()
+    p:run(flaky(1, "slow down", "ok"))
+    expect.near((d.now() - t0) / 1e9, 1.5, 1e-6, "waited 1.5 s")
   end)
   it("a modelled dependency's throttled answer carries its retry-after", function()
     local dep = require "nresrun.dep"

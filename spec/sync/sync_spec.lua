@@ -49,7 +49,8 @@ local pidfile = dir .. "/redis.pid"
 assert(os.execute(string.format("redis-server --port %d --bind 127.0.0.1 --dir %s --save '' "
   .. "--appendonly no --daemonize yes --pidfile %s >/dev/null", port, dir, pidfile)) == 0)
 local function stop_redis()
-  os.execute(string.format("kill $(cat %s) 2>/dev/null; sleep 0.2; rm -rf %s", pidfile, dir))
+  os.execute(string.format("kill $(cat %s) $(cat %s/auth.pid 2>/dev/null) 2>/dev/null; sleep 0.2; rm -rf %s",
+    pidfile, dir, dir))
 end
 for _ = 1, 100 do   -- until it answers
   if sync.new{ fleet = "t", redis = "127.0.0.1:" .. port }:tick() then break end
@@ -124,6 +125,60 @@ describe("nres.sync", function()
       expect.eq(tonumber(l.tolerance / l.interval), 10)
     end
     expect.truthy(mem ~= nil)
+  end)
+
+  it("requires the fleet's name and never takes a password inline", function()
+    local ok, err = pcall(sync.new, { redis = "127.0.0.1:1" })
+    expect.truthy(not ok and err:find("fleet", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "a:b" })
+    expect.truthy(not ok and err:find("fleet", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", password = "secret" })
+    expect.truthy(not ok and err:find("password", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", user = "alice" })
+    expect.truthy(not ok and err:find("user", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", password_env = "NRES_SURELY_UNSET_VAR" })
+    expect.truthy(not ok and err:find("password_env", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", breaker_quorum = 1 })
+    expect.truthy(not ok and err:find("breaker_quorum", 1, true), err)
+    -- Two fleets on one Redis keep apart records.
+    local p1 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
+    local p2 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
+    local a1 = assert(sync.new{ fleet = "staging", redis = "127.0.0.1:" .. port, node = "s1" })
+    local a2 = assert(sync.new{ fleet = "production", redis = "127.0.0.1:" .. port, node = "p1" })
+    a1:add("split", p1)
+    a2:add("split", p2)
+    for _ = 1, 2 do expect.truthy(a1:tick()); expect.truthy(a2:tick()) end
+    expect.eq(a1:stats().entries[1].hosts, 1)
+    expect.eq(a2:stats().entries[1].hosts, 1)
+  end)
+
+  it("authenticates as an ACL user over a unix socket, password from a file", function()
+    local aport = free_port()
+    local sock = dir .. "/auth.sock"
+    assert(os.execute(string.format("redis-server --port %d --bind 127.0.0.1 --dir %s --save '' "
+      .. "--appendonly no --daemonize yes --pidfile %s/auth.pid --requirepass main-pw "
+      .. "--user alice on '>alice-pw' '~*' '+@all' --unixsocket %s --unixsocketperm 700 >/dev/null",
+      aport, dir, dir, sock)) == 0)
+    local pw = dir .. "/alice.pw"
+    local f = assert(io.open(pw, "w"))
+    f:write("alice-pw\n")
+    f:close()
+    local up
+    for _ = 1, 100 do
+      local a = sync.new{ fleet = "t", redis = "unix:" .. sock, user = "alice", password_file = pw, db = 2 }
+      a:add("x", nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } })
+      up = a:tick()
+      if up then break end
+      os.execute("sleep 0.05")
+    end
+    expect.truthy(up, "synced over the unix socket as alice")
+    -- Without the password: a round fails and the agent says why.
+    local a = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. aport })
+    a:add("x", nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } })
+    expect.truthy(not a:tick())
+    local st = a:stats()
+    expect.truthy(st.error and st.error:find("NOAUTH", 1, true), tostring(st.error))
+    os.execute(string.format("kill $(cat %s/auth.pid) 2>/dev/null", dir))
   end)
 
   it("falls back to local protection without Redis", function()

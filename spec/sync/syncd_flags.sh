@@ -47,4 +47,6 @@ for v in 1 -0.1 x; do
   check 2 "--quorum: expected a number from 0 to" --quorum "$v" --fleet t --region /nonexistent
 done
 check 2 "--db: expected a number from 0 to 1e+06, got \"-1\"" --db -1 --fleet t --region /nonexistent
+check 2 "--sentinel and --master: expected both" --sentinel 127.0.0.1:1 --fleet t --region /nonexistent
+check 2 "--sentinel and --master: expected both" --master m --fleet t --region /nonexistent
 exit $failed

@@ -163,6 +163,10 @@ typedef struct nres_sync_config_s {
                                    again (a wedged half-open host cannot
                                    hold the fleet); 0 = the breaker's
                                    break_for */
+  const char *sentinels;        /* "host:port,host:port,..." (at most 8):
+                                   find the primary through Redis Sentinel
+                                   (host and port are then unused) */
+  const char *master;           /* the Sentinel master's name */
   nres_sync_log_cb log;         /* one line per change of error; NULL:
                                    stderr, "nres-sync: " first */
   void *log_arg;

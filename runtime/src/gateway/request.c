@@ -75,6 +75,14 @@ int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
     r->slot = u->sslot;
     if (u->breaker) {
       if (nres__breaker_acquire(&r->slot->breaker, now, &r->upermit) != 0) {
+        nres_gw_control_t *c = u->control;
+        if (c != NULL && (nres__load(&c->flags) & NRES_GW_DRY_RUN)) {
+          /* dry-run: counted, let through as if unadmitted (no retries,
+           * nothing recorded into the open breaker) */
+          nres__add(&c->would_refuse[NRES_GW_WOULD_CIRCUIT], 1);
+          reset(r, now, deadline);
+          return NRES_GW_ADMITTED;
+        }
         nres_shm_slot_record(r->slot, NRES_STOP_CIRCUIT, 0, 0);
         reset(r, now, deadline);
         return NRES_GW_CIRCUIT;
@@ -178,9 +186,32 @@ void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r) {
   r->reserved = 0;
 }
 
+/* A call whose client left before it was answered (nginx's 499): what the
+ * upstream would have answered is unknown, so the call is judged neither
+ * way. Its try still running is let go unjudged, its breaker permits and
+ * held token given back, the call counted as canceled. (Counted a success,
+ * two probes whose clients gave up closed the breaker of an upstream that
+ * hangs.) */
+static void cancel(nres_gw_upstream_t *u, nres_gw_request_t *r) {
+  nres_gw_try_abandon(u, r);
+  if (r->slot == NULL)
+    return;
+  if (r->reserved) {
+    nres_budget_refund(&r->slot->budget);
+    r->reserved = 0;
+  }
+  if (r->has_upermit)
+    nres_breaker_release(&r->slot->breaker, r->upermit);
+  r->has_upermit = 0;
+  nres__shm_count(r->slot, nres__shard(), NRES_STOP_CANCELED, r->tries, r->retries);
+  r->slot = NULL;
+}
+
 void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
                          int status) {
-  int failed = status >= 500 || status == 0;
+  /* under 100: no answer (0), or one with no status line (lua-nginx-module
+   * reads an HTTP/0.9 answer as 9) */
+  int failed = status >= 500 || status < 100;
   if (r->slot != NULL && r->tries == 0) {
     /* never reached the upstream (refused by a later phase, answered
      * locally): nothing to judge it by, nothing to count */
@@ -188,6 +219,10 @@ void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_
       nres_breaker_release(&r->slot->breaker, r->upermit);
     r->has_upermit = 0;
     r->slot = NULL;
+  }
+  if (status == NRES_GW_CLIENT_CLOSED) {
+    cancel(u, r);
+    return;
   }
   if (r->slot != NULL) {
     unsigned k = nres__shard();

@@ -27,6 +27,14 @@ static void emit(nres_sync_t *s, const char *line) {
     fprintf(stderr, "nres-sync: %s\n", line);
 }
 
+const char *nres__sync_where(const nres_sync_t *s, char *buf, size_t cap) {
+  if (s->cfg.unix_path != NULL)
+    snprintf(buf, cap, "%s", s->cfg.unix_path);
+  else
+    snprintf(buf, cap, "%s:%d", s->cur_host, s->cur_port);
+  return buf;
+}
+
 void nres__sync_say(nres_sync_t *s, const char *fmt, ...) {
   char line[NRES__SYNC_LINE_MAX];
   va_list ap;
@@ -34,6 +42,9 @@ void nres__sync_say(nres_sync_t *s, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof(line), fmt, ap);
   va_end(ap);
+  for (char *c = line; *c != '\0'; c++)   /* server text: one line */
+    if ((unsigned char) *c < 32 || *c == 127)
+      *c = '?';
   if (strcmp(line, s->info.error) == 0)
     return;
   memcpy(s->info.error, line, sizeof(line));
@@ -41,13 +52,13 @@ void nres__sync_say(nres_sync_t *s, const char *fmt, ...) {
 }
 
 void nres__sync_said_ok(nres_sync_t *s) {
-  char line[NRES__SYNC_LINE_MAX];
+  char line[NRES__SYNC_LINE_MAX], at[300];
 
   if (s->info.error[0] == '\0')
     return;
   s->info.error[0] = '\0';
-  snprintf(line, sizeof(line), "%s: synced again", s->cfg.unix_path != NULL
-           ? s->cfg.unix_path : s->host);
+  snprintf(line, sizeof(line), "%s: synced again",
+           nres__sync_where(s, at, sizeof(at)));
   emit(s, line);
 }
 
@@ -84,13 +95,6 @@ void nres__sync_drop(nres_sync_t *s) {
   s->rc = NULL;
 }
 
-static const char *where(const nres_sync_t *s, char *buf, size_t cap) {
-  if (s->cfg.unix_path != NULL)
-    snprintf(buf, cap, "%s", s->cfg.unix_path);
-  else
-    snprintf(buf, cap, "%s:%d", s->host, s->cfg.port);
-  return buf;
-}
 
 /* One command's answer: 0 if it is not an error reply. */
 static int command(nres_sync_t *s, const char *what, int argc,
@@ -100,14 +104,14 @@ static int command(nres_sync_t *s, const char *what, int argc,
 
   r = redisCommandArgv(s->rc, argc, argv, NULL);
   if (r == NULL) {
-    nres__sync_say(s, "%s: %s: %s", where(s, at, sizeof(at)), what,
+    nres__sync_say(s, "%s: %s: %s", nres__sync_where(s, at, sizeof(at)), what,
                    s->rc->errstr[0] ? s->rc->errstr : "no answer");
     return NRES_EAGAIN;
   }
   if (r->type == REDIS_REPLY_ERROR) {
     s->info.errors++;
     nres__sync_say(s, "%s: %s: %.200s (local-only until it works)",
-                   where(s, at, sizeof(at)), what, r->str);
+                   nres__sync_where(s, at, sizeof(at)), what, r->str);
     freeReplyObject(r);
     return NRES_ESTATE;
   }
@@ -132,7 +136,7 @@ static int load_scripts(nres_sync_t *s) {
     if (r->type != REDIS_REPLY_STRING || r->len != 40) {
       s->info.errors++;
       nres__sync_say(s, "%s: SCRIPT LOAD: expected a 40-byte SHA1, got %s",
-                     where(s, at, sizeof(at)),
+                     nres__sync_where(s, at, sizeof(at)),
                      r->type == REDIS_REPLY_STRING ? "another string" : "no string");
       freeReplyObject(r);
       return NRES_ESTATE;
@@ -159,17 +163,20 @@ int nres__sync_connect(nres_sync_t *s) {
   char at[300], db[16];
   int rc;
 
+  if (s->nsentinels > 0 && nres__sync_sentinel_primary(s) != 0)
+    return NRES_EAGAIN;
   if (s->cfg.unix_path != NULL)
     s->rc = redisConnectUnixWithTimeout(s->cfg.unix_path, tv);
   else
-    s->rc = redisConnectWithTimeout(s->host, s->cfg.port, tv);
+    s->rc = redisConnectWithTimeout(s->cur_host, s->cur_port, tv);
   if (s->rc == NULL || s->rc->err) {
-    nres__sync_say(s, "%s: cannot connect: %s", where(s, at, sizeof(at)),
+    nres__sync_say(s, "%s: cannot connect: %s", nres__sync_where(s, at, sizeof(at)),
                    s->rc != NULL ? s->rc->errstr : "out of memory");
     return NRES_EAGAIN;
   }
   if (redisSetTimeout(s->rc, tv) != REDIS_OK)
     return NRES_EAGAIN;
+  s->rc->reader->fn = nres__sync_reply_functions();   /* bounded arrays */
   if (s->cfg.password != NULL) {
     argv[0] = "AUTH";
     if (s->cfg.user != NULL) {
@@ -179,6 +186,12 @@ int nres__sync_connect(nres_sync_t *s) {
       argv[1] = s->cfg.password;
     }
     rc = command(s, "AUTH", s->cfg.user != NULL ? 3 : 2, argv, NULL);
+    if (rc != 0)
+      return rc;
+  }
+  /* Through Sentinel: written to only if it says it is the primary. */
+  if (s->nsentinels > 0) {
+    rc = nres__sync_sentinel_role(s);
     if (rc != 0)
       return rc;
   }

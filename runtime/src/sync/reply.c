@@ -60,6 +60,9 @@ void nres__sync_reply_shape(const redisReply *r, char *out, size_t cap) {
  * reply <shape>". Returns NRES_ESTATE. */
 static int refuse(const redisReply *r, char *why, size_t cap, const char *kind,
                   int i, const char *name, const char *what,
+                  const char *got_fmt, ...) __attribute__((format(printf, 8, 9)));
+static int refuse(const redisReply *r, char *why, size_t cap, const char *kind,
+                  int i, const char *name, const char *what,
                   const char *got_fmt, ...) {
   char got[64], shape[160];
   va_list ap;
@@ -67,6 +70,9 @@ static int refuse(const redisReply *r, char *why, size_t cap, const char *kind,
   va_start(ap, got_fmt);
   vsnprintf(got, sizeof(got), got_fmt, ap);
   va_end(ap);
+  for (char *c = got; *c != '\0'; c++)   /* the reply's bytes: one line */
+    if ((unsigned char) *c < 32 || *c == 127)
+      *c = '?';
   nres__sync_reply_shape(r, shape, sizeof(shape));
   if (i < 0)
     snprintf(why, cap, "%s reply: expected %s, got %s", kind, what, shape);
@@ -218,4 +224,89 @@ int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
     return NRES_ESTATE;
   out->open = (uint32_t) v;
   return 0;
+}
+
+/* ------------------------------------------------- bounded reply reader */
+
+/* hiredis 0.14's reader allocates an array of whatever size the server
+ * announces ("*510000000" asks for 4 GB of pointers) and has no limit of
+ * its own. The agent's replies are arrays of at most 7 elements, so its
+ * connection reads with these functions, hiredis's own except that an
+ * array of more than NRES__SYNC_REPLY_ELEMENTS_MAX elements is refused
+ * (the reader fails, the round fails). The objects are redisReply as
+ * hiredis makes them, freed by freeReplyObject. */
+static void *link_child(const redisReadTask *task, redisReply *r) {
+  redisReply *parent;
+
+  if (task->parent != NULL) {
+    parent = task->parent->obj;
+    parent->element[task->idx] = r;
+  }
+  return r;
+}
+
+static redisReply *new_reply(int type) {
+  redisReply *r = calloc(1, sizeof(*r));
+
+  if (r != NULL)
+    r->type = type;
+  return r;
+}
+
+static void *make_string(const redisReadTask *task, char *str, size_t len) {
+  redisReply *r = new_reply(task->type);
+
+  if (r == NULL)
+    return NULL;
+  r->str = malloc(len + 1);
+  if (r->str == NULL) {
+    free(r);
+    return NULL;
+  }
+  memcpy(r->str, str, len);
+  r->str[len] = '\0';
+  r->len = len;
+  return link_child(task, r);
+}
+
+static void *make_array(const redisReadTask *task, int elements) {
+  redisReply *r;
+
+  if (elements > NRES__SYNC_REPLY_ELEMENTS_MAX)
+    return NULL;   /* the reader reports it and gives up */
+  r = new_reply(REDIS_REPLY_ARRAY);
+  if (r == NULL)
+    return NULL;
+  if (elements > 0) {
+    r->element = calloc((size_t) elements, sizeof(redisReply *));
+    if (r->element == NULL) {
+      free(r);
+      return NULL;
+    }
+  }
+  r->elements = (size_t) (elements > 0 ? elements : 0);
+  return link_child(task, r);
+}
+
+static void *make_integer(const redisReadTask *task, long long value) {
+  redisReply *r = new_reply(REDIS_REPLY_INTEGER);
+
+  if (r == NULL)
+    return NULL;
+  r->integer = value;
+  return link_child(task, r);
+}
+
+static void *make_nil(const redisReadTask *task) {
+  redisReply *r = new_reply(REDIS_REPLY_NIL);
+
+  return r == NULL ? NULL : link_child(task, r);
+}
+
+static redisReplyObjectFunctions bounded = {
+  make_string, make_array, make_integer, make_nil, freeReplyObject
+};
+
+redisReplyObjectFunctions *nres__sync_reply_functions(void) {
+  return &bounded;
 }

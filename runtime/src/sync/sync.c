@@ -104,6 +104,15 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
   s->cfg.prefix = s->prefix;
   s->cfg.fleet = s->fleet;
   s->cfg.password_file = NULL;   /* read now, not kept */
+  strcpy(s->cur_host, s->host);
+  s->cur_port = config->port;
+  if ((config->sentinels != NULL || config->master != NULL) &&
+      nres__sync_sentinel_parse(s, config->sentinels, config->master) != 0) {
+    free(s);
+    return NRES_EINVAL;
+  }
+  s->cfg.sentinels = NULL;   /* parsed: s->sentinel */
+  s->cfg.master = s->master;
   if (config->unix_path != NULL) {
     strcpy(s->unix_path, config->unix_path);
     s->cfg.unix_path = s->unix_path;
@@ -170,6 +179,7 @@ void nres_sync_free(nres_sync_t *sync) {
     return;
   nres_sync_stop(sync);
   nres__sync_drop(sync);
+  nres__sync_sentinel_close(sync);
   memset(sync->password, 0, sizeof(sync->password));
   pthread_mutex_destroy(&sync->mu);
   pthread_cond_destroy(&sync->cv);
@@ -616,12 +626,17 @@ static int fail(nres_sync_t *s, nres_time_t now, int rc) {
 static const char *const kind_name[] = { "", "budget", "rate", "breaker" };
 
 static int round_locked(nres_sync_t *s, nres_time_t now) {
-  char buf[8][32], why[NRES__SYNC_LINE_MAX];
+  char buf[8][32], why[NRES__SYNC_LINE_MAX], at[300];
   const char *argv[16];
   redisReply *r;
   entry_t *e;
   int i, j, n, rc, kind, keys;
 
+  if (s->nsentinels > 0 && nres__sync_sentinel_switched(s)) {
+    /* The primary moved: follow it now, no failure, no backoff. */
+    nres__sync_drop(s);
+    s->info.next_connect = now;
+  }
   if (s->rc == NULL) {
     if (now < s->info.next_connect) {
       local_only(s, now);
@@ -644,10 +659,10 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     else
       n = breaker_args(s, e, now, buf);
     e->last_tick = now;
-    keys = kind == NRES_SYNC_BREAKER ? 3 : 1;
+    keys = kind == NRES_SYNC_BREAKER ? 3 : 2;
     argv[0] = "EVALSHA";
     argv[1] = s->sha[kind - 1];
-    argv[2] = keys == 3 ? "3" : "1";
+    argv[2] = keys == 3 ? "3" : "2";
     for (j = 0; j < keys; j++)
       argv[3 + j] = e->key[j];
     argv[3 + keys] = s->node;
@@ -662,9 +677,11 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     if (!e->used)
       continue;
     if (redisGetReply(s->rc, (void **) &r) != REDIS_OK) {
-      nres__sync_say(s, "%s: round: %s", s->cfg.unix_path != NULL
-                     ? s->cfg.unix_path : s->host,
-                     s->rc->errstr[0] ? s->rc->errstr : "no answer");
+      nres__sync_say(s, "%s: round: %s", nres__sync_where(s, at, sizeof(at)),
+                     s->rc->err == REDIS_ERR_OOM
+                         ? "reply refused: an array of more than 64 "
+                           "elements (or out of memory)"
+                         : s->rc->errstr[0] ? s->rc->errstr : "no answer");
       return fail(s, now, NRES_EAGAIN);   /* reset, or no answer in time */
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -710,8 +727,14 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
  * answer will do (an error too: the next round judges it). */
 static int probe_locked(nres_sync_t *s, nres_time_t now) {
   redisReply *r;
+  char at[300];
   int i;
 
+  if (s->nsentinels > 0 && nres__sync_sentinel_switched(s)) {
+    nres__sync_drop(s);   /* the primary moved: the next round follows */
+    s->info.next_connect = now;
+    local_only(s, now);
+  }
   if (s->rc == NULL)
     return NRES_EAGAIN;   /* apart already: the next round reconnects */
   for (i = 0; i < s->n; i++)
@@ -719,8 +742,7 @@ static int probe_locked(nres_sync_t *s, nres_time_t now) {
       rate_restart(&s->e[i], now);
   r = redisCommand(s->rc, "PING");
   if (r == NULL) {
-    nres__sync_say(s, "%s: probe: %s", s->cfg.unix_path != NULL
-                   ? s->cfg.unix_path : s->host,
+    nres__sync_say(s, "%s: probe: %s", nres__sync_where(s, at, sizeof(at)),
                    s->rc->errstr[0] ? s->rc->errstr : "no answer");
     return fail(s, now, NRES_EAGAIN);
   }

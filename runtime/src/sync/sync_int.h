@@ -23,6 +23,7 @@ enum { NRES__SCRIPT_BUDGET, NRES__SCRIPT_RATE, NRES__SCRIPT_BREAKER,
 
 #define NRES__SYNC_KEY_MAX (NRES_SYNC_SCOPE_MAX + 160)
 #define NRES__SYNC_LINE_MAX NRES_SYNC_ERROR_MAX
+#define NRES__SYNC_SENTINELS_MAX 8
 
 typedef struct {
   int used;
@@ -62,6 +63,12 @@ struct nres_sync_s {
   char user[128];
   char password[256];
   char unix_path[108];
+  char cur_host[256];           /* the node connected to: host, or the */
+  int cur_port;                 /* primary the Sentinels named */
+  char master[128];             /* Sentinel: the master's name */
+  struct { char host[256]; int port; } sentinel[NRES__SYNC_SENTINELS_MAX];
+  int nsentinels;               /* 0: no Sentinel */
+  redisContext *sub;            /* subscribed to +switch-master */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t thread;
@@ -107,6 +114,11 @@ int nres__sync_rate_reply(const redisReply *r, double fleet_rate,
 int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
                              nres__breaker_reply_t *out, char *why,
                              size_t cap);
+/* Reply-object functions for hiredis's reader that refuse an array of
+ * more than NRES__SYNC_REPLY_ELEMENTS_MAX elements (conn.c sets them on
+ * every connection). */
+#define NRES__SYNC_REPLY_ELEMENTS_MAX 64
+redisReplyObjectFunctions *nres__sync_reply_functions(void);
 /* "array[4]: integer, bulk string, ..." */
 void nres__sync_reply_shape(const redisReply *r, char *out, size_t cap);
 
@@ -117,6 +129,8 @@ void nres__sync_reply_shape(const redisReply *r, char *out, size_t cap);
  * reply: NOAUTH, WRONGPASS...), said with nres__sync_say. */
 int nres__sync_connect(nres_sync_t *s);
 void nres__sync_drop(nres_sync_t *s);
+/* "host:port" of the node (or the unix socket) for lines said. */
+const char *nres__sync_where(const nres_sync_t *s, char *buf, size_t cap);
 /* Say a line (to the log callback, or stderr) unless it is the last one
  * said: an error repeated every round is one line until it changes. */
 void nres__sync_say(nres_sync_t *s, const char *fmt, ...)
@@ -127,5 +141,19 @@ void nres__sync_said_ok(nres_sync_t *s);
  * a line in `why`. */
 int nres__sync_read_secret(const char *path, char *out, size_t cap,
                            char *why, size_t wcap);
+
+/* -------------------------------------------------------- sentinel.c */
+
+/* "host:port,host:port" and the master's name: 0, or NRES_EINVAL. */
+int nres__sync_sentinel_parse(nres_sync_t *s, const char *list,
+                              const char *master);
+/* Ask the Sentinels for the primary (cur_host, cur_port): 0 or
+ * NRES_EAGAIN (said). Subscribes to +switch-master if not yet. */
+int nres__sync_sentinel_primary(nres_sync_t *s);
+/* The connected node says it is a master: 0, or NRES_ESTATE (said). */
+int nres__sync_sentinel_role(nres_sync_t *s);
+/* 1 if +switch-master for our master arrived since the last look. */
+int nres__sync_sentinel_switched(nres_sync_t *s);
+void nres__sync_sentinel_close(nres_sync_t *s);
 
 #endif /* NRES_SYNC_INT_H */

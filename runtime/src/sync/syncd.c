@@ -3,7 +3,8 @@
  * (nres/shm.h; the nginx gateway's <dir>/<name>.<kind>.<table>.shm).
  *
  *   nres-syncd --fleet NAME --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
- *              [--redis HOST:PORT|unix:PATH] [--db N] [--user NAME]
+ *              [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...
+ *               --master NAME] [--db N] [--user NAME]
  *              [--password-file FILE | --password-env VAR]
  *              [--interval MS] [--breaker] [--quorum X] [--node NAME]
  *              [--local-share X] [--prefix P] [--status FILE] [--once]
@@ -83,7 +84,8 @@ static void sleep_until(nres_time_t t) {
  * manual page from `nres-syncd --help` at build time. */
 #define USAGE \
   "usage: nres-syncd --fleet NAME --region FILE[=SCOPE]...\n" \
-  "                  [--redis HOST:PORT|unix:PATH] [--db N] [--user NAME]\n" \
+  "                  [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...\n" \
+  "                   --master NAME] [--db N] [--user NAME]\n" \
   "                  [--password-file FILE | --password-env VAR]\n" \
   "                  [--interval MS] [--breaker] [--quorum X] [--node NAME]\n" \
   "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n" \
@@ -95,34 +97,35 @@ static void sleep_until(nres_time_t t) {
   "sync agent (nres/sync.h), then a probe half-way to the next, so a Redis\n" \
   "that hangs is seen within one interval. If Redis is down, each host\n" \
   "falls back to its local share of the fleet's figures and reconnects\n" \
-  "with backoff.\n" \
+  "with backoff. Every reply is checked before it is applied; an error\n" \
+  "reply (NOAUTH, READONLY, NOSCRIPT) is logged once per change.\n" \
   "\n" \
   "Options:\n" \
-  "  --fleet NAME           the fleet's name, required: 1 to 64 bytes\n" \
-  "                         without blanks, braces or colons; it is part of\n" \
-  "                         every key, so two fleets on one Redis (staging\n" \
-  "                         and production) never share a record\n" \
+  "  --fleet NAME           the fleet's name, required: part of every key, so\n" \
+  "                         two fleets on one Redis never share a record\n" \
   "  --region FILE[=SCOPE]  a gateway region file to sync (up to 32), as\n" \
   "                         <dir>/<name>.<kind>.<table>.shm; each key in\n" \
   "                         use is synced under SCOPE:key, SCOPE being the\n" \
   "                         file's name without .shm unless given; every\n" \
   "                         host of the fleet must use the same scopes\n" \
-  "  --redis HOST:PORT|unix:PATH\n" \
-  "                         the Redis server, or its unix socket (default\n" \
-  "                         127.0.0.1:6379)\n" \
-  "  --db N                 SELECT database N after connecting (default 0)\n" \
-  "  --user NAME            the ACL user; needs a password option\n" \
-  "  --password-file FILE   the password: the file's first line\n" \
-  "  --password-env VAR     the password: the environment variable VAR (a\n" \
-  "                         password is never taken from the command line,\n" \
-  "                         which ps shows)\n" \
+  "  --redis HOST:PORT      the Redis server (default 127.0.0.1:6379), or\n" \
+  "  --redis unix:PATH      its unix socket\n" \
+  "  --sentinel HOST:PORT   a Redis Sentinel (repeat, up to 8): the primary\n" \
+  "                         is asked of the Sentinels, with --master NAME\n" \
+  "  --master NAME          the Sentinel master's name\n" \
+  "  --db N                 SELECT this database after connecting\n" \
+  "  --user NAME            the ACL user (default: AUTH with the password\n" \
+  "                         alone, as requirepass wants)\n" \
+  "  --password-file FILE   the password, from the file's first line\n" \
+  "  --password-env VAR     the password, from this environment variable\n" \
+  "                         (never on the command line: ps shows it)\n" \
   "  --interval MS          milliseconds between rounds, 1 to 3600000\n" \
   "                         (default 100)\n" \
-  "  --breaker              sync the breakers too\n" \
-  "  --quorum X             with --breaker: the fleet opens a breaker when\n" \
-  "                         more than this share of the hosts that saw the\n" \
-  "                         dependency lately are open, in [0, 1) (default\n" \
-  "                         0.5, a strict majority; 0: the first host)\n" \
+  "  --breaker              sync the breakers too, by quorum (--quorum)\n" \
+  "  --quorum X             the fleet opens a key's breaker when more than\n" \
+  "                         this share of the hosts that saw the dependency\n" \
+  "                         lately are open, 0 to 0.999999 (default 0.5: a\n" \
+  "                         strict majority; 0: the first host that opens)\n" \
   "  --node NAME            this host's name in the fleet, without quotes,\n" \
   "                         backslashes or blanks (default hostname:pid:\n" \
   "                         random)\n" \
@@ -140,10 +143,9 @@ static void sleep_until(nres_time_t t) {
   "  SIGTERM, SIGINT        write the status file once more and exit\n" \
   "\n" \
   "Exit status:\n" \
-  "  0                      stopped by a signal, or --once reached Redis\n" \
-  "  1                      --once did not reach Redis or Redis refused the\n" \
-  "                         round; a region file could not be mapped; or\n" \
-  "                         memory ran out\n" \
+  "  0                      stopped by a signal, or --once done\n" \
+  "  1                      a region file could not be mapped, memory ran\n" \
+  "                         out, or --once's round failed\n" \
   "  2                      a usage error or bad settings, naming the flag\n"
 
 static void usage(void) {
@@ -368,7 +370,7 @@ static void look_again(nres_sync_t *sync, region_t *r) {
 int main(int argc, char **argv) {
   const char *redis = "127.0.0.1:6379", *status = NULL;
   region_t regions[MAX_REGIONS];
-  char host[256];
+  char host[256], sentinels[2048] = "";
   nres_sync_config_t cfg;
   nres_sync_t *sync;
   struct sigaction sa;
@@ -434,6 +436,13 @@ int main(int argc, char **argv) {
               "shows it): use --password-file FILE or --password-env VAR\n");
       return 2;
     }
+    else if (strcmp(argv[k], "--sentinel") == 0) {
+      size_t n = strlen(sentinels);
+
+      snprintf(sentinels + n, sizeof(sentinels) - n, "%s%s", n ? "," : "", argv[++k]);
+      cfg.sentinels = sentinels;
+    }
+    else if (strcmp(argv[k], "--master") == 0) cfg.master = argv[++k];
     else if (strcmp(argv[k], "--db") == 0)
       cfg.db = (int) number_flag("--db", argv[++k], 0, 1000000);
     else if (strcmp(argv[k], "--quorum") == 0)
@@ -456,6 +465,11 @@ int main(int argc, char **argv) {
   if (cfg.password != NULL && cfg.password_file != NULL) {
     fprintf(stderr, "nres-syncd: --password-file and --password-env: expected "
             "one of them, got both\n");
+    return 2;
+  }
+  if ((cfg.sentinels != NULL) != (cfg.master != NULL)) {
+    fprintf(stderr, "nres-syncd: --sentinel and --master: expected both "
+            "(the Sentinels and the master's name), got one\n");
     return 2;
   }
   if (cfg.user != NULL && cfg.password == NULL && cfg.password_file == NULL) {

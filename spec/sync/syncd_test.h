@@ -1,11 +1,15 @@
-/* region.h - a gateway's region file made with the shm API for nres-syncd
- * tests: one table with a budget, a rate limiter (`rate`/s, burst 5) and a
- * breaker per slot, and one key in use ("api.example:80"), written under
- * a temporary name and renamed into place as the gateway does.
- * Header-only, for cmocka tests (spec/c/test_sync.c, test_sync_faults.c).
+/* syncd_test.h - what the nres-syncd tests share: where the binary is, and
+ * a gateway's region file made with the shm API (one table with a budget,
+ * a rate limiter of `rate`/s, burst 5, and a breaker per slot, one key in
+ * use, "api.example:80", written under a temporary name and renamed into
+ * place as the gateway does). Header-only, for cmocka tests
+ * (spec/c/test_sync.c, test_sync_faults.c).
  */
-#ifndef NRES_SPEC_SYNC_REGION_H
-#define NRES_SPEC_SYNC_REGION_H
+#ifndef NRES_SPEC_SYNCD_TEST_H
+#define NRES_SPEC_SYNCD_TEST_H
+
+#include <stdlib.h>
+#include <string.h>
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -44,4 +48,18 @@ static nres_shm_slot_t *make_region(const char *path, uint32_t slots,
   return nres_shm_slot(shm, (uint32_t) idx);
 }
 
-#endif /* NRES_SPEC_SYNC_REGION_H */
+/* nres-syncd: $NRES_SYNCD (ctest sets it), or beside this test. */
+static void syncd_path(char *out, size_t cap) {
+  ssize_t len;
+
+  if (getenv("NRES_SYNCD") != NULL) {
+    snprintf(out, cap, "%s", getenv("NRES_SYNCD"));
+    return;
+  }
+  len = readlink("/proc/self/exe", out, cap - 16);
+  assert_true(len > 0);
+  out[len] = '\0';
+  strcpy(strrchr(out, '/') + 1, "nres-syncd");
+}
+
+#endif /* NRES_SPEC_SYNCD_TEST_H */

@@ -166,7 +166,13 @@ run_nginx() {   # FILE LINE
   "$build/nres-depserver" --no-stdin --port "$up_port" </dev/null >"$conf/depserver.log" 2>&1 &
   depserver_pid=$!
   nres_wait_http "http://127.0.0.1:$up_port/echo" || { fail "$2: depserver did not start"; return; }
-  NRES_NGINX_GLOBALS="env NRES_LIB;" nres_nginx_start "$conf" "$conf/nginx.conf" ||
+  # As a reader starts it: no NRES_LIB. The module, or lua_package_cpath,
+  # finds the build's libnres (docs/gateway-regions.md).
+  local started=0
+  unset NRES_LIB
+  nres_nginx_start "$conf" "$conf/nginx.conf" && started=1
+  export NRES_LIB=$lib
+  [ "$started" = 1 ] ||
     { fail "$2 (nginx) does not start as written:"; tail -5 "$conf/error.log" 2>/dev/null; return; }
   local code status
   code=$(curl -s -o "$conf/echo.out" -w '%{http_code}' --max-time 5 "http://127.0.0.1:$gw_port/echo" || true)

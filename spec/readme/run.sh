@@ -86,6 +86,17 @@ awk -v dir="$work" -v page="$page" -v n="$n" '
 ' "$repo/$page"
 done
 
+# README.md stays a front page: at most 200 lines, and each quick start's
+# code block at most 15 lines (issue 24).
+lines=$(wc -l <"$repo/README.md")
+[ "$lines" -le 200 ] || fail "README.md has $lines lines: a front page has at most 200 (move the rest to docs/)"
+awk '/^## / { qs = ($0 ~ /^## Quick start/) }
+     /^```/ { if (inb) { if (qs && n > 15) print "README.md:" start ": a quick start block of " n " lines (at most 15)"; inb = 0 }
+              else { inb = 1; n = 0; start = NR }
+              next }
+     inb { n++ }' "$repo/README.md" >"$work/long"
+while read -r line; do fail "$line"; done <"$work/long"
+
 if [ -s "$work/unmarked" ]; then
   while read -r line; do fail "$line"; done <"$work/unmarked"
 fi

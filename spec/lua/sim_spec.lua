@@ -740,6 +740,26 @@ describe("tournament", function()
                                         flaky.results.none[1].goodput * 100), 1, true), "a row from the figures")
   end)
 
+  it("prints at most 40 lines: success / goodput per scenario, the misses that fit, the report's path", function()
+    local scenarios = {}
+    for i = 1, 45 do
+      scenarios[i] = { name = "s" .. i, dependency = { latency = { fixed = 0.01 } }, load = { rate = 20 }, duration = 3 }
+    end
+    local doc = tmod.run(nresrun.simulation{ policies = { "none", "trivial" }, seeds = { 1 }, scenarios = scenarios })
+    local misses = {}
+    for i = 1, 50 do misses[i] = { scenario = "s1", policy = "none", seed = 1, target = "t", got = 1, want = 2 } end
+    for _, m in ipairs { misses, {} } do
+      local text = tmod.terminal(doc, m, "x.md")
+      local _, lines = text:gsub("\n", "")
+      expect.truthy(lines + 1 <= tmod.TERMINAL_LINES, (lines + 1) .. " lines")
+      expect.truthy(text:find("| s1 | 10", 1, true), "the first scenario's row")
+      expect.truthy(text:find("more scenarios in the report", 1, true))
+      expect.truthy(text:find("report: x.md", 1, true))
+    end
+    expect.truthy(tmod.terminal(doc, {}, "x.md"):find("Targets: all met.", 1, true))
+    expect.truthy(tmod.terminal(doc, misses, "x.md"):find("Targets: 50 missed (the first", 1, true))
+  end)
+
   it("bench/tournament.lua loads as a tournament of the six presets", function()
     local s = dofile("bench/tournament.lua")
     expect.truthy(sim.is_simulation(s) and s.scenarios ~= nil)

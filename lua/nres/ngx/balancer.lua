@@ -160,7 +160,7 @@ local function register(u, s, ests)
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
     budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
     try_hists = u.hists, request_hist = u.hist, control = s.control,
-    peer_controls = ffi_cast("nres_gw_control_t *", u.controls) })
+    peer_controls = u.controls })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)

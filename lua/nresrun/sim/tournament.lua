@@ -297,8 +297,27 @@ local function median(list, k)
   return v[floor((#v + 1) / 2)]
 end
 
+-- Rows of success / goodput (medians over the seeds, in %) per scenario,
+-- one column per policy in `cols`; at most `rows` scenarios (default all).
+local function matrix(w, doc, cols, rows)
+  w("| scenario | SLO ms | %s |", concat(cols, " | "))
+  w("|---|---|%s", string.rep("---|", #cols))
+  for i, sc in ipairs(doc.scenarios) do
+    if rows and i > rows then
+      w("(%d more scenarios in the report)", #doc.scenarios - rows)
+      break
+    end
+    local row = { sc.name, sc.slo and format("%.3g", sc.slo.latency * 1000) or "-" }
+    for _, pol in ipairs(cols) do
+      local list = sc.results[pol]
+      row[#row + 1] = list and format("%s / %s", pct(median(list, "success")), pct(median(list, "goodput"))) or "-"
+    end
+    w("| %s |", concat(row, " | "))
+  end
+end
+
 -- Success and goodput of the interactive presets (and none, default for
--- reference) in every scenario: medians over the seeds.
+-- reference) in every scenario.
 local function side_by_side(w, doc)
   local cols, ran = {}, {}
   for _, pol in ipairs(doc.policies) do ran[pol] = true end
@@ -314,17 +333,42 @@ local function side_by_side(w, doc)
     .. "Medians over the seeds, success / goodput in %%; the difference is the successes that came too late.",
     concat(_M.interactive, ", "))
   w("")
-  w("| scenario | SLO ms | %s |", concat(cols, " | "))
-  w("|---|---|%s", string.rep("---|", #cols))
-  for _, sc in ipairs(doc.scenarios) do
-    local row = { sc.name, sc.slo and format("%.3g", sc.slo.latency * 1000) or "-" }
-    for _, pol in ipairs(cols) do
-      local list = sc.results[pol]
-      row[#row + 1] = list and format("%s / %s", pct(median(list, "success")), pct(median(list, "goodput"))) or "-"
+  matrix(w, doc, cols)
+  w("")
+end
+
+_M.TERMINAL_LINES = 40
+
+-- What nresrun prints for a tournament, in at most TERMINAL_LINES lines:
+-- success / goodput of every policy in every scenario, the targets' misses
+-- (as many as fit), and the report's path (`md`), which has the rest.
+function _M.terminal(doc, misses, md)
+  local out = {}
+  local function w(fmt, ...) out[#out + 1] = select("#", ...) > 0 and format(fmt, ...) or fmt end
+  w("nresrun tournament: %s · %d policies × %d scenarios × %d seed%s · %.0f s of CPU", doc.name or "?",
+    #doc.policies, #doc.scenarios, #doc.seeds, #doc.seeds == 1 and "" or "s", doc.cpu_s or 0)
+  w("Success / goodput (calls that succeeded within the scenario's SLO) in %, medians over the seeds:")
+  w("")
+  -- Room for the heading (3), the table's head (2), the targets (3) and the path (2).
+  local rows = _M.TERMINAL_LINES - 10
+  matrix(w, doc, doc.policies, #doc.scenarios > rows and rows - 1 or nil)
+  w("")
+  if not misses then
+    -- no targets read
+  elseif #misses == 0 then
+    w("Targets: all met.")
+  else
+    local room = _M.TERMINAL_LINES - #out - 3
+    w("Targets: %d missed%s:", #misses, #misses > room and format(" (the first %d here)", math.max(0, room)) or "")
+    for i = 1, math.min(#misses, math.max(0, room)) do
+      local x = misses[i]
+      local function v(y) return type(y) == "number" and format("%.4g", y) or tostring(y) end
+      w("- %s / %s / seed %d: %s: got %s, want %s", x.scenario, x.policy, x.seed, x.target, v(x.got), v(x.want))
     end
-    w("| %s |", concat(row, " | "))
   end
   w("")
+  w("report: %s (and one .svg per scenario): every column, the ranges over the seeds, the targets.", md or "-")
+  return concat(out, "\n")
 end
 
 function _M.markdown(doc, opts)
@@ -507,8 +551,7 @@ function _M.main(sim, path, opts)
   local misses = _M.check(doc)
   local md = _M.markdown(doc, { misses = misses, svg = function(n) return format("%s-%s.svg", stem, n) end })
   put(format("%s/%s.md", dir, stem), md .. "\n")
-  io.stdout:write(md, "\n")
-  print(format("report: %s/%s.md (and one .svg per scenario)", dir, stem))
+  io.stdout:write(_M.terminal(doc, misses, format("%s/%s.md", dir, stem)), "\n")
   for _, sc in ipairs(doc.scenarios) do
     for _, list in pairs(sc.results) do
       for _, m in ipairs(list) do

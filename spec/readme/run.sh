@@ -155,7 +155,17 @@ run_cc() {   # FILE LINE
   fi
 }
 
+# One nginx block: whatever happens in run_nginx_block, the nginx and the
+# depserver it started are stopped before the next block (a block that
+# failed to start used to leave its depserver running).
 run_nginx() {   # FILE LINE
+  run_nginx_block "$@"
+  nres_nginx_stop_all
+  [ -n "$depserver_pid" ] && kill "$depserver_pid" 2>/dev/null
+  depserver_pid=
+}
+
+run_nginx_block() {   # FILE LINE
   if ! nres_have_nginx_lua; then
     fail "$2 (nginx): nginx or its Lua module is missing"; return
   fi
@@ -195,9 +205,6 @@ run_nginx() {   # FILE LINE
     fail "$2 (nginx): /echo gave $code, /nres/status gave: $(printf '%s' "$status" | head -c 200)"
     tail -5 "$conf/error.log" 2>/dev/null || true
   fi
-  nres_nginx_stop_all
-  kill "$depserver_pid" 2>/dev/null || true
-  depserver_pid=
 }
 
 while read -r kind line file; do

@@ -267,6 +267,10 @@ int nres_shm_limit(nres_shm_t *shm, uint32_t index, uint64_t now, double *retry_
 void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
 void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out);
 size_t nres_shm_slot_size(void);
+int nres_shm_file_check(int fd, uint64_t size, char *why, size_t cap);
+int nres_shm_file_open(const char *path, uint64_t size, int *fd, char *why, size_t cap);
+int nres_shm_file_create(const char *path, uint64_t size, int *fd, char *why, size_t cap);
+int nres_shm_dir_private(const char *path, char *why, size_t cap);
 ]]
 
 -- The library. In order: $NRES_LIB; a libnres already loaded into the

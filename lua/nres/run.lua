@@ -384,6 +384,26 @@ local function ask(admit, n, self)
   return REFUSED, why or "rate limited"
 end
 
+-- The policy's breaker's stored state (nres_breaker_stats: -1 without a
+-- breaker), read around a report when there is an on_event.
+local breaker_box = ffi.new("nres_breaker_stats_t")
+local function breaker_state(cp)
+  if cp.breaker == nil then return -1 end
+  C.nres_breaker_stats(cp.breaker, breaker_box)
+  return breaker_box.state
+end
+
+-- on_event("breaker", state) when the report changed the breaker's state
+-- from b0 ("open", "half-open", "closed"; the C face's NRES_EV_BREAKER):
+-- nil, or "on_event" and its error.
+local function breaker_event(on_event, cp, b0)
+  local b1 = breaker_state(cp)
+  if b1 == b0 then return nil end
+  local fine, err = pcall(on_event, "breaker", ffi.string(C.nres_breaker_state_name(b1)))
+  if not fine then return "on_event", err end
+  return nil
+end
+
 -- Wait delay ns through the driver, on_event told first: nil, or the name
 -- of the callback that failed and its error.
 local function wait(driver, on_event, delay)
@@ -596,8 +616,13 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
           break
         end
       end
+      local b0 = on_event and breaker_state(cp)
       kind = step_report(call, rec.slot, now(), vk, fl, ra, st)
       ok, n, r1, r2, r3, rest = rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest
+      if on_event then
+        cb, cb_err = breaker_event(on_event, cp, b0)
+        if cb ~= nil then break end
+      end
       if st.cancel ~= 0 then kill_all(kill, recs, st.cancel) end
     else
       kind = step_resume(call, now(), st)
@@ -703,7 +728,12 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
         end
       end
       if not timeless then t = c_clock and -1 or now() end
+      local b0 = on_event and breaker_state(cp)
       act = sync_report(call, slot, t, vk, fl, ra, sync_at)
+      if on_event then
+        cb, cb_err = breaker_event(on_event, cp, b0)
+        if cb ~= nil then break end
+      end
     else
       local at = sync_at[0]
       if at < 0 then   -- nothing runs in the background here: cannot happen

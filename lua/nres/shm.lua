@@ -61,9 +61,6 @@ ffi.cdef [[
 int nres_shm_init(void *mem, size_t size, const nres_shm_config_t *config);
 int nres_shm_attach(void *mem, size_t size, nres_shm_t **out);
 const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
-int nres_shm_file_open(const char *path, uint64_t size, int *fd, char *why, size_t cap);
-int nres_shm_file_create(const char *path, uint64_t size, int *fd, char *why, size_t cap);
-int nres_shm_dir_private(const char *path, char *why, size_t cap);
 int close(int fd);
 int64_t lseek(int fd, int64_t off, int whence);
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off);

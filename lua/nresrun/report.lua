@@ -17,6 +17,7 @@
 -- paused in garbage collection, and for threads cells whether the shared
 -- policy's calls and attempts matched the threads' exactly.
 local cjson = require "cjson.safe"
+local load = require "nresrun.load"
 
 local format, concat, sort = string.format, table.concat, table.sort
 local floor = math.floor
@@ -166,7 +167,7 @@ _M.SAME_COMPLETION = 0.005    -- completion within half a point reads "as much"
 _M.SAME_REQUESTS = 1.05       -- requests per op within 5 % read "as many"
 _M.SAME_OPS = 1.05            -- closed-loop throughput within 5 % reads "as fast"
 
-local function x(r) return r >= 0.01 and format("%.2fx", r) or format("%.2gx", r) end
+local function x(r) return format("%.2fx", r) end
 
 local function differs(c, b)
   local mc, bc = median(values(c, "completion_ratio")), median(values(b, "completion_ratio"))
@@ -179,9 +180,10 @@ local function differs(c, b)
   if mr and br and br > 0 and mr > 0 and (mr >= br * _M.SAME_REQUESTS or br >= mr * _M.SAME_REQUESTS) then
     parts[#parts + 1] = format("%s the dependency requests per operation (%.2f vs %.2f)", x(mr / br), mr, br)
   end
-  local open = c.load == "open_rate"
+  local open = load.is_open(c.load)
   if not open and m and bm and bm > 0 and (m >= bm * _M.SAME_OPS or bm >= m * _M.SAME_OPS) then
-    parts[#parts + 1] = format("%s the operations per second", x(m / bm))
+    parts[#parts + 1] = m / bm >= 0.01 and format("%s the operations per second", x(m / bm))
+                        or format("%.0fx fewer operations per second", bm / m)
   end
   if #parts == 0 then return nil end
   return format("%s vs %s (%s, %s=%s): %s%s.", c.arm, b.arm, c.dependency, c.load, tostring(c.load_value),
@@ -247,6 +249,61 @@ local function exact_of(c)
   return all and "yes" or "**no**"
 end
 
+-- A table as data: { header, text(c, x) } per column; x is what the
+-- caller worked out for the cell (the main table's ops/s and ratio).
+local function med(field, digits)
+  return function(c) return num(median(values(c, field)), digits) end
+end
+local function arm(c) return c.arm end
+local function dependency(c) return c.dependency end
+local function load_of(c) return c.load .. "=" .. tostring(c.load_value) end
+
+local function table_rows(w, columns, cells, x_of)
+  local head, rule = {}, {}
+  for i, col in ipairs(columns) do head[i], rule[i] = col[1], "---" end
+  w("%s", "| " .. concat(head, " | ") .. " |")
+  w("%s", "|" .. concat(rule, "|") .. "|")
+  for _, c in ipairs(cells) do
+    local x, row = x_of and x_of(c) or nil, {}
+    for i, col in ipairs(columns) do row[i] = col[2](c, x) end
+    w("%s", "| " .. concat(row, " | ") .. " |")
+  end
+end
+
+-- The main table of a section: medians, the ratio against the baseline.
+_M.MAIN_COLUMNS = {
+  { "arm", arm }, { "dependency", dependency }, { "load", load_of },
+  { "ops/s", function(_, x) return format("%s ±%.0f%%", x.ok and num(x.m) or "FAILED", spread(x.ops)) end },
+  { "ratio", function(_, x) return x.ratio end },
+  { "p50 µs", med("p50_us", 1) }, { "p99 µs", med("p99_us", 1) },
+  { "attempts/op", med("attempts_per_op") }, { "retries/op", med("retries_per_op") },
+  { "dep req/op", med("dependency_requests_per_op") }, { "completion", med("completion_ratio", 3) },
+  { "heap B/op", med("heap_bytes_per_op", 1) }, { "GC B/op", med("gc_bytes_per_op", 1) },
+  { "trusted", function(c) return cell_trusted(c) and "yes" or "**no**" end },
+}
+
+-- Load, memory and GC of a section's cells.
+_M.LOAD_COLUMNS = {
+  { "arm", arm }, { "dependency", dependency }, { "load", load_of },
+  { "admitted p50 µs", med("p50_admitted_us", 1) }, { "admitted p99 µs", med("p99_admitted_us", 1) },
+  { "rejections", reasons_of },
+  { "hedges/op (won, canceled)", function(c)
+      local hedges = median(values(c, "hedges_per_op"))
+      return (hedges and hedges > 0) and format("%s (%s, %s)", num(hedges, 3),
+        num(median(values(c, "hedges_won_per_op")), 3), num(median(values(c, "hedges_canceled_per_op")), 3)) or "-"
+    end },
+  { "RSS start→end KiB", function(c)
+      return num(median(values(c, "rss_start_kb")), 0) .. "→" .. num(median(values(c, "rss_end_kb")), 0)
+    end },
+  { "peak RSS KiB", med("peak_rss_kb", 0) },
+  { "GC pause %", function(c)
+      local share = median(values(c, "gc_pause_share"))
+      return share and format("%.2f", share * 100) or "-"
+    end },
+  { "GC collections", med("gc_collections", 0) },
+  { "exact", exact_of },
+}
+
 -- Load, memory and GC of one section's cells (w: writer).
 local function load_table(w, cells)
   if #cells == 0 then return end
@@ -260,22 +317,14 @@ local function load_table(w, cells)
     .. " \"class\" = refusals by criticality; hedges/op = further attempts sent, the share of calls"
     .. " a hedge answered, losers canceled.")
   w("")
-  w("| arm | dependency | load | admitted p50 µs | admitted p99 µs | rejections | hedges/op (won, canceled) | RSS start→end KiB | peak RSS KiB | GC pause %% | GC collections | exact |")
-  w("|---|---|---|---|---|---|---|---|---|---|---|---|")
-  for _, c in ipairs(cells) do
-    local share = median(values(c, "gc_pause_share"))
-    local hedges = median(values(c, "hedges_per_op"))
-    w("| %s | %s | %s=%s | %s | %s | %s | %s | %s→%s | %s | %s | %s | %s |", c.arm, c.dependency,
-      c.load, tostring(c.load_value),
-      num(median(values(c, "p50_admitted_us")), 1), num(median(values(c, "p99_admitted_us")), 1),
-      reasons_of(c),
-      (hedges and hedges > 0) and format("%s (%s, %s)", num(hedges, 3),
-        num(median(values(c, "hedges_won_per_op")), 3), num(median(values(c, "hedges_canceled_per_op")), 3)) or "-",
-      num(median(values(c, "rss_start_kb")), 0), num(median(values(c, "rss_end_kb")), 0),
-      num(median(values(c, "peak_rss_kb")), 0),
-      share and format("%.2f", share * 100) or "-", num(median(values(c, "gc_collections")), 0),
-      exact_of(c))
-  end
+  table_rows(w, _M.LOAD_COLUMNS, cells)
+end
+
+-- What follows a section's main table, in order (w, cells, by_arm).
+_M.SECTION_PARTS = { differences, own_cost, load_table }
+
+local function section_end(w, cells, by_arm)
+  for _, part in ipairs(_M.SECTION_PARTS) do part(w, cells, by_arm) end
 end
 
 -- Markdown.
@@ -294,22 +343,8 @@ function _M.markdown(doc)
     .. " (what differs is listed under each table).")
   local cells, by_arm = cells_of(doc.results)
   local warnings = {}
-  local section
-  local in_section = {}
-  for _, c in ipairs(cells) do
-    if c.section ~= section then
-      differences(w, in_section, by_arm)
-      own_cost(w, in_section, by_arm)
-      load_table(w, in_section)
-      in_section = {}
-      section = c.section
-      w("")
-      w("## %s", section)
-      w("")
-      w("| arm | dependency | load | ops/s | ratio | p50 µs | p99 µs | attempts/op | retries/op | dep req/op | completion | heap B/op | GC B/op | trusted |")
-      w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    end
-    in_section[#in_section + 1] = c
+  -- The x of a main-table row: ops/s, its spread and the ratio.
+  local function main_x(c)
     local ops = values(c, "ops_per_sec")
     local m = median(ops)
     local ratio = "-"
@@ -317,28 +352,41 @@ function _M.markdown(doc)
       local b = by_arm[c.group .. "\0" .. c.baseline]
       local bm = b and median(values(b, "ops_per_sec"))
       if bm and bm > 0 and m then ratio = format("%.2f", m / bm) end
-    elseif c.baseline == c.arm then
-      ratio = "1.00 (baseline)"
     end
-    if c.load == "open_rate" and ratio ~= "-" then ratio = ratio .. " (offered)" end
-    local ok, trusted = cell_ok(c), cell_trusted(c)
-    w("| %s | %s | %s=%s | %s ±%.0f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
-      c.arm, c.dependency, c.load, tostring(c.load_value),
-      ok and num(m) or "FAILED", spread(ops), ratio,
-      num(median(values(c, "p50_us")), 1), num(median(values(c, "p99_us")), 1),
-      num(median(values(c, "attempts_per_op"))), num(median(values(c, "retries_per_op"))),
-      num(median(values(c, "dependency_requests_per_op"))),
-      num(median(values(c, "completion_ratio")), 3),
-      num(median(values(c, "heap_bytes_per_op")), 1), num(median(values(c, "gc_bytes_per_op")), 1),
-      trusted and "yes" or "**no**")
-    if not ok then
+    local open = load.is_open(c.load)
+    if c.baseline == c.arm then
+      ratio = open and "1.00 (baseline, offered)" or "1.00 (baseline)"
+    elseif open and ratio ~= "-" then
+      ratio = ratio .. " (offered)"
+    end
+    return { ops = ops, m = m, ratio = ratio, ok = cell_ok(c) }
+  end
+  local sections, by_name = {}, {}
+  for _, c in ipairs(cells) do
+    local sec = by_name[c.section]
+    if not sec or sections[#sections] ~= sec then
+      sec = { name = c.section, cells = {} }
+      by_name[c.section] = sec
+      sections[#sections + 1] = sec
+    end
+    sec.cells[#sec.cells + 1] = c
+  end
+  for _, sec in ipairs(sections) do
+    w("")
+    w("## %s", sec.name)
+    w("")
+    table_rows(w, _M.MAIN_COLUMNS, sec.cells, main_x)
+    section_end(w, sec.cells, by_arm)
+  end
+  for _, c in ipairs(cells) do
+    if not cell_ok(c) then
       for _, r in ipairs(c.reps) do
         if not r.ok then
           warnings[#warnings + 1] = format("- **failed** %s rep %d: %s%s", c.key, r.repetition,
             r.error or "?", r.stderr and r.stderr ~= "" and (" — stderr: `" .. r.stderr:sub(-300):gsub("\n", " ⏎ ") .. "`") or "")
         end
       end
-    elseif not trusted then
+    elseif not cell_trusted(c) then
       for _, r in ipairs(c.reps) do
         if not r.trusted then
           warnings[#warnings + 1] = format("- untrusted %s rep %d: missed %d of %d arrivals, shed %d%s",
@@ -350,9 +398,6 @@ function _M.markdown(doc)
       end
     end
   end
-  differences(w, in_section, by_arm)
-  own_cost(w, in_section, by_arm)
-  load_table(w, in_section)
   if #warnings > 0 then
     w("")
     w("## Warnings")

@@ -253,6 +253,72 @@ describe("a run", function()
   end)
 end)
 
+-- Load kinds are modules behind one interface (nresrun.load).
+describe("load kinds", function()
+  local load = require "nresrun.load"
+  it("every kind has the whole interface", function()
+    for _, name in ipairs(load.KINDS) do
+      local k = assert(load.get(name), name)
+      expect.eq(k.name, name)
+      for _, f in ipairs { "check", "values", "fields", "fit", "peer", "run" } do
+        expect.eq(type(k[f]), "function", name .. "." .. f)
+      end
+      for _, f in ipairs { "expected", "what", "loop" } do expect.eq(type(k[f]), "string", name .. "." .. f) end
+      expect.eq(type(k.result), "table", name .. ".result")
+    end
+  end)
+  it("the scenario's checks and matrix ask the kinds", function()
+    local sc = scenario.new({ name = "k", dependency = nresrun.dep.flaky{ fail_every = 2 },
+                              load = { threads = { 1, 2 }, workers = 3 }, arms = { raw = nresrun.raw } })
+    local cells = sc:cells()
+    expect.eq(#cells, 2)
+    expect.eq(cells[2].load, "threads")
+    expect.eq(cells[2].threads, 2)
+    expect.eq(cells[2].workers_per_thread, 3)
+    expect.eq(load.of({ open_rate = 5 }).name, "open_rate")
+    expect.eq(load.is_open("open_rate"), true)
+    expect.eq(load.is_open("workers"), false)
+    local spec, why = load.get("threads").peer(cells[2], {})
+    expect.eq(spec, nil)
+    expect.eq(why, "the peer driver has no threads load (one event loop)")
+    expect.eq(load.get("open_rate").peer({ rate = 7 }, {}).rate, 7)
+  end)
+end)
+
+describe("a new load kind", function()
+  it("is one file: nresrun/load/NAME.lua, found by the scenario's checks and matrix", function()
+    local root = dir .. "/kinds"
+    os.execute("mkdir -p " .. root .. "/nresrun/load")
+    local f = assert(io.open(root .. "/nresrun/load/burst.lua", "w"))
+    f:write([[
+local workers = require "nresrun.load.workers"
+return { name = "burst", loop = "closed", what = "bursts", expected = "a burst size >= 1", result = { "burst" },
+  check = function(v) return type(v) == "number" and v >= 1 end,
+  values = function(load) return type(load.burst) == "table" and load.burst or { load.burst } end,
+  fields = function(cell, v) cell.burst, cell.workers = v, v end,
+  fit = function() return nil end,
+  peer = function() return nil, "no peer" end,
+  run = function(cell, seed, kit, srv) return workers.run(cell, seed, kit, srv) end }
+]])
+    f:close()
+    local saved = package.path
+    package.path = root .. "/?.lua;" .. package.path
+    local ok, sc = pcall(scenario.new, { name = "b", dependency = nresrun.dep.flaky{ fail_every = 2 },
+                                         load = { burst = { 2, 4 } }, arms = { raw = nresrun.raw } })
+    local bad_ok, bad = pcall(scenario.new, { name = "b", dependency = nresrun.dep.flaky{ fail_every = 2 },
+                                              load = { burst = 0 }, arms = { raw = nresrun.raw } })
+    package.path = saved
+    expect.truthy(ok, tostring(sc))
+    local cells = sc:cells()
+    expect.eq(#cells, 2)
+    expect.eq(cells[2].load, "burst")
+    expect.eq(cells[2].burst, 4)
+    expect.eq(cells[2].key, "b/raw/fails every 2/burst=4")
+    expect.eq(bad_ok, false)
+    expect.truthy(tostring(bad):find("scenario.load.burst[1]: expected a burst size >= 1, got 0", 1, true), tostring(bad))
+  end)
+end)
+
 -- The stress report says what differs between arms, not only a ratio.
 describe("the stress report", function()
   local report = require "nresrun.report"

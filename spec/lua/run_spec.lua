@@ -135,6 +135,22 @@ describe("stop reasons", function()
     expect.eq(st.throttle.accepts, 0)
     expect.truthy(st.throttle.probability > 0.9)
   end)
+  it("tells on_event of the breaker's changes (\"breaker\", state), once each", function()
+    local p, d = virtual { base = "none", breaker = { consecutive = 2, break_for = 10,
+                                                     successes = 1 } }
+    local events = {}
+    p.on_event = function(kind, a) if kind == "breaker" then events[#events + 1] = a end end
+    local fn = flaky(2, "down")
+    p:run(fn); p:run(fn)
+    expect.eq(table.concat(events, " "), "open")
+    p:run(fn)   -- refused: no change
+    expect.eq(table.concat(events, " "), "open")
+    d.advance(20e9)
+    p:run(fn)   -- the probe succeeds: closed
+    expect.eq(events[#events], "closed")
+    expect.eq(#events, 2, table.concat(events, " "))
+  end)
+
   it("rate limited by the local limiter", function()
     local p = virtual { base = "none", limiter = { rate = 1, burst = 1 } }
     expect.eq(p:run(function() return 1 end), 1)

@@ -428,6 +428,40 @@ describe("verdict", function()
     expect.eq(text:sub(from, to), quoted)
   end)
 
+  it("an slo: goodput counts successes within its latency, and the verdict ranks by it", function()
+    local function run_with(slo)
+      return nresrun.simulation{
+        policies = { none = "none", trivial = "trivial" },
+        dependency = { latency = { fixed = 0.010 }, phases = { { name = "flaky", from = 5, to = 15, fail = 0.5 } } },
+        load = { rate = 100, arrivals = "fixed" }, duration = 20, seed = 1, slo = slo,
+      }:run()
+    end
+    -- Each try takes 10 ms, no backoff: three tries end within 35 ms, one within 15.
+    local loose, tight = run_with{ latency = 0.035 }, run_with{ latency = 0.015 }
+    local lt, tt = run_of(loose, "trivial").totals, run_of(tight, "trivial").totals
+    local ln = run_of(loose, "none").totals
+    expect.eq(lt.good, lt.ok, "every success of trivial within 35 ms")
+    expect.eq(ln.good, ln.ok, "every success of none within 35 ms")
+    -- Within 15 ms: first tries only, about as many as none's successes (the
+    -- dependency's draws differ once trivial retries).
+    expect.near(tt.good, run_of(tight, "none").totals.ok, 20, "within 15 ms: trivial's first tries only")
+    expect.truthy(tt.good < tt.ok, "trivial's retried successes are late")
+    local v = report.analyse(tight).verdict
+    expect.eq(v.ranking[1].policy, "none", "same goodput, fewer requests")
+    expect.eq(v.ranking[2].sentence:match("^trivial: same goodput as none %(%d+%.%d vs %d+%.%d %% within 15 ms%), "
+      .. "(%d+%.%d) points more success"), string.format("%.1f", (tt.ok - run_of(tight, "none").totals.ok) / tt.arrivals * 100))
+    expect.truthy(report.terminal(tight):find("- SLO: 99 % of calls succeed within 15 ms; goodput", 1, true))
+    -- Without a latency it is measured: the p99 of calls with no policy, healthy.
+    local measured = nresrun.simulation{ policy = "none", dependency = { latency = { fixed = 0.010 } },
+                                         load = { rate = 50 }, duration = 5, slo = {} }:run()
+    expect.near(measured.slo.latency, 0.010, 0.001)
+    expect.eq(report.analyse(measured).verdict.ranking[1].sentence,
+      string.format("none: 100.0 %% success, 100.0 %% goodput within %.3g ms.", measured.slo.latency * 1000),
+      "one policy: its own figures, no comparison")
+    expect.eq(measured.slo.measured, true)
+    expect.eq(measured.slo.quantile, 0.99)
+  end)
+
   it("at most 40 lines on a terminal, even with many policies", function()
     local policies = {}
     for i = 1, 40 do policies[string.format("p%02d", i)] = "default" end
@@ -544,6 +578,10 @@ local bad = {
   { base{ load = { rate = 0 } }, "simulation.load.rate: expected arrivals per second (> 0), got 0" },
   { base{ load = { rate = 10, arival = "fixed" } }, 'simulation.load.arival: unknown field (valid: arrivals, rate)' },
   { base{ load = { rate = 10, arrivals = "burst" } }, 'simulation.load.arrivals: expected "poisson" or "fixed", got "burst"' },
+  { base{ slo = 0.25 }, "simulation.slo: expected { latency = seconds, quantile = share }, got 0.25" },
+  { base{ slo = { latency = 0 } }, "simulation.slo.latency: expected seconds (> 0, at most 3600), got 0" },
+  { base{ slo = { quantile = 1 } }, "simulation.slo.quantile: expected a share of calls in (0, 1), e.g. 0.99, got 1" },
+  { base{ slo = { latncy = 1 } }, 'simulation.slo.latncy: unknown field (did you mean "latency"?)' },
   { base{ load = { rate = 1e6 }, duration = 3600 },
     "simulation.load.rate: 1000000 arrivals/s for 3600 s is 3600000000 arrivals per policy; at most 20000000 (lower the rate or the duration)" },
 }
@@ -579,6 +617,8 @@ local bad_tour = {
   { tour{ policies = { "none", 5 } },
     "simulation.policies[2]: expected a preset name in a list (name = nres.policy{...} in a table), got 5" },
   { base{ seeds = { 1 } }, "simulation.seeds: only with scenarios = { ... } (one run takes seed = n)" },
+  { tour({}, { slo = { quantile = 0 } }),
+    "simulation.scenarios[1].slo.quantile: expected a share of calls in (0, 1), e.g. 0.99, got 0" },
 }
 
 -- One test per { simulation table, message } case.
@@ -671,6 +711,55 @@ describe("tournament", function()
     expect.truthy(md:find("## Targets", 1, true))
     expect.truthy(tmod.plot(doc, out):find("<svg", 1, true))
   end)
+  it("goodput within each scenario's SLO beside success; the interactive presets side by side", function()
+    local t = nresrun.simulation{
+      policies = { "none", "trivial", "http" }, seeds = { 1 },
+      slo = { latency = 0.015 },
+      scenarios = {
+        { name = "flaky", dependency = { latency = { fixed = 0.01 }, phases = { { name = "f", from = 5, to = 15, fail = 0.5 } } },
+          load = { rate = 100, arrivals = "fixed" }, duration = 20 },
+        { name = "measured", slo = { quantile = 0.9 }, dependency = { latency = { fixed = 0.02 } },
+          load = { rate = 50 }, duration = 10 },
+      },
+    }
+    local doc = tmod.run(t)
+    local flaky, measured = doc.scenarios[1], doc.scenarios[2]
+    expect.eq(flaky.slo.latency, 0.015, "the tournament's slo")
+    expect.eq(flaky.slo.measured, false)
+    expect.near(measured.slo.latency, 0.02, 0.002, "the scenario's quantile, its latency measured")
+    expect.eq(measured.slo.quantile, 0.9)
+    local tr = flaky.results.trivial[1]
+    expect.truthy(tr.goodput < tr.success - 0.1, "trivial's retried successes come after 15 ms")
+    expect.near(flaky.results.none[1].goodput, flaky.results.none[1].success, 1e-9, "none has no late success")
+    local md = tmod.markdown(doc, {})
+    expect.truthy(md:find("| policy | success % | goodput % |", 1, true), "the column")
+    expect.truthy(md:find("SLO: 99 % of calls within 15 ms.", 1, true), "the scenario's SLO")
+    expect.truthy(md:find("## Interactive presets: success and goodput", 1, true))
+    expect.truthy(md:find("| scenario | SLO ms | none | http |", 1, true), md)
+    expect.truthy(md:find(string.format("| flaky | 15 | %.1f / %.1f |", flaky.results.none[1].success * 100,
+                                        flaky.results.none[1].goodput * 100), 1, true), "a row from the figures")
+  end)
+
+  it("prints at most 40 lines: success / goodput per scenario, the misses that fit, the report's path", function()
+    local scenarios = {}
+    for i = 1, 45 do
+      scenarios[i] = { name = "s" .. i, dependency = { latency = { fixed = 0.01 } }, load = { rate = 20 }, duration = 3 }
+    end
+    local doc = tmod.run(nresrun.simulation{ policies = { "none", "trivial" }, seeds = { 1 }, scenarios = scenarios })
+    local misses = {}
+    for i = 1, 50 do misses[i] = { scenario = "s1", policy = "none", seed = 1, target = "t", got = 1, want = 2 } end
+    for _, m in ipairs { misses, {} } do
+      local text = tmod.terminal(doc, m, "x.md")
+      local _, lines = text:gsub("\n", "")
+      expect.truthy(lines + 1 <= tmod.TERMINAL_LINES, (lines + 1) .. " lines")
+      expect.truthy(text:find("| s1 | 10", 1, true), "the first scenario's row")
+      expect.truthy(text:find("more scenarios in the report", 1, true))
+      expect.truthy(text:find("report: x.md", 1, true))
+    end
+    expect.truthy(tmod.terminal(doc, {}, "x.md"):find("Targets: all met.", 1, true))
+    expect.truthy(tmod.terminal(doc, misses, "x.md"):find("Targets: 50 missed (the first", 1, true))
+  end)
+
   it("bench/tournament.lua loads as a tournament of the six presets", function()
     local s = dofile("bench/tournament.lua")
     expect.truthy(sim.is_simulation(s) and s.scenarios ~= nil)

@@ -79,9 +79,8 @@ no_signal() {   # no worker or master killed by a signal other than our kill -9
 fresh_dir() { rm -rf "$1"; mkdir -p "$1"; }
 mode_of() { stat -c %a "$1"; }
 owner_of() { stat -c %U "$1"; }
-# HUP, as `nginx -s reload` sends it (the signaller's own parse with the
-# module loaded is issue 26's, tested apart).
-reload() { kill -HUP "$(cat "$gwp/nginx.pid")"; }
+# `nginx -s reload`, as systemd's ExecReload runs it.
+reload() { nres_nginx_signal "$gwp" "$gwp/nginx.conf" reload; }
 wait_log() {   # PATTERN: until error.log has it (5 s)
   for _ in $(seq 1 100); do grep -qE "$1" "$gwp/error.log" && return 0; sleep 0.05; done
   return 1
@@ -183,7 +182,7 @@ for mode in "${modes[@]}"; do
   master=$(cat "$gwp/nginx.pid")
   ok200 3 || fail "$mode: requests failed before the reload"
   render "$mode" 256
-  reload || true
+  reload || fail "$mode: nginx -s reload could not signal the master"
   wait_log "no room for its region file" || fail "$mode: no line for a full filesystem at reload"
   sleep 0.5
   kill -0 "$master" 2>/dev/null || fail "$mode: the master died at the reload"

@@ -159,7 +159,8 @@ local function register(u, s, ests)
     deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
     budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
-    try_hists = u.hists, request_hist = u.hist })
+    try_hists = u.hists, request_hist = u.hist, control = s.control,
+    peer_controls = u.controls })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)
@@ -230,13 +231,16 @@ function _M.declare(name, opts)
   slots = slots + (8 - slots % 8) % 8
   local hists_at = slots * EST_SIZE
   hists_at = hists_at + (64 - hists_at % 64) % 64
+  local CONTROL_SIZE = require("nres.ngx.control").BYTES
+  local controls_at = hists_at + (slots + 1) * HIST_SIZE
   local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
                                     budget = false, limiter = false,
-                                    extra = hists_at + (slots + 1) * HIST_SIZE }, name)
+                                    extra = controls_at + slots * CONTROL_SIZE }, name)
   u.shm, u.ptr = tbl, tbl.shm
   local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
   u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
   u.hist = u.hists + slots * HIST_SIZE
+  u.controls = ffi_cast("char *", tbl.extra) + controls_at   -- slot i's (drain) at i * size
   -- Estimators laid out and peers keyed, in order: a fresh table given
   -- the same keys in the same order puts each in the same slot, so a
   -- worker's table remade by verify() keeps every index and pointer
@@ -572,13 +576,20 @@ local function histogram(h)
   return { le = HIST_LE, counts = counts, count = count, sum = tonumber(hist_sum[0]) / 1e9 }
 end
 
--- The peers of every balancer upstream, for nres.ngx.status.
+-- The peers of every balancer upstream, for nres.ngx.status. Besides its
+-- breaker's state, each peer says how the choice sees it: its score (this
+-- worker's latency estimate x sqrt(in-flight + 1), ms: the lower wins a
+-- pair) and its share of the tries of the last 1-2 s (the estimators'
+-- samples); `avoided` when it is closed yet got under half an even share
+-- of at least 10 recent tries.
 function _M.status(now)
+  local control = require "nres.ngx.control"
   local out = {}
   for name, u in pairs(config.upstreams) do
     if u.balancer then
       local g = u.gw
-      local peers = {}
+      C.nres_gw_refresh(g, now)
+      local peers, recent = {}, 0
       for i = 1, u.n do
         local slot = sh_slot(u.ptr, u.idx[i])
         local q = est_quantile(u.est[i], now, 0.75, samples_box)
@@ -586,7 +597,10 @@ function _M.status(now)
         local tries = tonumber(counts.calls)
         local okc = tonumber(counts.stops[STOP_OK])
         C.nres_breaker_stats(slot.breaker, breaker_stats)
+        local gp = g.peer[i - 1]
         peers[i] = {
+          drained = control.flag(control.block(u.controls + u.idx[i] * control.BYTES),
+                                 control.DRAIN),
           peer = u.peer[i],
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
           ejections = tonumber(breaker_stats.trips),
@@ -597,11 +611,17 @@ function _M.status(now)
           -- no estimate yet (no try has ended): no figure, never 0 ms
           latency_p75_ms = q > 0 and tonumber(q) / 1e6 or nil,
           latency_samples = tonumber(samples_box[0]),
-          inflight_this_worker = tonumber(g.peer[i - 1].inflight),
+          recent_tries = tonumber(samples_box[0]),
+          score_ms = gp.cost > 0 and gp.cost * math.sqrt(gp.inflight + 1) / 1e6 or nil,
+          inflight_this_worker = tonumber(gp.inflight),
           try_seconds = histogram(u.hists + u.idx[i] * HIST_SIZE),
         }
+        recent = recent + peers[i].recent_tries
       end
-      C.nres_gw_refresh(g, now)
+      for _, p in ipairs(peers) do
+        p.recent_share = recent > 0 and p.recent_tries / recent or 0
+        p.avoided = p.state == "closed" and recent >= 10 and p.recent_share < 0.5 / u.n
+      end
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
                     panicking = g.panicking ~= 0, peers = peers,
                     request_seconds = histogram(u.hist) }

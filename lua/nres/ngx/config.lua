@@ -86,8 +86,9 @@ function _M.scope(name, opts)
   if hold < t.deadline then
     error(bad("scope", "hold", "at least the policy's deadline (" .. t.deadline .. ")", hold), 2)
   end
+  local ctl = require "nres.ngx.control"
   local tbl = new_table("scope", {
-    slots = opts.slots or 1024,
+    slots = opts.slots or 1024, extra = ctl.BYTES,   -- the control block
     budget = type(t.budget) == "table" and t.budget or false,
     breaker = type(t.breaker) == "table" and p.cp.own.breaker.config or false,
     limiter = type(l) == "table" and l.rate and { rate = l.rate, burst = l.burst or 1 } or false,
@@ -105,6 +106,7 @@ function _M.scope(name, opts)
     timeout_ms = (t.attempt_timeout or t.deadline) * 1000,
     cps = {}, gens = {}, overflow = 0,
     hedged = type(t.hedge) == "table", hedges_won = 0,
+    control = ctl.block(tbl.extra),
   }
   scopes[name] = s
   return s
@@ -156,11 +158,12 @@ function _M.limiter(name, opts)
   if opts.keys ~= nil and not LIMITER_KEYS[opts.keys] then
     error(bad("limiter", "keys", "\"address\", \"text\" or nil", opts.keys), 2)
   end
-  local tbl = new_table("limiter", { slots = opts.slots or 4096,
+  local ctl = require "nres.ngx.control"
+  local tbl = new_table("limiter", { slots = opts.slots or 4096, extra = ctl.BYTES,
                                     limiter = { rate = opts.rate, burst = burst } }, name)
   local s = { name = name, shm = tbl, ptr = tbl.shm, rate = opts.rate, burst = burst,
               hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0,
-              top = top, keys = opts.keys }
+              top = top, keys = opts.keys, control = ctl.block(tbl.extra) }
   require("nres.ngx.limiter").register(s)
   limiters[name] = s
   return s

@@ -172,10 +172,21 @@ function _M.snapshot()
   local now = step_now()
   local out = { worker = ngx and ngx.worker.id() or 0, pid = ngx and ngx.worker.pid() or 0,
                 scopes = {}, limiters = {} }
-  for name, s in pairs(scopes) do out.scopes[name] = scope_status(s, now, true) end
+  local control = require "nres.ngx.control"
+  for name, s in pairs(scopes) do
+    local st = scope_status(s, now, true)
+    local c = control.state(s.control)
+    if c then st.dry_run, st.would_refuse = c.dry_run, c.would_refuse end
+    out.scopes[name] = st
+  end
   for name, s in pairs(limiters) do
     local st = scope_status(s, now, false, s.top)
     st.rate, st.burst, st.top = s.rate, s.burst, s.top
+    local c = control.state(s.control)
+    if c then   -- the control API's dry-run, and its rate if it set one
+      st.dry_run, st.would_refuse = c.dry_run, c.would_refuse
+      if c.rate then st.rate, st.burst, st.rate_set = c.rate, c.burst, true end
+    end
     out.limiters[name] = st
   end
   out.upstreams = require("nres.ngx.balancer").status(now)
@@ -209,6 +220,10 @@ local FAMILIES = {
   { "nres_table_evictions_total", "counter", "keys moved out for room", "table", "evictions" },
   { "nres_table_full_total", "counter", "lookups refused: set full of leased keys", "table",
     "full" },
+  { "nres_dry_run", "gauge", "1 while the control API's dry-run lets refusals through",
+    "table", function(t) return t.dry_run ~= nil and flag(t.dry_run) or nil end },
+  { "nres_would_refuse_total", "counter", "requests a dry-run let through, by the refusal"
+    .. " they would have had", "table", "would_refuse", by = "reason" },
   { "nres_calls_total", "counter", "calls ended", "key", "calls" },
   { "nres_stops_total", "counter", "calls ended, by reason", "key", "stops", by = "reason" },
   { "nres_attempts_total", "counter", "upstream attempts", "key", "attempts" },
@@ -239,6 +254,8 @@ local FAMILIES = {
     "upstream", function(u) return flag(u.panicking) end },
   { "nres_peer_state", "gauge", "0 closed, 1 ejected (open), 2 half-open", "peer",
     function(p) return state_code(p.state) end },
+  { "nres_peer_drained", "gauge", "1 while the control API drains the peer (no new tries)",
+    "peer", function(p) return flag(p.drained) end },
   { "nres_peer_ejections_total", "counter", "times the peer was ejected", "peer", "ejections" },
   { "nres_peer_leases_expired_total", "counter", "probe permits given back by their lease, not"
     .. " their holder", "peer", "leases_expired" },
@@ -248,6 +265,13 @@ local FAMILIES = {
   { "nres_peer_latency_p75_seconds", "gauge", "recent p75 try latency (none without a"
     .. " successful sample)", "peer",
     function(p) return p.latency_p75_ms and p.latency_p75_ms / 1e3 end },
+  { "nres_peer_score_seconds", "gauge", "the choice's view of the peer: latency estimate x"
+    .. " sqrt(in-flight + 1), the lower wins", "peer",
+    function(p) return p.score_ms and p.score_ms / 1e3 end },
+  { "nres_peer_recent_share", "gauge", "the peer's share of the tries of the last 1-2 s",
+    "peer", "recent_share" },
+  { "nres_peer_avoided", "gauge", "1 while the peer is closed but the choice avoids it",
+    "peer", function(p) return flag(p.avoided) end },
   { "nres_upstream_request_duration_seconds", "histogram", "requests' durations, admission"
     .. " to end, every try included", "upstream", "request_seconds" },
   { "nres_peer_try_duration_seconds", "histogram", "tries' durations, failed ones included",
@@ -378,8 +402,9 @@ function _M.prometheus(snap)
   return concat(out, "\n") .. "\n"
 end
 
--- Content handler for /nres/status: JSON (default, ?format=json) or
--- Prometheus text (?format=prometheus, or an Accept of text/plain).
+-- Content handler for /nres/status: JSON (default, ?format=json),
+-- Prometheus text (?format=prometheus, or an Accept of text/plain) or the
+-- HTML page (?format=html, or an Accept of text/html: a browser).
 function _M.status()
   local snap = _M.snapshot()
   local fmt = ngx.var.arg_format
@@ -387,6 +412,11 @@ function _M.status()
   if fmt == "prometheus" or (fmt == nil and accept and find(accept, "text/plain", 1, true)) then
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(_M.prometheus(snap))
+    return
+  end
+  if fmt == "html" or (fmt == nil and accept and find(accept, "text/html", 1, true)) then
+    ngx.header["Content-Type"] = "text/html; charset=utf-8"
+    ngx.print(require("nres.ngx.page").html(snap, ngx.now()))
     return
   end
   ngx.header["Content-Type"] = "application/json"

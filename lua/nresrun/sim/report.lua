@@ -105,12 +105,29 @@ end
 local function settings(w, doc, bold)
   w("- Load: open loop, %g arrivals/s (%s), the same arrivals for every policy.", doc.load.rate, doc.load.arrivals)
   w("- Dependency: %s.", doc.dependency.label)
+  if doc.slo then
+    w("- SLO: %g %% of calls succeed within %.3g ms%s; goodput = calls that succeeded within it, per arrival.",
+      doc.slo.quantile * 100, doc.slo.latency * 1000,
+      doc.slo.measured and format(" (measured: the p%g of calls with no policy while the dependency is healthy)",
+                                  doc.slo.quantile * 100) or "")
+  end
   for _, ph in ipairs(doc.dependency.phases) do
     local what = {}
     if ph.fail > 0 then what[#what + 1] = format("fails %g %%", ph.fail * 100) end
-    if ph.latency_factor ~= 1 then what[#what + 1] = format("latency x%g", ph.latency_factor) end
+    if ph.latency_factor ~= 1 then
+      what[#what + 1] = ph.ramp and format("latency x%g over %g s", ph.latency_factor, ph.ramp)
+                        or format("latency x%g", ph.latency_factor)
+    end
+    if ph.capacity and ph.capacity ~= 1 then what[#what + 1] = format("capacity x%g", ph.capacity) end
+    if #what == 0 then what[1] = "no change" end
     w(bold and "- Phase **%s**: %g-%g s, %s." or "- Phase %s: %g-%g s, %s.", ph.name, ph.from, ph.to, concat(what, ", "))
   end
+end
+
+-- A run's goodput, and whether it meets the SLO; "-" without one.
+local function goodput(doc, T)
+  if not doc.slo or not T.goodput then return "-" end
+  return format("%s%s", pct(T.goodput), T.goodput >= doc.slo.quantile and " (met)" or "")
 end
 
 -- The ranking with its sentences, then the breakers' flaps.
@@ -179,12 +196,14 @@ function _M.markdown(doc, opts)
     .. "Refused: by the dependency's capacity. Breaker open s: time spent open (half-open excluded). "
     .. "real s: wall time of the run; Lua B/op: Lua heap bytes allocated per arrival (inside nresrun only).")
   w("")
-  w("| policy | arrivals | success | failed | rejected | dep req/op | refused | client timeouts | retries/op | breaker opens | breaker open s | budget min | real s | Lua B/op |")
-  w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+  local gp = doc.slo and " goodput |" or ""
+  w("| policy | arrivals | success |%s failed | rejected | dep req/op | refused | client timeouts | retries/op | breaker opens | breaker open s | budget min | real s | Lua B/op |", gp)
+  w("|---|---|---|%s---|---|---|---|---|---|---|---|---|---|---|", doc.slo and "---|" or "")
   for _, r in ipairs(doc.runs) do
     local T = r.totals
-    w("| %s | %d | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s | %.2f | %s |",
-      r.policy, T.arrivals, pct(T.ok / max(1, T.arrivals)), pct(T.failed / max(1, T.arrivals)),
+    w("| %s | %d | %s |%s %s | %s | %s | %d | %d | %s | %s | %s | %s | %.2f | %s |",
+      r.policy, T.arrivals, pct(T.ok / max(1, T.arrivals)), doc.slo and " " .. goodput(doc, T) .. " |" or "",
+      pct(T.failed / max(1, T.arrivals)),
       pct(T.rejected / max(1, T.arrivals)), f2(T.dep_requests_per_op), T.dep_refused, T.dep_timeouts,
       T.retries and f2(T.retries / max(1, T.arrivals)) or "-",
       T.final_breaker and tostring(T.breaker_opens) or "no breaker",
@@ -272,11 +291,13 @@ function _M.terminal(doc, paths)
   local warn = section(function(w) warnings(w, doc) end)
   local summary = section(function(w)
     w("")
-    w("| policy | success | failed | rejected | dep req/op | retries/op | ok p99 ms | breaker opens | budget min |")
-    w("|---|---|---|---|---|---|---|---|---|")
+    local gp = doc.slo and " goodput |" or ""
+    w("| policy | success |%s failed | rejected | dep req/op | retries/op | ok p99 ms | breaker opens | budget min |", gp)
+    w("|---|---|%s---|---|---|---|---|---|---|", doc.slo and "---|" or "")
     for _, r in ipairs(doc.runs) do
       local T = r.totals
-      w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", r.policy, pct(T.ok / max(1, T.arrivals)),
+      w("| %s | %s |%s %s | %s | %s | %s | %s | %s | %s |", r.policy, pct(T.ok / max(1, T.arrivals)),
+        doc.slo and " " .. goodput(doc, T) .. " |" or "",
         pct(T.failed / max(1, T.arrivals)), pct(T.rejected / max(1, T.arrivals)), f2(T.dep_requests_per_op),
         T.retries and f2(T.retries / max(1, T.arrivals)) or "-", f1(T.ok_p99_ms),
         T.final_breaker and tostring(T.breaker_opens) or "no breaker",

@@ -5,7 +5,9 @@
 -- requests the dependency received while it was down (phases failing at
 -- least half its calls; every second when there is none), the success in
 -- each other phase, the p99 of successes, and the seconds each policy took
--- to come back after a phase. Ranked by success; policies within
+-- to come back after a phase; with an slo (doc.slo), the goodput too
+-- (calls that succeeded within its latency, per arrival), and the ranking
+-- reads goodput where it reads success otherwise. Ranked by success; policies within
 -- SAME_POINTS of each other are ordered by the load they sent, then by
 -- recovery, then by p99; neighbours that read the same on all four (load
 -- within SAME_LOAD, p99 within SAME_P99) share a place. The first policy
@@ -30,6 +32,7 @@ local function times(r) return r >= 10 and format("%.0fx", r) or format("%.1fx",
 local function figures(doc, run)
   local T = run.totals
   local f = { policy = run.policy, success = T.ok / max(1, T.arrivals), p99 = T.ok_p99_ms or false,
+              goodput = T.good and T.good / max(1, T.arrivals) or nil,
               phases = {}, recovery = 0, recovery_phase = nil, down_requests = 0, down_seconds = 0 }
   local phases = doc.dependency.phases
   local any_down = false
@@ -53,6 +56,7 @@ local function figures(doc, run)
   end
   f.any_down = any_down
   f.arrivals = T.arrivals
+  f.score = doc.slo and f.goodput or f.success
   return f
 end
 
@@ -78,7 +82,7 @@ local function better_in(group)
     if a.load_step ~= b.load_step then return a.load_step < b.load_step end
     if a.recovery ~= b.recovery then return a.recovery < b.recovery end
     if a.p99_step ~= b.p99_step then return a.p99_step < b.p99_step end
-    if a.success ~= b.success then return a.success > b.success end
+    if a.score ~= b.score then return a.score > b.score end
     return a.policy < b.policy
   end
 end
@@ -87,7 +91,7 @@ end
 local function tied(a, b)
   local la, lb = a.down_requests, b.down_requests
   local pa, pb = a.p99 or 0, b.p99 or 0
-  return abs(a.success - b.success) * 100 < _M.SAME_POINTS
+  return abs(a.score - b.score) * 100 < _M.SAME_POINTS
     and la <= lb * _M.SAME_LOAD and lb <= la * _M.SAME_LOAD
     and a.recovery == b.recovery
     and pa <= pb * _M.SAME_P99 and pb <= pa * _M.SAME_P99
@@ -97,13 +101,13 @@ end
 -- by `better`.
 local function rank(list)
   sort(list, function(a, b)
-    if a.success ~= b.success then return a.success > b.success end
+    if a.score ~= b.score then return a.score > b.score end
     return a.policy < b.policy
   end)
   local out, i = {}, 1
   while i <= #list do
-    local group, lead = {}, list[i].success
-    while i <= #list and (lead - list[i].success) * 100 < _M.SAME_POINTS do
+    local group, lead = {}, list[i].score
+    while i <= #list and (lead - list[i].score) * 100 < _M.SAME_POINTS do
       group[#group + 1] = list[i]
       i = i + 1
     end
@@ -148,15 +152,28 @@ local function recovery_words(f)
   return format("back %g s after %s", f.recovery, f.recovery_phase)
 end
 
+local function ms(s) return format("%.3g", s * 1000) end
+
+-- "same success as b (89.8 vs 89.9 %)", "5.0 points less goodput than b
+-- (...)"; without `ref`, "same success (...)".
+local function points(what, a, b, ref, suffix)
+  local d = (a - b) * 100
+  if abs(d) < _M.SAME_POINTS then
+    return format("same %s%s (%s vs %s %%%s)", what, ref and " as " .. ref or "", pct(a), pct(b), suffix or "")
+  end
+  return format("%.1f points %s %s%s (%s vs %s %%%s)", abs(d), d > 0 and "more" or "less", what,
+                ref and " than " .. ref or "", pct(a), pct(b), suffix or "")
+end
+
 -- One sentence: policy `f` against the reference `r`.
 local function sentence(doc, f, r)
   local parts = {}
-  local d = (f.success - r.success) * 100
-  if abs(d) < _M.SAME_POINTS then
-    parts[1] = format("same success as %s (%s vs %s %%)", r.policy, pct(f.success), pct(r.success))
+  local within = doc.slo and format(" within %s ms", ms(doc.slo.latency)) or ""
+  if doc.slo then
+    parts[1] = points("goodput", f.goodput, r.goodput, r.policy, within)
+    parts[2] = points("success", f.success, r.success)
   else
-    parts[1] = format("%.1f points %s success than %s (%s vs %s %%)", abs(d), d > 0 and "more" or "less",
-                      r.policy, pct(f.success), pct(r.success))
+    parts[1] = points("success", f.success, r.success, r.policy, "")
   end
   load_clauses(doc, f, r, parts)
   -- Each other phase where success differs by SAME_POINTS or more.
@@ -182,6 +199,12 @@ local function sentence(doc, f, r)
     parts[#parts + 1] = rec
   end
   return format("%s: %s.", f.policy, concat(parts, ", "))
+end
+
+-- The sentence of a policy with no other to compare with.
+local function alone(doc, f)
+  return format("%s: %s %% success%s.", f.policy, pct(f.success),
+    doc.slo and format(", %s %% goodput within %s ms", pct(f.goodput), ms(doc.slo.latency)) or "")
 end
 
 -- Opens, probe gap and time open of one run's breaker; nil without one.
@@ -216,18 +239,21 @@ function _M.of(doc)
   for _, run in ipairs(doc.runs) do list[#list + 1] = figures(doc, run) end
   local ranked = rank(list)
   local out = {
-    rule = format("ranked by success; within %g points, by the requests sent %s, then by recovery, then by p99",
+    rule = format("ranked by %s; within %g points, by the requests sent %s, then by recovery, then by p99",
+                  doc.slo and format("goodput (calls that succeeded within %s ms, per arrival)", ms(doc.slo.latency))
+                  or "success",
                   _M.SAME_POINTS, ranked[1].any_down and "while the dependency was down" or "to the dependency"),
     ranking = {}, breakers = {},
   }
   local place = 0
   for i, f in ipairs(ranked) do
-    local ref = i == 1 and ranked[2] or ranked[1]
+    local ref = ranked[1]
+    if i == 1 then ref = ranked[2] end
     if i == 1 or not tied(ranked[i - 1], f) then place = i end
     out.ranking[i] = {
       rank = place, policy = f.policy,
-      sentence = ref and sentence(doc, f, ref) or format("%s: %s %% success.", f.policy, pct(f.success)),
-      success = f.success, down_requests = f.down_requests,
+      sentence = ref and sentence(doc, f, ref) or alone(doc, f),
+      success = f.success, goodput = f.goodput, down_requests = f.down_requests,
       recovery_s = f.recovery ~= huge and f.recovery or false, p99_ms = f.p99,
     }
   end

@@ -49,6 +49,27 @@ typedef struct nres_gw_hist_s {
   } shard[NRES_SHARDS];
 } nres_gw_hist_t;
 
+/* What the control API (nres.ngx.control) changes, in a table's shared
+ * memory (its region file: every worker at once, kept across reloads):
+ * a scope's or a limiter's (one each) and each peer's (one per slot of
+ * the peers' table). Zeroed memory is "nothing changed". */
+#define NRES_GW_DRY_RUN 1u      /* decide as usual, count would_refuse, let
+                                   the request through */
+#define NRES_GW_DRAIN 2u        /* a peer's: no new tries (in-flight ones
+                                   finish) */
+#define NRES_GW_RATE_SET 4u     /* a limiter's: rate and burst below replace
+                                   the declared ones */
+enum { NRES_GW_WOULD_CIRCUIT = 0, NRES_GW_WOULD_RATE = 1, NRES_GW_WOULD_MAX = 4 };
+typedef struct nres_gw_control_s {
+  NRES_ATOMIC(uint32_t) flags;  /* NRES_GW_DRY_RUN | NRES_GW_DRAIN | ... */
+  uint32_t burst;               /* with NRES_GW_RATE_SET */
+  double rate;
+  nres_time_t interval, tolerance;   /* rate and burst as nres_ratelimit_t's */
+  NRES_ATOMIC(uint64_t) would_refuse[NRES_GW_WOULD_MAX];   /* dry-run's
+                                   refusals by reason (NRES_GW_WOULD_*) */
+  uint64_t reserved_[2];
+} nres_gw_control_t;
+
 /* What nres_gw_upstream_new copies (every pointer stays the caller's to
  * keep mapped: the regions outlive the upstream). */
 typedef struct nres_gw_config_s {
@@ -74,6 +95,9 @@ typedef struct nres_gw_config_s {
                                    NULL */
   nres_gw_hist_t *request_hist; /* each request's duration (admission to
                                    end), or NULL */
+  nres_gw_control_t *control;   /* the scope's (dry-run), or NULL */
+  nres_gw_control_t *peer_controls;   /* one per slot of the peers' table
+                                   (drain), or NULL */
 } nres_gw_config_t;
 
 typedef struct nres_gw_peer_s {
@@ -81,10 +105,12 @@ typedef struct nres_gw_peer_s {
   nres_estimator_t *estimator;
   nres_shm_slot_t *counters;    /* its slot there (nres_shm_slot_record) */
   nres_gw_hist_t *hist;         /* its tries' durations, or NULL */
+  nres_gw_control_t *control;   /* its drain flag, or NULL */
   uint32_t slot;
   uint32_t inflight;            /* this process's tries in flight */
   double cost;                  /* this process's view: p75 latency, ns */
   int state;                    /* breaker state at the last refresh */
+  int drained;                  /* NRES_GW_DRAIN at the last refresh */
   int windowed;                 /* its breaker counts calls in a window
                                    (the table's configuration, kept here
                                    so that a try's end reads no line of
@@ -114,6 +140,7 @@ struct nres_gw_upstream_s {
   uint64_t overflow;            /* lookups refused: the scope was full */
   nres_rng_t rng;
   nres_gw_hist_t *hist;         /* the requests' durations, or NULL */
+  nres_gw_control_t *control;   /* the scope's, or NULL */
   nres_gw_peer_t peer[];
 };
 
@@ -162,8 +189,9 @@ NRES_EXTERN void nres_gw_registry_clear(void);
 /* Seed this process's random choices (a worker, once forked). */
 NRES_EXTERN void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
 /* sizeof nres_gw_upstream_t (which 0), nres_gw_peer_t (1),
- * nres_gw_request_t (2), nres_gw_limiter_t (3), nres_gw_hist_t (4), for
- * bindings that declare or place them (0 otherwise). */
+ * nres_gw_request_t (2), nres_gw_limiter_t (3), nres_gw_hist_t (4),
+ * nres_gw_control_t (5), for bindings that declare or place them (0
+ * otherwise). */
 NRES_EXTERN size_t nres_gw_struct_size(int which);
 /* This process's view of the peers (breaker states, p75 latencies, panic)
  * brought up to now; nres_gw_pick does it when the view is 50 ms old. */
@@ -191,6 +219,8 @@ struct nres_gw_limiter_s {
   nres_time_t hold;             /* a key's lease (ns) */
   uint64_t overflow;            /* this process's admissions with the
                                    table full (admitted unlimited) */
+  nres_gw_control_t *control;   /* in the table's memory (dry-run, rate),
+                                   or NULL */
 };
 
 /* A limiter on `table` (NULL: bad arguments, or no memory), registered
@@ -207,6 +237,19 @@ NRES_EXTERN nres_gw_limiter_t *nres_gw_limiter_find(const char *name, size_t len
  * overflow): the limiter never fails closed. */
 NRES_EXTERN int nres_gw_limit(nres_gw_limiter_t *l, const char *key, size_t len,
                               nres_time_t now, nres_time_t *wait);
+
+/* ------------------------------------------------------- control */
+
+/* Set (on != 0) or clear flag (NRES_GW_*) in c, atomically. */
+NRES_EXTERN void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
+/* Count one refusal a dry-run let through (reason NRES_GW_WOULD_*); a
+ * NULL c is ignored. */
+NRES_EXTERN void nres_gw_control_count(nres_gw_control_t *c, int reason);
+/* A limiter's new rate (> 0, finite) and burst (>= 1) for every key: the
+ * keys held now are changed at once (table's slots), the others when
+ * next asked. NRES_EINVAL for a bad value (nothing changed). */
+NRES_EXTERN int nres_gw_control_rate(nres_gw_control_t *c, nres_shm_t *table, double rate,
+                                     uint32_t burst, nres_time_t now);
 
 /* ------------------------------------------------------- per request */
 

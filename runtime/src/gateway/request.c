@@ -75,6 +75,14 @@ int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
     r->slot = u->sslot;
     if (u->breaker) {
       if (nres__breaker_acquire(&r->slot->breaker, now, &r->upermit) != 0) {
+        nres_gw_control_t *c = u->control;
+        if (c != NULL && (nres__load(&c->flags) & NRES_GW_DRY_RUN)) {
+          /* dry-run: counted, let through as if unadmitted (no retries,
+           * nothing recorded into the open breaker) */
+          nres__add(&c->would_refuse[NRES_GW_WOULD_CIRCUIT], 1);
+          reset(r, now, deadline);
+          return NRES_GW_ADMITTED;
+        }
         nres_shm_slot_record(r->slot, NRES_STOP_CIRCUIT, 0, 0);
         reset(r, now, deadline);
         return NRES_GW_CIRCUIT;

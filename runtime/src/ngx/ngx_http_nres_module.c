@@ -13,6 +13,7 @@
  *   location / {
  *     nres_admit backend;                        # preaccess: 504/503 refusals
  *     # or: nres_admit backend limiter=clients key=$binary_remote_addr;  (+429)
+ *     # nres_admit_dry_run on;   # refusals counted (would_refuse), let through
  *     proxy_set_header X-Deadline-Ms $nres_deadline_ms;
  *     proxy_next_upstream error timeout http_500 http_502 http_503 http_504;
  *     proxy_next_upstream_tries 0;
@@ -102,6 +103,8 @@ typedef struct {
                                    init_by_lua; inherited), or NULL */
   nres_gw_limiter_t **limiter;  /* its client limiter, or NULL */
   ngx_http_complex_value_t *key;   /* the client's key for it */
+  ngx_flag_t dry_run;           /* nres_admit_dry_run: refusals counted
+                                   (would_refuse), requests let through */
 } ngx_http_nres_loc_conf_t;
 
 /* One request's state (its pool), its call's end in the pool's cleanup
@@ -141,6 +144,9 @@ static ngx_command_t ngx_http_nres_commands[] = {
     ngx_http_nres_balancer, NGX_HTTP_SRV_CONF_OFFSET, 0, NULL },
   { ngx_string("nres_admit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF
     | NGX_CONF_TAKE123, ngx_http_nres_admit, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL },
+  { ngx_string("nres_admit_dry_run"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF
+    | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG, ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET,
+    offsetof(ngx_http_nres_loc_conf_t, dry_run), NULL },
   ngx_null_command
 };
 
@@ -180,7 +186,11 @@ static void *ngx_http_nres_create_srv_conf(ngx_conf_t *cf) {
 }
 
 static void *ngx_http_nres_create_loc_conf(ngx_conf_t *cf) {
-  return ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
+  ngx_http_nres_loc_conf_t *conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
+  if (conf == NULL)
+    return NULL;
+  conf->dry_run = NGX_CONF_UNSET;
+  return conf;
 }
 
 static char *ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
@@ -191,6 +201,7 @@ static char *ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *ch
     conf->limiter = prev->limiter;
     conf->key = prev->key;
   }
+  ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
   return NGX_CONF_OK;
 }
 
@@ -640,11 +651,20 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
     }
     nres_time_t wait = 0;
     if (nres_gw_limit(*lcf->limiter, (const char *)key.data, key.len, now, &wait) != 0) {
-      ctx->gw = NULL;
-      return ngx_http_nres_refuse(r, NGX_HTTP_TOO_MANY_REQUESTS, wait);
+      if (lcf->dry_run) {   /* counted, let through (limit_req_dry_run's idiom) */
+        nres_gw_control_count((*lcf->limiter)->control, NRES_GW_WOULD_RATE);
+      } else {
+        ctx->gw = NULL;
+        return ngx_http_nres_refuse(r, NGX_HTTP_TOO_MANY_REQUESTS, wait);
+      }
     }
   }
   int rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
+  if (rc == NRES_GW_CIRCUIT && lcf->dry_run) {   /* let through, unadmitted: no retries */
+    nres_gw_control_count(gw->control, NRES_GW_WOULD_CIRCUIT);
+    nres_gw_unadmitted(gw, &ctx->req, now);
+    rc = NRES_GW_ADMITTED;
+  }
   if (rc != NRES_GW_ADMITTED) {
     ctx->gw = NULL;   /* refused: no call to end */
     return ngx_http_nres_refuse(r, (ngx_uint_t)rc, 0);

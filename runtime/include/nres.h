@@ -117,10 +117,14 @@ static inline nres_time_t nres_time_min(nres_time_t a, nres_time_t b) {
 /* The one conversion of seconds (a double) to a duration:
  * - 0 (and -0) is 0; a positive amount under 1 ns is 1 ns, so a positive
  *   setting never reads as 0 ("none" or "off");
- * - otherwise truncated to the ns, saturating: 2^64 ns (584 years) or more,
+ * - otherwise truncated to the ns, saturating: 2^63 ns (292 years) or more,
  *   +inf and 1e300 all give NRES_TIME_NEVER, never a wrapped value;
  * - NaN and negatives give NRES_TIME_INVALID (refused by every consumer).
- * Every duration field below may be set from it. */
+ * Every duration field below may be set from it. A duration field set
+ * directly to a value from 2^63 ns up, other than NRES_TIME_NEVER, is what
+ * a negative number becomes when assigned to nres_time_t: the builders
+ * refuse it, naming the field (NRES_TIME_WRAPPED). */
+#define NRES_TIME_WRAPPED ((nres_time_t) 1 << 63)
 NRES_EXTERN nres_time_t nres_time_from_sec(double seconds);
 
 /* CLOCK_MONOTONIC in nanoseconds. The one place the runtime reads a clock;
@@ -995,9 +999,13 @@ typedef enum {
  * deadline"):
  * - attempts in 1..65535.
  * - Every duration (deadline, attempt_timeout, ceiling_floor,
- *   slow_threshold, limit_wait, hedge.delay, backoff.*) is any nres_time_t
- *   but NRES_TIME_INVALID ("not a number or negative"): NRES_TIME_NEVER and
- *   other huge values are accepted and saturate, whatever the field.
+ *   slow_threshold, limit_wait, hedge.delay, backoff.*) is below 2^63 ns
+ *   or NRES_TIME_NEVER: NRES_TIME_INVALID and the values a negative
+ *   number wraps to (2^63 ns up, NRES_TIME_WRAPPED) are refused, "field:
+ *   not a number or negative"; NRES_TIME_NEVER and other huge values are
+ *   accepted and saturate, whatever the field. -1 is NRES_TIME_NEVER:
+ *   where that is refused (backoff.base above backoff.max) the field
+ *   named is the one that holds it.
  * - attempt_timeout <= deadline when both are set (a timeout longer than
  *   the call's deadline is a mistake: set both, or the timeout alone).
  * - backoff: the rules of nres_backoff_check, fields named "backoff.*".

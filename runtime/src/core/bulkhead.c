@@ -217,6 +217,11 @@ static int advance(nres_bulkhead_t *bulkhead, uint64_t h) {
   if (!nres__cas(&bulkhead->head, &h, h + 1))
     return 0;
   nres__store(&bulkhead->free_at, 0);
+  /* The line is empty: no hole is left in it. (lapse_head cannot tell a
+   * hole from a vanished waiter's place, so it may have counted one for
+   * the other; here the count starts afresh.) */
+  if (h + 1 == nres__load(&bulkhead->tickets))
+    nres__store(&bulkhead->holes, 0);
   return 1;
 }
 

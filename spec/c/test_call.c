@@ -642,24 +642,32 @@ static void rate_limiter_refuses_or_waits_within_limit_wait(void **state) {
   assert_int_equal(a.kind, NRES_ATTEMPT);
 }
 
+/* A trivial policy with a bulkhead of one slot and a queue of `queue`
+ * places, looked at every 10 ms. */
+static void queue_policy(nres_policy_t *p, nres_bulkhead_t *bh,
+                         uint32_t queue, nres_time_t queue_timeout) {
+  nres_bulkhead_config_t cfg;
+
+  trivial(p);
+  nres_bulkhead_config_init(&cfg);
+  cfg.limit = 1;
+  cfg.queue = queue;
+  cfg.queue_timeout = queue_timeout;
+  cfg.poll = 10 * MS;
+  assert_int_equal(nres_bulkhead_init(bh, &cfg), 0);
+  p->bulkhead = bh;
+  build(p);
+}
+
 static void bulkhead_queues_then_admits_or_times_out(void **state) {
   nres_policy_t p;
   nres_bulkhead_t bh;
   nres_bulkhead_stats_t st;
-  nres_bulkhead_config_t cfg;
   nres_call_t a_call, b_call, c_call;
   nres_action_t a, b, c;
   (void) state;
 
-  trivial(&p);
-  nres_bulkhead_config_init(&cfg);
-  cfg.limit = 1;
-  cfg.queue = 1;
-  cfg.queue_timeout = 100 * MS;
-  cfg.poll = 10 * MS;
-  assert_int_equal(nres_bulkhead_init(&bh, &cfg), 0);
-  p.bulkhead = &bh;
-  build(&p);
+  queue_policy(&p, &bh, 1, 100 * MS);
   a = nres_call_begin(&a_call, &p, 0);
   assert_int_equal(a.kind, NRES_ATTEMPT);
   b = nres_call_begin(&b_call, &p, 0);
@@ -699,21 +707,12 @@ static void bulkhead_queue_is_fifo_and_a_vanished_waiter_lapses(
   nres_policy_t p;
   nres_bulkhead_t bh;
   nres_bulkhead_stats_t st;
-  nres_bulkhead_config_t cfg;
   nres_call_t a_call, w_call[3], late_call;
   nres_action_t a, w[3], late;
   int i;
   (void) state;
 
-  trivial(&p);
-  nres_bulkhead_config_init(&cfg);
-  cfg.limit = 1;
-  cfg.queue = 3;
-  cfg.queue_timeout = 10 * SEC;
-  cfg.poll = 10 * MS;
-  assert_int_equal(nres_bulkhead_init(&bh, &cfg), 0);
-  p.bulkhead = &bh;
-  build(&p);
+  queue_policy(&p, &bh, 3, 10 * SEC);
   a = nres_call_begin(&a_call, &p, 0);
   assert_int_equal(a.kind, NRES_ATTEMPT);
   for (i = 0; i < 3; i++) {   /* w[0], w[1], w[2] queue in this order */

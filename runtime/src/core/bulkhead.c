@@ -227,9 +227,11 @@ static int advance(nres_bulkhead_t *bulkhead, uint64_t h) {
 
 /* The head's place lapses if a slot has been free for it two polls (from
  * when a later waiter or an arrival first saw it so): its holder died,
- * hung or left without leave. The place leaves the queue's count: a hole's
- * (a waiter behind the head that gave up, counted out already) if there
- * are any, else its own. 1 if it lapsed. */
+ * hung or left without leave, or it is a hole (a waiter that gave up
+ * behind the head, counted out of the queue already). Holes are taken
+ * first: while there are any, a lapse is counted as one; else as the
+ * place's own, out of the queue's count and into leases_expired. 1 if it
+ * lapsed. */
 static int lapse_head(nres_bulkhead_t *bulkhead, int cls, nres_time_t now) {
   uint64_t h = nres__load(&bulkhead->head), seen;
   uint32_t holes;
@@ -247,11 +249,11 @@ static int lapse_head(nres_bulkhead_t *bulkhead, int cls, nres_time_t now) {
     return 0;
   if (!advance(bulkhead, h))
     return 1;   /* moved meanwhile: look again */
-  nres__add(&bulkhead->leases_expired, 1);
   holes = nres__load(&bulkhead->holes);
   do {
-    if (holes == 0) {
+    if (holes == 0) {   /* a waiter's place, not a hole: its lease ran out */
       decrement(&bulkhead->waiting);
+      nres__add(&bulkhead->leases_expired, 1);
       break;
     }
   } while (!nres__cas(&bulkhead->holes, &holes, holes - 1));

@@ -236,7 +236,7 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
     release_all(call, now, stop);
   mark_done(call, stop);
   if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
-      stop != NRES_STOP_CANCELED) {
+      stop != NRES_STOP_CANCELED && stop != NRES_STOP_CALLBACK) {
     mark_fallback(call);
     a.fallback = 1;
   }
@@ -443,10 +443,15 @@ static int pass_limits(nres_call_t *call, nres_time_t now, int hedge,
       rate_refuses(call, now, &retry_after)) {
     if (hedge)
       return *refusal = skip(call, skipped), 0;
-    if (retry_after <= p->limit_wait &&
-        nres_time_add(now, retry_after) < call->deadline)
-      return *refusal = wait_until(call, NRES__PHASE_ADMIT,
-                                   nres_time_add(now, retry_after)), 0;
+    /* limit_wait is the whole wait of one admission, however many times
+     * the call loses the token it waited for to another: its first
+     * refusal sets the end (in queue_end, unused until a queue place is
+     * taken, which only happens once the limiter has admitted). */
+    if (call->phase != NRES__PHASE_ADMIT)
+      call->queue_end = nres_time_add(now, p->limit_wait);
+    wake = nres_time_add(now, retry_after);
+    if (wake <= call->queue_end && wake < call->deadline)
+      return *refusal = wait_until(call, NRES__PHASE_ADMIT, wake), 0;
     return *refusal = reject(call, now, NRES_REJECT_RATE, NRES_STOP_LIMITED), 0;
   }
 
@@ -1101,6 +1106,12 @@ nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
   if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
   return done(call, now, NRES_STOP_CANCELED);
+}
+
+nres_action_t nres_call_abort(nres_call_t *call, nres_time_t now) {
+  if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
+    return pending(call);
+  return done(call, now, NRES_STOP_CALLBACK);
 }
 
 nres_time_t nres_call_remaining(const nres_call_t *call, nres_time_t now) {

@@ -87,6 +87,10 @@ run_mode() {
       PREFIX="$dir/gw" PORT="$gw_port" LUA="$repo/lua/?.lua;${jit_dir}?.lua" \
       POLICY="$policy" CHOICE=p2c PEERS="$peer_list"
   fi
+  # Peers' breaks do not grow here (by default an ejection's break doubles
+  # up to 30 s): the bound checked at the end is break_for + the lease.
+  sed -i "s|gw.upstream(\"backend\", { scope = \"upstreams\",|gw.upstream(\"backend\", { scope = \"upstreams\", eject = { break_for = $break_for, break_max = $break_for },|" "$dir/gw/nginx.conf"
+  grep -q "eject = { break_for" "$dir/gw/nginx.conf" || fail "$mode: could not set the peers' eject in $dir/gw/nginx.conf"
   if [ "$fleet" = 1 ]; then
     sed -i "s|gw.upstream(\"backend\"|gw.fleet(\"$dir/gw/fleet.json\")\n    gw.upstream(\"backend\"|" "$dir/gw/nginx.conf"
   fi

@@ -219,7 +219,9 @@ run_mode() {
   echo "$line"
   [ -n "$report" ] && echo "$line" >>"$report"
   nres_nginx_stop_all
-  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
+  done
   pids=()
   if [ -n "$bad" ]; then echo "FAIL: $mode:${bad#;}"; return 1; fi
   pass "$mode: ${requests:-?} requests, $kills kills, $reloads reloads, $((flaps + hangs + aborts + redis_kills + redis_stops)) other faults; every breaker closed ($lapsed probe permits given back by their lease), calls == sum(stops), no region file leaked, no [alert] beyond the kills"

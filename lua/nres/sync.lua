@@ -36,6 +36,7 @@ typedef struct nres_sync_config_s {
   const char *fleet, *unix_path, *user, *password, *password_file;
   int db; double breaker_quorum; nres_time_t probe_lease;
   const char *sentinels, *master;
+  int tls; const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
   void (*log)(void *arg, const char *line); void *log_arg;
 } nres_sync_config_t;
 typedef struct nres_sync_info_s {
@@ -100,7 +101,8 @@ end
 --           interval = s, timeout = s, reconnect_max = s, ttl = s,
 --           prefix = "nres", node = name, local_share = 0..1,
 --           breaker_quorum = 0..<1, probe_lease = s,
---           sentinels = { "host:port", ... }, master = name }   -- instead of redis
+--           sentinels = { "host:port", ... }, master = name,   -- instead of redis
+--           tls = true | { ca_file =, cert_file =, key_file =, server_name = } }
 -- Returns the agent, or nil and a reason (no library, refused settings).
 -- A password is read from a file or an environment variable, never given
 -- inline (it would sit in configuration text and process listings).
@@ -143,6 +145,23 @@ function _M.new(opts)
     cfg.sentinels = keep[#keep]
     keep[#keep + 1] = opts.master
     cfg.master = keep[#keep]
+  end
+  local tls = opts.tls
+  if tls ~= nil and tls ~= false then
+    if tls ~= true and type(tls) ~= "table" then
+      error(bad(1, "new", "tls: true or a table { ca_file, cert_file, key_file, server_name }", tls), 2)
+    end
+    cfg.tls = 1
+    if type(tls) == "table" then
+      for k, v in pairs(tls) do
+        local field = ({ ca_file = "tls_ca_file", cert_file = "tls_cert_file",
+                         key_file = "tls_key_file", server_name = "tls_server_name" })[k]
+        if not field then error("nres.sync: tls." .. tostring(k) .. ": unknown field", 2) end
+        if not name_ok(v, 4096) then error(bad(1, "new", "tls." .. k .. ": a string", v), 2) end
+        keep[#keep + 1] = v
+        cfg[field] = keep[#keep]
+      end
+    end
   end
   keep[#keep + 1] = opts.prefix or "nres"
   cfg.prefix = keep[#keep]

@@ -167,6 +167,14 @@ typedef struct nres_sync_config_s {
                                    find the primary through Redis Sentinel
                                    (host and port are then unused) */
   const char *master;           /* the Sentinel master's name */
+  int tls;                      /* 1: TLS to Redis (not to Sentinels) */
+  const char *tls_ca_file;      /* CAs to verify Redis with; NULL: the
+                                   system's */
+  const char *tls_cert_file;    /* a client certificate (PEM), if Redis
+                                   asks for one (tls-auth-clients) */
+  const char *tls_key_file;     /* its key; NULL: in tls_cert_file */
+  const char *tls_server_name;  /* the name (or IP) Redis's certificate
+                                   must carry; NULL: host */
   nres_sync_log_cb log;         /* one line per change of error; NULL:
                                    stderr, "nres-sync: " first */
   void *log_arg;

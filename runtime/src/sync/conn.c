@@ -90,6 +90,7 @@ int nres__sync_read_secret(const char *path, char *out, size_t cap,
 }
 
 void nres__sync_drop(nres_sync_t *s) {
+  nres__sync_tls_close(s);
   if (s->rc != NULL)
     redisFree(s->rc);
   s->rc = NULL;
@@ -102,7 +103,7 @@ static int command(nres_sync_t *s, const char *what, int argc,
   char at[300];
   redisReply *r;
 
-  r = redisCommandArgv(s->rc, argc, argv, NULL);
+  r = nres__sync_call(s, argc, argv);
   if (r == NULL) {
     nres__sync_say(s, "%s: %s: %s", nres__sync_where(s, at, sizeof(at)), what,
                    s->rc->errstr[0] ? s->rc->errstr : "no answer");
@@ -177,6 +178,11 @@ int nres__sync_connect(nres_sync_t *s) {
   if (redisSetTimeout(s->rc, tv) != REDIS_OK)
     return NRES_EAGAIN;
   s->rc->reader->fn = nres__sync_reply_functions();   /* bounded arrays */
+  if (s->tls_ctx != NULL) {
+    rc = nres__sync_tls_start(s);
+    if (rc != 0)
+      return rc;
+  }
   if (s->cfg.password != NULL) {
     argv[0] = "AUTH";
     if (s->cfg.user != NULL) {

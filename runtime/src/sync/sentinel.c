@@ -126,7 +126,7 @@ int nres__sync_sentinel_primary(nres_sync_t *s) {
 
 /* A connected node's ROLE: 0 if it says "master". */
 int nres__sync_sentinel_role(nres_sync_t *s) {
-  redisReply *r = redisCommand(s->rc, "ROLE");
+  redisReply *r = nres__sync_call(s, 1, (const char *[]) { "ROLE" });
   int ok;
 
   if (r == NULL)

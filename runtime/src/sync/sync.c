@@ -113,6 +113,21 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
   }
   s->cfg.sentinels = NULL;   /* parsed: s->sentinel */
   s->cfg.master = s->master;
+  if (config->tls_server_name != NULL) {
+    snprintf(s->tls_name, sizeof(s->tls_name), "%s", config->tls_server_name);
+    s->cfg.tls_server_name = s->tls_name;
+  }
+  if (config->tls) {
+    char why[NRES__SYNC_LINE_MAX];
+    int rc = nres__sync_tls_init(s, why, sizeof(why));
+
+    if (rc != 0) {
+      fprintf(stderr, "nres-sync: %s\n", why);
+      free(s);
+      return rc;
+    }
+  }
+  s->cfg.tls_ca_file = s->cfg.tls_cert_file = s->cfg.tls_key_file = NULL;
   if (config->unix_path != NULL) {
     strcpy(s->unix_path, config->unix_path);
     s->cfg.unix_path = s->unix_path;
@@ -180,6 +195,7 @@ void nres_sync_free(nres_sync_t *sync) {
   nres_sync_stop(sync);
   nres__sync_drop(sync);
   nres__sync_sentinel_close(sync);
+  nres__sync_tls_free(sync);
   memset(sync->password, 0, sizeof(sync->password));
   pthread_mutex_destroy(&sync->mu);
   pthread_cond_destroy(&sync->cv);
@@ -676,7 +692,7 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     e = &s->e[i];
     if (!e->used)
       continue;
-    if (redisGetReply(s->rc, (void **) &r) != REDIS_OK) {
+    if (nres__sync_get_reply(s, &r) != REDIS_OK) {
       nres__sync_say(s, "%s: round: %s", nres__sync_where(s, at, sizeof(at)),
                      s->rc->err == REDIS_ERR_OOM
                          ? "reply refused: an array of more than 64 "
@@ -740,7 +756,7 @@ static int probe_locked(nres_sync_t *s, nres_time_t now) {
   for (i = 0; i < s->n; i++)
     if (s->e[i].used && s->e[i].kind == NRES_SYNC_RATELIMIT)
       rate_restart(&s->e[i], now);
-  r = redisCommand(s->rc, "PING");
+  r = nres__sync_call(s, 1, (const char *[]) { "PING" });
   if (r == NULL) {
     nres__sync_say(s, "%s: probe: %s", nres__sync_where(s, at, sizeof(at)),
                    s->rc->errstr[0] ? s->rc->errstr : "no answer");

@@ -69,6 +69,9 @@ struct nres_sync_s {
   struct { char host[256]; int port; } sentinel[NRES__SYNC_SENTINELS_MAX];
   int nsentinels;               /* 0: no Sentinel */
   redisContext *sub;            /* subscribed to +switch-master */
+  struct ssl_ctx_st *tls_ctx;   /* TLS: the context (tls.c), NULL: none */
+  struct ssl_st *tls;           /* the session on rc's socket */
+  char tls_name[256];
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t thread;
@@ -141,6 +144,22 @@ void nres__sync_said_ok(nres_sync_t *s);
  * a line in `why`. */
 int nres__sync_read_secret(const char *path, char *out, size_t cap,
                            char *why, size_t wcap);
+
+/* ------------------------------------------------------------- tls.c */
+
+/* The TLS context from the configuration (CA, client certificate): 0, or
+ * NRES_EINVAL / NRES_ENOMEM with a line in `why`. */
+int nres__sync_tls_init(nres_sync_t *s, char *why, size_t cap);
+void nres__sync_tls_free(nres_sync_t *s);
+/* The handshake on rc's socket, the peer verified: 0, or NRES_EAGAIN
+ * (said). */
+int nres__sync_tls_start(nres_sync_t *s);
+void nres__sync_tls_close(nres_sync_t *s);
+/* The next reply on the connection, plain or TLS: REDIS_OK or REDIS_ERR
+ * (rc->err, rc->errstr set). */
+int nres__sync_get_reply(nres_sync_t *s, redisReply **out);
+/* One command and its reply, or NULL (rc->errstr says why). */
+redisReply *nres__sync_call(nres_sync_t *s, int argc, const char **argv);
 
 /* -------------------------------------------------------- sentinel.c */
 

@@ -6,6 +6,8 @@
  *              [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...
  *               --master NAME] [--db N] [--user NAME]
  *              [--password-file FILE | --password-env VAR]
+ *              [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]
+ *               [--tls-name NAME]]
  *              [--interval MS] [--breaker] [--quorum X] [--node NAME]
  *              [--local-share X] [--prefix P] [--status FILE] [--once]
  *
@@ -85,6 +87,8 @@ static void sleep_until(nres_time_t t) {
   "                  [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...\n" \
   "                   --master NAME] [--db N] [--user NAME]\n" \
   "                  [--password-file FILE | --password-env VAR]\n" \
+  "                  [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]\n" \
+  "                   [--tls-name NAME]]\n" \
   "                  [--interval MS] [--breaker] [--quorum X] [--node NAME]\n" \
   "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n"
 
@@ -327,6 +331,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[k], "--breaker") == 0) { breaker = 1; continue; }
     if (strcmp(argv[k], "--once") == 0) { once = 1; continue; }
+    if (strcmp(argv[k], "--tls") == 0) { cfg.tls = 1; continue; }
     if (k + 1 >= argc)
       usage();
     if (strcmp(argv[k], "--region") == 0) {
@@ -383,6 +388,10 @@ int main(int argc, char **argv) {
       cfg.sentinels = sentinels;
     }
     else if (strcmp(argv[k], "--master") == 0) cfg.master = argv[++k];
+    else if (strcmp(argv[k], "--tls-ca") == 0) cfg.tls_ca_file = argv[++k];
+    else if (strcmp(argv[k], "--tls-cert") == 0) cfg.tls_cert_file = argv[++k];
+    else if (strcmp(argv[k], "--tls-key") == 0) cfg.tls_key_file = argv[++k];
+    else if (strcmp(argv[k], "--tls-name") == 0) cfg.tls_server_name = argv[++k];
     else if (strcmp(argv[k], "--db") == 0)
       cfg.db = (int) number_flag("--db", argv[++k], 0, 1000000);
     else if (strcmp(argv[k], "--quorum") == 0)

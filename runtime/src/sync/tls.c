@@ -140,7 +140,7 @@ static int tls_reply(nres_sync_t *s, redisReply **out) {
 failed:
   tls_error(why, sizeof(why), "read/write");
   c->err = REDIS_ERR_IO;
-  snprintf(c->errstr, sizeof(c->errstr), "%s", why);
+  snprintf(c->errstr, sizeof(c->errstr), "%.120s", why);
   return REDIS_ERR;
 }
 

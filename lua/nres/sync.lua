@@ -23,6 +23,7 @@
 -- on the monotonic clock (nres_step_now: the plain and nginx drivers).
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+local unit_seconds = require("nres.schema").seconds
 
 local type, error, tonumber, format, setmetatable = type, error, tonumber, string.format, setmetatable
 local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
@@ -210,9 +211,11 @@ function _M.new(opts)
   end
   for _, f in ipairs { "interval", "timeout", "reconnect_max", "ttl", "probe_lease" } do
     local v = opts[f]
+    if type(v) == "string" then v = unit_seconds(v) or v end   -- "500ms", "2m"
     if v ~= nil then
       if type(v) ~= "number" or not (v >= 0 and v < 1e9) then
-        error(format("nres.sync: %s: expected seconds (a number >= 0), got %s", f, tostring(v)), 2)
+        error(format('nres.sync: %s: expected seconds (a number >= 0, or with a unit: "500ms", "2m"), got %s',
+                     f, tostring(v)), 2)
       end
       cfg[f] = v * 1e9
     end

@@ -67,3 +67,14 @@ describe("the harness's old names under nres", function()
     expect.eq(nres.no_such_field, nil)
   end)
 end)
+
+describe("presets", function()
+  it("the list an unknown preset's error shows is the policies/ folder's", function()
+    local shipped = {}
+    local ls = io.popen("ls policies")
+    for file in ls:lines() do shipped[#shipped + 1] = file:match("^(.*)%.lua$") end
+    ls:close()
+    table.sort(shipped)
+    expect.eq(table.concat(require("nres.policy").presets, ", "), table.concat(shipped, ", "))
+  end)
+end)

@@ -208,12 +208,12 @@ scope_file=$(ls "$work/gw/regions"/*.scope.upstreams.shm)
 ino=$(stat -c %i "$scope_file")
 touch "${scope_file%.scope.upstreams.shm}.scope.gone.shm"
 render_gw 128
-kill -HUP "$gw_master"
+nres_nginx_signal "$work/gw" "$work/gw/nginx.conf" reload || fail "nginx -s reload failed"
 for _ in $(seq 1 100); do
   grep -q 'scope "upstreams": .* made a new region' "$work/gw/error.log" && break
   sleep 0.05
 done
-grep -q 'scope "upstreams": .* has a size of .*; made a new region' "$work/gw/error.log" ||
+grep -q 'scope "upstreams": .*: a size of .*; made a new region' "$work/gw/error.log" ||
   fail "no log line for the new layout: $(tail -5 "$work/gw/error.log")"
 [ "$(stat -c %i "$scope_file")" != "$ino" ] || fail "the region file was not replaced"
 for _ in $(seq 1 100); do

@@ -89,18 +89,18 @@ nres_render() {
 
 # nres_nginx_start PREFIX CONF: test the config, start nginx, wait for its
 # pid file. The master's pid is remembered for nres_nginx_stop_all.
-# NRES_REGION_DIR_FIXED: the region directory (default PREFIX/regions).
+# NRES_REGION_DIR_FIXED: the region directory (default PREFIX/regions;
+# "default": none set, nres.ngx.files' own default, PREFIX/nres).
 # NRES_NGINX_GLOBALS: more main-context directives (nginx -g), e.g.
 # "env NRES_LIB;" for a config that does not say it.
 nres_nginx_start() {
-  local prefix=$1 conf=$2 user=() globals=${NRES_NGINX_GLOBALS:-}
+  local prefix=$1 conf=$2 user=() globals
   mkdir -p "$prefix/tmp" "$prefix/regions"
   # nres's region files (nres.ngx.files) go under the prefix, removed with
   # it, not into /dev/shm; the master reads this at start and on reloads.
   export NRES_REGION_DIR=${NRES_REGION_DIR_FIXED:-$prefix/regions}
-  # Started as root, nginx runs its workers as nobody, who cannot read a
-  # checkout under a private directory (mktemp -d is 0700): keep them root.
-  [ "$(id -u)" = 0 ] && globals="user root root; $globals"
+  [ "$NRES_REGION_DIR" = default ] && unset NRES_REGION_DIR
+  globals=$(nres_nginx_globals)
   [ -n "$globals" ] && user=(-g "$globals")
   "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" "${user[@]}" -t -q ||
     { echo "nginx -t failed for $conf" >&2; return 1; }
@@ -112,6 +112,34 @@ nres_nginx_start() {
   done
   [ -s "$prefix/nginx.pid" ] || { echo "nginx did not write $prefix/nginx.pid" >&2; return 1; }
   NRES_STARTED_PIDS="$NRES_STARTED_PIDS $(cat "$prefix/nginx.pid")"
+}
+
+# nres_nginx_globals: the main-context directives nres_nginx_start passes
+# with -g: NRES_NGINX_GLOBALS, and, started as root, "user root root;"
+# (nginx would run its workers as nobody, who cannot read a checkout under
+# a private directory: mktemp -d is 0700).
+nres_nginx_globals() {
+  local globals=${NRES_NGINX_GLOBALS:-}
+  [ "$(id -u)" = 0 ] && globals="user root root; $globals"
+  printf '%s' "$globals"
+}
+
+# nres_nginx_signal PREFIX CONF SIGNAL: `nginx -s SIGNAL` (reload, reopen,
+# quit, stop) as Debian's systemd unit runs it for `systemctl reload`
+# (ExecReload=nginx -g 'daemon on; master_process on;' -s reload), with
+# the prefix, configuration and globals nres_nginx_start used. The
+# signaller parses the configuration before it signals the master in
+# PREFIX's pid file; its output goes to stderr, its status is returned.
+nres_nginx_signal() {
+  local prefix=$1 conf=$2 sig=$3
+  "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" \
+    -g "daemon on; master_process on; $(nres_nginx_globals)" -s "$sig"
+}
+
+# nres_nginx_test PREFIX CONF: `nginx -t -q` as the unit's ExecStartPre runs it.
+nres_nginx_test() {
+  "$NGINX" -p "$1" -e "$1/error.log" -c "$2" \
+    -g "daemon on; master_process on; $(nres_nginx_globals)" -t -q
 }
 
 # nres_wait_http URL: until it answers (5 s at most).

@@ -8,6 +8,9 @@
 --   down             every request 503
 --   blip&for=S[&in=D] healthy for D s, then 503 for S s, then healthy
 --                    again; the stats say when it recovered (epoch s)
+--   garbage          every request answered with bytes that are no
+--                    HTTP status line (nginx's proxy reads an HTTP/0.9
+--                    answer), then the connection closed
 --   &delay=MS (with any mode) healthy answers wait MS ms first
 --   &status=N (with any mode) failing answers are N (default 503)
 -- Each port the server listens on is its own upstream with its own mode and
@@ -71,7 +74,8 @@ function _M.admin()
   if args.reset then reset() end
   local mode = args.mode
   if mode then
-    if mode ~= "healthy" and mode ~= "every" and mode ~= "down" and mode ~= "blip" then
+    if mode ~= "healthy" and mode ~= "every" and mode ~= "down" and mode ~= "blip"
+       and mode ~= "garbage" then
       ngx.status = 400
       ngx.say("unknown mode ", mode)
       return
@@ -124,7 +128,12 @@ function _M.serve()
   end
   local mode = dict:get(P .. "mode") or "healthy"
   local fail = false
-  if mode == "down" then
+  if mode == "garbage" then
+    dict:incr(P .. "failed", 1, 0)
+    local sock = assert(ngx.req.socket(true))
+    sock:send("garbage, no status line\n")
+    return ngx.exit(444)
+  elseif mode == "down" then
     fail = true
   elseif mode == "every" then
     local seq = dict:incr(P .. "seq", 1, 0)

@@ -129,12 +129,14 @@ open_breaker() {
   done
   [ -n "$opened" ] || fail "the upstream's breaker did not open with every peer down: $(status)"
 }
-# reload_gateway: `nginx -s reload` (HUP to gw_master) and wait for two
-# new workers; sets old_pids (the workers before it).
+# reload_gateway: `nginx -s reload` as systemd's reload runs it
+# (nres_nginx_signal, $work/gw's configuration) and wait for two new
+# workers of gw_master; sets old_pids (the workers before it).
 reload_gateway() {
   local new="" pids fresh p
   old_pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
-  kill -HUP "$gw_master"
+  nres_nginx_signal "$work/gw" "$work/gw/nginx.conf" reload ||
+    fail "nginx -s reload failed (see above)"
   for _ in $(seq 1 100); do
     pids=$(pgrep -P "$gw_master" | sort | tr '\n' ' ')
     fresh=0

@@ -64,72 +64,16 @@
 -- registers them by name for the module) and runs the phases.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+require "nres.cdef.gateway"
 local config = require "nres.ngx.config"
 
 local C = cdef.C
 local breaker_stats = ffi.new("nres_breaker_stats_t")   -- read through nres_breaker_stats
 local counts = ffi.new("nres_shm_counts_t")             -- nres_shm_slot_counts's
 local ffi_new, ffi_cast, ffi_sizeof = ffi.new, ffi.cast, ffi.sizeof
-local type, error, tonumber, tostring, pairs, ipairs, format =
-  type, error, tonumber, tostring, pairs, ipairs, string.format
+local type, error, tonumber, tostring, pairs, ipairs =
+  type, error, tonumber, tostring, pairs, ipairs
 local floor, ceil, max = math.floor, math.ceil, math.max
-
-ffi.cdef [[
-int nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
-typedef struct nres_gw_config_s {
-  const char *name; const char *key; void *scope; void *peers;
-  nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
-  uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
-  int choice; double panic; int budget, breaker;
-} nres_gw_config_t;
-typedef struct nres_gw_peer_s {
-  nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; uint32_t slot, inflight;
-  double cost; int state, windowed; char name[65];
-} nres_gw_peer_t;
-typedef struct nres_gw_upstream_s {
-  struct nres_gw_upstream_s *next; char name[65]; char key[65];
-  void *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
-  uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
-  int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
-  uint64_t overflow; nres_rng_t rng; nres_gw_peer_t peer[?];
-} nres_gw_upstream_t;
-typedef struct nres_gw_request_s {
-  nres_time_t deadline, t0; void *slot; int32_t idx, peer; uint32_t upermit, ppermit;
-  uint8_t has_upermit, has_ppermit, reserved, budget_refused; int8_t cls; uint8_t reserved_[3];
-  uint32_t tries, retries;
-} nres_gw_request_t;
-nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
-void nres_gw_upstream_free(nres_gw_upstream_t *u);
-void nres_gw_register(nres_gw_upstream_t *u);
-void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
-void nres_shard_set(unsigned index);
-size_t nres_gw_struct_size(int which);
-void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
-int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, double inbound_ms);
-void nres_gw_unadmitted(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now);
-int64_t nres_gw_left_ms(const nres_gw_request_t *r, nres_time_t now);
-int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *permit,
-                 int *has_permit);
-uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
-                           int i, uint32_t permit, int has_permit);
-int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, int cls);
-int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
-                    int failed, int timed_out);
-void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
-void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
-                         int status);
-int nres_gw_class(const char *value, size_t len);
-]]
-
--- The declarations above mirror runtime/include/nres/gateway.h: checked.
-for which, ct in pairs { [0] = "nres_gw_upstream_t", "nres_gw_peer_t", "nres_gw_request_t" } do
-  local ours = which == 0 and ffi.sizeof(ct, 0) or ffi.sizeof(ct)
-  if tonumber(C.nres_gw_struct_size(which)) ~= ours then
-    error(format("nres.ngx.balancer: %s is %d bytes in %s but %d here; the library and"
-      .. " the Lua module are out of step", ct, tonumber(C.nres_gw_struct_size(which)),
-      cdef.path, ours), 0)
-  end
-end
 
 local step_now = C.nres_step_now
 local sh_acquire, sh_slot = C.nres_shm_acquire, C.nres_shm_slot
@@ -139,7 +83,7 @@ local gw_admit, gw_unadmitted, gw_left_ms = C.nres_gw_admit, C.nres_gw_unadmitte
 local gw_pick, gw_try_begin, gw_grant = C.nres_gw_pick, C.nres_gw_try_begin, C.nres_gw_grant
 local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
   C.nres_gw_request_end
-local gw_class = C.nres_gw_class
+local gw_class, gw_deadline_ms = C.nres_gw_class, C.nres_gw_deadline_ms
 local est_quantile = C.nres_estimator_quantile
 local bad, scopes, new_table = config.bad, config.scopes, config.new_table
 local limit = require("nres.ngx.limiter").limit
@@ -148,6 +92,8 @@ local _M = {}
 
 local STOP_OK, STOP_DEADLINE = 1, 4
 local EST_SIZE = ffi_sizeof("nres_estimator_t")
+local HIST_SIZE = tonumber(C.nres_gw_struct_size(4))   -- nres_gw_hist_t, C's to lay out
+local HIST_BUCKETS = 14                                 -- NRES_GW_HIST_BUCKETS
 local EST_PERIOD = 1e9          -- ns per estimator window (two are read)
 local NEVER = 2 ^ 64            -- a lease that never ends (nres.shm)
 local NEED_CLASS = -1           -- nres_gw_grant: read the criticality, ask again
@@ -157,9 +103,12 @@ local permit_box = ffi_new("uint32_t[1]")
 local has_box = ffi_new("int[1]")
 local gen_box = ffi_new("uint32_t[1]")
 local samples_box = ffi_new("uint64_t[1]")
+local hist_counts = ffi_new("uint64_t[?]", HIST_BUCKETS + 1)
+local hist_sum = ffi_new("uint64_t[1]")
 
 local EJECT = { consecutive = 5, ratio = 0.25, min_calls = 10, window = 5, buckets = 5,
-                break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3 }
+                break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3,
+                lease = 0 }   -- 0: break_for
 
 -- The peers' breaker configuration from an eject table (seconds, ratios).
 local function eject_config(e)
@@ -169,7 +118,7 @@ local function eject_config(e)
     if EJECT[k] == nil then
       error("nres.ngx.upstream: eject." .. tostring(k) .. ": expected one of consecutive,"
             .. " ratio, min_calls, window, buckets, break_for, break_max, jitter, probes,"
-            .. " successes, got an unknown field", 0)
+            .. " successes, lease, got an unknown field", 0)
     end
   end
   local function num(k)
@@ -190,6 +139,7 @@ local function eject_config(e)
   cfg.break_jitter = num("jitter")
   cfg.probes = num("probes")
   cfg.success_threshold = num("successes")
+  cfg.lease = num("lease") * 1e9
   local why = C.nres_breaker_config_error(cfg)
   if why ~= nil then error("nres.ngx.upstream: eject: " .. ffi.string(why), 0) end
   return cfg
@@ -208,7 +158,9 @@ local function register(u, s, ests)
     peer_names = names, peer_slots = slots, npeers = u.n, attempts = u.attempts,
     deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
-    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0 })
+    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
+    try_hists = u.hists, request_hist = u.hist, control = s.control,
+    peer_controls = u.controls })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)
@@ -258,35 +210,58 @@ function _M.declare(name, opts)
   local seen = {}
   for i, p in ipairs(list) do
     local host, port
-    if type(p) == "string" then host, port = p:match("^([^:]+):(%d+)$") end
+    if type(p) == "string" then
+      -- an IPv6 address keeps its brackets: set_current_peer parses it so
+      host, port = p:match("^(%[[%x:.]+%]):(%d+)$")
+      if not host then host, port = p:match("^([^:]+):(%d+)$") end
+    end
     port = tonumber(port)
     if not host or port < 1 or port > 65535 then
-      error(bad("upstream", "peers[" .. i .. "]", "\"host:port\"", p), 0)
+      error(bad("upstream", "peers[" .. i .. "]", "\"host:port\" or \"[IPv6]:port\"", p), 0)
     end
     if seen[p] then error(bad("upstream", "peers[" .. i .. "]", "a peer listed once", p), 0) end
     seen[p] = true
     u.hosts[i], u.ports[i], u.peer[i] = host, port, p
   end
   -- The peers' table: two slots per peer (room to add a few without a new
-  -- layout), each key leased for ever; estimators after it, one per slot.
+  -- layout), each key leased for ever; after it an estimator and a
+  -- histogram of try durations per slot, and the upstream's histogram of
+  -- request durations (zeroed memory: empty histograms).
   local slots = max(8, 2 * n)
   slots = slots + (8 - slots % 8) % 8
+  local hists_at = slots * EST_SIZE
+  hists_at = hists_at + (64 - hists_at % 64) % 64
+  local CONTROL_SIZE = require("nres.ngx.control").BYTES
+  local controls_at = hists_at + (slots + 1) * HIST_SIZE
   local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
                                     budget = false, limiter = false,
-                                    extra = slots * EST_SIZE }, name)
+                                    extra = controls_at + slots * CONTROL_SIZE }, name)
   u.shm, u.ptr = tbl, tbl.shm
   local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
-  if not tbl.reused then
-    for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
+  u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
+  u.hist = u.hists + slots * HIST_SIZE
+  u.controls = ffi_cast("char *", tbl.extra) + controls_at   -- slot i's (drain) at i * size
+  -- Estimators laid out and peers keyed, in order: a fresh table given
+  -- the same keys in the same order puts each in the same slot, so a
+  -- worker's table remade by verify() keeps every index and pointer
+  -- (its extra memory comes zeroed: empty histograms).
+  local function lay_out(fresh)
+    if fresh then
+      for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
+    end
+    local now = step_now()
+    for i = 1, n do
+      local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
+      if idx < 0 or (u.idx[i] and u.idx[i] ~= idx) then
+        error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0)
+      end
+      u.idx[i] = idx
+      u.br[i] = sh_slot(u.ptr, idx).breaker
+      u.est[i] = ests + idx
+    end
   end
-  local now = step_now()
-  for i = 1, n do
-    local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
-    if idx < 0 then error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0) end
-    u.idx[i] = idx
-    u.br[i] = sh_slot(u.ptr, idx).breaker
-    u.est[i] = ests + idx
-  end
+  lay_out(not tbl.reused)
+  tbl.on_fresh = function() lay_out(true) end
   local t = s.policy.spec
   u.attempts = t.attempts or 1
   u.deadline = t.deadline * 1e9
@@ -437,7 +412,7 @@ function _M.admit(uname, lname, lkey)
   local ms = NAN
   local rc = var_get(req, "http_x_deadline_ms", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
   if rc == NGX_OK then
-    ms = tonumber(ffi_str(value_ptr[0], size_ptr[0])) or NAN
+    ms = gw_deadline_ms(value_ptr[0], size_ptr[0])
   elseif rc ~= NGX_DECLINED then
     error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
   end
@@ -586,13 +561,35 @@ end
 
 local BREAKER_STATES = { [0] = "closed", "open", "half-open", "isolated" }
 
--- The peers of every balancer upstream, for nres.ngx.status.
+local HIST_LE = {}   -- the buckets' upper bounds, s
+for i = 0, HIST_BUCKETS - 1 do HIST_LE[i + 1] = tonumber(C.nres_gw_hist_bound(i)) / 1e9 end
+
+-- A histogram at h as nres.ngx.status exports it: upper bounds (s),
+-- cumulative counts, count, sum (s).
+local function histogram(h)
+  local count = tonumber(C.nres_gw_hist_read(h, hist_counts, hist_sum))
+  local counts, acc = {}, 0
+  for i = 1, HIST_BUCKETS do
+    acc = acc + tonumber(hist_counts[i - 1])
+    counts[i] = acc
+  end
+  return { le = HIST_LE, counts = counts, count = count, sum = tonumber(hist_sum[0]) / 1e9 }
+end
+
+-- The peers of every balancer upstream, for nres.ngx.status. Besides its
+-- breaker's state, each peer says how the choice sees it: its score (this
+-- worker's latency estimate x sqrt(in-flight + 1), ms: the lower wins a
+-- pair) and its share of the tries of the last 1-2 s (the estimators'
+-- samples); `avoided` when it is closed yet got under half an even share
+-- of at least 10 recent tries.
 function _M.status(now)
+  local control = require "nres.ngx.control"
   local out = {}
   for name, u in pairs(config.upstreams) do
     if u.balancer then
       local g = u.gw
-      local peers = {}
+      C.nres_gw_refresh(g, now)
+      local peers, recent = {}, 0
       for i = 1, u.n do
         local slot = sh_slot(u.ptr, u.idx[i])
         local q = est_quantile(u.est[i], now, 0.75, samples_box)
@@ -600,21 +597,34 @@ function _M.status(now)
         local tries = tonumber(counts.calls)
         local okc = tonumber(counts.stops[STOP_OK])
         C.nres_breaker_stats(slot.breaker, breaker_stats)
+        local gp = g.peer[i - 1]
         peers[i] = {
+          drained = control.flag(control.block(u.controls + u.idx[i] * control.BYTES),
+                                 control.DRAIN),
           peer = u.peer[i],
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
           ejections = tonumber(breaker_stats.trips),
           refused = tonumber(breaker_stats.rejected),
+          leases_expired = tonumber(breaker_stats.leases_expired),
           tries = tries, failures = tries - okc,
           timeouts = tonumber(counts.stops[STOP_DEADLINE]),
-          latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,
+          -- no estimate yet (no try has ended): no figure, never 0 ms
+          latency_p75_ms = q > 0 and tonumber(q) / 1e6 or nil,
           latency_samples = tonumber(samples_box[0]),
-          inflight_this_worker = tonumber(g.peer[i - 1].inflight),
+          recent_tries = tonumber(samples_box[0]),
+          score_ms = gp.cost > 0 and gp.cost * math.sqrt(gp.inflight + 1) / 1e6 or nil,
+          inflight_this_worker = tonumber(gp.inflight),
+          try_seconds = histogram(u.hists + u.idx[i] * HIST_SIZE),
         }
+        recent = recent + peers[i].recent_tries
       end
-      C.nres_gw_refresh(g, now)
+      for _, p in ipairs(peers) do
+        p.recent_share = recent > 0 and p.recent_tries / recent or 0
+        p.avoided = p.state == "closed" and recent >= 10 and p.recent_share < 0.5 / u.n
+      end
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
-                    panicking = g.panicking ~= 0, peers = peers }
+                    panicking = g.panicking ~= 0, peers = peers,
+                    request_seconds = histogram(u.hist) }
     end
   end
   return out

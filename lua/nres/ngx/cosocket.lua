@@ -4,6 +4,7 @@
 -- and the content handler proxy().
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+require "nres.cdef.gateway"
 local run = require "nres.run"
 local config = require "nres.ngx.config"
 local region = require "nres.ngx.region"
@@ -17,6 +18,7 @@ local sub, find, lower, match = string.sub, string.find, string.lower, string.ma
 
 local step_begin, step_report, step_resume = C.nres_step_begin_class, C.nres_step_report, C.nres_step_resume
 local step_now = C.nres_step_now
+local deadline_ms = C.nres_gw_deadline_ms
 local sh_record = C.nres_shm_record
 local bad, scopes, upstreams = config.bad, config.scopes, config.upstreams
 local policy_for = region.acquire
@@ -331,9 +333,9 @@ function _M.request(sname, uname, key, method, path, body)
   local now = step_now()
   local inbound = -1
   local hdr = ngx.var.http_x_deadline_ms
-  if hdr then
-    local ms = tonumber(hdr)
-    if ms and ms >= 0 then inbound = now + ms * 1e6 end
+  if hdr then   -- read as the balancers read it (nres_gw_deadline_ms)
+    local ms = deadline_ms(hdr, #hdr)
+    if ms == ms then inbound = now + ms * 1e6 end
   end
 
   -- Criticality: inherited from X-Criticality (critical, default,

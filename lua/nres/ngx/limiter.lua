@@ -2,6 +2,7 @@
 -- one per client address) and the access-phase helper answering 429.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+require "nres.cdef.gateway"
 local config = require "nres.ngx.config"
 
 local C = cdef.C
@@ -10,23 +11,6 @@ local error, ceil = error, math.ceil
 local step_now = C.nres_step_now
 local bad, limiters = config.bad, config.limiters
 
-ffi.cdef [[
-typedef struct nres_gw_limiter_s {
-  struct nres_gw_limiter_s *next; char name[65]; void *table; nres_time_t hold;
-  uint64_t overflow;
-} nres_gw_limiter_t;
-nres_gw_limiter_t *nres_gw_limiter_new(const char *name, void *table, nres_time_t hold);
-void nres_gw_limiter_free(nres_gw_limiter_t *l);
-void nres_gw_limiter_register(nres_gw_limiter_t *l);
-int nres_gw_limit(nres_gw_limiter_t *l, const char *key, size_t len, nres_time_t now,
-                  nres_time_t *wait);
-size_t nres_gw_struct_size(int which);
-]]
-if tonumber(C.nres_gw_struct_size(3)) ~= ffi.sizeof("nres_gw_limiter_t") then
-  error(string.format("nres.ngx.limiter: nres_gw_limiter_t is %d bytes in %s but %d here;"
-    .. " the library and the Lua module are out of step", tonumber(C.nres_gw_struct_size(3)),
-    cdef.path, ffi.sizeof("nres_gw_limiter_t")), 0)
-end
 local gw_limit = C.nres_gw_limit
 
 local _M = {}
@@ -40,6 +24,7 @@ function _M.register(s)
   if #s.name > 64 then error(bad("limiter", "name", "at most 64 bytes", s.name), 3) end
   local l = C.nres_gw_limiter_new(s.name, s.ptr, s.hold)
   if l == nil then error("nres.ngx.limiter: " .. s.name .. ": the runtime refused it", 3) end
+  l.control = s.control   -- the control API's dry-run and rate (nres.ngx.control)
   s.gw = ffi_gc(l, C.nres_gw_limiter_free)
   C.nres_gw_limiter_register(l)
 end

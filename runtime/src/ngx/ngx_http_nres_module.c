@@ -13,6 +13,7 @@
  *   location / {
  *     nres_admit backend;                        # preaccess: 504/503 refusals
  *     # or: nres_admit backend limiter=clients key=$binary_remote_addr;  (+429)
+ *     # nres_admit_dry_run on;   # refusals counted (would_refuse), let through
  *     proxy_set_header X-Deadline-Ms $nres_deadline_ms;
  *     proxy_next_upstream error timeout http_500 http_502 http_503 http_504;
  *     proxy_next_upstream_tries 0;
@@ -24,8 +25,8 @@
  * postconfiguration, which runs after the Lua module's: nginx orders the
  * Lua module, a filter, before plain modules such as this one, whatever
  * the load_module order; checked). The peers' addresses are parsed then,
- * once. nginx -t runs no init_by_lua, so the names are checked at start
- * and reload. Per request: the
+ * once. nginx -t and nginx -s run no init_by_lua, so the names are checked
+ * at start and reload only. Per request: the
  * admission (preaccess) keeps the request's state in its pool; each try
  * (peer get) picks a peer and sets the try's timeouts from the time left;
  * a try that fails (a failing status, seen by a wrapper of the upstream's
@@ -88,6 +89,10 @@ typedef struct {
   nres_gw_upstream_t *gw;
   ngx_addr_t *addrs;            /* one per peer, parsed once */
   ngx_http_upstream_srv_conf_t *us;
+  ngx_str_t file;               /* where nres_balancer is */
+  ngx_uint_t line;
+  ngx_uint_t initialized;       /* its init_upstream ran: no other
+                                   balancing method replaced it */
   ngx_msec_t attempt_ms;        /* the policy's attempt timeout, ms */
   ngx_uint_t ntimed;
   ngx_http_nres_timed_t timed[NGX_HTTP_NRES_TIMED_MAX];
@@ -98,6 +103,8 @@ typedef struct {
                                    init_by_lua; inherited), or NULL */
   nres_gw_limiter_t **limiter;  /* its client limiter, or NULL */
   ngx_http_complex_value_t *key;   /* the client's key for it */
+  ngx_flag_t dry_run;           /* nres_admit_dry_run: refusals counted
+                                   (would_refuse), requests let through */
 } ngx_http_nres_loc_conf_t;
 
 /* One request's state (its pool), its call's end in the pool's cleanup
@@ -137,6 +144,9 @@ static ngx_command_t ngx_http_nres_commands[] = {
     ngx_http_nres_balancer, NGX_HTTP_SRV_CONF_OFFSET, 0, NULL },
   { ngx_string("nres_admit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF
     | NGX_CONF_TAKE123, ngx_http_nres_admit, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL },
+  { ngx_string("nres_admit_dry_run"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF
+    | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG, ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET,
+    offsetof(ngx_http_nres_loc_conf_t, dry_run), NULL },
   ngx_null_command
 };
 
@@ -176,7 +186,11 @@ static void *ngx_http_nres_create_srv_conf(ngx_conf_t *cf) {
 }
 
 static void *ngx_http_nres_create_loc_conf(ngx_conf_t *cf) {
-  return ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
+  ngx_http_nres_loc_conf_t *conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
+  if (conf == NULL)
+    return NULL;
+  conf->dry_run = NGX_CONF_UNSET;
+  return conf;
 }
 
 static char *ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
@@ -187,6 +201,7 @@ static char *ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *ch
     conf->limiter = prev->limiter;
     conf->key = prev->key;
   }
+  ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
   return NGX_CONF_OK;
 }
 
@@ -231,6 +246,8 @@ static char *ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *co
   }
   scf->us = us;
   scf->name = cf->args->nelts > 1 ? value[1] : us->host;
+  scf->file = cf->conf_file->file.name;
+  scf->line = cf->conf_file->line;
   us->peer.init_upstream = ngx_http_nres_init_upstream;
   ngx_http_nres_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
   ngx_http_nres_srv_conf_t **slot = ngx_array_push(&mcf->balancers);
@@ -396,10 +413,27 @@ static ngx_int_t ngx_http_nres_postconfiguration(ngx_conf_t *cf) {
   }
   if (ngx_http_nres_lua_before_us(cf) != NGX_OK)
     return NGX_ERROR;
-  /* nginx -t runs no init_by_lua (the Lua module skips it): the names are
-   * checked when nginx starts or reloads, where an unknown one fails the
-   * start, or the reload (the running configuration stays). */
-  if (ngx_test_config)
+  /* least_conn, hash, ip_hash or random after nres_balancer replace it
+   * (nginx only warns "load balancing method redefined"), and every
+   * request would go to the placeholder server. keepalive wraps it. */
+  ngx_http_nres_srv_conf_t **bal = mcf->balancers.elts;
+  for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++) {
+    if (!bal[i]->initialized) {
+      ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                    "nres_balancer \"%V\": expected no other balancing method in "
+                    "upstream \"%V\" (keepalive may follow it), got one after it "
+                    "(least_conn, hash, ip_hash or random) replacing nres_balancer "
+                    "in %V:%ui",
+                    &bal[i]->name, &bal[i]->us->host, &bal[i]->file, bal[i]->line);
+      return NGX_ERROR;
+    }
+  }
+  /* Neither nginx -t nor the signaller of nginx -s reload|reopen|quit|stop
+   * (systemd's reload runs it) runs init_by_lua, though both parse the
+   * whole configuration: the names are checked where it ran, when the
+   * master starts or reloads, where an unknown one fails the start, or
+   * the reload (the running configuration stays). */
+  if (ngx_test_config || ngx_process == NGX_PROCESS_SIGNALLER)
     return NGX_OK;
   ngx_http_nres_ref_t *ref = mcf->refs.elts;
   for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {
@@ -535,19 +569,10 @@ static ngx_table_elt_t *ngx_http_nres_header(ngx_http_request_t *r, const char *
 }
 
 /* The client's X-Deadline-Ms (the first one), a number of ms; NaN if
- * absent or not a number (ignored, as the Lua balancer does). */
+ * absent or not a number (nres_gw_deadline_ms, the Lua side's parser). */
 static double ngx_http_nres_inbound_ms(ngx_http_request_t *r) {
   ngx_table_elt_t *h = ngx_http_nres_header(r, "x-deadline-ms", 13);
-  char buf[64];
-  if (h == NULL || h->value.len == 0 || h->value.len >= sizeof buf)
-    return NAN;
-  ngx_memcpy(buf, h->value.data, h->value.len);
-  buf[h->value.len] = '\0';
-  char *end;
-  double v = strtod(buf, &end);
-  while (*end == ' ' || *end == '\t')
-    end++;
-  return end == buf || *end != '\0' ? NAN : v;
+  return h == NULL ? NAN : nres_gw_deadline_ms((const char *)h->value.data, h->value.len);
 }
 
 /* The request's criticality from X-Criticality (nres_gw_class; default
@@ -626,11 +651,20 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r) {
     }
     nres_time_t wait = 0;
     if (nres_gw_limit(*lcf->limiter, (const char *)key.data, key.len, now, &wait) != 0) {
-      ctx->gw = NULL;
-      return ngx_http_nres_refuse(r, NGX_HTTP_TOO_MANY_REQUESTS, wait);
+      if (lcf->dry_run) {   /* counted, let through (limit_req_dry_run's idiom) */
+        nres_gw_control_count((*lcf->limiter)->control, NRES_GW_WOULD_RATE);
+      } else {
+        ctx->gw = NULL;
+        return ngx_http_nres_refuse(r, NGX_HTTP_TOO_MANY_REQUESTS, wait);
+      }
     }
   }
   int rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
+  if (rc == NRES_GW_CIRCUIT && lcf->dry_run) {   /* let through, unadmitted: no retries */
+    nres_gw_control_count(gw->control, NRES_GW_WOULD_CIRCUIT);
+    nres_gw_unadmitted(gw, &ctx->req, now);
+    rc = NRES_GW_ADMITTED;
+  }
   if (rc != NRES_GW_ADMITTED) {
     ctx->gw = NULL;   /* refused: no call to end */
     return ngx_http_nres_refuse(r, (ngx_uint_t)rc, 0);
@@ -859,7 +893,22 @@ static void ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_u
   if (ctx->req.peer < 0)
     return;
   ngx_http_upstream_t *u = ctx->r->upstream;
-  int failed = (state & NGX_PEER_FAILED) || (u->state != NULL && u->state->status >= 500);
+  if (ctx->r->connection->error && !(state & NGX_PEER_FAILED) &&
+      (u->state == NULL || u->state->status == 0)) {
+    /* the client left before this try was answered (nginx ends the
+     * request with 499): no outcome to record; nres_gw_request_end
+     * judges the call neither way */
+    nres_gw_try_abandon(ctx->gw, &ctx->req);
+    return;
+  }
+  /* A failure: nginx's own (no connection, a timeout, a broken answer), a
+   * 5xx, or an answer with no status line, which nginx's proxy passes on
+   * as HTTP/0.9 (u->state->status 200, no status_n): garbage is no
+   * success. */
+  int failed = (state & NGX_PEER_FAILED) ||
+               (u->state != NULL &&
+                (u->state->status >= 500 ||
+                 (u->state->status != 0 && u->headers_in.status_n == 0)));
   int timed_out = pc->connection != NULL &&
                   (pc->connection->read->timedout || pc->connection->write->timedout);
   if (!(state & NGX_PEER_FAILED) && u->state != NULL && u->state->status == 504)
@@ -908,6 +957,8 @@ static ngx_int_t ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstrea
  * the peers are gw.upstream's. */
 static ngx_int_t ngx_http_nres_init_upstream(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us) {
   (void)cf;
+  ngx_http_nres_srv_conf_t *scf = ngx_http_conf_upstream_srv_conf(us, ngx_http_nres_module);
+  scf->initialized = 1;
   us->peer.init = ngx_http_nres_init_peer;
   return NGX_OK;
 }

@@ -30,6 +30,11 @@ foreach(lib nres_sync nres_sync_static)
     target_link_libraries(${lib} PUBLIC nres_static PkgConfig::HIREDIS PkgConfig::SYNC_OPENSSL Threads::Threads)
     set_target_properties(${lib} PROPERTIES OUTPUT_NAME nres_sync
                           ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+    # Fat LTO objects, as libnres.a's (CMakeLists.txt): real code beside
+    # GCC's IR, so the installed archive links with clang too.
+    if(CMAKE_INTERPROCEDURAL_OPTIMIZATION)
+      target_compile_options(${lib} PRIVATE -ffat-lto-objects)
+    endif()
   endif()
   target_include_directories(${lib} PRIVATE ${CMAKE_SOURCE_DIR}/runtime/src)
   target_compile_options(${lib} PRIVATE ${NRES_WARNINGS})

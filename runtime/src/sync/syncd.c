@@ -82,6 +82,8 @@ static void sleep_until(nres_time_t t) {
   nanosleep(&ts, NULL);
 }
 
+/* The help text is also nres-syncd(8): cmake/manpage.cmake makes the
+ * manual page from `nres-syncd --help` at build time. */
 #define USAGE \
   "usage: nres-syncd --fleet NAME --region FILE[=SCOPE]...\n" \
   "                  [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...\n" \
@@ -90,7 +92,65 @@ static void sleep_until(nres_time_t t) {
   "                  [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]\n" \
   "                   [--tls-name NAME]]\n" \
   "                  [--interval MS] [--breaker] [--quorum X] [--node NAME]\n" \
-  "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n"
+  "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n" \
+  "\n" \
+  "nres-syncd syncs an nres gateway's shared tables with Redis, so that\n" \
+  "every host of a fleet shares one retry budget, one rate limit and, with\n" \
+  "--breaker, one breaker view per key. It runs beside nginx; nginx's\n" \
+  "workers never talk to Redis. Every interval it runs one round of the\n" \
+  "sync agent (nres/sync.h), then a probe half-way to the next, so a Redis\n" \
+  "that hangs is seen within one interval. If Redis is down, each host\n" \
+  "falls back to its local share of the fleet's figures and reconnects\n" \
+  "with backoff. Every reply is checked before it is applied; an error\n" \
+  "reply (NOAUTH, READONLY, NOSCRIPT) is logged once per change.\n" \
+  "\n" \
+  "Options:\n" \
+  "  --fleet NAME           the fleet's name, required: part of every key, so\n" \
+  "                         two fleets on one Redis never share a record\n" \
+  "  --region FILE[=SCOPE]  a gateway region file to sync (up to 32), as\n" \
+  "                         <dir>/<name>.<kind>.<table>.shm; each key in\n" \
+  "                         use is synced under SCOPE:key, SCOPE being the\n" \
+  "                         file's name without .shm unless given; every\n" \
+  "                         host of the fleet must use the same scopes\n" \
+  "  --redis HOST:PORT      the Redis server (default 127.0.0.1:6379), or\n" \
+  "  --redis unix:PATH      its unix socket\n" \
+  "  --sentinel HOST:PORT   a Redis Sentinel (repeat, up to 8): the primary\n" \
+  "                         is asked of the Sentinels, with --master NAME\n" \
+  "  --master NAME          the Sentinel master's name\n" \
+  "  --db N                 SELECT this database after connecting\n" \
+  "  --user NAME            the ACL user (default: AUTH with the password\n" \
+  "                         alone, as requirepass wants)\n" \
+  "  --password-file FILE   the password, from the file's first line\n" \
+  "  --password-env VAR     the password, from this environment variable\n" \
+  "                         (never on the command line: ps shows it)\n" \
+  "  --interval MS          milliseconds between rounds, 1 to 3600000\n" \
+  "                         (default 100)\n" \
+  "  --breaker              sync the breakers too, by quorum (--quorum)\n" \
+  "  --quorum X             the fleet opens a key's breaker when more than\n" \
+  "                         this share of the hosts that saw the dependency\n" \
+  "                         lately are open, 0 to 0.999999 (default 0.5: a\n" \
+  "                         strict majority; 0: the first host that opens)\n" \
+  "  --node NAME            this host's name in the fleet, without quotes,\n" \
+  "                         backslashes or blanks (default hostname:pid:\n" \
+  "                         random)\n" \
+  "  --local-share X        the share of the fleet's figures a host keeps\n" \
+  "                         while Redis is unreachable, 0 to 1 (default 0:\n" \
+  "                         one over the hosts seen at the last sync)\n" \
+  "  --prefix P             the first part of every Redis key (default nres)\n" \
+  "  --status FILE          write the agent's figures as JSON to FILE once a\n" \
+  "                         second (FILE.tmp, then renamed); gw.fleet(FILE)\n" \
+  "                         shows them in the gateway's /nres/status\n" \
+  "  --once                 run one round and exit\n" \
+  "  --help                 print this help and exit\n" \
+  "\n" \
+  "Signals:\n" \
+  "  SIGTERM, SIGINT        write the status file once more and exit\n" \
+  "\n" \
+  "Exit status:\n" \
+  "  0                      stopped by a signal, or --once done\n" \
+  "  1                      a region file could not be mapped, memory ran\n" \
+  "                         out, or --once's round failed\n" \
+  "  2                      a usage error or bad settings, naming the flag\n"
 
 static void usage(void) {
   fputs(USAGE, stderr);

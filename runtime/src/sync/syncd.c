@@ -123,6 +123,13 @@ static void sleep_until(nres_time_t t) {
   "  --password-file FILE   the password, from the file's first line\n" \
   "  --password-env VAR     the password, from this environment variable\n" \
   "                         (never on the command line: ps shows it)\n" \
+  "  --tls                  TLS to Redis (not to the Sentinels); the server's\n" \
+  "                         certificate is verified\n" \
+  "  --tls-ca FILE          the CAs to verify it with (default: the system's)\n" \
+  "  --tls-cert FILE        a client certificate (PEM), if Redis asks for one\n" \
+  "  --tls-key FILE         its key (default: in the --tls-cert file)\n" \
+  "  --tls-name NAME        the name or IP the certificate must carry\n" \
+  "                         (default: the host of --redis)\n" \
   "  --interval MS          milliseconds between rounds, 1 to 3600000\n" \
   "                         (default 100)\n" \
   "  --breaker              sync the breakers too, by quorum (--quorum)\n" \

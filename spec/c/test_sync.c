@@ -1448,9 +1448,10 @@ static void test_wedged_prober(void **state) {
   assert_true(held);
   assert_int_equal(nres_breaker_state(&h[0].b, now_ns()), NRES_BREAKER_HALF_OPEN);
   /* Closed by the break, the lease (one break_for), the grace of two
-   * intervals and a round or two of slack. */
+   * intervals and slack for a loaded machine (sanitizers): 1.1 s idle,
+   * where the wedged host used to hold the fleet for the whole 6 s. */
   assert_true(closed != 0);
-  assert_true(closed - opened <= brk + brk + 2 * IVL + 300 * NRES_MSEC);
+  assert_true(closed - opened <= brk + brk + 2 * IVL + 800 * NRES_MSEC);
   for (i = 0; i < 3; i++)
     nres_sync_free(h[i].s);
 }

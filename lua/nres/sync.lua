@@ -181,6 +181,9 @@ function _M.new(opts)
     if not name_ok(opts.password_file, 4096) then
       error(bad(1, "new", "password_file: a path", opts.password_file), 2)
     end
+    local f, ferr = io.open(opts.password_file, "r")
+    if not f then error("nres.sync: password_file: expected a readable file, got " .. tostring(ferr), 2) end
+    f:close()
     keep[#keep + 1] = opts.password_file
     cfg.password_file = keep[#keep]
   elseif opts.password_env ~= nil then

@@ -138,6 +138,8 @@ describe("nres.sync", function()
     expect.truthy(not ok and err:find("user", 1, true), err)
     ok, err = pcall(sync.new, { fleet = "t", password_env = "NRES_SURELY_UNSET_VAR" })
     expect.truthy(not ok and err:find("password_env", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", password_file = "/nonexistent/pw" })
+    expect.truthy(not ok and err:find("password_file", 1, true), err)
     ok, err = pcall(sync.new, { fleet = "t", breaker_quorum = 1 })
     expect.truthy(not ok and err:find("breaker_quorum", 1, true), err)
     -- Two fleets on one Redis keep apart records.

@@ -108,6 +108,7 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
   s->cur_port = config->port;
   if ((config->sentinels != NULL || config->master != NULL) &&
       nres__sync_sentinel_parse(s, config->sentinels, config->master) != 0) {
+    memset(s->password, 0, sizeof(s->password));
     free(s);
     return NRES_EINVAL;
   }
@@ -123,6 +124,7 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
 
     if (rc != 0) {
       fprintf(stderr, "nres-sync: %s\n", why);
+      memset(s->password, 0, sizeof(s->password));
       free(s);
       return rc;
     }

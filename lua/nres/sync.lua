@@ -46,7 +46,7 @@ typedef struct nres_sync_info_s {
 } nres_sync_info_t;
 typedef struct nres_sync_stats_s {
   char scope[128]; uint32_t kind, synced, hosts, prober;
-  nres_time_t last_sync; double fleet, local, demand; uint64_t rounds;
+  nres_time_t last_sync; double fleet, local, demand; uint64_t rounds, leases_expired;
 } nres_sync_stats_t;
 void nres_sync_config_init(nres_sync_config_t *config);
 int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out);
@@ -308,6 +308,7 @@ function _M.entries_of(self, ids)
         scope = ffi_string(st.scope), kind = kinds[st.kind], synced = st.synced == 1,
         hosts = st.hosts, fleet = st.fleet, ["local"] = st["local"],
         demand = st.demand, prober = st.prober == 1, rounds = tonumber(st.rounds),
+        leases_expired = tonumber(st.leases_expired),
       }
     end
   end

@@ -1447,6 +1447,17 @@ static void test_wedged_prober(void **state) {
          closed != 0 ? (double) (closed - opened) / 1e6 : -1.0);
   assert_true(held);
   assert_int_equal(nres_breaker_state(&h[0].b, now_ns()), NRES_BREAKER_HALF_OPEN);
+  {   /* the lapse was seen and counted once by a host that saw it */
+    nres_sync_stats_t st1, st2;
+
+    nres_sync_stats(h[1].s, 0, &st1);
+    nres_sync_stats(h[2].s, 0, &st2);
+    printf("# wedged prober: leases expired seen %llu and %llu\n",
+           (unsigned long long) st1.leases_expired,
+           (unsigned long long) st2.leases_expired);
+    assert_true(st1.leases_expired + st2.leases_expired >= 1);
+    assert_true(st1.leases_expired <= 1 && st2.leases_expired <= 1);
+  }
   /* Closed by the break, the lease (one break_for), the grace of two
    * intervals and slack for a loaded machine (sanitizers): 1.1 s idle,
    * where the wedged host used to hold the fleet for the whole 6 s. */

@@ -226,6 +226,9 @@ typedef struct nres_sync_stats_s {
                                    asked per s, rate admissions + refusals
                                    per s */
   uint64_t rounds;              /* good rounds of this entry */
+  uint64_t leases_expired;      /* breaker: prober claims seen lapse by
+                                   their lease (a prober wedged half-open),
+                                   each counted once */
 } nres_sync_stats_t;
 
 /* Defaults as above. */

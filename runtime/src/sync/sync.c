@@ -582,6 +582,10 @@ static int breaker_apply(nres_sync_t *s, entry_t *e, const redisReply *r,
   max_ms = (int64_t) (b->config.break_max / NRES_MSEC) + (int64_t) lease_ms(s, b);
   if (nres__sync_breaker_reply(r, max_ms, &a, why, cap) != 0)
     return NRES_ESTATE;
+  if (a.lapsed_ms != 0 && a.lapsed_ms != e->lapsed) {
+    e->lapsed = a.lapsed_ms;   /* each lapsed claim counted once */
+    e->st.leases_expired++;
+  }
   e->st.prober = (uint32_t) a.prober;
   e->st.fleet = a.state;
   e->st.hosts = a.voters;

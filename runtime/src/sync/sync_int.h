@@ -50,6 +50,7 @@ typedef struct {
   nres_time_t since;            /* demand measured from here (a probe) */
   /* breaker */
   nres_time_t imposed;          /* the break we gave it (ns, to the ms) */
+  int64_t lapsed;               /* the lapsed claim last counted (its until) */
   int bstate;                   /* state read for this round */
   nres_sync_stats_t st;
 } nres__sync_entry_t;
@@ -106,6 +107,7 @@ typedef struct {
   int64_t until_ms, now_ms;     /* Redis's clock */
   int prober, live;
   uint32_t voters, open;
+  int64_t lapsed_ms;            /* until of a claim seen lapsed, or 0 */
 } nres__breaker_reply_t;
 
 /* Each: 0 and *out filled, or NRES_ESTATE and `why` (one line: the

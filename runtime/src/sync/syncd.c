@@ -244,9 +244,10 @@ static void write_status(nres_sync_t *sync, region_t *regions, int nregions,
         continue;
       fprintf(f, "%s{\"scope\":\"%s\",\"kind\":\"%s\",\"synced\":%u,"
               "\"hosts\":%u,\"fleet\":%.3f,\"local\":%.3f,\"demand\":%.3f,"
-              "\"prober\":%u}",
+              "\"prober\":%u,\"leases_expired\":%llu}",
               first ? "" : ",", st.scope, kinds[st.kind], st.synced, st.hosts,
-              st.fleet, st.local, st.demand, st.prober);
+              st.fleet, st.local, st.demand, st.prober,
+              (unsigned long long) st.leases_expired);
       first = 0;
     }
   }

@@ -109,7 +109,7 @@ run_mode() {
     file=$(ls "$dir"/gw/regions/*.scope.upstreams.shm 2>/dev/null | head -1)
     [ -n "$file" ] || fail "$mode: no scope region file under $dir/gw/regions"
     "$syncd" --region "$file=upstreams" --redis "127.0.0.1:$redis_port" --interval 50 \
-      --breaker --node "chaos-$mode" --status "$dir/gw/fleet.json" \
+      --fleet chaos --breaker --node "chaos-$mode" --status "$dir/gw/fleet.json" \
       >"$dir/syncd.log" 2>&1 </dev/null &
     pids+=($!)
   fi
@@ -157,10 +157,16 @@ run_mode() {
   # light traffic so half-open breakers see their probes.
   for p in "${peers[@]}"; do admin "$p" "mode=healthy"; done
   if [ "$fleet" = 1 ] && ! kill -0 "$redis_pid" 2>/dev/null; then redis_start; fi
-  local settle=$((break_for + 5))
+  local settle=${NRES_CHAOS_SETTLE:-$((break_for + 5))}
   local t_end=$((SECONDS + settle))
   while [ "$SECONDS" -lt "$t_end" ]; do
     curl -s -o /dev/null --max-time 5 "$gw/settle"; sleep 0.05
+    if [ -n "${NRES_CHAOS_TRACE:-}" ]; then
+      curl -sf --max-time 5 "$gw/nres/status" | json '(function() local t = {}
+        for _, u in pairs(j.upstreams or {}) do for _, p in ipairs(u.peers) do
+          t[#t + 1] = p.state .. "/" .. (p.recent_tries or "?") .. "/" .. string.format("%.1f", p.score_ms or -1) end end
+        return table.concat(t, " ") end)()' | sed "s/^/$SECONDS s: /"
+    fi
   done
   local st wedges=0 bad=""
   st=$(curl -sf --max-time 5 "$gw/nres/status")

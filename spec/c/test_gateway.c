@@ -372,6 +372,91 @@ static void test_vanished_probe_holders(void **state) {
   unmake(&f);
 }
 
+/* A peer breaker for the chaos soak's cases: one failure ejects it for
+ * 2 s (no jitter), three probes close it. */
+static nres_gw_upstream_t *make_ejecting(fixture_t *f) {
+  nres_breaker_config_t pb;
+  nres_breaker_config_init(&pb);
+  pb.consecutive = 1;
+  pb.break_for = 2 * SEC;
+  pb.break_max = 2 * SEC;
+  pb.break_jitter = 0;
+  return make_with(f, 3, 1, NRES_GW_P2C, &pb);
+}
+
+/* One request whose try goes to peer `want` (picked until it comes) and
+ * ends with `status`. */
+static void request_to(nres_gw_upstream_t *u, int want, nres_time_t now, int status) {
+  nres_gw_request_t r;
+  uint32_t permit;
+  int has, i = -1;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  for (int k = 0; k < 200 && i != want; k++) {
+    if (i >= 0 && has)
+      nres_breaker_release(u->peer[i].breaker, permit);
+    i = nres_gw_pick(u, now, -1, &permit, &has);
+  }
+  assert_int_equal(i, want);
+  nres_gw_try_begin(u, &r, now, i, permit, has);
+  nres_gw_request_end(u, &r, now + MS, status);
+}
+
+/* n requests to whichever peer is picked, all answered 200. */
+static void healthy_requests(nres_gw_upstream_t *u, nres_time_t now, int n) {
+  for (int k = 0; k < n; k++) {
+    nres_gw_request_t r;
+    uint32_t permit;
+    int has;
+    assert_int_equal(nres_gw_admit(u, &r, now + k * MS, NAN), NRES_GW_ADMITTED);
+    int i = nres_gw_pick(u, now + k * MS, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now + k * MS, i, permit, has);
+    nres_gw_try_end(u, &r, now + k * MS + MS / 2, 0, 0);
+    nres_gw_request_end(u, &r, now + k * MS + MS / 2, 200);
+  }
+}
+
+/* Found by bench/chaos.sh: a peer that hung scores seconds after its
+ * ejection, so power of two choices always preferred the other peer of
+ * a pair and the ejected one stayed half-open, never probed, until that
+ * estimate faded (~20 s). Its probe now comes first. */
+static void test_half_open_peer_probed_despite_its_cost(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make_ejecting(&f);
+  nres_time_t now = 100 * SEC;
+  request_to(u, 0, now, 502);
+  assert_int_equal(nres_breaker_state(u->peer[0].breaker, now + MS), NRES_BREAKER_OPEN);
+  now += 3 * SEC;
+  nres_gw_refresh(u, now);              /* peer 0 half-open */
+  u->peer[0].cost = 2e9;                /* what its hung tries left */
+  u->peer[1].cost = u->peer[2].cost = 1e6;
+  healthy_requests(u, now, 40);         /* within one refresh period */
+  assert_int_equal(nres_breaker_state(u->peer[0].breaker, now + SEC), NRES_BREAKER_CLOSED);
+  unmake(&f);
+}
+
+/* Found by bench/chaos.sh: with two of three peers ejected the pool is
+ * in panic, and panic's tries took no permit, so the ejected peers' probes
+ * were never recorded: every peer healthy again, two stayed half-open and
+ * the pool in panic for good. A free probe is now taken in panic too. */
+static void test_panic_still_probes(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make_ejecting(&f);
+  nres_time_t now = 100 * SEC;
+  request_to(u, 0, now, 502);
+  request_to(u, 1, now, 502);
+  now += 3 * SEC;
+  nres_gw_refresh(u, now);
+  assert_true(u->panicking);
+  healthy_requests(u, now, 60);
+  assert_int_equal(nres_breaker_state(u->peer[0].breaker, now + SEC), NRES_BREAKER_CLOSED);
+  assert_int_equal(nres_breaker_state(u->peer[1].breaker, now + SEC), NRES_BREAKER_CLOSED);
+  nres_gw_refresh(u, now + SEC);
+  assert_false(u->panicking);
+  unmake(&f);
+}
+
 /* A peer breaker that trips on a failure ratio (50 % of at least 10
  * calls) counts every try in its window, successes too (the upstream
  * keeps nres_gw_peer_t.windowed from the table's configuration, so that a
@@ -626,6 +711,8 @@ int main(void) {
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
     cmocka_unit_test(test_vanished_probe_holders),
+    cmocka_unit_test(test_half_open_peer_probed_despite_its_cost),
+    cmocka_unit_test(test_panic_still_probes),
     cmocka_unit_test(test_ratio_breaker_counts_successes),
     cmocka_unit_test(test_client_abort_is_no_success),
     cmocka_unit_test(test_deadline_header),

@@ -18,6 +18,7 @@ int main(void) {
 
   nres_sync_config_init(&config);
   config.port = 1;   /* never reached: no round runs */
+  config.fleet = "consumer";   /* required: part of every key */
   if (nres_sync_new(&config, &sync) != 0 || sync == NULL) {
     fprintf(stderr, "sync_consumer: nres_sync_new failed\n");
     return 1;

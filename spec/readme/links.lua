@@ -111,6 +111,25 @@ local function unescape(s)
   return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
 end
 
+-- The anchor rule against anchors GitHub gives these headings.
+for heading, want in pairs {
+  ["Lua face: what `p:run(fn)` costs (`bench/lua/run_cost.lua`)"] = "lua-face-what-prunfn-costs-benchluarun_costlua",
+  ["A 502 or 504 without X-Nres-Reason"] = "a-502-or-504-without-x-nres-reason",
+  ["Why `deadline = 1500` is refused"] = "why-deadline--1500-is-refused",
+  ["nginx -s reload fails"] = "nginx--s-reload-fails",
+  ["Threads on one policy (`bench/c/bench_threads.c`, the `threads` load)"] =
+    "threads-on-one-policy-benchcbench_threadsc-the-threads-load",
+  ["Quick start: a policy in Lua"] = "quick-start-a-policy-in-lua",
+  ["How nres is put together — in short"] = "how-nres-is-put-together--in-short",
+  ["Which preset?"] = "which-preset",
+} do
+  local got = slug(heading)
+  if got ~= want then
+    print(("links.lua: the anchor of %q is %q, GitHub's is %q"):format(heading, got, want))
+    os.exit(1)
+  end
+end
+
 local pages = { "README.md", "bench/README.md" }
 local find = io.popen("cd '" .. repo .. "' && find docs -name '*.md' 2>/dev/null | LC_ALL=C sort")
 for p in find:lines() do pages[#pages + 1] = p end

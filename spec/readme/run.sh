@@ -86,6 +86,17 @@ awk -v dir="$work" -v page="$page" -v n="$n" '
 ' "$repo/$page"
 done
 
+# README.md stays a front page: at most 200 lines, and each quick start's
+# code block at most 15 lines (issue 24).
+lines=$(wc -l <"$repo/README.md")
+[ "$lines" -le 200 ] || fail "README.md has $lines lines: a front page has at most 200 (move the rest to docs/)"
+awk '/^## / { qs = ($0 ~ /^## Quick start/) }
+     /^```/ { if (inb) { if (qs && n > 15) print "README.md:" start ": a quick start block of " n " lines (at most 15)"; inb = 0 }
+              else { inb = 1; n = 0; start = NR }
+              next }
+     inb { n++ }' "$repo/README.md" >"$work/long"
+while read -r line; do fail "$line"; done <"$work/long"
+
 if [ -s "$work/unmarked" ]; then
   while read -r line; do fail "$line"; done <"$work/unmarked"
 fi
@@ -144,7 +155,17 @@ run_cc() {   # FILE LINE
   fi
 }
 
+# One nginx block: whatever happens in run_nginx_block, the nginx and the
+# depserver it started are stopped before the next block (a block that
+# failed to start used to leave its depserver running).
 run_nginx() {   # FILE LINE
+  run_nginx_block "$@"
+  nres_nginx_stop_all
+  [ -n "$depserver_pid" ] && kill "$depserver_pid" 2>/dev/null
+  depserver_pid=
+}
+
+run_nginx_block() {   # FILE LINE
   if ! nres_have_nginx_lua; then
     fail "$2 (nginx): nginx or its Lua module is missing"; return
   fi
@@ -166,7 +187,13 @@ run_nginx() {   # FILE LINE
   "$build/nres-depserver" --no-stdin --port "$up_port" </dev/null >"$conf/depserver.log" 2>&1 &
   depserver_pid=$!
   nres_wait_http "http://127.0.0.1:$up_port/echo" || { fail "$2: depserver did not start"; return; }
-  NRES_NGINX_GLOBALS="env NRES_LIB;" nres_nginx_start "$conf" "$conf/nginx.conf" ||
+  # As a reader starts it: no NRES_LIB. The module, or lua_package_cpath,
+  # finds the build's libnres (docs/gateway-regions.md).
+  local started=0
+  unset NRES_LIB
+  nres_nginx_start "$conf" "$conf/nginx.conf" && started=1
+  export NRES_LIB=$lib
+  [ "$started" = 1 ] ||
     { fail "$2 (nginx) does not start as written:"; tail -5 "$conf/error.log" 2>/dev/null; return; }
   local code status
   code=$(curl -s -o "$conf/echo.out" -w '%{http_code}' --max-time 5 "http://127.0.0.1:$gw_port/echo" || true)
@@ -178,9 +205,6 @@ run_nginx() {   # FILE LINE
     fail "$2 (nginx): /echo gave $code, /nres/status gave: $(printf '%s' "$status" | head -c 200)"
     tail -5 "$conf/error.log" 2>/dev/null || true
   fi
-  nres_nginx_stop_all
-  kill "$depserver_pid" 2>/dev/null || true
-  depserver_pid=
 }
 
 while read -r kind line file; do

@@ -18,12 +18,11 @@ typedef struct nres_gw_config_s {
   nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
   uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
   int choice; double panic; int budget, breaker;
-  void *try_hists; void *request_hist; nres_gw_control_t *control;
-  nres_gw_control_t *peer_controls;
+  void *try_hists; void *request_hist; void *control; void *peer_controls;
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; void *hist;
-  nres_gw_control_t *control; uint32_t slot, inflight;
+  void *control; uint32_t slot, inflight;
   double cost; int state, drained, windowed; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
@@ -31,7 +30,7 @@ typedef struct nres_gw_upstream_s {
   nres_shm_t *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
   uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
-  uint64_t overflow; nres_rng_t rng; void *hist; nres_gw_control_t *control;
+  uint64_t overflow; nres_rng_t rng; void *hist; void *control;
   nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
 typedef struct nres_gw_request_s {
@@ -41,7 +40,7 @@ typedef struct nres_gw_request_s {
 } nres_gw_request_t;
 typedef struct nres_gw_limiter_s {
   struct nres_gw_limiter_s *next; char name[65]; nres_shm_t *table; nres_time_t hold;
-  uint64_t overflow; nres_gw_control_t *control;
+  uint64_t overflow; void *control;
 } nres_gw_limiter_t;
 
 nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);

@@ -60,7 +60,12 @@ static int admit(nres_gw_upstream_t *u, int i, nres_time_t now, uint32_t *permit
   if (u->peer[i].drained)   /* the control API's drain: no new tries */
     return 0;
   if (u->panicking) {
-    *has_permit = 0;
+    /* Ejection is ignored, but a peer whose break is over still takes
+     * its probe when one is free: tries without a permit are not
+     * recorded, so without probes no peer would ever close and the pool
+     * would stay in panic with every peer healthy (the chaos soak). */
+    *has_permit = u->peer[i].state != NRES_BREAKER_CLOSED &&
+                  nres__breaker_acquire(u->peer[i].breaker, now, permit) == 0;
     return 1;
   }
   if (nres__breaker_acquire(u->peer[i].breaker, now, permit) != 0)
@@ -100,6 +105,13 @@ int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *pe
       a = b;
       b = t;
     }
+    /* A peer whose break is over is probed before the cheaper one: its
+     * cost dates from before its ejection (a peer that hung scores
+     * seconds), so by score alone it could go unpicked, and half-open,
+     * for as long as that estimate takes to fade. */
+    if (u->peer[b].state != NRES_BREAKER_CLOSED && admit(u, b, now, permit, has_permit) &&
+        *has_permit)
+      return b;
     if (admit(u, a, now, permit, has_permit))
       return a;
     if (b != a && admit(u, b, now, permit, has_permit))

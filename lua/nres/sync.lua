@@ -36,7 +36,7 @@ typedef struct nres_sync_config_s {
   double local_share; uint64_t seed;
   const char *fleet, *unix_path, *user, *password, *password_file;
   int db; double breaker_quorum; nres_time_t probe_lease;
-  const char *sentinels, *master;
+  const char *sentinels, *master, *cluster;
   int tls; const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
   void (*log)(void *arg, const char *line); void *log_arg;
 } nres_sync_config_t;

@@ -182,6 +182,11 @@ typedef struct nres_sync_config_s {
                                    find the primary through Redis Sentinel
                                    (host and port are then unused) */
   const char *master;           /* the Sentinel master's name */
+  const char *cluster;          /* "host:port,..." (at most 8): seeds of a
+                                   Redis Cluster; each scope's calls go to
+                                   the node serving its slot (MOVED and ASK
+                                   followed). Not with sentinels, db or
+                                   unix_path */
   int tls;                      /* 1: TLS to Redis (not to Sentinels) */
   const char *tls_ca_file;      /* CAs to verify Redis with; NULL: the
                                    system's */

@@ -234,8 +234,9 @@ int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
 
 /* hiredis 0.14's reader allocates an array of whatever size the server
  * announces ("*510000000" asks for 4 GB of pointers) and has no limit of
- * its own. The agent's replies are arrays of at most 7 elements, so its
- * connection reads with these functions, hiredis's own except that an
+ * its own. The agent's largest reply is CLUSTER SLOTS (an element per
+ * range of slots), so its connection reads with these functions,
+ * hiredis's own except that an
  * array of more than NRES__SYNC_REPLY_ELEMENTS_MAX elements is refused
  * (the reader fails, the round fails). The objects are redisReply as
  * hiredis makes them, freed by freeReplyObject. */

@@ -18,6 +18,7 @@ set(NRES_SYNC_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/conn.c
   ${CMAKE_CURRENT_LIST_DIR}/sentinel.c
   ${CMAKE_CURRENT_LIST_DIR}/tls.c
+  ${CMAKE_CURRENT_LIST_DIR}/cluster.c
 )
 foreach(lib nres_sync nres_sync_static)
   if(lib STREQUAL "nres_sync")

@@ -213,7 +213,7 @@ static int redirect(nres_sync_t *s, const redisReply *r, int *link) {
     kind = 2;
   else
     return 0;
-  p = strchr(r->str + 4, ' ');
+  p = strrchr(r->str, ' ');   /* "<kind> <slot> <host>:<port>" */
   if (p == NULL || (colon = strrchr(p, ':')) == NULL)
     return 0;
   p++;

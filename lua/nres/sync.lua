@@ -103,6 +103,7 @@ end
 --           prefix = "nres", node = name, local_share = 0..1,
 --           breaker_quorum = 0..<1, probe_lease = s,
 --           sentinels = { "host:port", ... }, master = name,   -- instead of redis
+--           cluster = { "host:port", ... },                    -- or a Cluster's seeds
 --           tls = true | { ca_file =, cert_file =, key_file =, server_name = } }
 -- Returns the agent, or nil and a reason (no library, refused settings).
 -- A password is read from a file or an environment variable, never given
@@ -146,6 +147,22 @@ function _M.new(opts)
     cfg.sentinels = keep[#keep]
     keep[#keep + 1] = opts.master
     cfg.master = keep[#keep]
+  end
+  if opts.cluster ~= nil then
+    local list = opts.cluster
+    if type(list) ~= "table" or #list == 0 or #list > 8 then
+      error(bad(1, "new", "cluster: a list of 1..8 \"host:port\" seeds", list), 2)
+    end
+    for i, a in ipairs(list) do
+      if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
+        error(format("nres.sync: cluster[%d]: expected \"host:port\", got %s", i, tostring(a)), 2)
+      end
+    end
+    if cfg.sentinels ~= nil or opts.db ~= nil then
+      error("nres.sync: cluster: expected neither sentinels nor db with it", 2)
+    end
+    keep[#keep + 1] = table.concat(list, ",")
+    cfg.cluster = keep[#keep]
   end
   local tls = opts.tls
   if tls ~= nil and tls ~= false then

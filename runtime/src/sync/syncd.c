@@ -4,7 +4,7 @@
  *
  *   nres-syncd --fleet NAME --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
  *              [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...
- *               --master NAME] [--db N] [--user NAME]
+ *               --master NAME | --cluster HOST:PORT...] [--db N] [--user NAME]
  *              [--password-file FILE | --password-env VAR]
  *              [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]
  *               [--tls-name NAME]]
@@ -87,7 +87,8 @@ static void sleep_until(nres_time_t t) {
 #define USAGE \
   "usage: nres-syncd --fleet NAME --region FILE[=SCOPE]...\n" \
   "                  [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...\n" \
-  "                   --master NAME] [--db N] [--user NAME]\n" \
+  "                   --master NAME | --cluster HOST:PORT...] [--db N]\n" \
+  "                  [--user NAME]\n" \
   "                  [--password-file FILE | --password-env VAR]\n" \
   "                  [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]\n" \
   "                   [--tls-name NAME]]\n" \
@@ -117,6 +118,9 @@ static void sleep_until(nres_time_t t) {
   "  --sentinel HOST:PORT   a Redis Sentinel (repeat, up to 8): the primary\n" \
   "                         is asked of the Sentinels, with --master NAME\n" \
   "  --master NAME          the Sentinel master's name\n" \
+  "  --cluster HOST:PORT    a Redis Cluster node to learn the slots from\n" \
+  "                         (repeat, up to 8): each key's calls go to the\n" \
+  "                         node serving its slot, MOVED and ASK followed\n" \
   "  --db N                 SELECT this database after connecting\n" \
   "  --user NAME            the ACL user (default: AUTH with the password\n" \
   "                         alone, as requirepass wants)\n" \
@@ -382,7 +386,7 @@ static void look_again(nres_sync_t *sync, region_t *r) {
 int main(int argc, char **argv) {
   const char *redis = "127.0.0.1:6379", *status = NULL;
   region_t regions[MAX_REGIONS];
-  char host[256], sentinels[2048] = "";
+  char host[256], sentinels[2048] = "", seeds[2048] = "";
   nres_sync_config_t cfg;
   nres_sync_t *sync;
   struct sigaction sa;
@@ -456,6 +460,12 @@ int main(int argc, char **argv) {
       cfg.sentinels = sentinels;
     }
     else if (strcmp(argv[k], "--master") == 0) cfg.master = argv[++k];
+    else if (strcmp(argv[k], "--cluster") == 0) {
+      size_t n = strlen(seeds);
+
+      snprintf(seeds + n, sizeof(seeds) - n, "%s%s", n ? "," : "", argv[++k]);
+      cfg.cluster = seeds;
+    }
     else if (strcmp(argv[k], "--tls-ca") == 0) cfg.tls_ca_file = argv[++k];
     else if (strcmp(argv[k], "--tls-cert") == 0) cfg.tls_cert_file = argv[++k];
     else if (strcmp(argv[k], "--tls-key") == 0) cfg.tls_key_file = argv[++k];
@@ -482,6 +492,12 @@ int main(int argc, char **argv) {
   if (cfg.password != NULL && cfg.password_file != NULL) {
     fprintf(stderr, "nres-syncd: --password-file and --password-env: expected "
             "one of them, got both\n");
+    return 2;
+  }
+  if (cfg.cluster != NULL && (cfg.sentinels != NULL || cfg.db != 0 ||
+                              strncmp(redis, "unix:", 5) == 0)) {
+    fprintf(stderr, "nres-syncd: --cluster: expected no --sentinel, --db or "
+            "unix socket with it (a Cluster has only database 0), got one\n");
     return 2;
   }
   if ((cfg.sentinels != NULL) != (cfg.master != NULL)) {

@@ -96,7 +96,9 @@
  * socket, with AUTH (a password, or an ACL user), SELECT and TLS as
  * configured, or the primary that Redis Sentinel names (asked at every
  * connection, ROLE checked before the first write, +switch-master
- * followed at once). It does not speak Redis Cluster. Losing Redis costs
+ * followed at once), or, on a Redis Cluster, the node serving each
+ * scope's slot (a connection per node, MOVED and ASK followed). Losing
+ * Redis costs
  * accuracy, never availability: every host falls back to local shares and
  * comes back when it returns (its records start again: a full budget, no
  * break). Fleet records need no persistence (save "" and appendonly no

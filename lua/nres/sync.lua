@@ -97,6 +97,20 @@ local function name_ok(v, max)
   return type(v) == "string" and #v >= 1 and #v <= max
 end
 
+-- sentinels = { "host:port", ... } or cluster = { ... }: 1..8 addresses,
+-- as the C side takes them ("h:p,h:p"); raised at sync.new's caller.
+local function addr_list(field, list)
+  if type(list) ~= "table" or #list == 0 or #list > 8 then
+    error(bad(1, "new", field .. ": a list of 1..8 \"host:port\"", list), 3)
+  end
+  for i, a in ipairs(list) do
+    if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
+      error(format("nres.sync: %s[%d]: expected \"host:port\", got %s", field, i, tostring(a)), 3)
+    end
+  end
+  return table.concat(list, ",")
+end
+
 -- sync.new{ fleet = name (required), redis = "host:port" | "unix:/path",
 --           db = n, user = acl_user, password_file = path | password_env = VAR,
 --           interval = s, timeout = s, reconnect_max = s, ttl = s,
@@ -133,35 +147,17 @@ function _M.new(opts)
     cfg.host, cfg.port = keep[#keep], tonumber(port)
   end
   if opts.sentinels ~= nil or opts.master ~= nil then
-    local list = opts.sentinels
-    if type(list) ~= "table" or #list == 0 or #list > 8 then
-      error(bad(1, "new", "sentinels: a list of 1..8 \"host:port\"", list), 2)
-    end
-    for i, a in ipairs(list) do
-      if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
-        error(format("nres.sync: sentinels[%d]: expected \"host:port\", got %s", i, tostring(a)), 2)
-      end
-    end
-    if not name_ok(opts.master, 127) then error(bad(1, "new", "master: the Sentinel master's name", opts.master), 2) end
-    keep[#keep + 1] = table.concat(list, ",")
+    keep[#keep + 1] = addr_list("sentinels", opts.sentinels)
     cfg.sentinels = keep[#keep]
+    if not name_ok(opts.master, 127) then error(bad(1, "new", "master: the Sentinel master's name", opts.master), 2) end
     keep[#keep + 1] = opts.master
     cfg.master = keep[#keep]
   end
   if opts.cluster ~= nil then
-    local list = opts.cluster
-    if type(list) ~= "table" or #list == 0 or #list > 8 then
-      error(bad(1, "new", "cluster: a list of 1..8 \"host:port\" seeds", list), 2)
-    end
-    for i, a in ipairs(list) do
-      if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
-        error(format("nres.sync: cluster[%d]: expected \"host:port\", got %s", i, tostring(a)), 2)
-      end
-    end
     if cfg.sentinels ~= nil or opts.db ~= nil then
       error("nres.sync: cluster: expected neither sentinels nor db with it", 2)
     end
-    keep[#keep + 1] = table.concat(list, ",")
+    keep[#keep + 1] = addr_list("cluster", opts.cluster)
     cfg.cluster = keep[#keep]
   end
   local tls = opts.tls

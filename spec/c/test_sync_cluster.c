@@ -28,51 +28,13 @@
 #include "nres.h"
 #include "nres/sync.h"
 #include "../sync/redis_server.h"
+#include "../sync/redis_admin.h"
 
 #define NODES 6
 #define SCOPES 6
 
 static redis_server_t node[NODES];
 static char dir[64], conf[NODES][128];
-
-static void sleep_ms(int ms) {
-  struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000L };
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-    ;
-}
-
-static redisReply *ask(int port, const char *fmt, ...) {
-  struct timeval tv = { 1, 0 };
-  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-  redisReply *r = NULL;
-  va_list ap;
-
-  if (c == NULL || c->err) {
-    if (c != NULL)
-      redisFree(c);
-    return NULL;
-  }
-  redisSetTimeout(c, tv);
-  va_start(ap, fmt);
-  r = redisvCommand(c, fmt, ap);
-  va_end(ap);
-  redisFree(c);
-  return r;
-}
-
-static long evalsha_calls(int port) {
-  redisReply *r = ask(port, "INFO commandstats");
-  const char *p;
-  long n = -1;
-
-  if (r != NULL && r->type == REDIS_REPLY_STRING) {
-    p = strstr(r->str, "cmdstat_evalsha:calls=");
-    n = p != NULL ? atol(p + strlen("cmdstat_evalsha:calls=")) : 0;
-  }
-  if (r != NULL)
-    freeReplyObject(r);
-  return n;
-}
 
 static int cluster_ok(int port) {
   redisReply *r = ask(port, "CLUSTER INFO");

@@ -40,30 +40,7 @@ uint16_t nres__sync_key_slot(const char *key) {
 }
 
 int nres__sync_cluster_parse(nres_sync_t *s, const char *seeds) {
-  const char *p = seeds, *comma, *colon;
-  size_t len;
-  char *end;
-  long port;
-
-  s->nseeds = 0;
-  while (p != NULL && *p != '\0') {
-    comma = strchr(p, ',');
-    len = comma != NULL ? (size_t) (comma - p) : strlen(p);
-    colon = memrchr(p, ':', len);
-    if (colon == NULL || colon == p || (size_t) (colon - p) >= 256 ||
-        s->nseeds == NRES__SYNC_SENTINELS_MAX)
-      return NRES_EINVAL;
-    port = strtol(colon + 1, &end, 10);
-    if (end != p + len || port <= 0 || port > 65535)
-      return NRES_EINVAL;
-    memcpy(s->seed[s->nseeds].host, p, (size_t) (colon - p));
-    s->seed[s->nseeds].host[colon - p] = '\0';
-    s->seed[s->nseeds].port = (int) port;
-    s->nseeds++;
-    p += len;
-    if (*p == ',')
-      p++;
-  }
+  s->nseeds = nres__sync_parse_addrs(seeds, s->seed, NRES__SYNC_SENTINELS_MAX);
   memset(s->slot_link, 0xff, sizeof(s->slot_link));
   return s->nseeds > 0 ? 0 : NRES_EINVAL;
 }

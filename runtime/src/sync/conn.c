@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -87,6 +88,34 @@ int nres__sync_read_secret(const char *path, char *out, size_t cap,
     return -1;
   }
   return 0;
+}
+
+int nres__sync_parse_addrs(const char *list, nres__sync_addr_t *out, int max) {
+  const char *p = list, *comma, *colon;
+  size_t len;
+  char *end;
+  long port;
+  int n = 0;
+
+  while (p != NULL && *p != '\0') {
+    comma = strchr(p, ',');
+    len = comma != NULL ? (size_t) (comma - p) : strlen(p);
+    colon = memrchr(p, ':', len);
+    if (colon == NULL || colon == p ||
+        (size_t) (colon - p) >= sizeof(out[0].host) || n == max)
+      return -1;
+    port = strtol(colon + 1, &end, 10);
+    if (end != p + len || port <= 0 || port > 65535)
+      return -1;
+    memcpy(out[n].host, p, (size_t) (colon - p));
+    out[n].host[colon - p] = '\0';
+    out[n].port = (int) port;
+    n++;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return n;
 }
 
 void nres__sync_drop(nres_sync_t *s) {

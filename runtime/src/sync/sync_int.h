@@ -26,6 +26,11 @@ enum { NRES__SCRIPT_BUDGET, NRES__SCRIPT_RATE, NRES__SCRIPT_BREAKER,
 #define NRES__SYNC_SENTINELS_MAX 8
 #define NRES__SYNC_LINKS_MAX 32       /* Cluster nodes the agent talks to */
 
+typedef struct {
+  char host[256];
+  int port;
+} nres__sync_addr_t;
+
 /* A connection to one node of a Cluster (cluster.c swaps it in). */
 typedef struct {
   char host[256];
@@ -81,11 +86,11 @@ struct nres_sync_s {
   char cur_host[256];           /* the node connected to: host, or the */
   int cur_port;                 /* primary the Sentinels named */
   char master[128];             /* Sentinel: the master's name */
-  struct { char host[256]; int port; } sentinel[NRES__SYNC_SENTINELS_MAX];
+  nres__sync_addr_t sentinel[NRES__SYNC_SENTINELS_MAX];
   int nsentinels;               /* 0: no Sentinel */
   redisContext *sub;            /* subscribed to +switch-master */
   /* Cluster (cluster.c): the seeds, a link per node, the slot map. */
-  struct { char host[256]; int port; } seed[NRES__SYNC_SENTINELS_MAX];
+  nres__sync_addr_t seed[NRES__SYNC_SENTINELS_MAX];
   int nseeds;                   /* 0: no Cluster */
   nres__sync_link_t link[NRES__SYNC_LINKS_MAX];
   int nlinks;
@@ -155,6 +160,9 @@ void nres__sync_reply_shape(const redisReply *r, char *out, size_t cap);
  * reply: NOAUTH, WRONGPASS...), said with nres__sync_say. */
 int nres__sync_connect(nres_sync_t *s);
 void nres__sync_drop(nres_sync_t *s);
+/* "host:port,host:port,..." into out (at most `max`): how many, or -1
+ * if one is not host:port or there are more (Sentinels, Cluster seeds). */
+int nres__sync_parse_addrs(const char *list, nres__sync_addr_t *out, int max);
 /* "host:port" of the node (or the unix socket) for lines said. */
 const char *nres__sync_where(const nres_sync_t *s, char *buf, size_t cap);
 /* Say a line (to the log callback, or stderr) unless it is the last one

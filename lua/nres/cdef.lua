@@ -9,6 +9,8 @@
 -- path tried.
 local ffi = require "ffi"
 
+-- The library's ABI this binding matches: the one place it is written
+-- (CMakeLists.txt reads this line into nres/version.h's NRES_ABI_VERSION).
 local ABI_VERSION = 6
 
 ffi.cdef [[
@@ -246,14 +248,14 @@ void nres_shm_config_init(nres_shm_config_t *config);
 size_t nres_shm_size(const nres_shm_config_t *config);
 int nres_shm_new(const nres_shm_config_t *config, nres_shm_t **out);
 void nres_shm_free(nres_shm_t *shm);
-int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len, uint64_t now,
-                     uint64_t hold, uint32_t *gen);
+int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len, nres_time_t now,
+                     nres_time_t hold, uint32_t *gen);
 nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index);
 int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
                  uint32_t *gen, double *lease);
 void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop, uint32_t attempts,
                      uint32_t retries);
-int nres_shm_limit(nres_shm_t *shm, uint32_t index, uint64_t now, double *retry_after);
+int nres_shm_limit(nres_shm_t *shm, uint32_t index, nres_time_t now, double *retry_after);
 void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
 void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out);
 size_t nres_shm_slot_size(void);

@@ -87,9 +87,11 @@ _M.admit, _M.access, _M.refused = balancer.admit, balancer.access, balancer.refu
 _M.balance, _M.log = balancer.balance, balancer.log
 _M.region = files.configure
 
--- init_worker_by_lua: seed this worker's random peer choices and, in
--- worker 0, remove region files no declaration uses (nres.ngx.files).
+-- init_worker_by_lua: bind balancer mode's nginx functions, seed this
+-- worker's random peer choices and, in worker 0, remove region files no
+-- declaration uses (nres.ngx.files).
 function _M.init_worker()
+  balancer.bind()
   balancer.seed()
   files.init_worker()
 end

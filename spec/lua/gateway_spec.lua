@@ -516,6 +516,35 @@ describe("nres.ngx region files and balancer mode", function()
       .. ' is for, got "10.0.0.1"')
   end)
 
+  -- lua-nginx-module 0.10.27 added host, host_len to set_current_peer:
+  -- calling it with 0.10.23's 5 arguments failed the first balanced
+  -- request of a newer OpenResty (issue 26). The signature is chosen by
+  -- version; a version it cannot call fails the declaration (init_by_lua:
+  -- the start), never a request. Stubbed version numbers: one build here.
+  it("choose set_current_peer's signature by lua-nginx-module's version, refuse older ones at start", function()
+    local request = require "nres.ngx.request"
+    for version, host in pairs { [10023] = false, [10026] = false, [10027] = true,
+                                 [10030] = true, [20001] = true } do
+      expect.eq(request.peer_host_args(version), host)
+    end
+    for _, bad in ipairs { 10022, 9999, "10027", 10027.5 } do
+      local ok, why = request.peer_host_args(bad)
+      expect.eq(ok, nil)
+      expect.truthy(why:find("0.10.23 or newer", 1, true), why)
+    end
+    gw.scope("vers", { policy = "gateway", slots = 8 })
+    local saved = rawget(_G, "ngx")
+    ngx = { config = { ngx_lua_version = 10019 } }   -- luacheck: ignore
+    local ok, err = pcall(gw.upstream, "old", { scope = "vers", peers = { "127.0.0.1:1" } })
+    ngx = { config = { ngx_lua_version = 10027 } }   -- luacheck: ignore
+    local ok2, err2 = pcall(gw.upstream, "new", { scope = "vers", peers = { "127.0.0.1:1" } })
+    ngx = saved   -- luacheck: ignore
+    expect.eq(ok, false)
+    expect.eq(err, "nres.ngx.upstream: old: expected lua-nginx-module 0.10.23 or newer"
+      .. " (ngx_lua_version 10023), got 10019")
+    expect.truthy(ok2, err2)
+  end)
+
   it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()
     local u = gw.upstream("pool", { scope = "ups", peers = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80" } })
     expect.eq(u.shm.file, dir .. "/spec.peers.pool.shm")

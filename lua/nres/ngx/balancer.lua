@@ -194,6 +194,10 @@ function _M.declare(name, opts)
   if type(key) ~= "string" or #key < 1 or #key > 64 then
     error(bad("upstream", "key", "a string of 1..64 bytes", key), 0)
   end
+  if type(ngx) == "table" and ngx.config then   -- in nginx: a lua-nginx-module this binding cannot call fails the start
+    local ok, why = require("nres.ngx.request").peer_host_args(ngx.config.ngx_lua_version)
+    if ok == nil then error("nres.ngx.upstream: " .. name .. ": " .. why, 0) end
+  end
   local n = #list
   local u = {
     name = name, key = key, scope = s, n = n, choice = choice, panic = panic,
@@ -283,7 +287,7 @@ local ngx = ngx
 local ffi_str = ffi.string
 local R   -- nres.ngx.request, bound on the first request
 local exdata, var_get, set_header, resp_status, start_time
-local set_peer, set_timeouts, set_more_tries
+local set_peer, peer_host, set_timeouts, set_more_tries
 local NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t
 local reqs = {}             -- request address -> state record (this worker)
 local free, nfree = {}, 0   -- state records to reuse
@@ -293,6 +297,7 @@ local function bind()
   exdata, var_get, set_header, resp_status, start_time =
     R.exdata, R.var_get, R.set_header, R.status, R.start_time
   set_peer, set_timeouts, set_more_tries = R.set_peer, R.set_timeouts, R.set_more_tries
+  peer_host = R.peer_host
   NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t =
     R.NGX_OK, R.NGX_DECLINED, R.value_ptr, R.size_ptr, R.errmsg, R.lowcase, R.uintptr_t
 end
@@ -484,7 +489,13 @@ end
 function try(u, g, r, req, now, i)
   local permit, has = permit_box[0], has_box[0]
   local host = u.hosts[i + 1]
-  if set_peer(req, host, #host, u.ports[i + 1], errmsg) ~= NGX_OK then
+  local rc   -- the signature bind() chose by lua-nginx-module's version
+  if peer_host then
+    rc = set_peer(req, host, #host, u.ports[i + 1], nil, 0, errmsg)
+  else
+    rc = set_peer(req, host, #host, u.ports[i + 1], errmsg)
+  end
+  if rc ~= NGX_OK then
     if has ~= 0 then br_release(u.br[i + 1], permit) end
     ngx.log(ngx.ERR, "nres: set_current_peer ", u.peer[i + 1], ": ", ffi_str(errmsg[0]))
     return ngx.exit(ngx.ERROR)
@@ -574,6 +585,18 @@ end
 -- up to 8 workers never write one line, whatever their pids (workers n and
 -- n + 8 share one, as do an old and a new worker of one number while a
 -- reload drains).
+-- init_worker: the nginx functions bound now, in every worker, when a
+-- balancer upstream is declared (an unsupported lua-nginx-module was
+-- refused when it was declared).
+function _M.bind()
+  for _, u in pairs(config.upstreams) do
+    if u.balancer then
+      if not R then bind() end
+      return
+    end
+  end
+end
+
 function _M.seed()
   local pid = ngx and ngx.worker.pid() or 1
   local id = ngx and ngx.worker.id()

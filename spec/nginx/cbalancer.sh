@@ -11,7 +11,9 @@
 #      every answer 200, every peer used, X-Deadline-Ms on every upstream
 #      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
 #      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
-#      upstream; nres_admit's client limiter answers 429 + Retry-After; two
+#      upstream; nres_admit's client limiter answers 429 + Retry-After
+#      ($nres_reason in the access log, one [warn] line a refusal at
+#      nres_admit_log_level warn, none at the default); two
 #      locations' upstream confs (one hides a header) stay apart in the
 #      tries' timed copies; a location without nres_admit still balances;
 #      an internal redirect to a location that proxies keeps the first
@@ -154,6 +156,16 @@ r=$(curl -s -w '%{http_code} %header{retry-after} [%header{x-nres-reason}]\n' \
   -o /dev/null "$gw/limited")
 printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
 printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
+# $nres_reason in the access log; each refusal one line at
+# nres_admit_log_level (warn there; the default, info, is below error.log's
+# notice: the X-Deadline-Ms: 0 refusals above left none)
+grep -qx '429 \[rate limited\]' "$work/gw/limited.log" && grep -qx '200 \[-\]' "$work/gw/limited.log" ||
+  fail "\$nres_reason: /limited's access log says: $(cat "$work/gw/limited.log")"
+grep -q '\[warn\].*nres_admit: refused, rate limited, upstream "backend" by limiter "tight"' \
+  "$work/gw/error.log" || fail "no [warn] line for /limited's refusals: $(tail -3 "$work/gw/error.log")"
+if grep -q 'nres_admit: refused, deadline exceeded' "$work/gw/error.log"; then
+  fail "a refusal logged above nres_admit_log_level's default (info)"
+fi
 # a try's timeouts come with a copy of its location's upstream conf,
 # kept per location and worker: another location's (hiding Content-Type)
 # is not used (one connection: one worker sees both)

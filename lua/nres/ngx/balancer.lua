@@ -84,13 +84,14 @@ local gw_pick, gw_try_begin, gw_grant = C.nres_gw_pick, C.nres_gw_try_begin, C.n
 local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
   C.nres_gw_request_end
 local gw_class, gw_deadline_ms = C.nres_gw_class, C.nres_gw_deadline_ms
+local gw_refusal = C.nres_gw_refusal
 local est_quantile = C.nres_estimator_quantile
 local bad, scopes, new_table = config.bad, config.scopes, config.new_table
 local limit = require("nres.ngx.limiter").limit
 
 local _M = {}
 
-local STOP_OK, STOP_DEADLINE = 1, 4
+local STOP_OK, STOP_DEADLINE, STOP_LIMITED = 1, 4, 7   -- nres_stop_t
 local EST_SIZE = ffi_sizeof("nres_estimator_t")
 local EST_PERIOD = 1e9          -- ns per estimator window (two are read)
 local NEVER = 2 ^ 64            -- a lease that never ends (nres.shm)
@@ -101,6 +102,7 @@ local permit_box = ffi_new("uint32_t[1]")
 local has_box = ffi_new("int[1]")
 local gen_box = ffi_new("uint32_t[1]")
 local samples_box = ffi_new("uint64_t[1]")
+local reason_box = ffi_new("const char *[1]")   -- nres_gw_refusal's reason
 
 local EJECT = { consecutive = 5, ratio = 0.25, min_calls = 10, window = 5, buckets = 5,
                 break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3 }
@@ -325,12 +327,22 @@ local function new_state(key, stamp, u)
   return r
 end
 
--- A refusal for request record r: the record gw.refused answers from (the
--- error_page 599 location; a config without the `if` line lets the
--- request reach the balancer, which fails it: nginx's 500).
+-- A refusal for request record r (stop: nres_stop_t; client: a client
+-- limiter's): the record gw.refused answers from (the error_page 599
+-- location; a config without the `if` line lets the request reach the
+-- balancer, which fails it: nginx's 500). Its status and reason are
+-- nres_gw_refusal's, the table the nginx module answers from.
 -- Returns "" (set_by_lua's value: no X-Deadline-Ms header).
-local function refuse(r, status, reason, wait)
-  r.refused, r.reason, r.wait = status, reason, wait
+local refusals = {}   -- stop * 2 + client -> { status, reason }
+local function refuse(r, stop, client, wait)
+  local k = stop * 2 + (client and 1 or 0)
+  local answer = refusals[k]
+  if answer == nil then
+    local status = tonumber(gw_refusal(stop, client and 1 or 0, reason_box))
+    answer = { status, ffi_str(reason_box[0]) }
+    refusals[k] = answer
+  end
+  r.refused, r.reason, r.wait = answer[1], answer[2], wait
   return ""
 end
 
@@ -384,7 +396,7 @@ function _M.admit(uname, lname, lkey)
   local r = new_state(tonumber(ffi_cast(uintptr_t, req)), start_time(req), u)
   if lname ~= nil then
     local ok, wait = limit(lname, lkey)
-    if not ok then return refuse(r, 429, "rate limited", wait) end
+    if not ok then return refuse(r, STOP_LIMITED, true, wait) end
   end
   local now = step_now()
   local ms = NAN
@@ -395,8 +407,7 @@ function _M.admit(uname, lname, lkey)
     error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
   end
   local verdict = gw_admit(u.gw, r.req, now, ms)
-  if verdict == 504 then return refuse(r, 504, "deadline exceeded") end
-  if verdict == 503 then return refuse(r, 503, "circuit open") end
+  if verdict ~= 0 then return refuse(r, verdict, false) end   -- a stop reason
   local left = tonumber(gw_left_ms(r.req, now))
   -- without an inbound deadline the time left is the policy's: its string
   -- is made once (a number's tostring is a format and an interning)

@@ -264,14 +264,17 @@ static void *
 ngx_http_nres_create_main_conf(ngx_conf_t *cf)
 {
     ngx_http_nres_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof *mcf);
-    if (mcf == NULL)
+    if (mcf == NULL) {
         return NULL;
+    }
     if (ngx_array_init(&mcf->refs, cf->pool, 4, sizeof(ngx_http_nres_ref_t))
             != NGX_OK
         || ngx_array_init(&mcf->balancers, cf->pool, 4,
                           sizeof(ngx_http_nres_srv_conf_t *))
                != NGX_OK)
+    {
         return NULL;
+    }
     /* A configuration starts: its init_by_lua registers its upstreams anew;
      * an older one's registrations are not this one's. */
     nres_gw_registry_clear();
@@ -289,8 +292,9 @@ ngx_http_nres_create_loc_conf(ngx_conf_t *cf)
 {
     ngx_http_nres_loc_conf_t *conf
         = ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
-    if (conf == NULL)
+    if (conf == NULL) {
         return NULL;
+    }
     conf->log_level = NGX_CONF_UNSET_UINT;
     return conf;
 }
@@ -323,8 +327,9 @@ ngx_http_nres_ref(ngx_conf_t *cf, ngx_str_t name, void **target,
     ngx_http_nres_main_conf_t *mcf
         = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
     ngx_http_nres_ref_t *ref = ngx_array_push(&mcf->refs);
-    if (ref == NULL)
+    if (ref == NULL) {
         return NGX_CONF_ERROR;
+    }
     ref->name = name;
     ref->target = target;
     ref->limiter = limiter;
@@ -344,8 +349,9 @@ ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_upstream_srv_conf_t *us
         = ngx_http_conf_get_module_srv_conf(cf, ngx_http_upstream_module);
     ngx_str_t *value = cf->args->elts;
-    if (scf->us != NULL)
+    if (scf->us != NULL) {
         return "is duplicate";
+    }
     if (us->peer.init_upstream != NULL) {
         ngx_conf_log_error(
             NGX_LOG_EMERG, cf, 0,
@@ -363,8 +369,9 @@ ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_nres_main_conf_t *mcf
         = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
     ngx_http_nres_srv_conf_t **slot = ngx_array_push(&mcf->balancers);
-    if (slot == NULL)
+    if (slot == NULL) {
         return NGX_CONF_ERROR;
+    }
     *slot = scf;
     return ngx_http_nres_ref(cf, scf->name, (void **) &scf->gw, 0, &cmd->name);
 }
@@ -377,8 +384,9 @@ ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_nres_loc_conf_t *lcf = conf;
     ngx_str_t *value = cf->args->elts;
-    if (lcf->gw != NULL)
+    if (lcf->gw != NULL) {
         return "is duplicate";
+    }
     ngx_str_t lname = ngx_null_string, key = ngx_null_string;
     for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
         if (ngx_strncmp(value[i].data, "limiter=", 8) == 0) {
@@ -396,7 +404,8 @@ ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
     if ((lname.data == NULL) != (key.data == NULL)
-        || (key.data != NULL && key.len == 0)) {
+        || (key.data != NULL && key.len == 0))
+    {
         ngx_conf_log_error(
             NGX_LOG_EMERG, cf, 0,
             "%V: expected limiter=NAME and key=VALUE together (the "
@@ -408,23 +417,28 @@ ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
     lcf->gw = ngx_pcalloc(cf->pool, sizeof *lcf->gw);
-    if (lcf->gw == NULL)
+    if (lcf->gw == NULL) {
         return NGX_CONF_ERROR;
+    }
     if (lname.data != NULL) {
         lcf->limiter = ngx_pcalloc(cf->pool, sizeof *lcf->limiter);
         lcf->key = ngx_pcalloc(cf->pool, sizeof *lcf->key);
-        if (lcf->limiter == NULL || lcf->key == NULL)
+        if (lcf->limiter == NULL || lcf->key == NULL) {
             return NGX_CONF_ERROR;
+        }
         ngx_http_compile_complex_value_t ccv;
         ngx_memzero(&ccv, sizeof ccv);
         ccv.cf = cf;
         ccv.value = &key;
         ccv.complex_value = lcf->key;
-        if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
             return NGX_CONF_ERROR;
+        }
         if (ngx_http_nres_ref(cf, lname, (void **) lcf->limiter, 1, &cmd->name)
             != NGX_CONF_OK)
+        {
             return NGX_CONF_ERROR;
+        }
     }
     return ngx_http_nres_ref(cf, value[1], (void **) lcf->gw, 0, &cmd->name);
 }
@@ -435,9 +449,12 @@ static ngx_int_t
 ngx_http_nres_lua_before_us(ngx_conf_t *cf)
 {
     ngx_int_t lua = -1;
-    for (ngx_uint_t i = 0; cf->cycle->modules[i] != NULL; i++)
+    for (ngx_uint_t i = 0; cf->cycle->modules[i] != NULL; i++) {
         if (ngx_strcmp(cf->cycle->modules[i]->name, "ngx_http_lua_module") == 0)
+        {
             lua = (ngx_int_t) i;
+        }
+    }
     if (lua < 0) {
         ngx_conf_log_error(
             NGX_LOG_EMERG, cf, 0,
@@ -462,8 +479,9 @@ ngx_http_nres_parse_peers(ngx_conf_t *cf, ngx_http_nres_srv_conf_t *scf)
 {
     nres_gw_upstream_t *gw = scf->gw;
     scf->addrs = ngx_pcalloc(cf->pool, gw->n * sizeof(ngx_addr_t));
-    if (scf->addrs == NULL)
+    if (scf->addrs == NULL) {
         return NGX_ERROR;
+    }
     for (uint32_t i = 0; i < gw->n; i++) {
         ngx_url_t url;
         ngx_memzero(&url, sizeof url);
@@ -500,13 +518,16 @@ ngx_http_nres_lib_visit(struct dl_phdr_info *info, size_t size, void *data)
     ngx_http_nres_libs_t *libs = data;
     const char *name = info->dlpi_name, *base;
     (void) size;
-    if (name == NULL || name[0] == '\0')
+    if (name == NULL || name[0] == '\0') {
         return 0;
+    }
     base = strrchr(name, '/');
     base = base != NULL ? base + 1 : name;
     if (ngx_strncmp(base, "libnres.so", 10) != 0
         || ngx_strcmp(name, libs->own) == 0)
+    {
         return 0;
+    }
     libs->other = name;
     return 1;
 }
@@ -517,17 +538,19 @@ ngx_http_nres_other_lib_hint(u_char *hint, size_t cap)
     Dl_info self;
     ngx_http_nres_libs_t libs = {"", NULL};
     hint[0] = '\0';
-    if (dladdr((void *) nres_gw_find, &self) == 0 || self.dli_fname == NULL)
+    if (dladdr((void *) nres_gw_find, &self) == 0 || self.dli_fname == NULL) {
         return;
+    }
     libs.own = self.dli_fname;
     dl_iterate_phdr(ngx_http_nres_lib_visit, &libs);
-    if (libs.other != NULL)
+    if (libs.other != NULL) {
         *ngx_snprintf(
             hint, cap - 1,
             " (this module uses %s, and another libnres is loaded, %s: "
             "NRES_LIB must name the module's)",
             libs.own, libs.other)
             = '\0';
+    }
 }
 
 static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r);
@@ -537,8 +560,9 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
 {
     ngx_http_nres_main_conf_t *mcf
         = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
-    if (mcf->refs.nelts == 0)
+    if (mcf->refs.nelts == 0) {
         return NGX_OK;
+    }
     /* The module reads libnres's structs (an upstream's peers) by the
      * headers it was built with: a library of another layout would be read
      * with the wrong stride. */
@@ -550,8 +574,9 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
             NRES_ABI_VERSION, nres_abi_version());
         return NGX_ERROR;
     }
-    if (ngx_http_nres_lua_before_us(cf) != NGX_OK)
+    if (ngx_http_nres_lua_before_us(cf) != NGX_OK) {
         return NGX_ERROR;
+    }
     /* least_conn, hash, ip_hash or random after nres_balancer replace it
      * (nginx only warns "load balancing method redefined"), and every
      * request would go to the placeholder server. keepalive wraps it. */
@@ -573,8 +598,9 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
      * whole configuration: the names are checked where it ran, when the
      * master starts or reloads, where an unknown one fails the start, or
      * the reload (the running configuration stays). */
-    if (ngx_test_config || ngx_process == NGX_PROCESS_SIGNALLER)
+    if (ngx_test_config || ngx_process == NGX_PROCESS_SIGNALLER) {
         return NGX_OK;
+    }
     ngx_http_nres_ref_t *ref = mcf->refs.elts;
     for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {
         const char *name = (const char *) ref[i].name.data;
@@ -582,8 +608,9 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
                           ? (void *) nres_gw_limiter_find(name, ref[i].name.len)
                           : (void *) nres_gw_find(name, ref[i].name.len);
         u_char hint[NGX_MAX_PATH * 2 + 128];
-        if (found == NULL)
+        if (found == NULL) {
             ngx_http_nres_other_lib_hint(hint, sizeof hint);
+        }
         if (found == NULL && ref[i].limiter) {
             ngx_log_error(
                 NGX_LOG_EMERG, cf->log, 0,
@@ -608,8 +635,9 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
     }
     ngx_http_nres_srv_conf_t **scf = mcf->balancers.elts;
     for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++) {
-        if (ngx_http_nres_parse_peers(cf, scf[i]) != NGX_OK)
+        if (ngx_http_nres_parse_peers(cf, scf[i]) != NGX_OK) {
             return NGX_ERROR;
+        }
         /* what nres_gw_try_begin gives a try with more time left than that */
         scf[i]->attempt_ms
             = (ngx_msec_t) (scf[i]->gw->attempt_timeout / 1000000u);
@@ -618,8 +646,9 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
         = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
     ngx_http_handler_pt *h
         = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
-    if (h == NULL)
+    if (h == NULL) {
         return NGX_ERROR;
+    }
     *h = ngx_http_nres_preaccess;
     return NGX_OK;
 }
@@ -635,17 +664,22 @@ ngx_http_nres_init_process(ngx_cycle_t *cycle)
 {
     ngx_http_nres_main_conf_t *mcf
         = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_nres_module);
-    if (mcf == NULL)
+    if (mcf == NULL) {
         return NGX_OK;
+    }
     if (mcf->refs.nelts > 0
         && (ngx_process == NGX_PROCESS_WORKER
             || ngx_process == NGX_PROCESS_SINGLE))
+    {
         nres_shard_set((unsigned) ngx_worker);
+    }
     ngx_http_nres_ref_t *ref = mcf->refs.elts;
-    for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++)
-        if (!ref[i].limiter && *ref[i].target != NULL)
+    for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {
+        if (!ref[i].limiter && *ref[i].target != NULL) {
             nres_gw_seed(*ref[i].target, (uint64_t) ngx_pid * 2654435761u
                                              + nres_clock_now() + i);
+        }
+    }
     return NGX_OK;
 }
 
@@ -668,8 +702,9 @@ static ngx_http_nres_ctx_t *
 ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw_upstream_t *gw)
 {
     ngx_http_nres_ctx_t *ctx = ngx_palloc(r->pool, sizeof *ctx);
-    if (ctx == NULL)
+    if (ctx == NULL) {
         return NULL;
+    }
     ctx->cln.handler = NULL; /* armed once admitted */
     ctx->cln.data = ctx;
     ctx->cln.next = r->pool->cleanup;
@@ -698,11 +733,13 @@ static ngx_http_nres_ctx_t *
 ngx_http_nres_get_ctx(ngx_http_request_t *r)
 {
     ngx_http_nres_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_nres_module);
-    if (ctx != NULL)
+    if (ctx != NULL) {
         return ctx;
+    }
     for (ngx_pool_cleanup_t *c = r->pool->cleanup; c != NULL; c = c->next) {
         if (c->handler == ngx_http_nres_end
-            && ((ngx_http_nres_ctx_t *) c->data)->r == r) {
+            && ((ngx_http_nres_ctx_t *) c->data)->r == r)
+        {
             ctx = c->data;
             ngx_http_set_ctx(r, ctx, ngx_http_nres_module);
             return ctx;
@@ -719,17 +756,20 @@ ngx_http_nres_header(ngx_http_request_t *r, const char *name, size_t len)
     ngx_table_elt_t *h = part->elts;
     for (ngx_uint_t i = 0;; i++) {
         if (i >= part->nelts) {
-            if (part->next == NULL)
+            if (part->next == NULL) {
                 return NULL;
+            }
             part = part->next;
             h = part->elts;
             i = 0;
-            if (part->nelts == 0)
+            if (part->nelts == 0) {
                 continue;
+            }
         }
         if (h[i].key.len == len
-            && ngx_strncmp(h[i].lowcase_key, name, len) == 0)
+            && ngx_strncmp(h[i].lowcase_key, name, len) == 0) {
             return &h[i];
+        }
     }
 }
 
@@ -768,40 +808,43 @@ ngx_http_nres_refuse(ngx_http_request_t *r, ngx_http_nres_ctx_t *ctx,
     const char *text;
     int client = stop == NRES_STOP_LIMITED;
     ngx_uint_t status = (ngx_uint_t) nres_gw_refusal(stop, client, &text);
-    ngx_str_t reason_str = {ngx_strlen(text), (u_char *) text};
-    ngx_str_t *reason = &reason_str;
+    ngx_str_t reason = {ngx_strlen(text), (u_char *) text};
     ctx->gw = NULL;
     ctx->stop = stop;
     ngx_log_error(lcf->log_level, r->connection->log, 0,
-                  "nres_admit: refused, %V, upstream \"%s\"%s%s%s", reason,
+                  "nres_admit: refused, %V, upstream \"%s\"%s%s%s", &reason,
                   (*lcf->gw)->name, client ? " by limiter \"" : "",
                   client ? (*lcf->limiter)->name : "", client ? "\"" : "");
     ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL)
+    if (h == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
     h->hash = 1;
     ngx_str_set(&h->key, "X-Nres-Reason");
-    h->value = *reason;
-    if (status == NGX_HTTP_TOO_MANY_REQUESTS) { /* whole seconds, at least 1 */
+    h->value = reason;
+    /* Retry-After: whole seconds, at least 1 */
+    if (status == NGX_HTTP_TOO_MANY_REQUESTS) {
         h = ngx_list_push(&r->headers_out.headers);
         u_char *p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
-        if (h == NULL || p == NULL)
+        if (h == NULL || p == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
         uint64_t secs = (wait + 999999999u) / 1000000000u;
         h->hash = 1;
         ngx_str_set(&h->key, "Retry-After");
         h->value.data = p;
         h->value.len = ngx_sprintf(p, "%uL", secs > 0 ? secs : 1) - p;
     }
-    u_char *body = ngx_pnalloc(r->pool, reason->len + 1);
-    if (body == NULL)
+    u_char *body = ngx_pnalloc(r->pool, reason.len + 1);
+    if (body == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    ngx_memcpy(body, reason->data, reason->len);
-    body[reason->len] = '\n';
+    }
+    ngx_memcpy(body, reason.data, reason.len);
+    body[reason.len] = '\n';
     ngx_http_complex_value_t cv;
     ngx_memzero(&cv, sizeof cv);
     cv.value.data = body;
-    cv.value.len = reason->len + 1;
+    cv.value.len = reason.len + 1;
     ngx_int_t rc = ngx_http_send_response(r, status, &type, &cv);
     ngx_http_finalize_request(r, rc);
     return NGX_DONE;
@@ -813,17 +856,20 @@ ngx_http_nres_preaccess(ngx_http_request_t *r)
 {
     ngx_http_nres_loc_conf_t *lcf
         = ngx_http_get_module_loc_conf(r, ngx_http_nres_module);
-    if (lcf->gw == NULL || ngx_http_nres_get_ctx(r) != NULL)
+    if (lcf->gw == NULL || ngx_http_nres_get_ctx(r) != NULL) {
         return NGX_DECLINED;
+    }
     nres_gw_upstream_t *gw = *lcf->gw;
     ngx_http_nres_ctx_t *ctx = ngx_http_nres_new_ctx(r, gw);
-    if (ctx == NULL)
+    if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
     nres_time_t now = nres_clock_now();
     if (lcf->limiter != NULL) {
         ngx_str_t key;
-        if (ngx_http_complex_value(r, lcf->key, &key) != NGX_OK)
+        if (ngx_http_complex_value(r, lcf->key, &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
         char hashed[NRES_GW_KEY_HASHED]; /* a long key's MD5, as in Lua */
         const char *k;
         size_t klen = nres_gw_key((const char *) key.data, key.len, hashed, &k);
@@ -833,11 +879,24 @@ ngx_http_nres_preaccess(ngx_http_request_t *r)
         }
     }
     int rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
-    if (rc != NRES_GW_ADMITTED)
+    if (rc != NRES_GW_ADMITTED) {
         return ngx_http_nres_refuse(r, ctx, lcf, rc, 0);
+    }
     ctx->left_ms = nres_gw_left_ms(&ctx->req, now);
     ctx->cln.handler = ngx_http_nres_end; /* the call's end armed */
     return NGX_DECLINED;
+}
+
+/* A variable's value: len bytes at data, found. */
+static ngx_int_t
+ngx_http_nres_value(ngx_http_variable_value_t *v, u_char *data, size_t len)
+{
+    v->len = len;
+    v->data = data;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    return NGX_OK;
 }
 
 /* $nres_deadline_ms: the time left at admission (ms), or at a retry's
@@ -856,8 +915,8 @@ ngx_http_nres_deadline_variable(ngx_http_request_t *r,
         v->not_found = 1;
         return NGX_OK;
     }
-    if (ctx->deadline_len
-        == 0) { /* decimal, as ngx_sprintf's %L: from the end */
+    /* formatted once: decimal, as ngx_sprintf's %L, from the end */
+    if (ctx->deadline_len == 0) {
         u_char *p = ctx->deadline + sizeof ctx->deadline;
         uint64_t ms = (uint64_t) ctx->left_ms;
         do {
@@ -866,12 +925,9 @@ ngx_http_nres_deadline_variable(ngx_http_request_t *r,
         } while (ms != 0);
         ctx->deadline_len = (size_t) (ctx->deadline + sizeof ctx->deadline - p);
     }
-    v->len = ctx->deadline_len;
-    v->data = ctx->deadline + sizeof ctx->deadline - ctx->deadline_len;
-    v->valid = 1;
-    v->no_cacheable = 0;
-    v->not_found = 0;
-    return NGX_OK;
+    return ngx_http_nres_value(
+        v, ctx->deadline + sizeof ctx->deadline - ctx->deadline_len,
+        ctx->deadline_len);
 }
 
 /* $nres_reason: why nres_admit refused the request ("circuit open", "rate
@@ -888,12 +944,7 @@ ngx_http_nres_reason_variable(ngx_http_request_t *r,
         return NGX_OK;
     }
     const char *text = nres_stop_name(ctx->stop);
-    v->len = ngx_strlen(text);
-    v->data = (u_char *) text;
-    v->valid = 1;
-    v->no_cacheable = 0;
-    v->not_found = 0;
-    return NGX_OK;
+    return ngx_http_nres_value(v, (u_char *) text, ngx_strlen(text));
 }
 
 static ngx_int_t
@@ -902,8 +953,9 @@ ngx_http_nres_add_variables(ngx_conf_t *cf)
     ngx_http_variable_t *var, *v;
     for (v = ngx_http_nres_vars; v->name.len; v++) {
         var = ngx_http_add_variable(cf, &v->name, v->flags);
-        if (var == NULL)
+        if (var == NULL) {
             return NGX_ERROR;
+        }
         var->get_handler = v->get_handler;
         var->data = v->data;
     }
@@ -923,17 +975,22 @@ ngx_http_nres_try_conf(ngx_http_nres_ctx_t *ctx, ngx_msec_t t)
     ngx_http_upstream_conf_t *conf = ctx->conf;
     if (conf->connect_timeout == t && conf->send_timeout == t
         && conf->read_timeout == t)
+    {
         return conf;
+    }
     ngx_http_nres_srv_conf_t *scf = ctx->scf;
     ngx_http_upstream_conf_t *copy = NULL;
     if (t == scf->attempt_ms) {
-        for (ngx_uint_t i = 0; i < scf->ntimed; i++)
-            if (scf->timed[i].conf == conf)
+        for (ngx_uint_t i = 0; i < scf->ntimed; i++) {
+            if (scf->timed[i].conf == conf) {
                 return scf->timed[i].timed;
+            }
+        }
         if (scf->ntimed < NGX_HTTP_NRES_TIMED_MAX) {
             copy = ngx_palloc(ngx_cycle->pool, sizeof *copy);
-            if (copy == NULL)
+            if (copy == NULL) {
                 return NULL;
+            }
             scf->timed[scf->ntimed].conf = conf;
             scf->timed[scf->ntimed].timed = copy;
             scf->ntimed++;
@@ -942,7 +999,9 @@ ngx_http_nres_try_conf(ngx_http_nres_ctx_t *ctx, ngx_msec_t t)
     if (copy == NULL) {
         if (ctx->own == NULL
             && (ctx->own = ngx_palloc(ctx->r->pool, sizeof *copy)) == NULL)
+        {
             return NULL;
+        }
         copy = ctx->own;
     }
     ngx_memcpy(copy, conf, sizeof *copy);
@@ -968,10 +1027,13 @@ ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now)
     ngx_http_upstream_t *u = r->upstream;
     if (ctx->deadline_len == 0 || u->create_request == NULL
         || r->request_body_no_buffering)
+    {
         return;
+    }
     int64_t left = nres_gw_left_ms(&ctx->req, now), was = ctx->left_ms;
-    if (left == was)
+    if (left == was) {
         return;
+    }
     ngx_chain_t *built = u->request_bufs;
     ctx->left_ms = left;
     ctx->deadline_len = 0; /* formatted again by create_request */
@@ -1000,21 +1062,27 @@ ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc,
 {
     ngx_http_request_t *r = ctx->r;
     ngx_http_upstream_t *u = r->upstream;
-    if (ctx->granted)
+    if (ctx->granted) {
         return;
+    }
     ctx->granted = 1;
     if (u->request_sent
         && (r->method & (NGX_HTTP_POST | NGX_HTTP_LOCK | NGX_HTTP_PATCH)))
+    {
         ft |= NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT;
-    if (ft == 0 || (u->conf->next_upstream & ft) != ft)
+    }
+    if (ft == 0 || (u->conf->next_upstream & ft) != ft) {
         return;
+    }
     nres_time_t now = nres_clock_now();
     int more = nres_gw_grant(ctx->gw, &ctx->req, now, -1);
-    if (more == NRES_GW_NEED_CLASS)
+    if (more == NRES_GW_NEED_CLASS) {
         more = nres_gw_grant(ctx->gw, &ctx->req, now,
                              ngx_http_nres_class(ctx->r));
-    if (more == 1)
+    }
+    if (more == 1) {
         pc->tries++;
+    }
 }
 
 /* Each try: a peer and its timeouts. */
@@ -1024,8 +1092,9 @@ ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data)
     ngx_http_nres_ctx_t *ctx = data;
     nres_gw_upstream_t *gw = ctx->gw;
     nres_time_t now = nres_clock_now();
-    if (ctx->session_tries++ > 0)
+    if (ctx->session_tries++ > 0) {
         ngx_http_nres_recreate_request(ctx, now);
+    }
     ctx->granted = 0;
     uint32_t permit;
     int has_permit;
@@ -1039,8 +1108,9 @@ ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data)
     pc->socklen = a->socklen;
     pc->name = &a->name;
     ngx_http_upstream_conf_t *conf = ngx_http_nres_try_conf(ctx, t);
-    if (conf == NULL)
+    if (conf == NULL) {
         return NGX_ERROR;
+    }
     ctx->r->upstream->conf = conf;
     return NGX_OK;
 }
@@ -1073,28 +1143,29 @@ ngx_http_nres_process_header(ngx_http_request_t *r)
     ngx_http_nres_rewrap(ctx, u);
     if (rc == NGX_OK && ctx->req.peer >= 0) {
         ngx_uint_t ft;
-        switch (
-            u->headers_in.status_n) { /* the statuses nres counts as failed */
-            case NGX_HTTP_INTERNAL_SERVER_ERROR:
-                ft = NGX_HTTP_UPSTREAM_FT_HTTP_500;
-                break;
-            case NGX_HTTP_BAD_GATEWAY:
-                ft = NGX_HTTP_UPSTREAM_FT_HTTP_502;
-                break;
-            case NGX_HTTP_SERVICE_UNAVAILABLE:
-                ft = NGX_HTTP_UPSTREAM_FT_HTTP_503;
-                break;
-            case NGX_HTTP_GATEWAY_TIME_OUT:
-                ft = NGX_HTTP_UPSTREAM_FT_HTTP_504;
-                break;
-            case NGX_HTTP_TOO_MANY_REQUESTS:
-                ft = NGX_HTTP_UPSTREAM_FT_HTTP_429;
-                break;
-            default:
-                ft = 0;
+        /* the statuses nres counts as failed */
+        switch (u->headers_in.status_n) {
+        case NGX_HTTP_INTERNAL_SERVER_ERROR:
+            ft = NGX_HTTP_UPSTREAM_FT_HTTP_500;
+            break;
+        case NGX_HTTP_BAD_GATEWAY:
+            ft = NGX_HTTP_UPSTREAM_FT_HTTP_502;
+            break;
+        case NGX_HTTP_SERVICE_UNAVAILABLE:
+            ft = NGX_HTTP_UPSTREAM_FT_HTTP_503;
+            break;
+        case NGX_HTTP_GATEWAY_TIME_OUT:
+            ft = NGX_HTTP_UPSTREAM_FT_HTTP_504;
+            break;
+        case NGX_HTTP_TOO_MANY_REQUESTS:
+            ft = NGX_HTTP_UPSTREAM_FT_HTTP_429;
+            break;
+        default:
+            ft = 0;
         }
-        if (ft != 0)
+        if (ft != 0) {
             ngx_http_nres_grant(ctx, &u->peer, ft);
+        }
     }
     return rc;
 }
@@ -1116,13 +1187,16 @@ static void
 ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state)
 {
     ngx_http_nres_ctx_t *ctx = data;
-    if (pc->tries)
+    if (pc->tries) {
         pc->tries--;
-    if (ctx->req.peer < 0)
+    }
+    if (ctx->req.peer < 0) {
         return;
+    }
     ngx_http_upstream_t *u = ctx->r->upstream;
     if (ctx->r->connection->error && !(state & NGX_PEER_FAILED)
-        && (u->state == NULL || u->state->status == 0)) {
+        && (u->state == NULL || u->state->status == 0))
+    {
         /* the client left before this try was answered (nginx ends the
          * request with 499): no outcome to record; nres_gw_request_end
          * judges the call neither way */
@@ -1142,16 +1216,18 @@ ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state)
                     && (pc->connection->read->timedout
                         || pc->connection->write->timedout);
     if (!(state & NGX_PEER_FAILED) && u->state != NULL
-        && u->state->status == 504)
+        && u->state->status == 504) {
         timed_out = 1;
+    }
     ctx->last = nres_gw_try_end(ctx->gw, &ctx->req, nres_clock_now(), failed,
                                 timed_out);
     /* A kept-alive connection that the upstream had closed: nginx tries
      * again by itself (pc->tries++ in ngx_http_upstream_next), no token. */
-    if ((state & NGX_PEER_FAILED) && !(pc->cached && !timed_out))
+    if ((state & NGX_PEER_FAILED) && !(pc->cached && !timed_out)) {
         ngx_http_nres_grant(ctx, pc,
                             timed_out ? NGX_HTTP_UPSTREAM_FT_TIMEOUT
                                       : NGX_HTTP_UPSTREAM_FT_ERROR);
+    }
 }
 
 /* A request's upstream session: the admission's state, or a new one
@@ -1164,8 +1240,9 @@ ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us)
     ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
     if (ctx == NULL || ctx->gw != scf->gw) {
         ctx = ngx_http_nres_new_ctx(r, scf->gw);
-        if (ctx == NULL)
+        if (ctx == NULL) {
             return NGX_ERROR;
+        }
         nres_gw_unadmitted(scf->gw, &ctx->req, nres_clock_now());
         ctx->cln.handler = ngx_http_nres_end;
     } else if (ctx->req.peer >= 0) {
@@ -1178,7 +1255,8 @@ ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us)
     ctx->conf = r->upstream->conf;
     ngx_http_upstream_t *u = r->upstream;
     if (u->process_header != NULL && u->reinit_request != NULL
-        && u->reinit_request != ngx_http_nres_reinit_request) {
+        && u->reinit_request != ngx_http_nres_reinit_request)
+    {
         ctx->reinit_request = u->reinit_request;
         u->reinit_request = ngx_http_nres_reinit_request;
         ngx_http_nres_rewrap(ctx, u);

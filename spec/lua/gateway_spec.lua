@@ -543,6 +543,36 @@ describe("nres.ngx region files and balancer mode", function()
     expect.eq(err, "nres.ngx.upstream: old: expected lua-nginx-module 0.10.23 or newer"
       .. " (ngx_lua_version 10023), got 10019")
     expect.truthy(ok2, err2)
+    -- and the balancer calls the signature chosen: a stubbed binding (no
+    -- nginx here) bound for each version counts set_current_peer's arguments
+    local real = require "nres.ngx.request"
+    local req = ffi.new("char[1]")   -- a request's address
+    for version, nargs in pairs { [10023] = 5, [10027] = 7 } do
+      local seen
+      local stub = setmetatable({}, { __index = real })
+      function stub.bind()
+        stub.peer_host = real.peer_host_args(version)
+        stub.exdata = function() return req end
+        stub.start_time = function() return version end
+        stub.var_get = function() return real.NGX_DECLINED end
+        stub.set_peer = function(...)
+          seen = select("#", ...)
+          return real.NGX_OK
+        end
+        stub.set_timeouts = function() return real.NGX_OK end
+        stub.set_more_tries = function() return real.NGX_OK end
+        stub.status = function() return 200 end
+        return stub
+      end
+      package.loaded["nres.ngx.request"] = stub
+      package.loaded["nres.ngx.balancer"] = nil   -- a fresh one binds anew
+      local balancer = require "nres.ngx.balancer"
+      local ok3, err3 = pcall(balancer.balance, "new")
+      balancer.log()
+      package.loaded["nres.ngx.request"] = real
+      expect.truthy(ok3, err3)
+      expect.eq(seen, nargs)
+    end
   end)
 
   it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()

@@ -163,6 +163,10 @@ grep -qx '429 \[rate limited\]' "$work/gw/limited.log" && grep -qx '200 \[-\]' "
   fail "\$nres_reason: /limited's access log says: $(cat "$work/gw/limited.log")"
 grep -q '\[warn\].*nres_admit: refused, rate limited, upstream "backend" by limiter "tight"' \
   "$work/gw/error.log" || fail "no [warn] line for /limited's refusals: $(tail -3 "$work/gw/error.log")"
+# a key longer than a slot, shortened alike by the module and Lua
+# (nres_gw_key): the Lua limiter's admission leaves the module's refused
+r=$(curl -s -w '%{http_code} ' -o /dev/null "$gw/lua-limited-long" -o /dev/null "$gw/limited-long")
+[ "$r" = "200 429 " ] || fail "one long key in Lua and the module: $r (expected 200 429: one bucket)"
 if grep -q 'nres_admit: refused, deadline exceeded' "$work/gw/error.log"; then
   fail "a refusal logged above nres_admit_log_level's default (info)"
 fi

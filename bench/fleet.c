@@ -309,6 +309,7 @@ static void run(int rate, int arm, nres_time_t interval) {
       snprintf(node, sizeof(node), "h%d", i);
       c.node = node;
       c.prefix = prefix;
+      c.fleet = "bench";
       c.interval = interval;
       nres_sync_new(&c, &s[i]);
       if (rate)
@@ -374,6 +375,7 @@ static void hosts_up(nres_sync_t **s, nres_time_t interval, const char *prefix) 
     snprintf(node, sizeof(node), "h%d", i);
     c.node = node;
     c.prefix = prefix;
+    c.fleet = "bench";
     c.interval = interval;
     nres_sync_new(&c, &s[i]);
     nres_sync_add_ratelimit(s[i], "api", &h->limit, 0);

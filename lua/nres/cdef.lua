@@ -4,14 +4,20 @@
 -- plain types: same size and alignment). Loading checks the library's ABI
 -- version and the size of every struct declared here against what the
 -- library reports, so a stale or mismatched libnres is a clear error, not
--- memory corruption. libnres is looked for in $NRES_LIB, then on
--- package.cpath, then in the usual install locations; the error lists every
--- path tried.
+-- memory corruption. libnres is looked for in $NRES_LIB, then in the
+-- process (a module's), then on package.cpath, then where an installed one
+-- is (see candidates below); the error lists every path tried.
+-- nres needs LuaJIT's FFI: say so under any other Lua (plain Lua 5.1, as
+-- LuaRocks may run, would otherwise fail with "module 'ffi' not found").
+if not jit then
+  error("nres needs LuaJIT (its FFI): this is " .. tostring(_VERSION)
+        .. "; run it with luajit or in OpenResty", 2)
+end
 local ffi = require "ffi"
 
 -- The library's ABI this binding matches: the one place it is written
 -- (CMakeLists.txt reads this line into nres/version.h's NRES_ABI_VERSION).
-local ABI_VERSION = 6
+local ABI_VERSION = 7
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -41,12 +47,12 @@ typedef struct nres_window_s {
 typedef struct nres_breaker_config_s {
   uint32_t consecutive, min_calls; double failure_ratio, slow_ratio;
   nres_time_t window; uint32_t buckets, probes, success_threshold, reserved_;
-  nres_time_t break_for, break_max; double break_jitter;
+  nres_time_t break_for, break_max; double break_jitter; nres_time_t lease;
 } nres_breaker_config_t;
 
 typedef struct nres_breaker_s {
   nres_breaker_config_t config; uint64_t word; uint32_t consecutive, level;
-  uint64_t trips, rejected; nres_window_t window;
+  uint64_t trips, rejected, leases_expired; nres_window_t window;
 } nres_breaker_t;
 
 typedef struct nres_throttle_s {
@@ -82,8 +88,8 @@ typedef struct nres_hedge_s {
 
 typedef struct nres_counters_s {
   uint64_t calls, attempts, retries, hedges, abandoned, fallbacks, late;
-  uint64_t verdicts[5]; uint64_t stops[11]; uint64_t rejects[6];
-  uint64_t hedges_won, class_rejects[3];
+  uint64_t verdicts[5]; uint64_t stops[12]; uint64_t rejects[6];
+  uint64_t hedges_won, class_rejects[3], isolations, resets;
 } nres_counters_t;
 
 typedef struct nres_policy_s {
@@ -101,9 +107,9 @@ typedef struct nres_policy_s {
   uint32_t private_flags, private_magic, draining;
   uint64_t sequence, quantile_next, quantile_samples, quantile_ceiling, quantile_slow,
            quantile_hedge, quantile_fast;
-  uint64_t n_verdicts[5], n_stops[11], n_rejects[6];
+  uint64_t n_verdicts[5], n_stops[12], n_rejects[6];
   uint64_t n_retries, n_hedges, n_abandoned, n_fallbacks, n_late;
-  uint64_t n_hedges_won, n_class_rejects[3];
+  uint64_t n_hedges_won, n_class_rejects[3], n_isolations, n_resets;
   struct { uint64_t verdicts, stops, reserved_[14]; } n_ok[8];
 } nres_policy_t;
 
@@ -131,7 +137,7 @@ typedef struct nres_budget_stats_s {
 } nres_budget_stats_t;
 typedef struct nres_breaker_stats_s {
   uint32_t state, probes, successes, consecutive, level, reserved_;
-  uint64_t trips, rejected;
+  uint64_t trips, rejected, leases_expired;
 } nres_breaker_stats_t;
 typedef struct nres_ratelimit_stats_s { nres_time_t tat; uint64_t refused; } nres_ratelimit_stats_t;
 typedef struct nres_throttle_stats_s {
@@ -189,6 +195,7 @@ int nres_policy_init(nres_policy_t *policy, int preset);
 int nres_policy_build(nres_policy_t *policy);
 const char *nres_policy_error(const nres_policy_t *policy);
 void nres_policy_drain(nres_policy_t *policy, int on);
+int nres_policy_isolate(nres_policy_t *policy, int on);
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out);
 void nres_policy_counters_reset(nres_policy_t *policy);
 const nres_attempt_rec_t *nres_call_log(const nres_call_t *call, unsigned i);
@@ -198,10 +205,13 @@ int nres_step_begin(nres_call_t *call, nres_policy_t *policy, double now, double
 int nres_step_begin_class(nres_call_t *call, nres_policy_t *policy, double now,
                           double inbound, int cls, nres_step_t *out);
 const char *nres_class_name(int cls);
+int nres_class_parse(const char *name, size_t len);
 int nres_step_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,
                      double retry_after, nres_step_t *out);
 int nres_step_resume(nres_call_t *call, double now, nres_step_t *out);
 int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out);
+int nres_step_abort(nres_call_t *call, double now, nres_step_t *out);
+int nres_step_log(const nres_call_t *call, double *out);
 int nres_step_sync_begin(nres_call_t *call, nres_policy_t *policy, double now, int cls,
                          double *at);
 int nres_step_sync_report(nres_call_t *call, unsigned slot, double now, int kind, int flags,
@@ -215,25 +225,56 @@ void nres_step_sleep(double ns);
 -- module, declared with the rest before the library is checked.
 require "nres.cdef.shm"
 
--- The library: $NRES_LIB, then package.cpath, then install locations.
+-- The library. In order: $NRES_LIB; a libnres already loaded into the
+-- process (nginx with ngx_http_nres_module: the module's own, found by
+-- its rpath, so Lua and the module share one registry); package.cpath's
+-- absolute templates with "libnres" for "?" (nginx: lua_package_cpath
+-- "/path/to/build/?.so;;"); the soname through the system's loader (an
+-- installed library: ld.so.cache, LD_LIBRARY_PATH); the usual install
+-- directories. A relative template ("./?.so") is not tried: a library is
+-- never loaded from whatever the current directory is.
+ffi.cdef [[
+typedef struct { const char *dli_fname; void *dli_fbase; const char *dli_sname;
+                 void *dli_saddr; } nres_dl_info_t;
+int dladdr(const void *addr, nres_dl_info_t *info);
+]]
+
 local function candidates()
   local list = {}
   local env = os.getenv("NRES_LIB")
   if env and env ~= "" then list[#list + 1] = env end
   for template in package.cpath:gmatch("[^;]+") do
-    list[#list + 1] = template:gsub("%?", "libnres")
+    if template:sub(1, 1) == "/" then
+      list[#list + 1] = (template:gsub("%?", "libnres"))
+    end
   end
+  list[#list + 1] = "libnres.so.0"
   -- libnres.so comes with the -dev files; libnres.so.0 (its soname, the
   -- CMake project's major version) alone with the runtime package libnres0.
   for _, dir in ipairs { "/usr/local/lib", "/usr/local/lib/x86_64-linux-gnu",
-                         "/usr/lib", "/usr/lib/x86_64-linux-gnu" } do
+                         "/usr/local/lib/aarch64-linux-gnu", "/usr/lib",
+                         "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu" } do
     list[#list + 1] = dir .. "/libnres.so"
     list[#list + 1] = dir .. "/libnres.so.0"
   end
   return list
 end
 
+-- The libnres this process already has (nil if none): ffi.C resolves in
+-- the global namespace, where nginx's dlopen of a module puts the
+-- module's libraries.
+local function loaded()
+  local ok, sym = pcall(function() return ffi.C.nres_abi_version end)
+  if not ok then return nil end
+  local info = ffi.new("nres_dl_info_t")
+  if ffi.C.dladdr(sym, info) == 0 or info.dli_fname == nil then return nil end
+  return ffi.string(info.dli_fname)
+end
+
 local function load_library()
+  local env = os.getenv("NRES_LIB")
+  local have = loaded()
+  if have and not (env and env ~= "") then return ffi.C, have end
   local tried = {}
   for _, path in ipairs(candidates()) do
     local ok, lib = pcall(ffi.load, path)
@@ -241,7 +282,9 @@ local function load_library()
     tried[#tried + 1] = "  " .. path
   end
   error("nres: cannot load libnres; tried:\n" .. table.concat(tried, "\n")
-        .. "\nset NRES_LIB to the path of libnres.so (e.g. build/libnres.so)", 0)
+        .. "\nin nginx: lua_package_cpath \"/path/to/nres/build/?.so;;\"; or"
+        .. " `env NRES_LIB;` and NRES_LIB=/path/to/libnres.so in nginx's environment;"
+        .. " elsewhere NRES_LIB (see docs/gateway-regions.md)", 0)
 end
 
 local C, path = load_library()

@@ -5,6 +5,7 @@
 -- single call. spec is "default", "http", a function (res, err) -> verdict
 -- [, retry_after seconds], or a table of statuses, exact error strings and
 -- error patterns. A thrown error reaches the classifier as (nil, err).
+-- A retry-after may also be a string with a unit ("500ms", "2s").
 -- A classifier function that returns junk raises here ("nres: classify
 -- returned 42; ..."); nres.run catches it like a throw and ends the call
 -- with every permit given back. Retry-after seconds become ns through
@@ -16,7 +17,7 @@ local _M = { _VERSION = "0.1.0" }
 local type, tonumber, error, pairs = type, tonumber, error, pairs
 local find = string.find
 local format = string.format
-local ns, describe = schema.ns, schema.describe
+local ns, describe, seconds = schema.ns, schema.describe, schema.seconds
 
 local OK, TRANSIENT, THROTTLED, PERMANENT = 0, 1, 2, 3
 local VF_TIMEOUT = 2
@@ -131,8 +132,10 @@ local function verdict_of(v, ra, where)
       where, describe(v)), 0)
   end
   if ra ~= nil then
+    if type(ra) == "string" then ra = seconds(ra) or ra end   -- "2s", "500ms"
     if type(ra) ~= "number" or ra ~= ra or ra < 0 then
-      error(format("nres: %s returned retry_after %s; expected seconds >= 0", where, describe(ra)), 0)
+      error(format('nres: %s returned retry_after %s; expected seconds >= 0 (or with a unit: "500ms", "2s")',
+                   where, describe(ra)), 0)
     end
     return kind, 0, ns(ra)
   end

@@ -87,13 +87,25 @@ _M.admit, _M.access, _M.refused = balancer.admit, balancer.access, balancer.refu
 _M.balance, _M.log = balancer.balance, balancer.log
 _M.region = files.configure
 
+-- The control API (nres.ngx.control): gw.control() is the location's
+-- content handler; gw.control{ allow = {...} } (init_by_lua) adds the
+-- addresses allowed besides loopback; gw.apply(op) is the same from Lua.
+function _M.control(opts)
+  local control = require "nres.ngx.control"
+  if opts ~= nil then return control.configure(opts) end
+  return control.handler()
+end
+function _M.apply(op, from) return require("nres.ngx.control").apply(op, from) end
+
 -- init_worker_by_lua: bind balancer mode's nginx functions, seed this
 -- worker's random peer choices and, in worker 0, remove region files no
--- declaration uses (nres.ngx.files).
+-- declaration uses (nres.ngx.files) and log every breaker's and peer's
+-- state changes (nres.ngx.watch).
 function _M.init_worker()
   balancer.bind()
   balancer.seed()
   files.init_worker()
+  require("nres.ngx.watch").start()
 end
 
 return _M

@@ -61,6 +61,20 @@ end
 
 local preset_cache = {}
 
+-- The presets shipped in policies/ (spec/lua/layout_spec.lua checks the
+-- list against the folder). A folder named by NRES_POLICIES may hold more.
+local PRESETS = { "batch", "default", "gateway", "http", "none", "trivial" }
+_M.presets = PRESETS
+
+-- An unknown preset's message: the nearest name, if one is close, and the
+-- presets there are - not the file that was looked for.
+local function unknown_preset(name)
+  local nearest = schema.nearest(name, PRESETS)
+  return format('unknown preset "%s" (%spresets: %s%s)', name,
+                nearest and format('did you mean "%s"? ', nearest) or "", concat(PRESETS, ", "),
+                os.getenv("NRES_POLICIES") and ", and those in $NRES_POLICIES" or "")
+end
+
 -- A preset's table, loaded with an empty environment: presets are data.
 local function load_preset(name)
   local cached = preset_cache[name]
@@ -75,9 +89,9 @@ local function load_preset(name)
   local path = presets_dir .. "/" .. name .. ".lua"
   local chunk, err = loadfile(path)
   if not chunk then
-    if io.open(path, "r") == nil then
-      return nil, format('unknown preset "%s" (no %s)', name, path)
-    end
+    local f = io.open(path, "r")
+    if f == nil then return nil, unknown_preset(name) end
+    f:close()
     return nil, err
   end
   setfenv(chunk, {})
@@ -136,6 +150,10 @@ local function resolve(spec, depth)
   local base = spec.base
   if base == nil and spec ~= preset_cache.default then base = "default" end
   if spec == preset_cache.none then base = nil end
+  -- Durations with units ("250ms") as seconds, before merging compares them.
+  local problems
+  spec, problems = schema.normalize(spec)
+  if not spec then return nil, concat(problems, "; ") end
   if base == nil then return merge({}, spec) end
   if type(base) ~= "string" then
     return nil, "base: expected a preset name (string), got " .. schema.describe(base)
@@ -236,6 +254,13 @@ local function build(t)
     if br.jitter then cfg.break_jitter = br.jitter end
     if br.probes then cfg.probes = br.probes end
     if br.successes then cfg.success_threshold = br.successes end
+    -- A probe's lease (docs/leases.md): as set, else the attempt timeout
+    -- and a second's margin, never more than break_for (C's 0).
+    if br.lease then cfg.lease = ns(br.lease)
+    elseif cp.attempt_timeout > 0 then
+      local lease = cp.attempt_timeout + 1e9
+      if lease < cfg.break_for then cfg.lease = lease end
+    end
     local rc = C.nres_breaker_init(cp.own.breaker, cfg)
     if rc ~= 0 then return nil, "breaker: " .. ffi_string(C.nres_strerror(rc)) end
     cp.breaker = cp.own.breaker
@@ -367,9 +392,12 @@ end
 -- Criticality classes, as nres_class_t.
 local CLASSES = { critical = 0, default = 1, sheddable = 2 }
 _M.classes = CLASSES
+local class_parse = C.nres_class_parse
 
 -- The same policy for calls of another criticality:
--- p:with{ criticality = "critical" | "default" | "sheddable" }. Under
+-- p:with{ criticality = "critical" | "default" | "sheddable" }, or any
+-- name X-Criticality takes (critical_plus, sheddable_plus, any case: the
+-- gateways' one parser, nres_class_parse). Under
 -- overload the limiters and the budget refuse sheddable calls first and
 -- keep headroom for critical ones (limiter.reserve for the concurrency
 -- limit and its queue; a sheddable call takes at most half the rate
@@ -389,10 +417,11 @@ function _M.with(self, opts)
     end
   end
   local name = opts.criticality
-  local cls = CLASSES[name]
-  if cls == nil then
-    error('bad argument #1 to \'with\' (criticality: expected one of "critical", "default",'
-          .. ' "sheddable", got ' .. schema.describe(name) .. ")", 2)
+  local cls = type(name) == "string" and class_parse(name, #name) or -1
+  if cls < 0 then
+    error('bad argument #1 to \'with\' (criticality: expected one of "critical", "critical_plus",'
+          .. ' "default", "sheddable", "sheddable_plus" (any case; the names of X-Criticality),'
+          .. ' got ' .. schema.describe(name) .. ")", 2)
   end
   if cls == self.class then return self end
   local variants = self.variants
@@ -433,6 +462,7 @@ end
 
 local counters = ffi_new("nres_counters_t")
 local bstats = ffi_new("nres_bulkhead_stats_t")
+local brstats = ffi_new("nres_breaker_stats_t")
 local stop_names = run.reasons
 local verdict_names = classify.names
 local reject_names = { [0] = "breaker", "budget", "rate", "concurrency", "draining", "throttle" }
@@ -451,19 +481,25 @@ function _M.stats(self)
   -- canceled (losers abandoned unclassified: the same as abandoned);
   -- calls refused (any source) by criticality.
   s.hedges_won = tonumber(counters.hedges_won)
+  -- An operator's hand on the breaker: p:isolate() and p:reset() calls.
+  s.isolations, s.resets = tonumber(counters.isolations), tonumber(counters.resets)
   s.hedges_canceled = s.abandoned
   s.refused_by_class = { critical = tonumber(counters.class_rejects[0]),
                          default = tonumber(counters.class_rejects[1]),
                          sheddable = tonumber(counters.class_rejects[2]) }
   for i = 0, 4 do s.verdicts[verdict_names[i]] = tonumber(counters.verdicts[i]) end
-  for i = 1, 10 do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
+  for i = 1, #stop_names do s.stops[stop_names[i]] = tonumber(counters.stops[i]) end
   for i = 0, 5 do s.rejects[reject_names[i]] = tonumber(counters.rejects[i]) end
   local cp, now = self.cp, self.driver.now()   -- state lives on the driver's clock
   if cp.budget ~= nil then
     s.budget = C.nres_budget_level(cp.budget, now)
   end
+  -- Permits given back by their lease, not their holder (docs/leases.md).
+  s.leases_expired = 0
   if cp.breaker ~= nil then
     s.breaker = ffi_string(C.nres_breaker_state_name(C.nres_breaker_state(cp.breaker, now)))
+    C.nres_breaker_stats(cp.breaker, brstats)
+    s.leases_expired = s.leases_expired + tonumber(brstats.leases_expired)
   end
   if cp.throttle ~= nil then
     -- The throttle's window now (requests and accepts), the refusal
@@ -496,5 +532,19 @@ function _M.reset_stats(self)
   C.nres_policy_counters_reset(self.cp)
 end
 function _M.drain(self, on) C.nres_policy_drain(self.cp, on == false and 0 or 1) end
+
+-- An operator's hand on the breaker, shared by every user of the policy's
+-- state: p:isolate() opens it until p:reset() (every call stops "circuit
+-- open" meanwhile); p:reset() closes it from any state, its window
+-- emptied. Each is counted in p:stats() (isolations, resets). A policy
+-- without a breaker has nothing to isolate: an error naming it.
+local function hand(self, on, name)
+  if C.nres_policy_isolate(self.cp, on) ~= 0 then
+    error(format("nres: p:%s(): this policy has no breaker (breaker = false); give it one to"
+                 .. " isolate its dependency", name), 3)
+  end
+end
+function _M.isolate(self) hand(self, 1, "isolate") end
+function _M.reset(self) hand(self, 0, "reset") end
 
 return _M

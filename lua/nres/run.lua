@@ -19,18 +19,22 @@
 --     results, however many (more than three cost one table per call).
 --   * classify, admit, on_event and the driver's sleep are policy code. If
 --     one throws, or returns junk (classify: not a verdict; admit: not
---     `true`, `false`/nil or `false, "reason"`), the call is canceled in C
---     at once: every permit, half-open probe, queue place and budget token
---     it holds is given back and nothing counts against the dependency.
---     p:run then returns nil, "canceled", info with info.callback naming
---     the callback, info.error saying what it did ("nres: admit raised:
---     ..."), info.raised the raw error and info.cause the attempt's own
---     error, if any. Decision: caught, not re-raised - a broken callback
---     must not take the caller (an nginx request, a scenario cell) down,
---     and the caller already handles nil, reason, info.
+--     `true`, `false`/nil or `false, "reason"`), the call is ended in C at
+--     once (nres_call_abort): every permit, half-open probe, queue place
+--     and budget token it holds is given back and nothing counts against
+--     the dependency. p:run then returns nil, "callback error", info
+--     (stop NRES_STOP_CALLBACK, counted in stats().stops) with
+--     info.callback naming the callback, info.error saying what it did
+--     ("nres: admit raised: ..."), info.raised the raw error and
+--     info.cause the attempt's own error, if any. Decision: caught, not
+--     re-raised - a broken callback must not take the caller (an nginx
+--     request, a scenario cell) down, and the caller already handles nil,
+--     reason, info; and its own reason, not "canceled", so `res or
+--     reason` says whose fault it was.
 --   * After the call has ended (on_event "done", the fallback), there is
 --     nothing left to give back: a failed call keeps its own reason, a
---     successful one becomes nil, "canceled"; info says the same as above.
+--     successful one becomes nil, "callback error" (counted as the
+--     success it was in C); info says the same as above.
 -- Abandoned calls: a coroutine that called p:run and is never resumed
 -- holds its call record, and the record its permits. Every record carries
 -- a finalizer (ffi.gc, set once when the record is made): when the
@@ -49,6 +53,7 @@ local band, lshift, rshift = require("bit").band, require("bit").lshift, require
 local ffi_new, ffi_string, ffi_gc, ffi_cast = ffi.new, ffi.string, ffi.gc, ffi.cast
 local step_begin, step_report = C.nres_step_begin_class, C.nres_step_report
 local step_resume, step_cancel, step_now = C.nres_step_resume, C.nres_step_cancel, C.nres_step_now
+local step_abort = C.nres_step_abort
 local sync_begin, sync_report = C.nres_step_sync_begin, C.nres_step_sync_report
 local sync_resume = C.nres_step_sync_resume
 local verdict_names = classify.names
@@ -69,7 +74,15 @@ local gc_step = ffi_new("nres_step_t")
 local CLASS_NAMES = { [0] = "critical", "default", "sheddable" }
 
 local reasons = {}
-for i = 0, 10 do reasons[i] = ffi_string(C.nres_stop_name(i)) end
+do   -- every stop the library names: reasons[0 .. #reasons]
+  local i, name = 0, ffi_string(C.nres_stop_name(0))
+  while name ~= "unknown" do
+    reasons[i] = name
+    i = i + 1
+    name = ffi_string(C.nres_stop_name(i))
+  end
+end
+local CALLBACK_ERROR = "callback error"
 _M.reasons = reasons
 
 -- Call records. An nres_call_t must stay referenced for the whole call (it
@@ -198,7 +211,7 @@ local slots = setmetatable({}, { __mode = "k" })   -- coroutine -> its slot
 
 local function new_slot()
   return { info = { reason = false, criticality = false, attempts = 0, retries = 0, hedges = 0,
-                    error = false, thrown = false, log = {} },
+                    error = false, result = false, thrown = false, log = {} },
            n = 0, busy = false }
 end
 
@@ -215,37 +228,47 @@ local function take_slot()
   return slot
 end
 
--- Log entry k (1 = the oldest shown) from the record's attempt log.
-local function put_entry(slot, log, call, k, at)
-  local rec, e = call.log[at % 8], slot[k]
+-- A failed call's end as plain numbers (nres_step_log): the log's size,
+-- the last verdict's flags, then 6 numbers per entry. Read through one FFI
+-- call into this buffer, not field by field from the record: where finish
+-- runs in the interpreter (a fresh coroutine per call, as in nginx, or a
+-- trace not compiled yet) every 64-bit field read (start, end) and every
+-- record reached by reference (call.log[i], call.last) is a fresh cdata,
+-- about 100 B of garbage per attempt shown. Read before any user code
+-- runs (a callback may fail another call meanwhile).
+local STEP_LOG_FIELDS = 6
+local logbuf = ffi_new("double[?]", 2 + 8 * STEP_LOG_FIELDS)
+local step_log = C.nres_step_log
+
+-- Log entry k (1 = the oldest shown) from logbuf.
+local function put_entry(slot, log, k)
+  local b, e = 2 + (k - 1) * STEP_LOG_FIELDS, slot[k]
   if e == nil then
     e = { attempt = 0, hedge = false, verdict = false, timeout = false, start = 0, finish = 0 }
     slot[k] = e
   end
-  e.attempt = rec.number
-  e.hedge = rec.hedge == 1
-  e.verdict = rec.flags == 0xff and "abandoned" or verdict_names[rec.kind]
-  e.timeout = rec.flags == 2
-  e.start = tonumber(rec.start) / 1e9
-  e.finish = tonumber(rec["end"]) / 1e9
+  local flags = logbuf[b + 3]
+  e.attempt = logbuf[b]
+  e.hedge = logbuf[b + 1] == 1
+  e.verdict = flags == 0xff and "abandoned" or verdict_names[logbuf[b + 2]]
+  e.timeout = flags == 2
+  e.start = logbuf[b + 4] / 1e9
+  e.finish = logbuf[b + 5] / 1e9
   log[k] = e
 end
 
 -- The last n attempts (n <= 8, the C log's size), oldest first. Written
 -- out, not a loop: a loop of a few turns inside finish becomes a trace of
--- its own and leaves the rest of finish to the interpreter, which boxes
--- every 64-bit field it reads (garbage), where each call has a fresh
--- coroutine (nginx) and never runs compiled.
-local function fill_log(slot, log, call, n)
-  local base = call.attempts - n
-  if n >= 1 then put_entry(slot, log, call, 1, base) end
-  if n >= 2 then put_entry(slot, log, call, 2, base + 1) end
-  if n >= 3 then put_entry(slot, log, call, 3, base + 2) end
-  if n >= 4 then put_entry(slot, log, call, 4, base + 3) end
-  if n >= 5 then put_entry(slot, log, call, 5, base + 4) end
-  if n >= 6 then put_entry(slot, log, call, 6, base + 5) end
-  if n >= 7 then put_entry(slot, log, call, 7, base + 6) end
-  if n >= 8 then put_entry(slot, log, call, 8, base + 7) end
+-- its own and leaves the rest of finish to the interpreter.
+local function fill_log(slot, log, n)
+  if n >= 1 then put_entry(slot, log, 1) end
+  if n >= 2 then put_entry(slot, log, 2) end
+  if n >= 3 then put_entry(slot, log, 3) end
+  if n >= 4 then put_entry(slot, log, 4) end
+  if n >= 5 then put_entry(slot, log, 5) end
+  if n >= 6 then put_entry(slot, log, 6) end
+  if n >= 7 then put_entry(slot, log, 7) end
+  if n >= 8 then put_entry(slot, log, 8) end
 end
 
 -- A copy of info that no later failure overwrites.
@@ -281,12 +304,13 @@ end
 
 -- The failure path: the info table, the reason, and the fallback. `stop`
 -- and `fallback_wanted` were read from `step` before any user code ran;
--- `cb`, `cb_err`: a callback that failed; `canceled`: report "canceled"
--- whatever the stop (a success spoiled by its on_event "done").
+-- `cb`, `cb_err`: a callback that failed; `spoiled`: report "callback
+-- error" whatever the stop (a success spoiled by its on_event "done").
 local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refused,
-                      cb, cb_err, canceled)
-  local reason = canceled and "canceled" or reasons[stop]
-  if refused ~= nil and call.last.flags == VF_SELF and stop == STOP_ATTEMPTS then
+                      cb, cb_err, spoiled)
+  local reason = spoiled and CALLBACK_ERROR or reasons[stop]
+  local n = step_log(call, logbuf)
+  if refused ~= nil and logbuf[1] == VF_SELF and stop == STOP_ATTEMPTS then
     reason = refused
   end
   local slot = take_slot()
@@ -297,11 +321,13 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
   info.retries = call.retries
   info.hedges = call.hedges
   info.error = classify.error_of(ok, r1, r2)
+  -- The dependency's last answer (fn's first result, e.g. an HTTP
+  -- response with its 503 body), so a proxy can forward it as it came.
+  if ok then info.result = r1 else info.result = nil end
   info.thrown = not ok
   info.callback, info.raised, info.cause, info.fallback = nil, nil, nil, nil
   local log = info.log
-  local n = call.attempts < 8 and call.attempts or 8
-  fill_log(slot, log, call, n)
+  fill_log(slot, log, n)
   for k = n + 1, slot.n do log[k] = nil end   -- usually none: as many as last time
   slot.n = n
   give_call(call, owner)
@@ -326,7 +352,8 @@ local function finish(self, call, owner, stop, fallback_wanted, ok, r1, r2, refu
 end
 
 -- The end of a successful call: on_event "done" (a failure there spoils
--- it: nil, "canceled", info), the record given back, fn's results exactly.
+-- it: nil, "callback error", info), the record given back, fn's results
+-- exactly.
 local function succeed(self, call, owner, on_event, ok, n, r1, r2, r3, rest)
   if on_event then
     local fine, err = pcall(on_event, "done", "ok", call.attempts)
@@ -355,6 +382,26 @@ local function ask(admit, n, self)
     return FAILED, admit_junk(yes, why)
   end
   return REFUSED, why or "rate limited"
+end
+
+-- The policy's breaker's stored state (nres_breaker_stats: -1 without a
+-- breaker), read around a report when there is an on_event.
+local breaker_box = ffi.new("nres_breaker_stats_t")
+local function breaker_state(cp)
+  if cp.breaker == nil then return -1 end
+  C.nres_breaker_stats(cp.breaker, breaker_box)
+  return breaker_box.state
+end
+
+-- on_event("breaker", state) when the report changed the breaker's state
+-- from b0 ("open", "half-open", "closed"; the C face's NRES_EV_BREAKER):
+-- nil, or "on_event" and its error.
+local function breaker_event(on_event, cp, b0)
+  local b1 = breaker_state(cp)
+  if b1 == b0 then return nil end
+  local fine, err = pcall(on_event, "breaker", ffi.string(C.nres_breaker_state_name(b1)))
+  if not fine then return "on_event", err end
+  return nil
 end
 
 -- Wait delay ns through the driver, on_event told first: nil, or the name
@@ -569,8 +616,13 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
           break
         end
       end
+      local b0 = on_event and breaker_state(cp)
       kind = step_report(call, rec.slot, now(), vk, fl, ra, st)
       ok, n, r1, r2, r3, rest = rec.ok, rec.n, rec.r1, rec.r2, rec.r3, rec.rest
+      if on_event then
+        cb, cb_err = breaker_event(on_event, cp, b0)
+        if cb ~= nil then break end
+      end
       if st.cancel ~= 0 then kill_all(kill, recs, st.cancel) end
     else
       kind = step_resume(call, now(), st)
@@ -580,7 +632,7 @@ local function run_hedged(self, fn, a1, a2, a3, a4)
   kill_all(kill, recs, nil)
   clear_kit(kit)
   if cb ~= nil then
-    step_cancel(call, now(), st)
+    step_abort(call, now(), st)
     return finish(self, call, owner, st.stop, false, ok, r1, r2, refused, cb, cb_err)
   end
   local stop, fallback_wanted = st.stop, st.fallback == 1
@@ -613,7 +665,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
       step_report(call, 0, 0, vk, 0, -1, step)
       return finish(self, call, owner, step.stop, step.fallback == 1, ok, r1, r2, nil)
     end
-    step_cancel(call, 0, step)
+    step_abort(call, 0, step)
     return finish(self, call, owner, step.stop, false, ok, r1, r2, nil, "classify", vk)
   end
 
@@ -676,7 +728,12 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
         end
       end
       if not timeless then t = c_clock and -1 or now() end
+      local b0 = on_event and breaker_state(cp)
       act = sync_report(call, slot, t, vk, fl, ra, sync_at)
+      if on_event then
+        cb, cb_err = breaker_event(on_event, cp, b0)
+        if cb ~= nil then break end
+      end
     else
       local at = sync_at[0]
       if at < 0 then   -- nothing runs in the background here: cannot happen
@@ -698,7 +755,7 @@ function _M.run(self, fn, a1, a2, a3, a4, extra)
     -- Give back at once everything the call holds (permit, probe, queue
     -- place, budget token); the attempt counts for nothing.
     attempt_at = -1
-    step_cancel(call, timeless and t or now(), step)
+    step_abort(call, timeless and t or now(), step)
     return finish(self, call, owner, step.stop, false, ok, r1, r2, refused, cb, cb_err)
   end
 

@@ -7,8 +7,14 @@
 -- The schema is also the documentation: every field has its unit, default
 -- (in policies/default.lua) and meaning in docs/ and README.md.
 --
--- Durations: every duration of a policy is seconds, converted to the C
--- core's nanoseconds by one function, ns() below. A declared duration must
+-- Durations: every duration of a policy is a number of seconds or a
+-- string with units ("250ms", "1.5s", "2m", "1m30s"; units ns, us (or
+-- µs), ms, s, m, h), read by one parser, seconds() below, and converted to
+-- the C core's nanoseconds by one function, ns() below. normalize(spec)
+-- turns the strings of a policy table into seconds before anything else
+-- reads it, and refuses the millisecond habit: a bare number of 1000 or
+-- more (1000 s is 16.7 min: "deadline = 1500" meant 1.5 s far more often
+-- than 25 min) must say its unit ("1500ms", "1500s", "25m"). A declared duration must
 -- be finite, >= 0 (or > 0 where zero means nothing) and below 2^63 ns
 -- (9223372036.854775808 s): NaN, +-inf and anything longer are refused with
 -- the field named ("expected a duration below ... (2^63 ns)"; where false
@@ -65,6 +71,36 @@ local function ns(seconds)
 end
 _M.ns = ns
 
+-- Seconds in a duration string: one or more <number><unit> parts, summed
+-- ("1m30s"), the number plain or with a fraction or an exponent ("1.5s",
+-- "2e3ms"). nil for anything else (no sign, no unit, an unknown unit).
+local UNITS = { ns = 1e-9, us = 1e-6, ["\194\181s"] = 1e-6, ms = 1e-3, s = 1, m = 60, h = 3600 }
+local sfind, ssub, tonumber = string.find, string.sub, tonumber
+local function seconds(s)
+  if type(s) ~= "string" then return nil end
+  local pos, len, total = 1, #s, 0
+  if len == 0 then return nil end
+  while pos <= len do
+    local _, e = sfind(s, "^%d*%.?%d*", pos)
+    local _, ee = sfind(s, "^[eE][+-]?%d+", e + 1)
+    local n = tonumber(ssub(s, pos, ee or e))
+    local _, ue = sfind(s, "^%a+", (ee or e) + 1)
+    if not ue then _, ue = sfind(s, "^\194\181s", (ee or e) + 1) end
+    local unit = ue and UNITS[ssub(s, (ee or e) + 1, ue)]
+    if n == nil or unit == nil then return nil end
+    total = total + n * unit
+    pos = ue + 1
+  end
+  return total
+end
+_M.seconds = seconds
+local UNIT_TEXT = 'a duration with a unit, like "250ms", "1.5s", "2m" or "1m30s" (units: ns, us, ms, s, m, h)'
+_M.UNIT_TEXT = UNIT_TEXT
+
+-- A bare number of seconds from here on must be written with its unit.
+local BARE_MAX = 1000
+_M.BARE_MAX = BARE_MAX
+
 -- Value checkers: return nil when fine, else what was expected.
 local function number(lo, lo_open, hi, hi_open, what)
   return function(v)
@@ -87,15 +123,25 @@ local function integer(lo, hi)
   end
 end
 
+-- Checkers of durations (seconds, or a string with units: normalize and
+-- the builder read both); `durations[check]` marks them for normalize.
+local durations = {}
+
 -- A duration: finite, >= 0 (> 0 when `positive`), and below 2^63 ns.
 local function duration_check(positive)
   local what = positive and "a duration in seconds (finite number > 0)"
                or "a duration in seconds (finite number >= 0)"
-  return function(v)
+  local check = function(v)
+    if type(v) == "string" then
+      v = seconds(v)
+      if v == nil then return UNIT_TEXT end
+    end
     if not finite(v) or v < 0 or (positive and v == 0) then return what end
     if ns(v) == huge then return "a duration below " .. LIMIT_TEXT end
     return nil
   end
+  durations[check] = true
+  return check
 end
 local duration = duration_check(false)
 local positive_duration = duration_check(true)
@@ -120,11 +166,13 @@ local positive = number(0, true, nil, false, "a finite number > 0")
 
 -- A checker that also accepts false (the feature turned off).
 local function optional(check)
-  return function(v)
+  local opt = function(v)
     if v == false then return nil end
     local what = check(v)
     return what and what .. " or false"
   end
+  durations[opt] = durations[check]
+  return opt
 end
 
 local function enum(values)
@@ -149,6 +197,10 @@ local function section(fields, opts)
 end
 
 local quantile_name = function(v)
+  if type(v) == "string" and v:sub(1, 1) ~= "p" then
+    v = seconds(v)
+    if v == nil then return 'a latency quantile like "p95" or ' .. UNIT_TEXT end
+  end
   if type(v) == "string" then
     local q = v:match("^p(%d+%.?%d*)$")
     q = tonumber(q)
@@ -159,6 +211,7 @@ local quantile_name = function(v)
   end
   return 'a latency quantile like "p95" or a fixed delay in seconds (> 0)'
 end
+durations[quantile_name] = true
 
 _M.policy = {
   base = kind_of("string", "a preset name (string)"),
@@ -197,6 +250,7 @@ _M.policy = {
     jitter = fraction,
     probes = integer(1, 255),
     successes = integer(1, 255),
+    lease = positive_duration,
   },
   throttle = section {
     k = number(1, false, 1000, false, "a finite number from 1 to 1000"),
@@ -263,15 +317,24 @@ local function distance(a, b)
   return prev[lb]
 end
 
--- "did you mean" for key among the keys of `fields`, or the valid names.
-function _M.hint(key, fields)
-  local names, best, best_d = {}, nil, 3
-  for name in pairs(fields) do
-    names[#names + 1] = name
+-- The name of the list `names` nearest to key (edit distance at most 2;
+-- the first in alphabetical order on a tie), or nil.
+local function nearest(key, names)
+  local best, best_d = nil, 3
+  for _, name in ipairs(names) do
     local d = distance(key, name)
     if d < best_d or (d == best_d and best and name < best) then best, best_d = name, d end
   end
+  return best
+end
+_M.nearest = nearest
+
+-- "did you mean" for key among the keys of `fields`, or the valid names.
+function _M.hint(key, fields)
+  local names = {}
+  for name in pairs(fields) do names[#names + 1] = name end
   sort(names)
+  local best = nearest(key, names)
   return best and format('did you mean "%s"?', best) or "valid: " .. concat(names, ", ")
 end
 
@@ -411,6 +474,11 @@ local function check_relations(problems, t)
       problems[#problems + 1] = format("breaker.break_max: expected >= breaker.break_for (%s), got %s",
         secs(br.break_for), describe(br.break_max))
     end
+    local break_for = br.break_for == nil and 15 or br.break_for
+    if pos(br.lease) and pos(break_for) and br.lease > break_for then
+      problems[#problems + 1] = format("breaker.lease: expected <= breaker.break_for (%s), got %s",
+        secs(break_for), describe(br.lease))
+    end
     local buckets = br.buckets == nil and 10 or br.buckets
     if pos(br.window) and integer(1, 16)(buckets) == nil and ns(br.window) < buckets then
       problems[#problems + 1] = format("breaker.window: expected at least 1 ns per bucket (%d buckets), got %s",
@@ -479,6 +547,14 @@ local function check_relations(problems, t)
   end
   local h = t.hedge
   if type(h) == "table" then
+    -- Hedges are attempts (attempts counts them): a max the attempts can
+    -- never reach would build a policy that hedges less than it says.
+    local max, attempts = h.max == nil and 2 or h.max, t.attempts == nil and 1 or t.attempts
+    if integer(2, 4)(max) == nil and integer(1, 65535)(attempts) == nil and max > attempts then
+      problems[#problems + 1] = format(
+        "hedge.max: %d attempts side by side need attempts >= %d (hedges count as attempts), got attempts = %d",
+        max, max, attempts)
+    end
     if h.at == nil then
       problems[#problems + 1] = 'hedge.at: expected a latency quantile like "p95" or a fixed delay in seconds (> 0), got nil'
     elseif type(h.at) == "string" and t.latency == false then
@@ -493,6 +569,48 @@ local function check_relations(problems, t)
   if type(br) == "table" and br.slow_ratio and br.slow_call == nil and t.latency == false then
     problems[#problems + 1] = "breaker.slow_ratio: without slow_call the slow threshold is measured, but latency = false"
   end
+end
+
+-- How long a bare number of seconds is, in words, for the unit advice.
+local function spoken(v)
+  if v >= 86400 then return format("%.3g days", v / 86400) end
+  if v >= 3600 then return format("%.3g h", v / 3600) end
+  return format("%.3g min", v / 60)
+end
+
+-- A copy of a spec table (as the user wrote it, before presets merge in)
+-- with every duration given as a string turned into seconds, and the
+-- problems: bare numbers of BARE_MAX seconds or more (the millisecond
+-- habit). A string that is no duration is kept for check to refuse, with
+-- the field named; so are values past 2^63 ns (refused there as such).
+local function normalize(spec, fields, prefix, problems)
+  local out = {}
+  for k, v in pairs(spec) do
+    local f = fields[k]
+    local path = join(prefix, k)
+    if durations[f] and type(v) == "string" then
+      out[k] = v:sub(1, 1) ~= "p" and seconds(v) or v
+    elseif durations[f] and finite(v) and v >= BARE_MAX and ns(v) ~= huge then
+      problems[#problems + 1] = format(
+        '%s: %s would be read as seconds (%s); a bare number of %d or more needs its unit:'
+        .. ' write "%sms" if you meant milliseconds, "%ss" if you meant %s',
+        path, describe(v), spoken(v), BARE_MAX, describe(v), describe(v), spoken(v))
+      out[k] = v
+    elseif type(f) == "table" and f.fields and type(v) == "table" and getmetatable(v) == nil then
+      out[k] = normalize(v, f.fields, path, problems)
+    else
+      out[k] = v
+    end
+  end
+  return out
+end
+
+-- spec with its duration strings read, or nil and the problems.
+function _M.normalize(spec)
+  local problems = {}
+  local out = normalize(spec, _M.policy, "", problems)
+  if #problems > 0 then return nil, problems end
+  return out
 end
 
 -- Problems with tables that have a metatable, anywhere in a spec as the

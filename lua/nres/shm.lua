@@ -14,18 +14,23 @@
 -- reload; workers inherited their own mapping and keep it until they exit).
 --
 -- File-backed. With `file = path` the table lives in that file, mapped
--- MAP_SHARED (put it on a tmpfs such as /dev/shm: no disk writes): any
--- process that opens the same path shares it, including a reloaded nginx
--- master and its new workers. An existing file is attached only if
--- nres_shm_attach accepts it (magic, layout version, sizes) and its
--- configuration is byte for byte this one's; then t.reused is true and
--- every slot's state (open breakers, budget levels, counters) carries on.
--- Anything else is not touched in place (old processes may still use it):
--- the file is unlinked and a new one made (in a temporary file, renamed
--- over the path once laid out, so an attacher never sees it half made);
--- t.replaced then says why. `extra = bytes` reserves zeroed memory after
--- the table (t.extra, 64-byte aligned) for the caller's own state (without
--- a file: a MAP_SHARED anonymous mapping of its own).
+-- MAP_SHARED (put it on a tmpfs: no disk writes): any process that opens
+-- the same path shares it, including a reloaded nginx master and its new
+-- workers. A file is input, so an existing one is attached only if it
+-- passes every check (nres/shm.h, "Region files"): opened without
+-- following a symbolic link, a regular file of this process's user with
+-- no group or other access, exactly this layout's size, then
+-- nres_shm_attach's magic, version and layout, and a configuration byte for
+-- byte this one's; then t.reused is true and every slot's state (open
+-- breakers, budget levels, counters) carries on. Anything else is not
+-- touched in place (old processes may still use it): a new file is made
+-- (mode 0600, its blocks reserved with posix_fallocate, laid out, then
+-- renamed over the path, so an attacher never sees it half made and a
+-- full filesystem is an error, not a SIGBUS); t.replaced then says why.
+-- The file's descriptor is kept (t.fd) so t:verify() can find a file
+-- truncated after it was mapped. `extra = bytes` reserves zeroed memory
+-- after the table (t.extra, 64-byte aligned) for the caller's own state
+-- (without a file: a MAP_SHARED anonymous mapping of its own).
 --
 -- Times. Every time and duration (now, hold) is nanoseconds on one clock,
 -- converted by one function, ns(): a number >= 0; from 2^64 up (+inf
@@ -56,9 +61,7 @@ ffi.cdef [[
 int nres_shm_init(void *mem, size_t size, const nres_shm_config_t *config);
 int nres_shm_attach(void *mem, size_t size, nres_shm_t **out);
 const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
-int open(const char *path, int flags, int mode);
 int close(int fd);
-int ftruncate(int fd, int64_t len);
 int64_t lseek(int fd, int64_t off, int whence);
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off);
 int munmap(void *addr, size_t len);
@@ -127,7 +130,8 @@ local FIELDS = {
 --          limiter = { rate, burst } or false,
 --          throttle = { k, window (ns), buckets, fast_failure } or false }
 -- Returns the table, or raises error(msg, 2) on a bad configuration, or
--- returns nil, err when the mapping fails.
+-- returns nil, err when the mapping fails (nil, err, "full" when a region
+-- file's filesystem has no room for it).
 function _M.new(opts)
   if type(opts) ~= "table" then
     error("bad argument #1 to 'new' (table expected, got " .. type(opts) .. ")", 2)
@@ -222,8 +226,8 @@ function _M.new(opts)
       error(bad("extra", "bytes (an integer >= 0)", extra), 2)
     end
     cfg.slots = t.slots   -- as nres_shm_init stores it, for the comparison
-    local ok, err = _M.map_file(t, cfg, opts.file, extra)
-    if not ok then return nil, err end
+    local ok, err, kind = _M.map_file(t, cfg, opts.file, extra)
+    if not ok then return nil, err, kind end
     return setmetatable(t, mt)
   end
   local out = ffi_new("nres_shm_t *[1]")
@@ -242,9 +246,12 @@ end
 
 -- ------------------------------------------------------- file-backed
 
-local O_RDWR, O_CREAT, O_EXCL, O_CLOEXEC = 2, 0x40, 0x80, 0x80000
-local PROT_RW, MAP_SHARED, SEEK_END = 3, 1, 2
+local PROT_RW, MAP_SHARED, MAP_FIXED_ANON, SEEK_END = 3, 1, 0x30, 2
 local MAP_FAILED = ffi.cast("void *", -1)
+local EAGAIN, EINVAL, EFULL_FILE = -11, -22, -1009
+
+local why_buf = ffi_new("char[256]")
+local fd_box = ffi_new("int[1]")
 
 local function errno_str(what, path)
   return format("%s %s: %s", what, path, ffi_string(C.strerror(ffi.errno())))
@@ -258,50 +265,53 @@ local function map(fd, len, path)
 end
 
 -- The mapping as the table's handle, unmapped when collected (the file
--- stays: other processes may use it).
-local function own(t, mem, len)
+-- stays: other processes may use it), and the checked file's descriptor,
+-- closed when collected: t:verify() measures the file through it (the
+-- path may name another file by then).
+local function own(t, mem, len, fd)
   t.shm = ffi_gc(ffi.cast("nres_shm_t *", mem), function(p) C.munmap(p, len) end)
   t.mem, t.mapped = mem, len
+  t.fd = ffi_gc(ffi_new("int[1]", fd), function(b) C.close(b[0]) end)
 end
 
 -- Attach t to the file at path if it holds this very table: true; false
 -- and why not (the file is then left alone); nil, err if it cannot be read.
+-- nres_shm_file_open refuses a symbolic link, a file of another user or
+-- with group or other access, and a size other than this layout's, before
+-- a page is mapped.
 local function try_attach(t, cfg, path, total)
-  local fd = C.open(path, O_RDWR + O_CLOEXEC, 0)
-  if fd < 0 then
-    if ffi.errno() == 2 then return false, nil end   -- ENOENT: none yet
-    return nil, errno_str("open", path)
-  end
-  local len = C.lseek(fd, 0, SEEK_END)
-  if len ~= total then
-    C.close(fd)
-    return false, format("a size of %d bytes (this layout: %d)", tonumber(len), total)
-  end
+  local rc = C.nres_shm_file_open(path, total, fd_box, why_buf, 256)
+  if rc == EAGAIN then return false, nil end   -- none yet
+  if rc == EINVAL then return false, ffi_string(why_buf) end
+  if rc ~= 0 then return nil, path .. ": " .. ffi_string(why_buf) end
+  local fd = fd_box[0]
   local mem, err = map(fd, total, path)
-  C.close(fd)
-  if not mem then return nil, err end
+  if not mem then C.close(fd); return nil, err end
   local out = ffi_new("nres_shm_t *[1]")
   if C.nres_shm_attach(mem, total, out) ~= 0 then
-    C.munmap(mem, total)
+    C.munmap(mem, total); C.close(fd)
     return false, "another layout version or a damaged header"
   end
   local have = C.nres_shm_config(out[0])
   local size = ffi_sizeof("nres_shm_config_t")
   if ffi_string(have, size) ~= ffi_string(cfg, size) then
-    C.munmap(mem, total)
+    C.munmap(mem, total); C.close(fd)
     return false, "another configuration (slots, budget, breaker, limiter or throttle)"
   end
-  own(t, mem, total)
+  own(t, mem, total, fd)
   return true
 end
 
 local function round64(n) return n + (64 - n % 64) % 64 end
 
 -- Used by new(): attach to path or make it anew (see File-backed above).
+-- nil, err, "full" when the filesystem has no room for a new file; the
+-- file at path, if any, is then left as it was.
 function _M.map_file(t, cfg, path, extra)
   local size = t.bytes
   local total = round64(size) + round64(extra)
   t.file, t.extra_at, t.extra_bytes = path, round64(size), extra
+  t.cfg = ffi_new("nres_shm_config_t", cfg)   -- for verify()'s fresh table
   local ok, why = try_attach(t, cfg, path, total)
   if ok == nil then return nil, why end
   if ok then
@@ -309,36 +319,58 @@ function _M.map_file(t, cfg, path, extra)
     t.extra = ffi.cast("uint8_t *", t.mem) + t.extra_at
     return true
   end
-  if why then
-    t.replaced = why
-    C.unlink(path)   -- processes that mapped it keep their mapping
-  end
+  t.replaced = why
+  -- Laid out in a file of our own, then renamed over the path: processes
+  -- that mapped the old file keep it, and nothing else sees a file half
+  -- made. The old file is not unlinked first: a new one that cannot be
+  -- made leaves it in place.
   local tmp = format("%s.%d.tmp", path, C.getpid())
   C.unlink(tmp)
-  local fd = C.open(tmp, O_RDWR + O_CREAT + O_EXCL + O_CLOEXEC, 384)   -- 0600
-  if fd < 0 then return nil, errno_str("open", tmp) end
-  if C.ftruncate(fd, total) ~= 0 then
-    local err = errno_str("ftruncate", tmp)
-    C.close(fd); C.unlink(tmp)
-    return nil, err
-  end
-  local mem, err = map(fd, total, tmp)
-  C.close(fd)
-  if not mem then C.unlink(tmp); return nil, err end
-  local rc = C.nres_shm_init(mem, size, cfg)
+  local rc = C.nres_shm_file_create(tmp, total, fd_box, why_buf, 256)
   if rc ~= 0 then
-    C.munmap(mem, total); C.unlink(tmp)
+    return nil, format("%s: %s", tmp, ffi_string(why_buf)), rc == EFULL_FILE and "full" or nil
+  end
+  local fd = fd_box[0]
+  local mem, err = map(fd, total, tmp)
+  if not mem then C.close(fd); C.unlink(tmp); return nil, err end
+  rc = C.nres_shm_init(mem, size, cfg)
+  if rc ~= 0 then
+    C.munmap(mem, total); C.close(fd); C.unlink(tmp)
     return nil, "nres_shm_init: " .. ffi_string(C.nres_strerror(rc))
   end
   if C.rename(tmp, path) ~= 0 then
     err = errno_str("rename", tmp)
-    C.munmap(mem, total); C.unlink(tmp)
+    C.munmap(mem, total); C.close(fd); C.unlink(tmp)
     return nil, err
   end
-  own(t, mem, total)
+  own(t, mem, total, fd)
   t.reused = false
   t.extra = ffi.cast("uint8_t *", t.mem) + t.extra_at
   return true
+end
+
+-- Is the file under a file-backed table still as long as its mapping?
+-- true; or, when it was truncated in place (every page past its new end
+-- would fault with SIGBUS), false and why, after this process's mapping
+-- was replaced, at the same address, by a fresh table of its own (state
+-- not shared; t.private says why) and t.on_fresh(t), if set, ran to lay
+-- out its extra memory again. Call it before touching a mapping inherited
+-- or kept across a pause (nginx: in init_worker). A table without a file
+-- is always whole.
+function _M.verify(self)
+  if not self.fd then return true end
+  local len = C.lseek(self.fd[0], 0, SEEK_END)
+  if len >= self.mapped then return true end
+  local why = format("%s was truncated to %d bytes (this table maps %d)",
+                     self.file, tonumber(len), self.mapped)
+  local mem = C.mmap(self.mem, self.mapped, PROT_RW, MAP_SHARED + MAP_FIXED_ANON, -1, 0)
+  if mem ~= self.mem then
+    return false, why .. "; " .. errno_str("mmap", "(anonymous)")
+  end
+  C.nres_shm_init(mem, self.bytes, self.cfg)
+  self.fd, self.private = nil, why   -- the descriptor is closed when collected
+  if self.on_fresh then self.on_fresh(self) end
+  return false, why
 end
 
 -- The slot index of key (inserted if new) and its generation, or nil and
@@ -361,15 +393,16 @@ end
 
 -- Slot i's counts, summed over its shards (each process writes its own
 -- copy of the words every call writes): { calls, attempts, retries,
--- stops = { [stop code 0..10] = n } }.
+-- stops = { [stop code 0..NRES_STOP_COUNT - 1] = n } }.
 local counts_box = ffi_new("nres_shm_counts_t")
+local STOP_LAST = ffi.sizeof(counts_box.stops) / 8 - 1   -- NRES_STOP_COUNT - 1
 function _M.counts(self, i)
   if type(i) ~= "number" or not (i >= 0 and i < self.slots) or i % 1 ~= 0 then
     error(bad("index", "a slot index 0.." .. (self.slots - 1), i), 2)
   end
   C.nres_shm_slot_counts(C.nres_shm_slot(self.shm, i), counts_box)
   local stops = {}
-  for k = 0, 10 do stops[k] = tonumber(counts_box.stops[k]) end
+  for k = 0, STOP_LAST do stops[k] = tonumber(counts_box.stops[k]) end
   return { calls = tonumber(counts_box.calls), attempts = tonumber(counts_box.attempts),
            retries = tonumber(counts_box.retries), stops = stops }
 end

@@ -1,12 +1,12 @@
 -- nres.sync: fleet sync through Redis from Lua (runtime/include/nres/sync.h).
 --
 --   local sync = require "nres.sync"
---   local agent = assert(sync.new{ redis = "127.0.0.1:6379", interval = 0.1 })
+--   local agent = assert(sync.new{ fleet = "prod", redis = "127.0.0.1:6379", interval = 0.1 })
 --   agent:add("api", p)                     -- p's budget and rate limiter
 --   agent:add("api", p, { breaker = true }) -- and its breaker (opt-in)
 --   agent:start()                           -- a thread of the agent's own
 --   p:stats().fleet -- the same view, for p's entries only
---   agent:stats()   -- { connected, rounds, failures, connects, node, last_sync_age,
+--   agent:stats()   -- { connected, rounds, failures, connects, errors, error, node, last_sync_age,
 --                   --   entries = { { scope, kind, synced, hosts, fleet,
 --                   --                 ["local"], demand, prober, rounds } } }
 --   sync.status("/dev/shm/gw.sync.json")   -- nres-syncd's --status file
@@ -23,6 +23,7 @@
 -- on the monotonic clock (nres_step_now: the plain and nginx drivers).
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
+local unit_seconds = require("nres.schema").seconds
 
 local type, error, tonumber, format, setmetatable = type, error, tonumber, string.format, setmetatable
 local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
@@ -33,10 +34,14 @@ typedef struct nres_sync_config_s {
   const char *host; int port; const char *prefix; const char *node;
   nres_time_t interval, timeout, reconnect_max, ttl;
   double local_share; uint64_t seed;
+  const char *fleet, *unix_path, *user, *password, *password_file;
+  int db; double breaker_quorum; nres_time_t probe_lease;
+  const char *sentinels, *master;
+  void (*log)(void *arg, const char *line); void *log_arg;
 } nres_sync_config_t;
 typedef struct nres_sync_info_s {
   uint32_t connected, entries; uint64_t rounds, failures, connects;
-  nres_time_t last_sync, next_connect;
+  nres_time_t last_sync, next_connect; uint64_t errors; char error[320];
 } nres_sync_info_t;
 typedef struct nres_sync_stats_s {
   char scope[128]; uint32_t kind, synced, hosts, prober;
@@ -87,9 +92,19 @@ local function bad(n, fname, expected, got)
   return format("bad argument #%d to '%s' (%s expected, got %s)", n, fname, expected, type(got))
 end
 
--- sync.new{ redis = "host:port", interval = s, timeout = s, reconnect_max = s,
---           ttl = s, prefix = "nres", node = name, local_share = 0..1 }
+local function name_ok(v, max)
+  return type(v) == "string" and #v >= 1 and #v <= max
+end
+
+-- sync.new{ fleet = name (required), redis = "host:port" | "unix:/path",
+--           db = n, user = acl_user, password_file = path | password_env = VAR,
+--           interval = s, timeout = s, reconnect_max = s, ttl = s,
+--           prefix = "nres", node = name, local_share = 0..1,
+--           breaker_quorum = 0..<1, probe_lease = s,
+--           sentinels = { "host:port", ... }, master = name }   -- instead of redis
 -- Returns the agent, or nil and a reason (no library, refused settings).
+-- A password is read from a file or an environment variable, never given
+-- inline (it would sit in configuration text and process listings).
 function _M.new(opts)
   if not S then return nil, load_err end
   opts = opts or {}
@@ -97,16 +112,91 @@ function _M.new(opts)
   local cfg = ffi_new("nres_sync_config_t")
   S.nres_sync_config_init(cfg)
   local keep = {}   -- strings the config points at, alive with the agent
-  local host, port = (opts.redis or "127.0.0.1:6379"):match("^(.*):(%d+)$")
-  if not host then error("nres.sync: redis: expected \"host:port\", got " .. tostring(opts.redis), 2) end
-  keep[1], keep[2], keep[3] = host, opts.prefix or "nres", opts.node
-  cfg.host, cfg.port, cfg.prefix = keep[1], tonumber(port), keep[2]
-  if keep[3] then cfg.node = keep[3] end
-  for _, f in ipairs { "interval", "timeout", "reconnect_max", "ttl" } do
+  if not (name_ok(opts.fleet, 64) and not opts.fleet:find("[%s{}:]")) then
+    error("nres.sync: fleet: expected the fleet's name (1..64 bytes, no blanks, braces "
+          .. "or colons; every key carries it), got " .. tostring(opts.fleet), 2)
+  end
+  if opts.password ~= nil then
+    error("nres.sync: password: never inline; expected password_file or password_env", 2)
+  end
+  local redis = opts.redis or "127.0.0.1:6379"
+  if type(redis) == "string" and redis:sub(1, 5) == "unix:" and #redis > 5 then
+    keep[#keep + 1] = redis:sub(6)
+    cfg.unix_path = keep[#keep]
+  else
+    local host, port = tostring(redis):match("^(.*):(%d+)$")
+    if not host then error("nres.sync: redis: expected \"host:port\" or \"unix:/path\", got " .. tostring(opts.redis), 2) end
+    keep[#keep + 1] = host
+    cfg.host, cfg.port = keep[#keep], tonumber(port)
+  end
+  if opts.sentinels ~= nil or opts.master ~= nil then
+    local list = opts.sentinels
+    if type(list) ~= "table" or #list == 0 or #list > 8 then
+      error(bad(1, "new", "sentinels: a list of 1..8 \"host:port\"", list), 2)
+    end
+    for i, a in ipairs(list) do
+      if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
+        error(format("nres.sync: sentinels[%d]: expected \"host:port\", got %s", i, tostring(a)), 2)
+      end
+    end
+    if not name_ok(opts.master, 127) then error(bad(1, "new", "master: the Sentinel master's name", opts.master), 2) end
+    keep[#keep + 1] = table.concat(list, ",")
+    cfg.sentinels = keep[#keep]
+    keep[#keep + 1] = opts.master
+    cfg.master = keep[#keep]
+  end
+  keep[#keep + 1] = opts.prefix or "nres"
+  cfg.prefix = keep[#keep]
+  keep[#keep + 1] = opts.fleet
+  cfg.fleet = keep[#keep]
+  if opts.node then keep[#keep + 1] = opts.node; cfg.node = keep[#keep] end
+  if opts.user ~= nil then
+    if not name_ok(opts.user, 127) then error(bad(1, "new", "user: a name of 1..127 bytes", opts.user), 2) end
+    keep[#keep + 1] = opts.user
+    cfg.user = keep[#keep]
+  end
+  if opts.password_file ~= nil and opts.password_env ~= nil then
+    error("nres.sync: password_file, password_env: expected one of them, got both", 2)
+  end
+  if opts.password_file ~= nil then
+    if not name_ok(opts.password_file, 4096) then
+      error(bad(1, "new", "password_file: a path", opts.password_file), 2)
+    end
+    keep[#keep + 1] = opts.password_file
+    cfg.password_file = keep[#keep]
+  elseif opts.password_env ~= nil then
+    local v = type(opts.password_env) == "string" and os.getenv(opts.password_env)
+    if not v or v == "" then
+      error("nres.sync: password_env: expected the name of a set environment variable, got "
+            .. tostring(opts.password_env), 2)
+    end
+    keep[#keep + 1] = v
+    cfg.password = keep[#keep]
+  end
+  if opts.user ~= nil and cfg.password == nil and cfg.password_file == nil then
+    error("nres.sync: user: expected a password too (password_file or password_env)", 2)
+  end
+  local db = opts.db
+  if db ~= nil then
+    if type(db) ~= "number" or db < 0 or db > 1000000 or db % 1 ~= 0 then
+      error(bad(1, "new", "db: a whole number >= 0", db), 2)
+    end
+    cfg.db = db
+  end
+  local q = opts.breaker_quorum
+  if q ~= nil then
+    if type(q) ~= "number" or not (q >= 0 and q < 1) then
+      error(bad(1, "new", "breaker_quorum: a share in [0, 1)", q), 2)
+    end
+    cfg.breaker_quorum = q
+  end
+  for _, f in ipairs { "interval", "timeout", "reconnect_max", "ttl", "probe_lease" } do
     local v = opts[f]
+    if type(v) == "string" then v = unit_seconds(v) or v end   -- "500ms", "2m"
     if v ~= nil then
       if type(v) ~= "number" or not (v >= 0 and v < 1e9) then
-        error(format("nres.sync: %s: expected seconds (a number >= 0), got %s", f, tostring(v)), 2)
+        error(format('nres.sync: %s: expected seconds (a number >= 0, or with a unit: "500ms", "2m"), got %s',
+                     f, tostring(v)), 2)
       end
       cfg[f] = v * 1e9
     end
@@ -185,6 +275,7 @@ function _M.entries_of(self, ids)
     node = ffi_string(S.nres_sync_node(self.agent)),
     connected = info.connected == 1, rounds = tonumber(info.rounds),
     failures = tonumber(info.failures), connects = tonumber(info.connects),
+    errors = tonumber(info.errors), error = info.error[0] ~= 0 and ffi_string(info.error) or nil,
     last_sync_age = info.last_sync > 0
       and math.max(0, cdef.C.nres_step_now() - tonumber(info.last_sync)) / 1e9 or nil,
     entries = {},

@@ -11,28 +11,79 @@ local _M = { _VERSION = "0.1.0" }
 
 local format = string.format
 
+-- The help text is also nresrun(1): cmake/manpage.cmake makes the manual
+-- page from `nresrun --help` at build time, so the two cannot drift. Keep
+-- its shape: "usage:" lines, then paragraphs and "Heading:" sections whose
+-- entries are indented two spaces, with descriptions aligned after them.
 local USAGE = [[
-usage: nresrun SCENARIO.lua [--quick] [--repetitions N] [--warmup S] [--window S]
-                            [--seed N] [--only PATTERN] [--out DIR] [--list]
-                            [--max-minutes M]
+usage: nresrun FILE.lua [options]
+       nresrun serve [--port N] [server options]
        nresrun --help | --version
 
-Runs a scenario: every cell (section x dependency x load x arm) in a fresh
-process, in a seeded shuffled order, warm-up then a measured window, N times;
-writes DIR/<name>-<UTC time>.json and .md (DIR: artifacts/stress).
+nresrun runs the stress scenarios and simulations that compare resilience
+policies. FILE.lua returns one of:
+  nresrun.scenario{...}    a stress matrix in real time: every cell
+                           (section x dependency x load x arm) runs in a
+                           fresh process, in a seeded shuffled order, a
+                           warm-up then a measured window, N times.
+  nresrun.simulation{...}  policies against a modelled dependency on a
+                           virtual clock: the same seed gives the same run.
+  a tournament             presets against several simulated scenarios,
+                           as bench/tournament.lua.
 
-  --quick          one value per load dimension, 1 repetition, short windows
+Options:
+  --quick          one value per load dimension, 1 repetition, short
+                   windows; a simulation runs as it is
   --repetitions N  repetitions per cell (overrides the scenario)
   --warmup S       warm-up seconds per run
   --window S       measured seconds per run
-  --seed N         shuffle and cell seeds (default 1): same seed, same order
-  --only PATTERN   Lua pattern on "section/arm": run only matching cells
-  --out DIR        where the reports go
-  --list           print the cells and exit
+  --seed N         seed of the order and of the cells (default 1), or of a
+                   simulation: same seed, same run
+  --only PATTERN   Lua pattern: run only the cells whose "section/arm"
+                   matches, or the simulation's policies whose name does
+  --out DIR        where the reports go (default: see Reports)
+  --list           print the cells, or the simulation's policies, and exit
   --max-minutes M  refuse a matrix longer than M minutes (default 60)
+  --cell I         internal: run cell I once and print one JSON line
+  --rep R          internal: the repetition a --cell run belongs to
+  --help           print this help and exit
+  --version        print the versions of nres and LuaJIT and exit
 
-Exit codes: 0 all cells ran and are trusted, 1 a cell failed or is
-untrusted, 2 usage or scenario error.]]
+Reports:
+  scenario         DIR/NAME-TIME.md (medians with spreads, ratios to the
+                   baseline arm, warnings for untrusted or failed cells)
+                   and DIR/NAME-TIME.json (every repetition); DIR is
+                   artifacts/stress unless --out says otherwise; the
+                   markdown is also printed
+  simulation       DIR/NAME-TIME.md, .json and .svg; a tournament writes
+                   DIR/NAME-TIME.md and one .svg per scenario; DIR is
+                   artifacts/sim unless --out says otherwise
+  NAME and TIME    the file's name field, and its start in UTC, as in
+                   sim-outage-20261207T120000Z
+
+serve:
+  nresrun serve    the HTTP dependency server the http cells call, as
+                   nres-depserver: the same options (nres-depserver --help),
+                   "port N" printed first, stops when its standard input
+                   closes or on SIGTERM
+
+Environment:
+  NRES_LIB         the libnres the Lua face loads (default: the one
+                   nresrun is linked with)
+
+Files:
+  DIR/../lua, DIR/../share/lua/5.1
+                   where the Lua modules are found, DIR being the
+                   executable's folder
+
+Exit status:
+  0                every cell ran and is trusted, or the simulation ran
+                   and its accounting holds
+  1                a cell failed or is untrusted (an open-loop cell with
+                   more than 0.1 % of its arrivals late by over 1 ms, or
+                   any shed), or a simulation's accounting does not hold
+  2                a usage or scenario error, naming file:line and the
+                   field]]
 
 local flags = { quick = true, list = true, help = true, version = true }
 local values = { repetitions = "count", warmup = "seconds", window = "seconds",

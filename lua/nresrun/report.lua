@@ -5,7 +5,8 @@
 -- says can be recomputed from it. The Markdown shows, per section, each
 -- cell's medians with their spread (± half the range, as % of the median),
 -- a ratio against the section's baseline arm under the same dependency and
--- load, and a warning block for untrusted or failed cells. A section whose
+-- load, what differs from that arm (completion, dependency requests per
+-- operation; throughput only in a closed loop), and a warning block for untrusted or failed cells. A section whose
 -- cells ran the HTTP client (they report client_requests_per_op) gets a
 -- second table: the handler's own cost, i.e. heap B/op minus dependency
 -- requests/op x the transport's B/request (the baseline arm's heap B/op /
@@ -16,6 +17,7 @@
 -- paused in garbage collection, and for threads cells whether the shared
 -- policy's calls and attempts matched the threads' exactly.
 local cjson = require "cjson.safe"
+local load = require "nresrun.load"
 
 local format, concat, sort = string.format, table.concat, table.sort
 local floor = math.floor
@@ -156,6 +158,60 @@ local function own_cost(w, cells, by_arm)
   end
 end
 
+-- What differs between each arm and its baseline under the same dependency
+-- and load: completion and dependency requests per operation, then the
+-- throughput ratio in a closed loop. In an open loop every arm is offered
+-- the same rate, so its ops/s ratio reads about 1.00 whatever the arm does;
+-- the line says so (w: writer).
+_M.SAME_COMPLETION = 0.005    -- completion within half a point reads "as much"
+_M.SAME_REQUESTS = 1.05       -- requests per op within 5 % read "as many"
+_M.SAME_OPS = 1.05            -- closed-loop throughput within 5 % reads "as fast"
+
+local function x(r) return format("%.2fx", r) end
+
+local function differs(c, b)
+  local mc, bc = median(values(c, "completion_ratio")), median(values(b, "completion_ratio"))
+  local mr, br = median(values(c, "dependency_requests_per_op")), median(values(b, "dependency_requests_per_op"))
+  local m, bm = median(values(c, "ops_per_sec")), median(values(b, "ops_per_sec"))
+  local parts = {}
+  if mc and bc and math.abs(mc - bc) >= _M.SAME_COMPLETION then
+    parts[#parts + 1] = format("completes %.3f of its operations where %s completes %.3f", mc, b.arm, bc)
+  end
+  if mr and br and br > 0 and mr > 0 and (mr >= br * _M.SAME_REQUESTS or br >= mr * _M.SAME_REQUESTS) then
+    parts[#parts + 1] = format("%s the dependency requests per operation (%.2f vs %.2f)", x(mr / br), mr, br)
+  end
+  local open = load.is_open(c.load)
+  if not open and m and bm and bm > 0 and (m >= bm * _M.SAME_OPS or bm >= m * _M.SAME_OPS) then
+    parts[#parts + 1] = m / bm >= 0.01 and format("%s the operations per second", x(m / bm))
+                        or format("%.0fx fewer operations per second", bm / m)
+  end
+  if #parts == 0 then return nil end
+  return format("%s vs %s (%s, %s=%s): %s%s.", c.arm, b.arm, c.dependency, c.load, tostring(c.load_value),
+    concat(parts, ", "), open and "; both were offered the same rate, so ops/s does not tell them apart" or "")
+end
+
+local function differences(w, cells, by_arm)
+  local lines, compared = {}, 0
+  for _, c in ipairs(cells) do
+    local b = c.baseline and c.baseline ~= c.arm and by_arm[c.group .. "\0" .. c.baseline]
+    if b and cell_ok(c) and cell_ok(b) then
+      compared = compared + 1
+      local l = differs(c, b)
+      if l then lines[#lines + 1] = l end
+    end
+  end
+  if compared == 0 then return end
+  w("")
+  if #lines == 0 then
+    w("What differs: every arm completes as much as its baseline with as many dependency requests per operation.")
+    return
+  end
+  w("What differs from the baseline (completion, dependency requests per operation, and throughput in a closed loop;"
+    .. " arms not listed read the same as their baseline):")
+  w("")
+  for _, l in ipairs(lines) do w("- %s", l) end
+end
+
 -- Rejection reasons of a cell, summed over repetitions: "budget exhausted 12, shed 3".
 local function reasons_of(c)
   local sum, keys = {}, {}
@@ -193,6 +249,61 @@ local function exact_of(c)
   return all and "yes" or "**no**"
 end
 
+-- A table as data: { header, text(c, x) } per column; x is what the
+-- caller worked out for the cell (the main table's ops/s and ratio).
+local function med(field, digits)
+  return function(c) return num(median(values(c, field)), digits) end
+end
+local function arm(c) return c.arm end
+local function dependency(c) return c.dependency end
+local function load_of(c) return c.load .. "=" .. tostring(c.load_value) end
+
+local function table_rows(w, columns, cells, x_of)
+  local head, rule = {}, {}
+  for i, col in ipairs(columns) do head[i], rule[i] = col[1], "---" end
+  w("%s", "| " .. concat(head, " | ") .. " |")
+  w("%s", "|" .. concat(rule, "|") .. "|")
+  for _, c in ipairs(cells) do
+    local x, row = x_of and x_of(c) or nil, {}
+    for i, col in ipairs(columns) do row[i] = col[2](c, x) end
+    w("%s", "| " .. concat(row, " | ") .. " |")
+  end
+end
+
+-- The main table of a section: medians, the ratio against the baseline.
+_M.MAIN_COLUMNS = {
+  { "arm", arm }, { "dependency", dependency }, { "load", load_of },
+  { "ops/s", function(_, x) return format("%s ±%.0f%%", x.ok and num(x.m) or "FAILED", spread(x.ops)) end },
+  { "ratio", function(_, x) return x.ratio end },
+  { "p50 µs", med("p50_us", 1) }, { "p99 µs", med("p99_us", 1) },
+  { "attempts/op", med("attempts_per_op") }, { "retries/op", med("retries_per_op") },
+  { "dep req/op", med("dependency_requests_per_op") }, { "completion", med("completion_ratio", 3) },
+  { "heap B/op", med("heap_bytes_per_op", 1) }, { "GC B/op", med("gc_bytes_per_op", 1) },
+  { "trusted", function(c) return cell_trusted(c) and "yes" or "**no**" end },
+}
+
+-- Load, memory and GC of a section's cells.
+_M.LOAD_COLUMNS = {
+  { "arm", arm }, { "dependency", dependency }, { "load", load_of },
+  { "admitted p50 µs", med("p50_admitted_us", 1) }, { "admitted p99 µs", med("p99_admitted_us", 1) },
+  { "rejections", reasons_of },
+  { "hedges/op (won, canceled)", function(c)
+      local hedges = median(values(c, "hedges_per_op"))
+      return (hedges and hedges > 0) and format("%s (%s, %s)", num(hedges, 3),
+        num(median(values(c, "hedges_won_per_op")), 3), num(median(values(c, "hedges_canceled_per_op")), 3)) or "-"
+    end },
+  { "RSS start→end KiB", function(c)
+      return num(median(values(c, "rss_start_kb")), 0) .. "→" .. num(median(values(c, "rss_end_kb")), 0)
+    end },
+  { "peak RSS KiB", med("peak_rss_kb", 0) },
+  { "GC pause %", function(c)
+      local share = median(values(c, "gc_pause_share"))
+      return share and format("%.2f", share * 100) or "-"
+    end },
+  { "GC collections", med("gc_collections", 0) },
+  { "exact", exact_of },
+}
+
 -- Load, memory and GC of one section's cells (w: writer).
 local function load_table(w, cells)
   if #cells == 0 then return end
@@ -206,22 +317,14 @@ local function load_table(w, cells)
     .. " \"class\" = refusals by criticality; hedges/op = further attempts sent, the share of calls"
     .. " a hedge answered, losers canceled.")
   w("")
-  w("| arm | dependency | load | admitted p50 µs | admitted p99 µs | rejections | hedges/op (won, canceled) | RSS start→end KiB | peak RSS KiB | GC pause %% | GC collections | exact |")
-  w("|---|---|---|---|---|---|---|---|---|---|---|---|")
-  for _, c in ipairs(cells) do
-    local share = median(values(c, "gc_pause_share"))
-    local hedges = median(values(c, "hedges_per_op"))
-    w("| %s | %s | %s=%s | %s | %s | %s | %s | %s→%s | %s | %s | %s | %s |", c.arm, c.dependency,
-      c.load, tostring(c.load_value),
-      num(median(values(c, "p50_admitted_us")), 1), num(median(values(c, "p99_admitted_us")), 1),
-      reasons_of(c),
-      (hedges and hedges > 0) and format("%s (%s, %s)", num(hedges, 3),
-        num(median(values(c, "hedges_won_per_op")), 3), num(median(values(c, "hedges_canceled_per_op")), 3)) or "-",
-      num(median(values(c, "rss_start_kb")), 0), num(median(values(c, "rss_end_kb")), 0),
-      num(median(values(c, "peak_rss_kb")), 0),
-      share and format("%.2f", share * 100) or "-", num(median(values(c, "gc_collections")), 0),
-      exact_of(c))
-  end
+  table_rows(w, _M.LOAD_COLUMNS, cells)
+end
+
+-- What follows a section's main table, in order (w, cells, by_arm).
+_M.SECTION_PARTS = { differences, own_cost, load_table }
+
+local function section_end(w, cells, by_arm)
+  for _, part in ipairs(_M.SECTION_PARTS) do part(w, cells, by_arm) end
 end
 
 -- Markdown.
@@ -235,24 +338,13 @@ function _M.markdown(doc)
     doc.machine.cpu, doc.machine.cores, doc.versions.nres, doc.versions.luajit)
   w("")
   w("Medians over repetitions, ± half the range as %% of the median. ratio = ops/s"
-    .. " against the section's baseline arm under the same dependency and load.")
+    .. " against the section's baseline arm under the same dependency and load; \"(offered)\":"
+    .. " an open loop offers every arm the same rate, so the ratio is about 1.00 whatever the arm does"
+    .. " (what differs is listed under each table).")
   local cells, by_arm = cells_of(doc.results)
   local warnings = {}
-  local section
-  local in_section = {}
-  for _, c in ipairs(cells) do
-    if c.section ~= section then
-      own_cost(w, in_section, by_arm)
-      load_table(w, in_section)
-      in_section = {}
-      section = c.section
-      w("")
-      w("## %s", section)
-      w("")
-      w("| arm | dependency | load | ops/s | ratio | p50 µs | p99 µs | attempts/op | retries/op | dep req/op | completion | heap B/op | GC B/op | trusted |")
-      w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    end
-    in_section[#in_section + 1] = c
+  -- The x of a main-table row: ops/s, its spread and the ratio.
+  local function main_x(c)
     local ops = values(c, "ops_per_sec")
     local m = median(ops)
     local ratio = "-"
@@ -260,27 +352,41 @@ function _M.markdown(doc)
       local b = by_arm[c.group .. "\0" .. c.baseline]
       local bm = b and median(values(b, "ops_per_sec"))
       if bm and bm > 0 and m then ratio = format("%.2f", m / bm) end
-    elseif c.baseline == c.arm then
-      ratio = "1.00 (baseline)"
     end
-    local ok, trusted = cell_ok(c), cell_trusted(c)
-    w("| %s | %s | %s=%s | %s ±%.0f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
-      c.arm, c.dependency, c.load, tostring(c.load_value),
-      ok and num(m) or "FAILED", spread(ops), ratio,
-      num(median(values(c, "p50_us")), 1), num(median(values(c, "p99_us")), 1),
-      num(median(values(c, "attempts_per_op"))), num(median(values(c, "retries_per_op"))),
-      num(median(values(c, "dependency_requests_per_op"))),
-      num(median(values(c, "completion_ratio")), 3),
-      num(median(values(c, "heap_bytes_per_op")), 1), num(median(values(c, "gc_bytes_per_op")), 1),
-      trusted and "yes" or "**no**")
-    if not ok then
+    local open = load.is_open(c.load)
+    if c.baseline == c.arm then
+      ratio = open and "1.00 (baseline, offered)" or "1.00 (baseline)"
+    elseif open and ratio ~= "-" then
+      ratio = ratio .. " (offered)"
+    end
+    return { ops = ops, m = m, ratio = ratio, ok = cell_ok(c) }
+  end
+  local sections, by_name = {}, {}
+  for _, c in ipairs(cells) do
+    local sec = by_name[c.section]
+    if not sec or sections[#sections] ~= sec then
+      sec = { name = c.section, cells = {} }
+      by_name[c.section] = sec
+      sections[#sections + 1] = sec
+    end
+    sec.cells[#sec.cells + 1] = c
+  end
+  for _, sec in ipairs(sections) do
+    w("")
+    w("## %s", sec.name)
+    w("")
+    table_rows(w, _M.MAIN_COLUMNS, sec.cells, main_x)
+    section_end(w, sec.cells, by_arm)
+  end
+  for _, c in ipairs(cells) do
+    if not cell_ok(c) then
       for _, r in ipairs(c.reps) do
         if not r.ok then
           warnings[#warnings + 1] = format("- **failed** %s rep %d: %s%s", c.key, r.repetition,
             r.error or "?", r.stderr and r.stderr ~= "" and (" — stderr: `" .. r.stderr:sub(-300):gsub("\n", " ⏎ ") .. "`") or "")
         end
       end
-    elseif not trusted then
+    elseif not cell_trusted(c) then
       for _, r in ipairs(c.reps) do
         if not r.trusted then
           warnings[#warnings + 1] = format("- untrusted %s rep %d: missed %d of %d arrivals, shed %d%s",
@@ -292,8 +398,6 @@ function _M.markdown(doc)
       end
     end
   end
-  own_cost(w, in_section, by_arm)
-  load_table(w, in_section)
   if #warnings > 0 then
     w("")
     w("## Warnings")

@@ -11,6 +11,7 @@
 local cjson = require "cjson.safe"
 local host = require "nresrun.host"
 local report = require "nresrun.report"
+local load = require "nresrun.load"
 
 local format = string.format
 local _M = { _VERSION = "0.1.0" }
@@ -39,14 +40,14 @@ end
 local function child_argv(ctx, run)
   local c = run.cell
   if c.arm_spec.kind == "peer" then
-    if c.threads then return nil, "the peer driver has no threads load (one event loop)" end
+    local spec, why = load.get(c.load).peer(c, {
+      arm = c.arm_spec.arm or c.arm, dependency = c.dependency,
+      warmup = c.warmup, window = c.window, seed = run.seed,
+      max_inflight = c.max_inflight,
+    })
+    if not spec then return nil, why end
     local runtime = which(c.arm_spec.runtime or "node")
     if not runtime then return nil, (c.arm_spec.runtime or "node") .. " is not installed" end
-    local spec = {
-      arm = c.arm_spec.arm or c.arm, dependency = c.dependency, workers = c.workers,
-      rate = c.rate, warmup = c.warmup, window = c.window, seed = run.seed,
-      max_inflight = c.max_inflight,
-    }
     spec.dependency = {}
     for k, v in pairs(c.dependency) do if type(v) ~= "function" then spec.dependency[k] = v end end
     if c.dependency.kind == "http" then
@@ -104,9 +105,10 @@ function _M.run(scenario, path, runs, opts)
     local result = {
       key = c.key, group = group_of(c), index = c.index, section = c.section, arm = c.arm,
       baseline = c.baseline, dependency = c.dependency_label, load = c.load,
-      load_value = c.load_value, workers = c.workers, rate = c.rate, threads = c.threads,
+      load_value = c.load_value,
       repetition = run.repetition, seed = run.seed, warmup = c.warmup, window = c.window,
     }
+    for _, k in ipairs(load.get(c.load).result) do result[k] = c[k] end
     local argv, why = child_argv(ctx, run)
     if not argv then
       result.ok, result.skipped, result.error = false, true, "skipped: " .. why

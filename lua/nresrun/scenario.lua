@@ -21,9 +21,12 @@
 -- (open loop), threads (closed loop on that many OS threads of the cell's
 -- process, each with its own Lua state and `workers` workers - one value,
 -- default 1 - all calling through one shared policy; not with an http
--- dependency, whose event loop is one thread's).
+-- dependency, whose event loop is one thread's). Each is a module of
+-- nresrun.load, which checks its values and fills its cells' fields.
 local schema = require "nres.schema"
 local dep = require "nresrun.dep"
+local load_mod = require "nresrun.load"
+local workers_kind = require "nresrun.load.workers"
 
 local type, pairs, ipairs, format, floor = type, pairs, ipairs, string.format, math.floor
 local describe = schema.describe
@@ -44,16 +47,7 @@ function _M.peer(t)
   return spec
 end
 
-local function cores()
-  local f = io.open("/proc/cpuinfo", "r")
-  local n = 0
-  if f then
-    for line in f:lines() do if line:match("^processor%s*:") then n = n + 1 end end
-    f:close()
-  end
-  return n > 0 and n or 1
-end
-_M.cores = cores
+_M.cores = workers_kind.cores
 
 local top_fields = {
   name = true, description = true, sections = true, dependency = true, load = true,
@@ -64,11 +58,8 @@ local section_fields = {
   name = true, description = true, dependency = true, load = true, arms = true,
   baseline = true, repetitions = true, warmup = true, window = true, max_inflight = true,
 }
-local load_kinds = { workers = true, open_rate = true, threads = true }
-local THREADS_MAX = 64
 local quick_fields = { repetitions = true, warmup = true, window = true }
 
-local function positive(v) return type(v) == "number" and v == v and v > 0 and v < math.huge end
 local function count(v) return type(v) == "number" and v >= 1 and v == floor(v) and v < 1e9 end
 
 local function suggest(key, fields)
@@ -78,17 +69,6 @@ end
 local function list_of(v)
   if type(v) == "table" and v[1] ~= nil then return v end
   return { v }
-end
-
--- workers: 4, "cores", "8x" (8 x cores)
-local function resolve_workers(v)
-  if count(v) then return v end
-  if v == "cores" then return cores() end
-  if type(v) == "string" then
-    local k = tonumber(v:match("^(%d+)x$"))
-    if k and k >= 1 then return k * cores() end
-  end
-  return nil
 end
 
 local function arm_kind(a)
@@ -124,36 +104,39 @@ local function check_section(problems, path, s, top)
     problems[#problems + 1] = format("%s.load: expected { workers = ... } or { open_rate = ... }, got %s", path, describe(load))
   else
     local n = 0
-    local threads = load.threads ~= nil
+    local kind = load_mod.of(load)
+    local companions = kind and kind.companions or {}
     for k, v in pairs(load) do
-      if not load_kinds[k] then
-        problems[#problems + 1] = format("%s.load.%s: unknown load kind (workers, open_rate, threads)", path, tostring(k))
-      elseif threads and k == "workers" then
-        -- workers per thread: one value
-        if type(v) == "table" or not resolve_workers(v) then
-          problems[#problems + 1] = format('%s.load.workers: with threads, the workers of each thread: one count, "cores" or "Nx", got %s',
-            path, describe(v))
-        end
+      local own = load_mod.get(k)
+      if companions[k] and k ~= kind.name then
+        local why = companions[k](v, path)
+        if why then problems[#problems + 1] = why end
+      elseif not own then
+        problems[#problems + 1] = format("%s.load.%s: unknown load kind (%s)", path, tostring(k),
+                                         table.concat(load_mod.KINDS, ", "))
       else
         n = n + 1
         for i, val in ipairs(list_of(v)) do
-          local ok = (k == "workers") and resolve_workers(val) or (k == "open_rate" and positive(val))
-                     or (k == "threads" and count(val) and val <= THREADS_MAX)
-          if not ok then
-            problems[#problems + 1] = format("%s.load.%s[%d]: expected %s, got %s", path, k, i,
-              k == "workers" and 'a count, "cores" or "Nx"'
-              or k == "threads" and "a count of OS threads from 1 to " .. THREADS_MAX
-              or "operations per second (> 0)", describe(val))
+          if not own.check(val) then
+            problems[#problems + 1] = format("%s.load.%s[%d]: expected %s, got %s", path, k, i, own.expected, describe(val))
           end
         end
       end
     end
-    if n > 1 then problems[#problems + 1] = path .. ".load: workers (closed loop), open_rate (open loop) or threads (OS threads), one of them" end
-    if threads then
+    if n > 1 then
+      local each = {}
+      for i, name in ipairs(load_mod.KINDS) do
+        each[i] = format("%s (%s)", name, load_mod.get(name).what)
+      end
+      problems[#problems + 1] = format("%s.load: %s or %s, one of them", path,
+        table.concat(each, ", ", 1, #each - 1), each[#each])
+    end
+    if kind and kind.dependency then
       for i, d in ipairs(list_of(deps or {})) do
-        if type(d) == "table" and d.kind == "http" then
-          problems[#problems + 1] = format("%s.dependency%s: threads: not with an http dependency (its event loop is one thread's)",
-            path, type(deps) == "table" and deps[1] ~= nil and "[" .. i .. "]" or "")
+        local why = kind.dependency(d)
+        if why then
+          problems[#problems + 1] = format("%s.dependency%s: %s",
+            path, type(deps) == "table" and deps[1] ~= nil and "[" .. i .. "]" or "", why)
         end
       end
     end
@@ -171,9 +154,10 @@ local function check_section(problems, path, s, top)
         problems[#problems + 1] = format("%s.arms.%s: expected a policy, a preset name, nresrun.raw, nresrun.naive(n) or nresrun.peer{...}, got %s",
           path, name, describe(a))
       elseif type(a) == "string" then
-        local ok, err = pcall(require("nres.policy").resolve, a)
-        if not ok or not err then
-          problems[#problems + 1] = format("%s.arms.%s: unknown preset %s", path, name, describe(a))
+        local ok, t, why = pcall(require("nres.policy").resolve, a)
+        if not ok or not t then   -- resolve's own words: the nearest preset, the list
+          problems[#problems + 1] = format("%s.arms.%s: %s", path, name,
+                                           ok and why or format("unknown preset %s", describe(a)))
         end
       end
     end
@@ -288,12 +272,8 @@ function _M.cells(self, opts)
   for _, s in ipairs(self.sections) do
     local deps = list_of(pick(s, top, "dependency"))
     local load = pick(s, top, "load")
-    local kind, values = next(load)
-    local per_thread = nil
-    if load.threads ~= nil then
-      kind, values, per_thread = "threads", load.threads, resolve_workers(load.workers or 1)
-    end
-    values = list_of(values)
+    local kind = load_mod.of(load)
+    local values = kind.values(load)
     if opts.quick then values = { values[1] } end
     local arms = pick(s, top, "arms")
     local baseline = pick(s, top, "baseline", arms.raw and "raw" or nil)
@@ -306,10 +286,7 @@ function _M.cells(self, opts)
             -- A peer compares with its own runtime's raw arm when it names one.
             baseline = type(a) == "table" and a.kind == "peer" and a.baseline or baseline,
             dependency = d, dependency_index = di, dependency_label = dep.label(d),
-            load = kind, load_value = v,
-            workers = kind == "workers" and resolve_workers(v) or nil,
-            threads = kind == "threads" and v or nil, workers_per_thread = per_thread,
-            rate = kind == "open_rate" and v or nil,
+            load = kind.name, load_value = v,
             max_inflight = pick(s, top, "max_inflight", 10000),
             grace = top.grace or 30,
             repetitions = opts.repetitions or (opts.quick and ((top.quick or {}).repetitions or 1))
@@ -319,6 +296,7 @@ function _M.cells(self, opts)
             window = opts.window or (opts.quick and ((top.quick or {}).window or 1))
                      or pick(s, top, "window", 5),
           }
+          kind.fields(cell, v, load)
           cell.key = format("%s/%s/%s/%s=%s", cell.section, cell.arm, cell.dependency_label,
                             cell.load, tostring(v))
           if not opts.only or (cell.section .. "/" .. cell.arm):find(opts.only) then
@@ -363,15 +341,8 @@ function _M.fit(self, runs, opts)
   for _, r in ipairs(runs) do
     local c = r.cell
     seconds = seconds + c.warmup + c.window + 0.4
-    if c.workers and c.workers > 100000 then
-      return nil, format("%s: %d workers cannot fit this machine (at most 100000 coroutines)", c.key, c.workers)
-    end
-    if c.threads and c.threads * (c.workers_per_thread or 1) > 100000 then
-      return nil, format("%s: %d threads x %d workers cannot fit this machine", c.key, c.threads, c.workers_per_thread or 1)
-    end
-    if c.rate and c.rate > 2000000 then
-      return nil, format("%s: an open rate of %g/s cannot be paced on this machine (at most 2,000,000/s)", c.key, c.rate)
-    end
+    local why = load_mod.get(c.load).fit(c)
+    if why then return nil, why end
   end
   local limit = (opts and opts.max_minutes) or self.spec.max_minutes or 60
   if seconds / 60 > limit then

@@ -20,8 +20,8 @@
 -- 64 steps, so I/O is never starved.
 local nres_driver = require "nres.driver"
 
-local co_create, co_resume, co_yield, co_status =
-  coroutine.create, coroutine.resume, coroutine.yield, coroutine.status
+local co_create, co_resume, co_yield, co_status, co_running =
+  coroutine.create, coroutine.resume, coroutine.yield, coroutine.status, coroutine.running
 local floor = math.floor
 
 local _M = { _VERSION = "0.1.0" }
@@ -212,6 +212,44 @@ function _M.spawn(s, fn, ...)
   local co = co_create(fn)
   step(s, co, ...)
   return co
+end
+
+-- Reusable workers for an open loop: start(a, b) runs job(a, b) on an idle
+-- worker, or on a new one while fewer than `max` are busy, and returns
+-- true; false when `max` are busy. A worker parks itself when its job
+-- ends (it yields a non-number, so the scheduler forgets it) until start
+-- hands it the next one: nothing is allocated per job once the workers
+-- exist. busy() counts the workers running a job.
+function _M.workers(s, job, max)
+  local idle, nidle, busy = {}, 0, 0
+  local function worker(a, b)
+    local self = co_running()
+    while true do
+      job(a, b)
+      busy = busy - 1
+      nidle = nidle + 1
+      idle[nidle] = self
+      a, b = co_yield("idle")
+    end
+  end
+  local set = {}
+  function set.start(a, b)
+    if nidle > 0 then
+      local co = idle[nidle]
+      idle[nidle] = nil
+      nidle = nidle - 1
+      busy = busy + 1
+      step(s, co, a, b)
+    elseif busy < max then
+      busy = busy + 1
+      step(s, co_create(worker), a, b)
+    else
+      return false
+    end
+    return true
+  end
+  function set.busy() return busy end
+  return set
 end
 
 -- Run due workers until `deadline` (ns); sleeps the thread while nothing

@@ -12,7 +12,15 @@
 --     load = { rate = 400 },             -- open loop, arrivals/s ("poisson" or "fixed")
 --     duration = 300,                    -- simulated seconds
 --     seed = 1,
+--     slo = { latency = 0.25, quantile = 0.99 },   -- optional: goodput
 --   }
+--
+-- slo: a share `quantile` (default 0.99) of calls should succeed within
+-- `latency` seconds (default: measured - the latency of that quantile of
+-- calls made with no policy while the dependency is healthy). With it the reports give goodput
+-- (calls that succeeded within the latency, per arrival) beside success,
+-- and the verdict ranks by goodput. A tournament always reports goodput,
+-- with the tournament's or the scenario's slo, else the default.
 --
 -- The tournament form runs several scenarios over several seeds instead
 -- of one dependency (nresrun.sim.tournament; bench/tournament.lua):
@@ -51,14 +59,15 @@ local MAX_DURATION = 86400
 local fields = {
   name = true, description = true, policy = true, policies = true, dependency = true,
   load = true, duration = true, seed = true, max_inflight = true, grace = true,
-  scenarios = true, seeds = true,
+  scenarios = true, seeds = true, slo = true,
 }
 -- What one run needs: the top level of a plain simulation, or a scenario.
 local run_fields = { dependency = true, load = true, duration = true, max_inflight = true, grace = true }
-local scenario_fields = { name = true, description = true }
+local scenario_fields = { name = true, description = true, slo = true }
 for k in pairs(run_fields) do scenario_fields[k] = true end
 local MAX_SEEDS = 1000
 local load_fields = { rate = true, arrivals = true }
+local slo_fields = { latency = true, quantile = true }
 
 local function suggest(key, set)
   local names = {}
@@ -78,8 +87,10 @@ local function is_policy(v) return type(v) == "table" and v.cp ~= nil and type(v
 -- The problem with one policy entry, or nil.
 local function check_policy(path, v)
   if type(v) == "string" then
-    local ok, t = pcall(policy_mod.resolve, v)
-    if not ok or not t then return format("%s: unknown preset %s", path, describe(v)) end
+    local ok, t, why = pcall(policy_mod.resolve, v)
+    if not ok or not t then   -- resolve's own words: the nearest preset, the list
+      return format("%s: %s", path, ok and why or format("unknown preset %s", describe(v)))
+    end
     if type(t.budget) == "string" then
       return format("%s: preset %s uses the named budget %s, shared by the whole process; a simulation needs fresh state per run",
                     path, describe(v), describe(t.budget))
@@ -94,6 +105,45 @@ local function check_policy(path, v)
                   path, describe(v.spec.budget))
   end
   return nil
+end
+
+-- The problems with an slo table at `path`.
+local function check_slo(v, path, bad)
+  if v == nil then return end
+  if type(v) ~= "table" then
+    bad("%s: expected { latency = seconds, quantile = share }, got %s", path, describe(v))
+    return
+  end
+  for k in pairs(v) do
+    if not slo_fields[k] then bad("%s.%s: unknown field%s", path, tostring(k), suggest(k, slo_fields)) end
+  end
+  if v.latency ~= nil and not (finite(v.latency) and v.latency > 0 and v.latency <= 3600) then
+    bad("%s.latency: expected seconds (> 0, at most 3600), got %s", path, describe(v.latency))
+  end
+  if v.quantile ~= nil and not (finite(v.quantile) and v.quantile > 0 and v.quantile < 1) then
+    bad("%s.quantile: expected a share of calls in (0, 1), e.g. 0.99, got %s", path, describe(v.quantile))
+  end
+end
+
+-- The slo of a run: { latency = s, quantile = q, measured = bool } from
+-- table `v` (nil: nil unless `always`). Without a latency, it is measured:
+-- the quantile q of successful calls made with no policy to the
+-- dependency without its phases (healthy), under the run's load, for up
+-- to 60 simulated seconds with the given seed.
+function _M.slo_of(v, run, seed, always)
+  if v == nil and not always then return nil end
+  v = v or {}
+  local q = v.quantile or 0.99
+  if v.latency then return { latency = v.latency, quantile = q, measured = false } end
+  local healthy = {}
+  for k, x in pairs(run.dependency) do if k ~= "phases" then healthy[k] = x end end
+  local r = require("nresrun.sim.run").run{
+    policy = policy_mod.new({ base = "none", seed = seed }, 2), dependency = healthy,
+    rate = run.load.rate, arrivals = run.load.arrivals or "poisson",
+    duration_s = math.min(run.duration, 60), seed = seed, max_inflight = run.max_inflight or 100000,
+    grace_s = 10, ok_quantile = q,
+  }
+  return { latency = (r.totals.ok_quantile_ms or 0) / 1000, quantile = q, measured = true }
 end
 
 -- The checks of what one run needs (duration, dependency, load,
@@ -161,6 +211,7 @@ function _M.new(t, level)
   if t.seed ~= nil and not int(t.seed, 0, 2 ^ 31 - 2) then
     bad("simulation.seed: expected an integer from 0 to 2147483646, got %s", describe(t.seed))
   end
+  check_slo(t.slo, "simulation.slo", bad)
 
   -- One run (dependency, load, duration) or a tournament (scenarios, seeds).
   local scenarios
@@ -204,6 +255,7 @@ function _M.new(t, level)
             bad("%s.description: expected a string, got %s", path, describe(s.description))
           end
           check_run(s, path, bad)
+          check_slo(s.slo, path .. ".slo", bad)
           scenarios[i] = s
         end
       end
@@ -306,6 +358,7 @@ function _M.run(self, opts)
   local t = self.spec
   local seed = opts.seed or t.seed or 1
   local d = t.dependency
+  local slo = _M.slo_of(t.slo, t, seed)
   local runs = {}
   for _, entry in ipairs(self.policies) do
     if not opts.only or entry.name:find(opts.only) then
@@ -318,6 +371,7 @@ function _M.run(self, opts)
         seed = seed,
         max_inflight = t.max_inflight or 100000,
         grace_s = t.grace or 120,
+        slo_s = slo and slo.latency,
       }
       r.policy = entry.name
       r.policy_label = type(entry.spec) == "string" and ("preset " .. entry.spec) or "nres.policy{...}"
@@ -327,7 +381,8 @@ function _M.run(self, opts)
   local phases = {}
   for i, p in ipairs(d.phases or {}) do
     phases[i] = { name = p.name or ("phase " .. i), from = p.from, to = p.to,
-                  fail = p.fail or 0, latency_factor = p.latency_factor or 1 }
+                  fail = p.fail or 0, latency_factor = p.latency_factor or 1,
+                  capacity = p.capacity or 1, ramp = p.ramp }
   end
   return {
     kind = "simulation",
@@ -335,6 +390,7 @@ function _M.run(self, opts)
     description = t.description,
     seed = seed,
     duration_s = t.duration,
+    slo = slo,
     load = { rate = t.load.rate, arrivals = t.load.arrivals or "poisson" },
     dependency = { label = simdep.label(d), phases = phases, capacity = d.capacity,
                    latency = d.latency, fail_prob = d.fail_prob, fail_every = d.fail_every },
@@ -378,8 +434,7 @@ function _M.main(self, path, opts)
   doc.versions = { nres = require("nres").version, luajit = jit and jit.version or "?" }
   local stem = name .. "-" .. os.date("!%Y%m%dT%H%M%SZ", started)
   local paths = report.write(doc, opts.out or "artifacts/sim", stem)
-  io.stdout:write(report.markdown(doc, { every = report.print_step(doc.duration_s) }), "\n")
-  print(format("reports: %s %s %s", paths.md, paths.json, paths.svg))
+  io.stdout:write(report.terminal(doc, paths), "\n")
   for _, r in ipairs(doc.runs) do
     if not r.totals.identity_ok then
       io.stderr:write("nresrun: ", r.policy, ": arrivals do not add up to outcomes\n")

@@ -204,6 +204,12 @@ typedef enum {
 } nres_class_t;
 
 NRES_EXTERN const char *nres_class_name(int cls);   /* "critical", ... */
+/* The class of a criticality name (len bytes), in any case: critical or
+ * critical_plus, default, sheddable or sheddable_plus (Google's _PLUS
+ * names fold into the nearest class); -1 for anything else or NULL. The
+ * one parser of these names: X-Criticality in both gateways
+ * (nres_gw_class) and p:with{ criticality = ... } in Lua. */
+NRES_EXTERN int nres_class_parse(const char *name, size_t len);
 
 /* Verdict flags. */
 enum {
@@ -449,6 +455,7 @@ typedef enum {
 /* Ranges (nres_breaker_config_error names the field it refuses):
  * failure_ratio and slow_ratio in [0, 1]; probes and success_threshold in
  * 1..255; break_for > 0; break_max >= break_for; break_jitter in [0, 1);
+ * lease <= break_for;
  * window > 0 with window / buckets >= 1 ns and 1 <= buckets <=
  * NRES_WINDOW_MAX_BUCKETS. Durations may be NRES_TIME_NEVER (a break is
  * capped at 2^37 ms, 4.3 years), never NRES_TIME_INVALID. */
@@ -470,6 +477,13 @@ struct nres_breaker_config_s {
   nres_time_t break_max;        /* open period doubles up to this. 2 min */
   double break_jitter;          /* open period shortened by up to this
                                    fraction, at random. Default 0.1 */
+  nres_time_t lease;            /* a probe permit's lease: once every probe
+                                   permit of a half-open breaker has been
+                                   out this long (since the latest was
+                                   taken) without a report, the next caller
+                                   takes their place and the lapsed permits
+                                   are counted in leases_expired. 0 =
+                                   break_for; at most break_for. Default 0 */
 };
 
 /* The whole state machine is one atomic word (state, probe permits in use,
@@ -482,6 +496,8 @@ struct nres_breaker_s {
   NRES_ATOMIC(uint32_t) level;          /* trips since last closed */
   NRES_ATOMIC(uint64_t) trips;          /* times it opened */
   NRES_ATOMIC(uint64_t) rejected;       /* admissions refused */
+  NRES_ATOMIC(uint64_t) leases_expired; /* probe permits whose lease ran
+                                           out before their report */
   nres_window_t window;
 };
 
@@ -529,6 +545,7 @@ typedef struct nres_breaker_stats_s {
   uint32_t reserved_;
   uint64_t trips;               /* times it opened */
   uint64_t rejected;            /* admissions refused */
+  uint64_t leases_expired;      /* probe permits whose lease ran out */
 } nres_breaker_stats_t;
 
 NRES_EXTERN void nres_breaker_stats(const nres_breaker_t *breaker,
@@ -894,7 +911,10 @@ struct nres_event_s {
 
 /* -------------------------------------------------------------- stop reasons */
 
-/* Why a call ended. Stable: values and names never change. */
+/* Why a call ended. Stable: values and names never change; new ones are
+ * appended. CALLBACK: the driver's own code for the call (a binding's
+ * classifier, admission hook, event listener or sleep) failed, and the
+ * driver ended the call with nres_call_abort. */
 #define NRES_STOP_MAP(XX)                                                    \
   XX(NONE,       "running")                                                  \
   XX(OK,         "ok")                                                       \
@@ -907,6 +927,7 @@ struct nres_event_s {
   XX(CANCELED,   "canceled")                                                 \
   XX(DRAINING,   "draining")                                                 \
   XX(THROTTLED,  "throttled locally")                                        \
+  XX(CALLBACK,   "callback error")                                           \
 
 typedef enum {
 #define XX(name, _) NRES_STOP_ ## name,
@@ -939,6 +960,8 @@ struct nres_counters_s {
   uint64_t hedges_won;          /* calls answered by a hedged attempt */
   uint64_t class_rejects[NRES_CLASS_COUNT];   /* calls refused (any
                                    source), by class */
+  uint64_t isolations;          /* nres_policy_isolate(p, 1) calls */
+  uint64_t resets;              /* nres_policy_isolate(p, 0) calls */
 };
 
 /* ----------------------------------------------------------------- policy */
@@ -1010,8 +1033,10 @@ struct nres_policy_s {
   uint32_t reserved0_;
   nres_time_t slow_threshold;
   double slow_factor;
-  /* Refusals of the rate limiter are waited out when the wait is at most
-   * this (and fits the deadline); otherwise the call stops. */
+  /* Refusals of the rate limiter are waited out while the whole wait of
+   * the admission (from its first refusal, across every refusal after a
+   * lost race for the token) is at most this and fits the deadline;
+   * otherwise the call stops. */
   nres_time_t limit_wait;
   uint32_t fallback;            /* 1: failed calls are marked for the
                                    driver to run its fallback */
@@ -1056,6 +1081,8 @@ struct nres_policy_s {
   NRES_ATOMIC(uint64_t) n_late;
   NRES_ATOMIC(uint64_t) n_hedges_won;
   NRES_ATOMIC(uint64_t) n_class_rejects[NRES_CLASS_COUNT];
+  NRES_ATOMIC(uint64_t) n_isolations;
+  NRES_ATOMIC(uint64_t) n_resets;
   /* What every successful call writes - its OK verdict and its OK stop -
    * counted in one of NRES_POLICY_SHARDS shards (the calling thread's,
    * taken round-robin) instead of n_verdicts[NRES_OK] and
@@ -1087,6 +1114,12 @@ NRES_EXTERN int nres_policy_build(nres_policy_t *policy);
 NRES_EXTERN const char *nres_policy_error(const nres_policy_t *policy);
 /* Refuse new calls with NRES_STOP_DRAINING (on = 1) or accept them again. */
 NRES_EXTERN void nres_policy_drain(nres_policy_t *policy, int on);
+/* An operator's hand on the policy's breaker: on = 1 isolates it
+ * (NRES_BREAKER_ISOLATED: every call stops NRES_STOP_CIRCUIT until reset),
+ * on = 0 resets it (closed, its window emptied, from any state). Counted
+ * in counters.isolations and counters.resets. 0, or NRES_EINVAL when the
+ * policy has no breaker. Any thread. */
+NRES_EXTERN int nres_policy_isolate(nres_policy_t *policy, int on);
 /* Copy the counters out; relaxed reads, no locks. */
 NRES_EXTERN void nres_policy_counters(const nres_policy_t *policy,
                                       nres_counters_t *out);
@@ -1178,7 +1211,8 @@ struct nres_call_s {
   uint8_t criticality;          /* nres_class_t, set by begin */
   uint8_t deferred;             /* attempts the throttle refused and the
                                    call waited out as throttled answers */
-  nres_time_t queue_end;        /* when a queued wait gives up */
+  nres_time_t queue_end;        /* when an admission wait (the rate
+                                   limiter's, then a queued one) gives up */
   nres_verdict_t last;          /* the last verdict reported */
   nres_backoff_state_t backoff;
   nres_rng_t rng;               /* seeded at the first random need */
@@ -1237,6 +1271,13 @@ NRES_EXTERN nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now);
  * failure, and DONE with NRES_STOP_CANCELED comes back (with the slots to
  * abandon). Canceling a finished call returns its DONE again. */
 NRES_EXTERN nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now);
+/* The same end for a call whose driver's own code failed (a classifier
+ * that raised or answered junk, an admission hook, an event listener, the
+ * driver's sleep): everything given back as by nres_call_cancel, nothing
+ * counted against the dependency, no fallback, but the stop is
+ * NRES_STOP_CALLBACK (nres_stop_error: NRES_ECALLBACK), so the caller
+ * learns that the call failed on its own side. */
+NRES_EXTERN nres_action_t nres_call_abort(nres_call_t *call, nres_time_t now);
 /* Time left before the call's deadline (NRES_TIME_NEVER if none). */
 NRES_EXTERN nres_time_t nres_call_remaining(const nres_call_t *call,
                                             nres_time_t now);
@@ -1282,6 +1323,18 @@ NRES_EXTERN int nres_step_resume(nres_call_t *call, double now,
                                  nres_step_t *out);
 NRES_EXTERN int nres_step_cancel(nres_call_t *call, double now,
                                  nres_step_t *out);
+NRES_EXTERN int nres_step_abort(nres_call_t *call, double now,
+                                nres_step_t *out);
+/* A call's end for a binding, as doubles only (a binding that reads the
+ * log's 64-bit fields or its records by reference makes a fresh box for
+ * each, where its code is not compiled): out[0] the entries n (the last
+ * min(attempts, NRES_LOG_CAP) attempts), out[1] the last verdict's flags,
+ * then per entry, oldest first, NRES_STEP_LOG_FIELDS doubles: number,
+ * hedge, verdict kind, flags (0xff: abandoned), start and end (ns). out
+ * holds at least NRES_STEP_LOG_SIZE doubles. Returns n. */
+#define NRES_STEP_LOG_FIELDS 6
+#define NRES_STEP_LOG_SIZE (2 + NRES_LOG_CAP * NRES_STEP_LOG_FIELDS)
+NRES_EXTERN int nres_step_log(const nres_call_t *call, double *out);
 /* The two steps of a synchronous driver's call (one attempt at a time, no
  * hedging), one FFI call each: nres_step_begin_class with no inherited
  * deadline, and nres_step_report (nres_step_sync_resume: nres_step_resume,

@@ -360,6 +360,41 @@ static void canceled_probe_never_leaves_breaker_stuck_half_open(void **state) {
   assert_int_equal(nres_breaker_state(&br, 2 * SEC), NRES_BREAKER_CLOSED);
 }
 
+/* A driver whose own code failed ends the call with nres_call_abort: the
+ * probe permit is given back as by a cancel, no fallback is marked, and
+ * the stop says so (NRES_STOP_CALLBACK, NRES_ECALLBACK), counted. */
+static void aborted_call_stops_callback_error_and_gives_back(void **state) {
+  nres_policy_t p;
+  nres_breaker_t br;
+  nres_call_t call;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  p.attempts = 1;
+  p.fallback = 1;
+  use_breaker(&p, &br, 1, 1 * SEC);
+  build(&p);
+  a = nres_call_begin(&call, &p, 0);
+  a = nres_call_report(&call, a.slot, 0, transient());
+  a = nres_call_begin(&call, &p, 2 * SEC);   /* the probe */
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_abort(&call, 2 * SEC);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_CALLBACK);
+  assert_int_equal(a.cancel, 1);
+  assert_int_equal(a.fallback, 0);
+  assert_int_equal(nres_stop_error(call.stop), NRES_ECALLBACK);
+  assert_int_equal(counters(&p).stops[NRES_STOP_CALLBACK], 1);
+  a = nres_call_abort(&call, 2 * SEC);       /* over: its DONE again */
+  assert_int_equal(a.stop, NRES_STOP_CALLBACK);
+  assert_int_equal(counters(&p).stops[NRES_STOP_CALLBACK], 1);
+  a = nres_call_begin(&call, &p, 2 * SEC);   /* permit was given back */
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_report(&call, a.slot, 2 * SEC, ok());
+  assert_int_equal(nres_breaker_state(&br, 2 * SEC), NRES_BREAKER_CLOSED);
+}
+
 static void canceled_outcome_is_not_a_breaker_failure(void **state) {
   nres_policy_t p;
   nres_breaker_t br;
@@ -640,6 +675,51 @@ static void rate_limiter_refuses_or_waits_within_limit_wait(void **state) {
   assert_true(a.at > 0 && a.at <= 1 * SEC);
   a = nres_call_resume(&call, a.at);
   assert_int_equal(a.kind, NRES_ATTEMPT);
+}
+
+/* limit_wait bounds the whole wait of one admission, not each refusal: a
+ * call that loses the race for the token it waited for (another call took
+ * it first) waits again only within what is left of its limit_wait. */
+static void limit_wait_caps_the_total_across_refusals(void **state) {
+  nres_policy_t p;
+  nres_ratelimit_t rl;
+  nres_call_t first, loser, thief;
+  nres_action_t a;
+  (void) state;
+
+  trivial(&p);
+  assert_int_equal(nres_ratelimit_init(&rl, 4, 1), 0);   /* 250 ms a token */
+  p.ratelimit = &rl;
+  p.limit_wait = 300 * MS;
+  build(&p);
+  a = nres_call_begin(&first, &p, 0);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  a = nres_call_begin(&loser, &p, 0);
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_true(a.at == 250 * MS);
+  /* Another call takes the token at 250 ms, before the waiter resumes. */
+  assert_int_equal(nres_call_begin(&thief, &p, 250 * MS).kind, NRES_ATTEMPT);
+  /* Another 250 ms would make 500 ms in all, past limit_wait: refused. */
+  a = nres_call_resume(&loser, 250 * MS);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_LIMITED);
+  assert_int_equal(counters(&p).rejects[NRES_REJECT_RATE], 1);
+
+  /* Within the total, a second wait is allowed. */
+  assert_int_equal(nres_ratelimit_init(&rl, 4, 1), 0);
+  p.limit_wait = 600 * MS;
+  build(&p);
+  assert_int_equal(nres_call_begin(&first, &p, 0).kind, NRES_ATTEMPT);
+  a = nres_call_begin(&loser, &p, 0);
+  assert_int_equal(a.kind, NRES_WAIT);
+  assert_int_equal(nres_call_begin(&thief, &p, 250 * MS).kind, NRES_ATTEMPT);
+  a = nres_call_resume(&loser, 250 * MS);
+  assert_int_equal(a.kind, NRES_WAIT);          /* 500 ms in all: within */
+  assert_true(a.at == 500 * MS);
+  assert_int_equal(nres_call_begin(&thief, &p, 500 * MS).kind, NRES_ATTEMPT);
+  a = nres_call_resume(&loser, 500 * MS);       /* 750 ms in all: past */
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(a.stop, NRES_STOP_LIMITED);
 }
 
 static void bulkhead_queues_then_admits_or_times_out(void **state) {
@@ -1137,6 +1217,7 @@ int main(void) {
     cmocka_unit_test(breaker_opens_rejects_then_probes_and_closes),
     cmocka_unit_test(canceled_probe_never_leaves_breaker_stuck_half_open),
     cmocka_unit_test(canceled_outcome_is_not_a_breaker_failure),
+    cmocka_unit_test(aborted_call_stops_callback_error_and_gives_back),
     cmocka_unit_test(hedge_starts_after_delay_and_first_ok_wins),
     cmocka_unit_test(exhausted_budget_never_cancels_inflight_hedges),
     cmocka_unit_test(hedge_win_is_counted_and_the_loser_is_a_censored_sample),
@@ -1144,6 +1225,7 @@ int main(void) {
     cmocka_unit_test(failed_hedge_waits_for_the_others),
     cmocka_unit_test(hedging_is_suppressed_while_failure_ratio_is_high),
     cmocka_unit_test(rate_limiter_refuses_or_waits_within_limit_wait),
+    cmocka_unit_test(limit_wait_caps_the_total_across_refusals),
     cmocka_unit_test(bulkhead_queues_then_admits_or_times_out),
     cmocka_unit_test(draining_refuses_new_calls),
     cmocka_unit_test(fallback_is_marked_on_failure_only),

@@ -36,10 +36,10 @@ static void stop_reasons_have_stable_names_and_codes(void **state) {
   static const char *const expected[] = {
     "running", "ok", "permanent", "attempts exhausted", "deadline exceeded",
     "budget exhausted", "circuit open", "rate limited", "canceled", "draining",
-    "throttled locally"
+    "throttled locally", "callback error"
   };
   (void) state;
-  assert_int_equal(NRES_STOP_COUNT, 11);
+  assert_int_equal(NRES_STOP_COUNT, 12);
   for (int i = 0; i < NRES_STOP_COUNT; i++)
     assert_string_equal(nres_stop_name(i), expected[i]);
   assert_string_equal(nres_stop_name(-1), "unknown");
@@ -51,6 +51,9 @@ static void stop_reasons_have_stable_names_and_codes(void **state) {
   assert_int_equal(nres_stop_error(NRES_STOP_CANCELED), NRES_ECANCELED);
   assert_int_equal(nres_stop_error(NRES_STOP_THROTTLED), NRES_ETHROTTLED);
   assert_string_equal(nres_strerror(NRES_ETHROTTLED), "throttled locally");
+  assert_int_equal(nres_stop_error(NRES_STOP_CALLBACK), NRES_ECALLBACK);
+  assert_int_equal(NRES_ECALLBACK, -1012);   /* appended, never renumbered */
+  assert_string_equal(nres_err_name(NRES_ECALLBACK), "ECALLBACK");
   for (int i = NRES_STOP_PERMANENT; i < NRES_STOP_COUNT; i++)
     assert_string_not_equal(nres_err_name(nres_stop_error(i)), "UNKNOWN");
 }

@@ -17,6 +17,7 @@
 typedef struct {
   nres_shm_t *scope, *peers;
   nres_estimator_t est[8];
+  nres_gw_hist_t hists[9];      /* one per peers' slot, the upstream's */
   nres_gw_upstream_t *u;
 } fixture_t;
 
@@ -47,11 +48,13 @@ static nres_gw_upstream_t *make_with(fixture_t *f, uint32_t npeers,
   }
   for (int i = 0; i < 8; i++)
     nres_estimator_init(&f->est[i], SEC);
+  memset(f->hists, 0, sizeof f->hists);
   nres_gw_config_t cfg = {
     .name = "backend", .key = "backend", .scope = f->scope, .peers = f->peers,
     .estimators = f->est, .peer_names = names, .peer_slots = slots, .npeers = npeers,
     .attempts = attempts, .deadline = 10 * SEC, .attempt_timeout = 2 * SEC,
-    .hold = 60 * SEC, .choice = choice, .panic = 0.5, .budget = 1, .breaker = 1 };
+    .hold = 60 * SEC, .choice = choice, .panic = 0.5, .budget = 1, .breaker = 1,
+    .try_hists = f->hists, .request_hist = &f->hists[8] };
   f->u = nres_gw_upstream_new(&cfg);
   assert_non_null(f->u);
   return f->u;
@@ -146,6 +149,20 @@ static void test_retry_elsewhere(void **state) {
   assert_int_equal(c.retries, 10);
   for (uint32_t i = 0; i < 3; i++)
     assert_int_equal(u->peer[i].inflight, 0);
+  /* histograms: 20 tries of 1 ms (bucket le 1 ms, inclusive), 10
+   * requests of 2 ms (le 2.5 ms) */
+  uint64_t counts[NRES_GW_HIST_BUCKETS + 1], sum, tries = 0;
+  for (uint32_t i = 0; i < 3; i++) {
+    tries += nres_gw_hist_read(u->peer[i].hist, counts, &sum);
+    assert_int_equal(counts[0], sum / MS);
+  }
+  assert_int_equal(tries, 20);
+  assert_int_equal(nres_gw_hist_read(u->hist, counts, &sum), 10);
+  assert_int_equal(counts[1], 10);
+  assert_int_equal(sum, 20 * MS);
+  assert_int_equal(nres_gw_hist_bound(0), MS);
+  assert_int_equal(nres_gw_hist_bound(NRES_GW_HIST_BUCKETS - 1), 30 * SEC);
+  assert_true(nres_gw_hist_bound(NRES_GW_HIST_BUCKETS) == UINT64_MAX);
   unmake(&f);
 }
 
@@ -267,6 +284,176 @@ static void test_ejection_and_panic(void **state) {
   assert_true(u->panicking);
   assert_int_equal(has, 0);
   assert_true(counts[0] > 0 && counts[1] > 0 && counts[2] > 0);
+  unmake(&f);
+}
+
+/* Picks at `now` until peer 0 comes (round robin: within 3), or -1. */
+static int pick_peer0(nres_gw_upstream_t *u, nres_time_t now, uint32_t *permit, int *has) {
+  for (int k = 0; k < 3; k++)
+    if (nres_gw_pick(u, now, -1, permit, has) == 0)
+      return 0;
+  return -1;
+}
+
+/* Issue 28: the worker holding a probe is killed (its request never
+ * ends). The peer's probe permit and the upstream's lapse after their
+ * lease (the peers' 1 s here; the scope's is its break_for, 15 s), and
+ * then the next request probes; each lapse is counted. */
+static void test_vanished_probe_holders(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_breaker_config_t pb;
+  nres_breaker_config_init(&pb);
+  pb.consecutive = 1;
+  pb.break_for = 2 * SEC;
+  pb.break_max = 2 * SEC;
+  pb.break_jitter = 0;
+  pb.lease = SEC;
+  nres_gw_upstream_t *u = make_with(&f, 3, 1, NRES_GW_ROUND_ROBIN, &pb);
+  nres_breaker_t *peer0 = u->peer[0].breaker;
+  nres_time_t now = 100 * SEC;
+  uint32_t permit;
+  int has;
+
+  /* peer 0 fails once (ejected), its break ends, a request probes it */
+  nres_gw_request_t r;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 0);
+  nres_gw_try_begin(u, &r, now, 0, permit, has);
+  nres_gw_request_end(u, &r, now + MS, 502);
+  assert_int_equal(nres_breaker_state(peer0, now + MS), NRES_BREAKER_OPEN);
+  now += 3 * SEC;
+  nres_gw_request_t gone;
+  assert_int_equal(nres_gw_admit(u, &gone, now, NAN), NRES_GW_ADMITTED);
+  int i = pick_peer0(u, now, &permit, &has);
+  assert_int_equal(i, 0);
+  assert_true(has);
+  nres_gw_try_begin(u, &gone, now, 0, permit, has);   /* and the worker dies */
+
+  /* held for its lease: peer 0 gets no try meanwhile */
+  for (int k = 0; k < 6; k++)
+    assert_int_not_equal(pick_at(u, now + SEC - MS), 0);
+  nres_breaker_stats_t st;
+  nres_breaker_stats(peer0, &st);
+  assert_int_equal(st.leases_expired, 0);
+  /* then the next request probes it, and a success closes it (after 3) */
+  for (int k = 0; k < 3; k++) {
+    now += SEC;
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    assert_int_equal(pick_peer0(u, now, &permit, &has), 0);
+    assert_true(has);
+    nres_gw_try_begin(u, &r, now, 0, permit, has);
+    nres_gw_request_end(u, &r, now + MS, 200);
+  }
+  assert_int_equal(nres_breaker_state(peer0, now + MS), NRES_BREAKER_CLOSED);
+  nres_breaker_stats(peer0, &st);
+  assert_int_equal(st.leases_expired, 1);
+
+  /* the upstream's own breaker: its probe request dies the same way */
+  nres_breaker_t *ub = &nres_shm_slot(f.scope, (uint32_t)u->sidx)->breaker;
+  nres_breaker_isolate(ub);
+  nres_breaker_reset(ub);
+  for (int k = 0; k < 5; k++) {   /* 5 failures in a row trip it */
+    assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+    i = nres_gw_pick(u, now, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    nres_gw_request_end(u, &r, now + MS, 503);
+  }
+  assert_int_equal(nres_breaker_state(ub, now + MS), NRES_BREAKER_OPEN);
+  now += 15 * SEC;
+  assert_int_equal(nres_gw_admit(u, &gone, now, NAN), NRES_GW_ADMITTED);
+  assert_true(gone.has_upermit && gone.upermit != 0);   /* the probe; dies */
+  assert_int_equal(nres_gw_admit(u, &r, now + 15 * SEC - MS, NAN), NRES_GW_CIRCUIT);
+  assert_int_equal(nres_gw_admit(u, &r, now + 15 * SEC, NAN), NRES_GW_ADMITTED);
+  assert_true(r.has_upermit && r.upermit != 0);
+  nres_breaker_stats(ub, &st);
+  assert_int_equal(st.leases_expired, 1);
+  nres_gw_request_end(u, &r, now + 15 * SEC, 200);
+  unmake(&f);
+}
+
+/* A peer breaker for the chaos soak's cases: one failure ejects it for
+ * 2 s (no jitter), three probes close it. */
+static nres_gw_upstream_t *make_ejecting(fixture_t *f) {
+  nres_breaker_config_t pb;
+  nres_breaker_config_init(&pb);
+  pb.consecutive = 1;
+  pb.break_for = 2 * SEC;
+  pb.break_max = 2 * SEC;
+  pb.break_jitter = 0;
+  return make_with(f, 3, 1, NRES_GW_P2C, &pb);
+}
+
+/* One request whose try goes to peer `want` (picked until it comes) and
+ * ends with `status`. */
+static void request_to(nres_gw_upstream_t *u, int want, nres_time_t now, int status) {
+  nres_gw_request_t r;
+  uint32_t permit;
+  int has, i = -1;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  for (int k = 0; k < 200 && i != want; k++) {
+    if (i >= 0 && has)
+      nres_breaker_release(u->peer[i].breaker, permit);
+    i = nres_gw_pick(u, now, -1, &permit, &has);
+  }
+  assert_int_equal(i, want);
+  nres_gw_try_begin(u, &r, now, i, permit, has);
+  nres_gw_request_end(u, &r, now + MS, status);
+}
+
+/* n requests to whichever peer is picked, all answered 200. */
+static void healthy_requests(nres_gw_upstream_t *u, nres_time_t now, int n) {
+  for (int k = 0; k < n; k++) {
+    nres_gw_request_t r;
+    uint32_t permit;
+    int has;
+    assert_int_equal(nres_gw_admit(u, &r, now + k * MS, NAN), NRES_GW_ADMITTED);
+    int i = nres_gw_pick(u, now + k * MS, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now + k * MS, i, permit, has);
+    nres_gw_try_end(u, &r, now + k * MS + MS / 2, 0, 0);
+    nres_gw_request_end(u, &r, now + k * MS + MS / 2, 200);
+  }
+}
+
+/* Found by bench/chaos.sh: a peer that hung scores seconds after its
+ * ejection, so power of two choices always preferred the other peer of
+ * a pair and the ejected one stayed half-open, never probed, until that
+ * estimate faded (~20 s). Its probe now comes first. */
+static void test_half_open_peer_probed_despite_its_cost(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make_ejecting(&f);
+  nres_time_t now = 100 * SEC;
+  request_to(u, 0, now, 502);
+  assert_int_equal(nres_breaker_state(u->peer[0].breaker, now + MS), NRES_BREAKER_OPEN);
+  now += 3 * SEC;
+  nres_gw_refresh(u, now);              /* peer 0 half-open */
+  u->peer[0].cost = 2e9;                /* what its hung tries left */
+  u->peer[1].cost = u->peer[2].cost = 1e6;
+  healthy_requests(u, now, 40);         /* within one refresh period */
+  assert_int_equal(nres_breaker_state(u->peer[0].breaker, now + SEC), NRES_BREAKER_CLOSED);
+  unmake(&f);
+}
+
+/* Found by bench/chaos.sh: with two of three peers ejected the pool is
+ * in panic, and panic's tries took no permit, so the ejected peers' probes
+ * were never recorded: every peer healthy again, two stayed half-open and
+ * the pool in panic for good. A free probe is now taken in panic too. */
+static void test_panic_still_probes(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make_ejecting(&f);
+  nres_time_t now = 100 * SEC;
+  request_to(u, 0, now, 502);
+  request_to(u, 1, now, 502);
+  now += 3 * SEC;
+  nres_gw_refresh(u, now);
+  assert_true(u->panicking);
+  healthy_requests(u, now, 60);
+  assert_int_equal(nres_breaker_state(u->peer[0].breaker, now + SEC), NRES_BREAKER_CLOSED);
+  assert_int_equal(nres_breaker_state(u->peer[1].breaker, now + SEC), NRES_BREAKER_CLOSED);
+  nres_gw_refresh(u, now + SEC);
+  assert_false(u->panicking);
   unmake(&f);
 }
 
@@ -428,8 +615,8 @@ static void test_long_keys(void **state) {
 
 /* A client limiter: one admission a second per key (burst 1), an empty
  * key unlimited, a full table admitting; found by name until cleared. */
-static void test_limiter(void **state) {
-  (void)state;
+/* A limiter's table: 8 keys of one admission a second (burst 1). */
+static nres_shm_t *limiter_table(void) {
   nres_shm_config_t cfg;
   nres_shm_config_init(&cfg);
   cfg.slots = 8;
@@ -438,6 +625,12 @@ static void test_limiter(void **state) {
   cfg.burst = 1;
   nres_shm_t *t;
   assert_int_equal(nres_shm_new(&cfg, &t), 0);
+  return t;
+}
+
+static void test_limiter(void **state) {
+  (void)state;
+  nres_shm_t *t = limiter_table();
   nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
   assert_non_null(l);
   nres_gw_limiter_register(l);
@@ -472,6 +665,69 @@ static void test_limiter(void **state) {
   nres_shm_free(t);
 }
 
+/* The control API's changes: a limiter's dry-run admits and counts, its
+ * new rate reaches a key made before; a scope's dry-run lets a request
+ * through an open breaker; a drained peer gets no try, in panic too. */
+static void test_control(void **state) {
+  (void)state;
+  nres_shm_t *t = limiter_table();
+  nres_gw_limiter_t *l = nres_gw_limiter_new("clients", t, 60 * SEC);
+  nres_gw_control_t lc;
+  memset(&lc, 0, sizeof lc);
+  l->control = &lc;
+  nres_time_t now = 100 * SEC, wait = 0;
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 0);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 1);
+  nres_gw_control_flag(&lc, NRES_GW_DRY_RUN, 1);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now, &wait), 0);   /* would refuse */
+  assert_int_equal(lc.would_refuse[NRES_GW_WOULD_RATE], 1);
+  nres_gw_control_flag(&lc, NRES_GW_DRY_RUN, 0);
+  assert_int_equal(nres_gw_control_rate(&lc, t, 0, 1, now), NRES_EINVAL);
+  assert_int_equal(nres_gw_control_rate(&lc, t, NAN, 1, now), NRES_EINVAL);
+  assert_int_equal(nres_gw_control_rate(&lc, t, 1000, 10, now), 0);
+  for (int i = 0; i < 10; i++)   /* a burst of 10 for "a" now */
+    assert_int_equal(nres_gw_limit(l, "a", 1, now + SEC, &wait), 0);
+  assert_int_equal(nres_gw_limit(l, "a", 1, now + SEC, &wait), 1);
+  nres_gw_limiter_free(l);
+  nres_shm_free(t);
+
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 3, 1, NRES_GW_P2C);
+  nres_gw_control_t sc, pc[8];
+  memset(&sc, 0, sizeof sc);
+  memset(pc, 0, sizeof pc);
+  u->control = &sc;
+  for (uint32_t i = 0; i < 3; i++)
+    u->peer[i].control = &pc[u->peer[i].slot];
+  nres_gw_request_t r;
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  nres_gw_request_end(u, &r, now, 200);
+  nres_breaker_isolate(&nres_shm_slot(f.scope, (uint32_t)u->sidx)->breaker);
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_CIRCUIT);
+  nres_gw_control_flag(&sc, NRES_GW_DRY_RUN, 1);
+  assert_int_equal(nres_gw_admit(u, &r, now, NAN), NRES_GW_ADMITTED);
+  assert_int_equal(sc.would_refuse[NRES_GW_WOULD_CIRCUIT], 1);
+  assert_null(r.slot);   /* no retries, nothing recorded into the breaker */
+  nres_gw_control_flag(&pc[u->peer[1].slot], NRES_GW_DRAIN, 1);
+  now += SEC;
+  for (int k = 0; k < 100; k++) {
+    uint32_t permit;
+    int has;
+    assert_int_not_equal(nres_gw_pick(u, now, -1, &permit, &has), 1);   /* closed: no permit held */
+  }
+  /* in panic (both others ejected) the drained peer still gets nothing */
+  nres_breaker_isolate(u->peer[0].breaker);
+  nres_breaker_isolate(u->peer[2].breaker);
+  now += SEC;
+  for (int k = 0; k < 20; k++) {
+    uint32_t permit;
+    int has;
+    assert_int_not_equal(nres_gw_pick(u, now, -1, &permit, &has), 1);
+  }
+  assert_true(u->panicking);
+  unmake(&f);
+}
+
 static void test_class(void **state) {
   (void)state;
   assert_int_equal(nres_gw_class("critical", 8), NRES_CLASS_CRITICAL);
@@ -482,6 +738,11 @@ static void test_class(void **state) {
   assert_int_equal(nres_gw_class("sheddable", 8), NRES_CLASS_DEFAULT);   /* "sheddabl" */
   assert_int_equal(nres_gw_class("bulk", 4), NRES_CLASS_DEFAULT);
   assert_int_equal(nres_gw_class(NULL, 0), NRES_CLASS_DEFAULT);
+  /* The one parser under it refuses what is not a name (p:with needs to). */
+  assert_int_equal(nres_class_parse("Critical_Plus", 13), NRES_CLASS_CRITICAL);
+  assert_int_equal(nres_class_parse("default", 7), NRES_CLASS_DEFAULT);
+  assert_int_equal(nres_class_parse("bulk", 4), -1);
+  assert_int_equal(nres_class_parse(NULL, 0), -1);
 }
 
 int main(void) {
@@ -493,12 +754,16 @@ int main(void) {
     cmocka_unit_test(test_inflight_damped),
     cmocka_unit_test(test_budget),
     cmocka_unit_test(test_ejection_and_panic),
+    cmocka_unit_test(test_vanished_probe_holders),
+    cmocka_unit_test(test_half_open_peer_probed_despite_its_cost),
+    cmocka_unit_test(test_panic_still_probes),
     cmocka_unit_test(test_ratio_breaker_counts_successes),
     cmocka_unit_test(test_client_abort_is_no_success),
     cmocka_unit_test(test_deadline_header),
     cmocka_unit_test(test_refusal_table),
     cmocka_unit_test(test_long_keys),
     cmocka_unit_test(test_limiter),
+    cmocka_unit_test(test_control),
     cmocka_unit_test(test_class),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

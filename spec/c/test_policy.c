@@ -174,12 +174,62 @@ static void counters_sum_up_and_reset(void **state) {
   assert_int_equal(c.verdicts[NRES_OK], 0);
 }
 
+/* A negative backoff.base wraps to a huge duration (-1 to
+ * NRES_TIME_NEVER): the refusal names base, not the max it now exceeds. */
+static void wrapped_negative_base_is_named(void **state) {
+  nres_policy_t p;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.backoff.base = (nres_time_t) -1;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  assert_non_null(strstr(nres_policy_error(&p), "backoff.base: "));
+  p.backoff.base = (nres_time_t) -5 * NRES_MSEC;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  assert_non_null(strstr(nres_policy_error(&p), "backoff.base: "));
+  /* A base that is merely longer than max still blames max. */
+  p.backoff.base = 60 * NRES_SEC;
+  assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+  assert_string_equal(nres_policy_error(&p), "backoff.max: below backoff.base");
+}
+
+/* An operator isolates the policy's breaker (every call stops "circuit
+ * open") and resets it; both are counted. No breaker: EINVAL. */
+static void isolate_and_reset_are_counted(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_counters_t c;
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  assert_int_equal(nres_policy_isolate(&p, 1), 0);
+  assert_int_equal(nres_breaker_state(p.breaker, 0), NRES_BREAKER_ISOLATED);
+  assert_int_equal(nres_call_begin(&call, &p, 0).stop, NRES_STOP_CIRCUIT);
+  assert_int_equal(nres_policy_isolate(&p, 0), 0);
+  assert_int_equal(nres_breaker_state(p.breaker, 0), NRES_BREAKER_CLOSED);
+  assert_int_equal(nres_call_begin(&call, &p, 0).kind, NRES_ATTEMPT);
+  nres_policy_counters(&p, &c);
+  assert_int_equal(c.isolations, 1);
+  assert_int_equal(c.resets, 1);
+  nres_policy_counters_reset(&p);
+  nres_policy_counters(&p, &c);
+  assert_int_equal(c.isolations + c.resets, 0);
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  assert_int_equal(nres_policy_isolate(&p, 1), NRES_EINVAL);
+  assert_int_equal(nres_policy_isolate(NULL, 0), NRES_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(presets_carry_the_documented_defaults),
     cmocka_unit_test(build_refuses_inconsistent_configurations),
     cmocka_unit_test(readme_policy_needs_its_attempt_timeout_lowered),
     cmocka_unit_test(counters_sum_up_and_reset),
+    cmocka_unit_test(isolate_and_reset_are_counted),
+    cmocka_unit_test(wrapped_negative_base_is_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

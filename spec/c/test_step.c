@@ -462,6 +462,35 @@ static void sync_steps_allocate_nothing(void **state) {
   assert_int_equal(atomic_load(&test_alloc_calls), 0);
 }
 
+/* nres_step_log: the last min(attempts, NRES_LOG_CAP) attempts, oldest
+ * first, and the last verdict's flags, as doubles. */
+static void step_log_reads_the_last_attempts_as_doubles(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_step_t st;
+  double out[NRES_STEP_LOG_SIZE];
+  (void) state;
+
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_TRIVIAL), 0);
+  p.attempts = 10;
+  assert_int_equal(nres_policy_build(&p), 0);
+  nres_step_begin(&call, &p, (double) T0, -1, &st);
+  for (int k = 0; k < 10; k++)
+    nres_step_report(&call, (unsigned) st.slot, (double) (T0 + (k + 1) * MS),
+                     NRES_TRANSIENT, NRES_VF_TIMEOUT, -1, &st);
+  assert_int_equal(st.kind, NRES_DONE);
+  assert_int_equal(nres_step_log(&call, out), NRES_LOG_CAP);
+  assert_true(out[0] == NRES_LOG_CAP);
+  assert_true(out[1] == NRES_VF_TIMEOUT);
+  for (int k = 0; k < NRES_LOG_CAP; k++) {
+    const double *e = out + 2 + k * NRES_STEP_LOG_FIELDS;
+    assert_true(e[0] == 3 + k);                     /* attempts 3..10 */
+    assert_true(e[1] == 0 && e[2] == NRES_TRANSIENT && e[3] == NRES_VF_TIMEOUT);
+    assert_true(e[4] == (double) (T0 + (2 + k) * MS));
+    assert_true(e[5] == (double) (T0 + (3 + k) * MS));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(sync_steps_answer_what_the_general_steps_answer),
@@ -474,6 +503,7 @@ int main(void) {
     cmocka_unit_test(sync_steps_date_a_success_at_its_end),
     cmocka_unit_test(sync_steps_sample_every_success),
     cmocka_unit_test(sync_steps_allocate_nothing),
+    cmocka_unit_test(step_log_reads_the_last_attempts_as_doubles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

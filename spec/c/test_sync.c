@@ -50,7 +50,9 @@
 #include "nres.h"
 #include "nres/shm.h"
 #include "nres/sync.h"
+#include <hiredis/hiredis.h>
 #include "../sync/redis_server.h"
+#include "../sync/syncd_test.h"
 
 #define IVL (50 * NRES_MSEC)
 
@@ -97,7 +99,10 @@ static int teardown(void **state) {
   return 0;
 }
 
-static nres_sync_t *agent(const char *node, const char *prefix) {
+/* An agent of fleet "test" on the test's Redis; `tune` may change its
+ * configuration first (NULL: as made here). */
+static nres_sync_t *agent_tuned(const char *node, const char *prefix,
+                                void (*tune)(nres_sync_config_t *)) {
   nres_sync_config_t c;
   nres_sync_t *s;
 
@@ -105,11 +110,24 @@ static nres_sync_t *agent(const char *node, const char *prefix) {
   c.port = redis.port;
   c.node = node;
   c.prefix = prefix;
+  c.fleet = "test";
   c.interval = IVL;
   c.timeout = 20 * NRES_MSEC;
+  c.reconnect_max = IVL;   /* back within ~2 intervals (the bounds below) */
   c.seed = 7;
+  if (tune != NULL)
+    tune(&c);
   assert_int_equal(nres_sync_new(&c, &s), 0);
   return s;
+}
+
+static nres_sync_t *agent(const char *node, const char *prefix) {
+  return agent_tuned(node, prefix, NULL);
+}
+
+/* The first host that opens opens the fleet (no quorum). */
+static void any_host(nres_sync_config_t *c) {
+  c->breaker_quorum = 0;
 }
 
 /* ------------------------------------------- core additions (no Redis) */
@@ -510,7 +528,7 @@ static void test_breaker_fleet(void **state) {
     h[i].end = start + 4500 * NRES_MSEC;
     h[i].down = &down;
     snprintf(node, sizeof(node), "k%d", i);
-    s[i] = agent(node, "nres-k");
+    s[i] = agent_tuned(node, "nres-k", any_host);
     assert_true(nres_sync_add_breaker(s[i], "dep", &h[i].breaker) >= 0);
     assert_int_equal(nres_sync_start(s[i]), 0);
   }
@@ -732,6 +750,7 @@ static nres_sync_t *virtual_agent(const char *node, const char *prefix,
   c.port = port;
   c.node = node;
   c.prefix = prefix;
+  c.fleet = "test";
   c.interval = NRES_SEC;
   c.timeout = 500 * NRES_MSEC;   /* a loaded machine is no failure here */
   c.seed = 7;
@@ -919,6 +938,7 @@ static void test_probe_hanging(void **state) {
     snprintf(node, sizeof(node), "p%d", i);
     c.node = node;
     c.prefix = "nres-probe";
+    c.fleet = "test";
     c.interval = 500 * NRES_MSEC;
     c.timeout = 200 * NRES_MSEC;
     c.ttl = 10 * NRES_SEC;
@@ -961,36 +981,6 @@ static void test_probe_hanging(void **state) {
 
 /* ----------------------------------------------------------- nres-syncd */
 
-/* A region file as the gateway makes one: laid out in a temporary file,
- * renamed into place (replacing the one before). One key in use. */
-static nres_shm_slot_t *make_region(const char *path, uint32_t slots,
-                                    double rate, void **mem, size_t *size) {
-  nres_shm_config_t c;
-  nres_shm_t *shm;
-  char tmp[300];
-  int fd, idx;
-
-  nres_shm_config_init(&c);
-  c.slots = slots;
-  c.flags = NRES_SHM_BUDGET | NRES_SHM_RATELIMIT | NRES_SHM_BREAKER;
-  c.rate = rate;
-  c.burst = 5;
-  *size = nres_shm_size(&c);
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  assert_true(fd >= 0);
-  assert_int_equal(ftruncate(fd, (off_t) *size), 0);
-  *mem = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  assert_true(*mem != MAP_FAILED);
-  assert_int_equal(nres_shm_init(*mem, *size, &c), 0);
-  assert_int_equal(nres_shm_attach(*mem, *size, &shm), 0);
-  idx = nres_shm_acquire(shm, "api.example:80", 14, now_ns(), 60 * NRES_SEC,
-                         NULL);
-  assert_true(idx >= 0);
-  assert_int_equal(rename(tmp, path), 0);
-  return nres_shm_slot(shm, (uint32_t) idx);
-}
 
 /* Wait until the limiter's rate drops under `below`: 1, or 0 after 2 s. */
 static int rate_drops(nres_ratelimit_t *l, double below) {
@@ -1012,21 +1002,12 @@ static void test_syncd_region(void **state) {
   char syncd[512], buf[4096];
   size_t size, size2, size3;
   void *mem, *mem2, *mem3;
-  ssize_t len;
   pid_t pid;
   FILE *f;
   int i, n;
 
   (void) state;
-  /* nres-syncd is built beside this test (ctest also says where). */
-  if (getenv("NRES_SYNCD") != NULL) {
-    snprintf(syncd, sizeof(syncd), "%s", getenv("NRES_SYNCD"));
-  } else {
-    len = readlink("/proc/self/exe", syncd, sizeof(syncd) - 16);
-    assert_true(len > 0);
-    syncd[len] = '\0';
-    strcpy(strrchr(syncd, '/') + 1, "nres-syncd");
-  }
+  syncd_path(syncd, sizeof(syncd));
   snprintf(path, sizeof(path), "%s/gw.shm", redis.dir);
   snprintf(status, sizeof(status), "%s/status.json", redis.dir);
   slot = make_region(path, 64, 200, &mem, &size);
@@ -1044,7 +1025,7 @@ static void test_syncd_region(void **state) {
   snprintf(port, sizeof(port), "127.0.0.1:%d", redis.port);
   pid = fork();
   if (pid == 0) {
-    execl(syncd, syncd, "--region", region_arg, "--region", path2, "--redis",
+    execl(syncd, syncd, "--fleet", "test", "--region", region_arg, "--region", path2, "--redis",
           port, "--interval", "50", "--breaker", "--node", "gw1", "--status",
           status, (char *) NULL);
     _exit(127);
@@ -1092,6 +1073,342 @@ static void test_syncd_region(void **state) {
   munmap(mem3, size3);
 }
 
+
+/* --------------------------------------------------------- credentials */
+
+typedef struct {
+  int lines;
+  char last[NRES_SYNC_ERROR_MAX];
+} said_t;
+
+static void on_said(void *arg, const char *line) {
+  said_t *l = arg;
+
+  l->lines++;
+  snprintf(l->last, sizeof(l->last), "%s", line);
+}
+
+/* One round of a fresh agent with `c` on a rate limit: the tick's code. */
+static int one_round(nres_sync_config_t *c, said_t *said) {
+  nres_ratelimit_t l;
+  nres_sync_t *s;
+  int rc;
+
+  memset(said, 0, sizeof(*said));
+  c->log = on_said;
+  c->log_arg = said;
+  assert_int_equal(nres_sync_new(c, &s), 0);
+  assert_int_equal(nres_ratelimit_init(&l, 100, 5), 0);
+  assert_true(nres_sync_add_ratelimit(s, "api", &l, 0) >= 0);
+  rc = nres_sync_tick(s, now_ns());
+  nres_sync_free(s);
+  return rc;
+}
+
+/* A redis-server with requirepass, an ACL user and a unix socket (issue
+ * 29; issue 28 defect 8: against requirepass the agent used to fail every
+ * round in silence and nres-syncd --once exit 0). */
+static void test_credentials(void **state) {
+  redis_server_t auth;
+  nres_sync_config_t c;
+  redisContext *rc;
+  redisReply *r;
+  said_t said;
+  char sock[300], pwfile[300], syncd[512], region[300], port[32], out[2048];
+  void *mem;
+  size_t size;
+  ssize_t len;
+  int fds[2], st;
+  pid_t pid;
+  FILE *f;
+
+  (void) state;
+  memset(&auth, 0, sizeof(auth));
+  snprintf(auth.bin, sizeof(auth.bin), "%s", redis.bin);
+  snprintf(auth.dir, sizeof(auth.dir), "%s", redis.dir);
+  snprintf(sock, sizeof(sock), "%s/auth.sock", redis.dir);
+  auth.port = redis_server_free_port();
+  auth.extra[0] = "--requirepass";
+  auth.extra[1] = "main-pw";
+  auth.extra[2] = "--user";
+  auth.extra[3] = "alice";
+  auth.extra[4] = "on";
+  auth.extra[5] = ">alice-pw";
+  auth.extra[6] = "~*";
+  auth.extra[7] = "+@all";
+  auth.extra[8] = "--unixsocket";
+  auth.extra[9] = sock;
+  auth.extra[10] = "--unixsocketperm";
+  auth.extra[11] = "700";
+  assert_int_equal(redis_server_start(&auth), 0);
+
+  nres_sync_config_init(&c);
+  c.port = auth.port;
+  c.fleet = "cred";
+  c.timeout = 500 * NRES_MSEC;
+  /* No password: NOAUTH, said (it used to be silence). */
+  assert_int_equal(one_round(&c, &said), NRES_ESTATE);
+  printf("# no password: %s\n", said.last);
+  assert_int_equal(said.lines, 1);
+  assert_non_null(strstr(said.last, "NOAUTH"));
+  /* The password from a file (its first line). */
+  snprintf(pwfile, sizeof(pwfile), "%s/pw", redis.dir);
+  f = fopen(pwfile, "w");
+  assert_non_null(f);
+  fputs("main-pw\n", f);
+  fclose(f);
+  c.password_file = pwfile;
+  assert_int_equal(one_round(&c, &said), 0);
+  assert_int_equal(said.lines, 0);
+  /* An ACL user with a wrong password, then the right one. */
+  c.password_file = NULL;
+  c.user = "alice";
+  c.password = "main-pw";
+  assert_int_equal(one_round(&c, &said), NRES_ESTATE);
+  printf("# wrong ACL password: %s\n", said.last);
+  assert_non_null(strstr(said.last, "WRONGPASS"));
+  c.password = "alice-pw";
+  assert_int_equal(one_round(&c, &said), 0);
+  /* The unix socket and SELECT 3: the record is in db 3, not db 0. */
+  c.unix_path = sock;
+  c.db = 3;
+  c.fleet = "cred3";
+  assert_int_equal(one_round(&c, &said), 0);
+  rc = redisConnectUnix(sock);
+  assert_true(rc != NULL && rc->err == 0);
+  r = redisCommand(rc, "AUTH alice alice-pw");
+  freeReplyObject(r);
+  r = redisCommand(rc, "EXISTS nres:cred3:{api}:r");
+  assert_int_equal(r->integer, 0);
+  freeReplyObject(r);
+  r = redisCommand(rc, "SELECT 3");
+  freeReplyObject(r);
+  r = redisCommand(rc, "EXISTS nres:cred3:{api}:r");
+  assert_int_equal(r->integer, 1);
+  freeReplyObject(r);
+  redisFree(rc);
+  /* A bad password file is refused by name at nres_sync_new. */
+  c.password = NULL;
+  c.password_file = "/nonexistent/pw";
+  assert_int_equal(nres_sync_new(&c, (nres_sync_t **) &mem), NRES_EINVAL);
+
+  /* nres-syncd --once: without a password exit 1 with NOAUTH said; with
+   * the ACL user and the password from the environment, exit 0. */
+  syncd_path(syncd, sizeof(syncd));
+  snprintf(region, sizeof(region), "%s/cred.shm", redis.dir);
+  make_region(region, 8, 100, &mem, &size);
+  snprintf(port, sizeof(port), "127.0.0.1:%d", auth.port);
+  for (int pass = 0; pass < 2; pass++) {
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    if (pid == 0) {
+      dup2(fds[1], 2);
+      close(fds[0]);
+      setenv("NRES_TEST_PW", "alice-pw", 1);
+      if (pass == 0)
+        execl(syncd, syncd, "--fleet", "cred", "--region", region, "--redis",
+              port, "--once", (char *) NULL);
+      else
+        execl(syncd, syncd, "--fleet", "cred", "--region", region, "--redis",
+              port, "--user", "alice", "--password-env", "NRES_TEST_PW",
+              "--once", (char *) NULL);
+      _exit(127);
+    }
+    close(fds[1]);
+    len = read(fds[0], out, sizeof(out) - 1);
+    out[len > 0 ? len : 0] = '\0';
+    close(fds[0]);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    printf("# nres-syncd --once %s: exit %d %.160s\n",
+           pass == 0 ? "without a password" : "as alice",
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), pass == 0 ? 1 : 0);
+    if (pass == 0)
+      assert_non_null(strstr(out, "NOAUTH"));
+  }
+  munmap(mem, size);
+  redis_server_kill(&auth);
+}
+
+/* ----------------------------------------------------- breaker quorum */
+
+/* Host i of a breaker fleet run by hand: its breaker and agent. */
+typedef struct {
+  nres_breaker_t b;
+  nres_sync_t *s;
+  nres_rng_t rng;
+  uint32_t held;                /* a probe permit never given back */
+} qhost_t;
+
+static void qhosts_init(qhost_t *h, int n, const char *prefix,
+                        nres_time_t break_for) {
+  nres_breaker_config_t c;
+  char node[8];
+  int i;
+
+  nres_breaker_config_init(&c);
+  c.consecutive = 3;
+  /* A ratio keeps the window that says who saw the dependency lately (the
+   * voters); with this many calls needed it never trips itself. */
+  c.failure_ratio = 0.9;
+  c.min_calls = 1000000;
+  c.break_for = break_for;
+  c.break_max = break_for;
+  c.break_jitter = 0;
+  c.success_threshold = 1;
+  for (i = 0; i < n; i++) {
+    memset(&h[i], 0, sizeof(h[i]));
+    assert_int_equal(nres_breaker_init(&h[i].b, &c), 0);
+    nres_rng_seed(&h[i].rng, (uint64_t) i + 1);
+    snprintf(node, sizeof(node), "q%d", i);
+    h[i].s = agent(node, prefix);
+    assert_true(nres_sync_add_breaker(h[i].s, "dep", &h[i].b) >= 0);
+  }
+}
+
+/* One call of host h if its breaker admits it: 1 if it was made. */
+static int qcall(qhost_t *h, int ok) {
+  uint32_t permit;
+  nres_time_t t = now_ns();
+
+  if (nres_breaker_acquire(&h->b, t, &permit) != 0)
+    return 0;
+  nres_breaker_record(&h->b, t, permit,
+                      ok ? NRES_BREAKER_SUCCESS : NRES_BREAKER_FAILURE, 0,
+                      &h->rng);
+  return 1;
+}
+
+/* Issue 29: one host's calls fail while two succeed: the two stay
+ * closed (the failing one protects itself); then all three fail: the
+ * fleet opens, the last host within two intervals of the quorum, before
+ * its own breaker could trip; a host that stops reporting ages out. */
+static void test_breaker_quorum(void **state) {
+  static qhost_t h[3];
+  nres_sync_stats_t st;
+  nres_time_t t, end, quorate = 0, opened2 = 0;
+  int i, k, calls2 = 0;
+
+  (void) state;
+  qhosts_init(h, 3, "nres-q", 5 * NRES_SEC);
+  /* Everyone healthy for a few rounds: three voters. */
+  for (k = 0; k < 4; k++) {
+    for (i = 0; i < 3; i++) {
+      qcall(&h[i], 1);
+      assert_int_equal(nres_sync_tick(h[i].s, now_ns()), 0);
+    }
+    sleep_ns(IVL);
+  }
+  /* Host 0's path fails: it opens, 1 and 2 stay closed for 20 rounds. */
+  end = now_ns() + 20 * IVL;
+  while ((t = now_ns()) < end) {
+    qcall(&h[0], 0);
+    qcall(&h[1], 1);
+    qcall(&h[2], 1);
+    for (i = 0; i < 3; i++)
+      nres_sync_tick(h[i].s, now_ns());
+    assert_int_equal(nres_breaker_state(&h[1].b, now_ns()), NRES_BREAKER_CLOSED);
+    assert_int_equal(nres_breaker_state(&h[2].b, now_ns()), NRES_BREAKER_CLOSED);
+    sleep_ns(IVL);
+  }
+  assert_int_equal(nres_breaker_state(&h[0].b, now_ns()), NRES_BREAKER_OPEN);
+  nres_sync_stats(h[1].s, 0, &st);
+  assert_int_equal(st.hosts, 3);   /* three voters, one of them open */
+  assert_true(st.fleet != 1);      /* no fleet break */
+  /* Host 1 fails too (2 of 3 open: a quorum). Host 2 calls once a second:
+   * it hears of the break before its own third failure. */
+  end = now_ns() + 40 * IVL;
+  while ((t = now_ns()) < end && opened2 == 0) {
+    qcall(&h[1], 0);
+    if (nres_breaker_state(&h[1].b, t) == NRES_BREAKER_OPEN && quorate == 0)
+      quorate = t;
+    if ((k++ % 20) == 0 && qcall(&h[2], 0))
+      calls2++;
+    for (i = 0; i < 3; i++)
+      nres_sync_tick(h[i].s, now_ns());
+    if (nres_breaker_state(&h[2].b, now_ns()) == NRES_BREAKER_OPEN)
+      opened2 = now_ns();
+    sleep_ns(IVL / 5);
+  }
+  printf("# quorum: host 2 opened %.0f ms after the second host, after %d "
+         "failures of its own\n", (double) (opened2 - quorate) / 1e6, calls2);
+  assert_true(quorate != 0 && opened2 != 0);
+  assert_true(opened2 - quorate <= 2 * IVL + 50 * NRES_MSEC);
+  assert_true(calls2 < 3);
+  /* Host 0 stops reporting: it leaves the voters within the stale time
+   * (3 intervals) plus a round. */
+  nres_sync_free(h[0].s);
+  end = now_ns() + 20 * IVL;
+  do {
+    sleep_ns(IVL);
+    for (i = 1; i < 3; i++)
+      nres_sync_tick(h[i].s, now_ns());
+    nres_sync_stats(h[1].s, 0, &st);
+  } while (st.hosts != 2 && now_ns() < end);
+  assert_int_equal(st.hosts, 2);
+  for (i = 1; i < 3; i++)
+    nres_sync_free(h[i].s);
+}
+
+/* Issue 28 defect 1(c): the prober's breaker wedges half-open (a probe
+ * permit taken and never given back). Its claim lapses at the end of its
+ * break plus the lease (break_for), so the other hosts' given breaks run
+ * out, one of them probes the (healthy) dependency and closes, and the
+ * fleet is closed while the wedged host stays half-open. Before, the
+ * wedged host re-imposed "open" on every other host every round, for
+ * ever. */
+static void test_wedged_prober(void **state) {
+  static qhost_t h[3];
+  const nres_time_t brk = 500 * NRES_MSEC;
+  nres_time_t t, opened = 0, wedged = 0, closed = 0, end;
+  int i, held = 0;
+
+  (void) state;
+  qhosts_init(h, 3, "nres-w", brk);
+  /* Host 0 alone sees the dependency, failing: 3 failures open it, and as
+   * the only voter it is a quorum: the others are given its break. */
+  for (i = 0; i < 3; i++)
+    qcall(&h[0], 0);
+  end = now_ns() + 6 * NRES_SEC;
+  while ((t = now_ns()) < end) {
+    for (i = 0; i < 3; i++)
+      nres_sync_tick(h[i].s, now_ns());
+    t = now_ns();
+    if (opened == 0 && nres_breaker_state(&h[0].b, t) == NRES_BREAKER_OPEN)
+      opened = t;
+    /* Host 0 half-open: it takes the probe permit and never reports. */
+    if (!held && nres_breaker_state(&h[0].b, t) == NRES_BREAKER_HALF_OPEN &&
+        nres_breaker_acquire(&h[0].b, t, &h[0].held) == 0) {
+      held = 1;
+      wedged = t;
+    }
+    /* The others call a healthy dependency whenever they may. */
+    for (i = 1; i < 3; i++)
+      qcall(&h[i], 1);
+    if (held && closed == 0 &&
+        nres_breaker_state(&h[1].b, t) == NRES_BREAKER_CLOSED &&
+        nres_breaker_state(&h[2].b, t) == NRES_BREAKER_CLOSED)
+      closed = t;
+    if (closed != 0) {   /* and they stay closed */
+      assert_int_equal(nres_breaker_state(&h[1].b, t), NRES_BREAKER_CLOSED);
+      assert_int_equal(nres_breaker_state(&h[2].b, t), NRES_BREAKER_CLOSED);
+    }
+    sleep_ns(IVL / 2);
+  }
+  printf("# wedged prober: wedged at +%.0f ms after opening, the others "
+         "closed at +%.0f ms\n", (double) (wedged - opened) / 1e6,
+         closed != 0 ? (double) (closed - opened) / 1e6 : -1.0);
+  assert_true(held);
+  assert_int_equal(nres_breaker_state(&h[0].b, now_ns()), NRES_BREAKER_HALF_OPEN);
+  /* Closed by the break, the lease (one break_for), the grace of two
+   * intervals and a round or two of slack. */
+  assert_true(closed != 0);
+  assert_true(closed - opened <= brk + brk + 2 * IVL + 300 * NRES_MSEC);
+  for (i = 0; i < 3; i++)
+    nres_sync_free(h[i].s);
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(void) {
@@ -1107,6 +1424,9 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_burst_split, setup, teardown),
     cmocka_unit_test_setup_teardown(test_probe_hanging, setup, teardown),
     cmocka_unit_test_setup_teardown(test_syncd_region, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_credentials, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_breaker_quorum, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_wedged_prober, setup, teardown),
   };
   char cmd[300];
   int rc;

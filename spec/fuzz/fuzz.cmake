@@ -73,3 +73,7 @@ endif()
 if(";${NRES_COMPONENTS};" MATCHES ";shm;")
   nres_add_fuzz(fuzz_shm)   # spec/c/shm_ops.h, shared with test_shm
 endif()
+if(TARGET nres_sync_static)   # the sync component, with hiredis
+  target_compile_options(nres_sync_static PRIVATE -fsanitize=fuzzer-no-link)
+  nres_add_fuzz(fuzz_sync_reply nres_sync_static)
+endif()

@@ -21,7 +21,7 @@ cmake --install "$build" --prefix "$tmp/full" >/dev/null
 cmake --install "$build" --prefix "$tmp/static" --component dev >/dev/null
 libdir=$(dirname "$(find "$tmp/full" -name nres.pc)")/..
 slibdir=$(dirname "$(find "$tmp/static" -name nres.pc)")/..
-rm -f "$slibdir"/libnres.so            # the namelink, dangling without lib
+rm -f "$slibdir"/libnres.so "$slibdir"/libnres_sync.so   # the namelinks, dangling without lib
 [ -f "$slibdir/libnres.a" ] || fail "no libnres.a in the -dev component"
 [ -z "$(find "$tmp/static" -name 'libnres.so*')" ] || fail "shared library in the static prefix"
 
@@ -58,4 +58,25 @@ for cc in gcc clang; do
     $(pc "$slibdir" --static --libs)
   "$tmp/whole-$cc" "$version" || fail "$cc whole archive: consumer failed"
 done
-echo "consumer.sh: gcc and clang, shared, static and whole-archive: ok"
+# The fleet agent's library, when built (hiredis): libnres_sync.pc, shared
+# and static, with gcc and clang (its archive holds real code too).
+sync=
+if [ -f "$build/libnres_sync.so" ]; then
+  sync=", libnres_sync"
+  [ -f "$libdir/pkgconfig/libnres_sync.pc" ] || fail "no libnres_sync.pc installed"
+  spc() { PKG_CONFIG_PATH="$1/pkgconfig" pkg-config "${@:2}" libnres_sync; }
+  [ "$(spc "$libdir" --modversion)" = "$version" ] || fail "libnres_sync.pc version $(spc "$libdir" --modversion)"
+  [ "$(objdump -d "$slibdir/libnres_sync.a" | grep -c '<nres_sync_new>:')" -eq 1 ] ||
+    fail "libnres_sync.a: no code for nres_sync_new (slim LTO objects?)"
+  for cc in gcc clang; do
+    # shellcheck disable=SC2046
+    "$cc" -o "$tmp/sync-shared-$cc" "$here/sync_consumer.c" $cflags $(spc "$libdir" --cflags --libs) \
+      -Wl,-rpath,"$(cd "$libdir" && pwd)"
+    "$tmp/sync-shared-$cc" >/dev/null || fail "$cc shared: sync consumer failed"
+    # shellcheck disable=SC2046
+    "$cc" -o "$tmp/sync-static-$cc" "$here/sync_consumer.c" $cflags $(spc "$slibdir" --static --cflags --libs)
+    if readelf -d "$tmp/sync-static-$cc" | grep 'NEEDED.*libnres' >/dev/null; then fail "$cc static: sync consumer still needs libnres"; fi
+    "$tmp/sync-static-$cc" >/dev/null || fail "$cc static: sync consumer failed"
+  done
+fi
+echo "consumer.sh: gcc and clang, shared, static and whole-archive$sync: ok"

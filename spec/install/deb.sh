@@ -7,7 +7,8 @@
 # the packaged libnres.so.SOVERSION (no NRES_LIB) and running a policy
 # call; the packaged nresrun and nres-depserver starting; the packaged
 # nginx module (when built) in nginx's module directory, finding the
-# packaged libnres.
+# packaged libnres; no dangling link, a copyright file in each, and
+# lintian clean (spec/install/lintian.sh).
 set -euo pipefail
 build=$(cd "$1" && pwd)
 version=$2
@@ -23,8 +24,8 @@ fail() { echo "deb.sh: $*" >&2; exit 1; }
 
 field() { dpkg-deb -f "$1" "$2"; }
 declare -A arch=([libnres$so]=amd64 [libnres-dev]=amd64 [lua-nres]=all [nresrun]=amd64)
-# The fleet agent's package, when the build has it (hiredis found).
-[ -f "$build/nres-syncd" ] && arch[nres-sync]=amd64
+# The fleet agent's packages, when the build has them (hiredis found).
+if [ -f "$build/nres-syncd" ]; then arch[nres-sync]=amd64; arch[libnres-sync$so]=amd64; fi
 # The nginx module's, when the build has it (nginx-dev found).
 [ -f "$build/ngx_http_nres_module.so" ] && arch[libnginx-mod-http-nres]=amd64
 for pkg in "${!arch[@]}"; do
@@ -44,6 +45,20 @@ for pkg in libnres-dev lua-nres nresrun; do
 done
 case "$(deps nresrun)" in *"lua-nres (= $version)"*) ;; *) fail "nresrun does not depend on lua-nres" ;; esac
 case "$(deps "libnres$so")" in *libuv1*) ;; *) fail "libnres$so does not depend on libuv1: $(deps "libnres$so")" ;; esac
+# Every file of every package is there: no symbolic link dangles in the
+# unpacked root (libnres-dev's libnres_sync.so needs libnres-sync, which
+# libnres-dev depends on).
+dangling=$(find "$tmp/root" -xtype l)
+[ -z "$dangling" ] || fail "dangling links: $dangling"
+if [ -n "${arch[nres-sync]:-}" ]; then
+  case "$(deps libnres-dev)" in *"libnres-sync$so (= $version)"*) ;; *) fail "libnres-dev does not depend on libnres-sync$so: $(deps libnres-dev)" ;; esac
+fi
+# Each package says its licence: the machine-readable copyright file.
+for pkg in "${!arch[@]}"; do
+  head -1 "$tmp/root/usr/share/doc/$pkg/copyright" 2>/dev/null |
+    grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' ||
+    fail "$pkg: no machine-readable /usr/share/doc/$pkg/copyright"
+done
 
 # C: headers, nres.pc (relocatable: it finds the root from its own place).
 pcdir=$(dirname "$(find "$tmp/root" -name nres.pc)")
@@ -96,4 +111,6 @@ if [ -n "${arch[libnginx-mod-http-nres]:-}" ]; then
   [ "$(readlink -f "$found")" = "$(readlink -f "$libdir/libnres.so.$so")" ] ||
     fail "the packaged module loads libnres from '$found', expected $libdir/libnres.so.$so"
 fi
-echo "deb.sh: $(ls "$tmp/out" | grep -c '\.deb$') packages, consumer, Lua face, nresrun and nginx module ok"
+# lintian: no error, no warning that cmake/packaging.cmake does not justify.
+bash "$here/lintian.sh" "$tmp/out" "$here/../../cmake/packaging.cmake" || fail "lintian"
+echo "deb.sh: $(ls "$tmp/out" | grep -c '\.deb$') packages, consumer, Lua face, nresrun, nginx module and lintian ok"

@@ -19,6 +19,16 @@ add_test(NAME install_version
                  ${CMAKE_BINARY_DIR} ${PROJECT_VERSION})
 set_tests_properties(install_version PROPERTIES TIMEOUT 30 LABELS install)
 
+# README.md's C quick start from a prefix install, as written.
+add_test(NAME install_quickstart
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/quickstart.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(install_quickstart PROPERTIES TIMEOUT 120 LABELS install)
+
+# The manual pages: installed, made from --help, rendered by man.
+add_test(NAME install_man
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/man.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(install_man PROPERTIES TIMEOUT 120 LABELS install)
+
 add_test(NAME install_rock
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/install/rock.sh ${PROJECT_VERSION})
 set_tests_properties(install_rock PROPERTIES TIMEOUT 300 LABELS install)

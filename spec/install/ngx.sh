@@ -3,10 +3,14 @@
 # into a temporary prefix puts ngx_http_nres_module.so in MODULEDIR (under
 # the prefix), its rpath names the installed libnres ($ORIGIN-relative: it
 # resolves there), nginx -t accepts a configuration loading the installed
-# file, and an nginx started from it (own prefix, high ports) with NRES_LIB
-# naming the same installed library declares an upstream in init_by_lua
-# that the module finds, and proxies a request through it (X-Deadline-Ms
-# set). Skipped (exit 0) without nginx's Lua module or a module built.
+# file, and an nginx started from it (own prefix, high ports) with no
+# NRES_LIB (the Lua side uses the module's own library) declares an
+# upstream in init_by_lua that the module finds, and proxies a request
+# through it (X-Deadline-Ms set). The Lua balancer, without the module and
+# without NRES_LIB, finds the installed library by its soname through the
+# system's loader (LD_LIBRARY_PATH stands in for ldconfig's cache of
+# /usr/lib or /usr/local/lib). Skipped (exit 0) without nginx's Lua module
+# or a module built.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 moddir=$2
@@ -46,7 +50,6 @@ error_log $work/gw/error.log warn;
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 load_module $module;
-env NRES_LIB;
 events { worker_connections 64; }
 http {
   access_log off;
@@ -75,8 +78,9 @@ out=$("$NGINX" -t -p "$work/gw" -e "$work/gw/error.log" -c "$work/gw/nginx.conf"
   fail "nginx -t with the installed module: $out"
 pass "installed at $moddir, RUNPATH $runpath -> $lib; nginx -t accepts it"
 
-# the Lua face and the module load the same installed library: one registry
-export NRES_LIB=$lib
+# the Lua face and the module load the same installed library, the
+# module's: one registry, and nothing to set
+unset NRES_LIB
 nres_nginx_start "$work/gw" "$work/gw/nginx.conf"
 nres_wait_http "http://127.0.0.1:$port/"
 body=$(curl -s "http://127.0.0.1:$port/x")
@@ -84,5 +88,22 @@ case "$body" in
   "peer deadline="[1-9]*) ;;
   *) fail "a request through the installed module answered '$body'" ;;
 esac
-pass "started with NRES_LIB=$lib: a request through the module: $body"
+nres_nginx_stop_all
+pass "started with no NRES_LIB: a request through the installed module: $body"
+
+# the Lua balancer, no module: the installed library by its soname
+sed -e "/load_module \$module;/d" \
+    -e 's|nres_balancer;|balancer_by_lua_block { require("nres.ngx").balance("backend") }|' \
+    -e 's|nres_admit backend;|set_by_lua_block $nres_deadline_ms { return require("nres.ngx").admit("backend") }|' \
+    -e 's|proxy_pass http://backend;|proxy_pass http://backend; log_by_lua_block { require("nres.ngx").log() }|' \
+    "$work/gw/nginx.conf" >"$work/gw/lua.conf"
+grep -q balancer_by_lua "$work/gw/lua.conf" || fail "no Lua balancer configuration made"
+LD_LIBRARY_PATH=$(dirname "$lib") nres_nginx_start "$work/gw" "$work/gw/lua.conf"
+nres_wait_http "http://127.0.0.1:$port/"
+body=$(curl -s "http://127.0.0.1:$port/x")
+case "$body" in
+  "peer deadline="[1-9]*) ;;
+  *) fail "a request through the Lua balancer answered '$body'" ;;
+esac
+pass "Lua balancer, no NRES_LIB: libnres.so.0 through the loader: $body"
 failed=0

@@ -4,7 +4,9 @@
 # to), then a fresh LuaJIT with only that tree's paths (`luarocks path`)
 # and no NRES_LIB: require "nres" must find the rock's libnres, load the
 # presets, run a policy call (two failures, then success) and report
-# VERSION; require "nresrun" must resolve too. HOME points into the
+# VERSION; require "nresrun" must resolve too. Then `luarocks lint`, the
+# licence, `luarocks pack` of a release tarball made from the tree, and
+# the error under plain Lua 5.1. HOME points into the
 # temporary directory, so LuaRocks' cache and config stay there.
 set -euo pipefail
 version=$1
@@ -34,6 +36,10 @@ unset NRES_LIB LUA_PATH LUA_CPATH LUA_INIT
 (cd "$tmp/src" && luarocks make --tree "$tmp/tree" "nres-$version-1.rockspec") \
   >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; fail "luarocks make failed"; }
 
+# Everything the rock installed is in its tree: nothing in a prefix.
+outside=$(sed -n 's/^-- \(Installing\|Up-to-date\): //p' "$tmp/make.log" | grep -v "^$tmp/" || true)
+[ -z "$outside" ] || fail "luarocks make installed outside its tree: $outside"
+
 lpath=$(luarocks path --tree "$tmp/tree" --lr-path)
 lcpath=$(luarocks path --tree "$tmp/tree" --lr-cpath)
 [ -n "$(find "$tmp/tree" -name libnres.so)" ] || fail "no libnres.so in the tree"
@@ -58,3 +64,38 @@ ROCK_PATH=$lpath ROCK_CPATH=$lcpath WANT=$version TREE=$tmp/tree luajit -e '
   assert(run._VERSION == want, "nresrun._VERSION")
   print("rock.sh: nres " .. nres._VERSION .. " from " .. nres.library)
 ' || fail "the rock does not work"
+
+# The rockspec itself: luarocks lint, the licence, and a source that
+# `luarocks pack` accepts for a release tarball made from the tree (the
+# tarball is written here, so the URL's folder is this test's; the file
+# name and the folder inside the tarball are the rockspec's own).
+spec=$tmp/src/nres-$version-1.rockspec
+(cd "$tmp/src" && luarocks lint "nres-$version-1.rockspec") >"$tmp/lint.log" 2>&1 ||
+  { cat "$tmp/lint.log" >&2; fail "luarocks lint failed"; }
+fields=$(SPEC=$spec luajit -e '
+  local env = {}
+  assert(setfenv(loadfile(os.getenv("SPEC")), env))()
+  io.write(tostring(env.description and env.description.license), " ",
+           tostring(env.source and env.source.url), " ", tostring(env.source and env.source.dir))')
+read -r license url srcdir <<<"$fields"
+[ "$license" = MIT ] || fail "rockspec: description.license is '$license', want MIT"
+tarball=${url##*/}
+[ "$tarball" = "nres-$version.tar.gz" ] && [ "$srcdir" = "nres-$version" ] ||
+  fail "rockspec: source.url '$url' and source.dir '$srcdir' do not name nres-$version.tar.gz and nres-$version"
+mkdir -p "$tmp/release" "$tmp/pack"
+(cd "$tmp" && ln -s src "nres-$version" && tar -chzf "$tmp/release/$tarball" --exclude="nres-$version/.git" --exclude="nres-$version/build-rock" "nres-$version")
+sed "s|url = \"$url\"|url = \"file://$tmp/release/$tarball\"|" "$spec" >"$tmp/pack/nres-$version-1.rockspec"
+(cd "$tmp/pack" && luarocks pack "nres-$version-1.rockspec") >"$tmp/pack.log" 2>&1 ||
+  { cat "$tmp/pack.log" >&2; fail "luarocks pack failed"; }
+listing=$(cd "$tmp/pack" && unzip -l "nres-$version-1.src.rock")
+for f in "nres-$version-1.rockspec" "$tarball"; do
+  grep -q " $f\$" <<<"$listing" || fail "the source rock lacks $f: $listing"
+done
+
+# LuaJIT, not plain Lua 5.1 (which Debian's luarocks runs): the rock says
+# so when loaded under another Lua.
+if command -v lua5.1 >/dev/null; then
+  out=$(ROCK_PATH=$lpath lua5.1 -e 'package.path = os.getenv("ROCK_PATH"); require "nres"' 2>&1 || true)
+  grep -q "nres needs LuaJIT" <<<"$out" || fail "under plain Lua 5.1 require \"nres\" says: $out"
+fi
+echo "rock.sh: lint, licence, luarocks pack of a release tarball and the LuaJIT check ok"

@@ -144,7 +144,7 @@ describe("every callback x fault x state", function()
             reported = true
           else
             expect.eq(res, nil)
-            expect.eq(reason, "canceled")
+            expect.eq(reason, "callback error")
             expect.eq(info.callback, cb)
             expect.truthy(type(info.error) == "string" and info.error:find("^nres: " .. cb .. " "),
               "info.error names the callback: " .. tostring(info.error))
@@ -182,12 +182,12 @@ describe("every callback x fault x state", function()
 end)
 
 describe("callbacks at other points", function()
-  it("on_event throwing on a success's \"done\" turns it into nil, \"canceled\"", function()
+  it("on_event throwing on a success's \"done\" turns it into nil, \"callback error\"", function()
     local d = nres.driver.virtual()
     local p = nres.policy { base = "none", limiter = { concurrency = 1 },
       on_event = function(kind) if kind == "done" then error("done hook broke") end end }:with_driver(d)
     local res, reason, info = p:run(function() return "value" end)
-    expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(info.callback, "on_event")
+    expect.eq(res, nil); expect.eq(reason, "callback error"); expect.eq(info.callback, "on_event")
     expect.truthy(info.error:find("done hook broke", 1, true), info.error)
     expect.eq(held(p), 0, "permits")
   end)
@@ -207,19 +207,19 @@ describe("callbacks at other points", function()
       return "outer"
     end)
     expect.eq(outer, "outer")
-    expect.eq(inner_reason, "canceled"); expect.eq(inner_info.callback, "on_event")
+    expect.eq(inner_reason, "callback error"); expect.eq(inner_info.callback, "on_event")
     expect.eq(waiting_inside, 0, "queue place given back at once")
     expect.eq(held(p), 0, "permits")
     expect.eq(p:run(function() return "next" end), "next")
   end)
-  it("a driver whose sleep throws cancels the waiting call", function()
+  it("a driver whose sleep throws ends the waiting call, callback error", function()
     local d = nres.driver.virtual()
     local bad = { name = "bad", now = d.now, sleep = function() error("no sleeping here") end }
     local p = nres.policy { base = "none", attempts = 2, limiter = { concurrency = 1 },
       backoff = { kind = "constant", base = 1, max = 1, jitter = "none" } }:with_driver(bad)
     local n = 0
     local res, reason, info = p:run(function() n = n + 1; return nil, "down" end)
-    expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(info.callback, "driver.sleep")
+    expect.eq(res, nil); expect.eq(reason, "callback error"); expect.eq(info.callback, "driver.sleep")
     expect.eq(n, 1)
     expect.eq(held(p), 0, "permits")
   end)
@@ -234,7 +234,7 @@ describe("callbacks at other points", function()
         backoff = { kind = "constant", base = 1, max = 1, jitter = "none" } }:with_driver(d)
       local n = 0
       local res, reason, info = p:run(function() n = n + 1; return nil, "down" end)
-      expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(info.callback, "driver.sleep")
+      expect.eq(res, nil); expect.eq(reason, "callback error"); expect.eq(info.callback, "driver.sleep")
       expect.eq(info.error, string.format("nres: driver.sleep: the driver's clock did not move"
         .. " (now() = %s before sleeping until %s, %s after): the call would wait for ever",
         tostring(frozen), tostring(frozen == frozen and frozen + 1e9 or 1e9),   -- NaN reads as 0
@@ -247,7 +247,7 @@ describe("callbacks at other points", function()
     local p = nres.policy { base = "none", admit = function() return false, { "x" } end }
                 :with_driver(nres.driver.virtual())
     local _, reason, info = p:run(function() return 1 end)
-    expect.eq(reason, "canceled")
+    expect.eq(reason, "callback error")
     expect.eq(info.error, "nres: admit returned false, a table; expected true, or false and an optional reason (string)")
   end)
   it("a classify pattern that is not a Lua pattern is refused when the policy is made", function()
@@ -286,6 +286,33 @@ describe("abandoned calls", function()
     expect.eq(p:run(function() return 3 end), 3)
     expect.eq(p:stats().breaker, "closed")
     expect.eq(co, nil)
+  end)
+  it("a probe that hangs, still referenced, is given back by its lease (issue 28)", function()
+    -- Plain Lua cannot abandon a running attempt: the attempt timeout is
+    -- cooperative. The probe's lease (attempt_timeout + 1 s here) covers it.
+    local d = nres.driver.virtual()
+    local p = nres.policy { base = "none", attempt_timeout = 2,
+                            breaker = { consecutive = 1, break_for = 10, break_max = 10,
+                                        jitter = 0, probes = 1, successes = 1 } }:with_driver(d)
+    p:run(function() return nil, "down" end)
+    d.advance(10e9 + 1)
+    local co = coroutine.create(function() return p:run(function() coroutine.yield(); return 1 end) end)
+    assert(coroutine.resume(co))
+    d.advance(3e9 - 1e6)
+    local _, reason = p:run(function() return 1 end)
+    expect.eq(reason, "circuit open", "the probe is held for its lease")
+    expect.eq(p:stats().leases_expired, 0)
+    d.advance(2e6)   -- a lease ends on the ms, rounded up
+    expect.eq(p:run(function() return 4 end), 4, "the lease is over: a new probe")
+    expect.eq(p:stats().breaker, "closed")
+    expect.eq(p:stats().leases_expired, 1)
+    expect.truthy(coroutine.resume(co), "the hung call ends without harm")
+  end)
+  it("breaker.lease is checked against break_for", function()
+    local ok, err = pcall(nres.policy, { breaker = { consecutive = 1, break_for = 1, lease = 2 } })
+    expect.eq(ok, false)
+    expect.truthy(tostring(err):find("breaker.lease: expected <= breaker.break_for (1 s), got 2", 1, true),
+                  tostring(err))
   end)
   it("a suspended coroutine still referenced keeps its permit, and finishes normally", function()
     local p = nres.policy { base = "none", limiter = { concurrency = 1 } }

@@ -1,6 +1,7 @@
 -- garbage_spec.lua - bytes of Lua garbage per p:run, counted, on every path:
--- success, failure (info reused per coroutine), admit refusals, fallback,
--- and hedged calls on nresrun's scheduler. The figure is deterministic:
+-- success, failure (info reused per coroutine), every stop reason compiled
+-- and interpreted, admit refusals, fallback, and hedged calls on nresrun's
+-- scheduler. The figure is deterministic:
 -- the loop is compiled first, the collector is stopped, and
 -- collectgarbage("count") is read around N calls, three times, and the
 -- best of the three must be under 0.1 B per call. Why that bound and not
@@ -191,6 +192,58 @@ describe("reused info", function()
     local theirs = co()
     expect.eq(mine.error, "down"); expect.eq(theirs.error, "in co")
   end)
+end)
+
+-- Every way a call can end, compiled and interpreted. Interpreted (the
+-- JIT off: a fresh coroutine per call, as in nginx, or code the JIT has
+-- not compiled yet) nothing sinks an allocation, so a 64-bit field or a
+-- record read by reference is a fresh box: the failure path must read
+-- none (nres_step_log). The interpreted figure is exact: no trace is
+-- compiled inside its windows.
+describe("bytes per call, every stop reason", function()
+  local d = nres.driver.virtual()
+  local function on(spec) return nres.policy(spec):with_driver(d) end
+  local function slow() d.advance(0.3e9); return nil, "slow" end
+  local cases = {
+    { "attempts exhausted", function() return on "trivial", down end },
+    { "permanent", function() return on { base = "trivial", classify = { default = "permanent" } }, down end },
+    { "deadline exceeded", function()
+        return on { base = "none", attempts = 5, deadline = 1,
+                    backoff = { kind = "constant", base = 0.3, max = 0.3, jitter = "none" } }, slow end },
+    { "budget exhausted", function()
+        return on { base = "none", attempts = 3, telemetry = true,
+                    budget = { ratio = 0.1, min_per_sec = 0, capacity = 1 } }, down end },
+    { "circuit open", function()
+        return on { base = "none", breaker = { consecutive = 2, break_for = 10 } }, down, "attempts exhausted" end },
+    { "rate limited", function() return on { base = "none", limiter = { rate = 1, burst = 1 } }, ok, "ok" end },
+    { "canceled", function() return on { base = "trivial", classify = { default = "canceled" } }, down end },
+    { "draining", function() local p = on "trivial"; p:drain(); return p, ok end },
+    { "throttled locally", function()
+        return on { base = "none", telemetry = true, throttle = { k = 1, window = 10, buckets = 10 },
+                    classify = { default = "throttled" } }, down, "attempts exhausted" end },
+    { "callback error", function() return on { base = "trivial", classify = function() return "maybe" end }, ok end },
+    { "quota", function() return on { base = "none", admit = function() return false, "quota" end }, ok end },
+  }
+  for _, case in ipairs(cases) do
+    local want = case[1]
+    for _, interpreted in ipairs { false, true } do
+      it(want .. (interpreted and ", interpreted" or ", compiled") .. ": 0 B", function()
+        local p, fn, also = case[2]()
+        local check = function(res, reason, info)
+          d.advance(20e6)                -- the throttle's odds move with time
+          if res ~= nil and also == "ok" then return end
+          if reason ~= want and reason ~= also or info.reason ~= reason then
+            error("expected " .. want .. ", got " .. tostring(res) .. ", " .. tostring(reason))
+          end
+        end
+        if interpreted then jit.off(); jit.flush() end   -- off alone keeps the traces
+        local fine, b = pcall(bytes_per_call, loop(p, fn, check))
+        jit.on()
+        if not fine then error(b, 0) end
+        expect.truthy(b < BOUND, want .. ": " .. b .. " B/call")
+      end)
+    end
+  end
 end)
 
 describe("bytes per call (hedged, nresrun's scheduler)", function()

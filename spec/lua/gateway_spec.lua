@@ -271,7 +271,7 @@ describe("nres.ngx scopes", function()
     expect.eq(snap.fleet.entries[1].scope, "upstreams:api:80")
     local prom = gw.prometheus(snap)
     expect.truthy(prom:find('nres_fleet_synced{scope="upstreams:api:80",kind="budget"} 1', 1, true), prom)
-    expect.truthy(prom:find("nres_fleet_connected{} 1", 1, true), prom)
+    expect.truthy(prom:find("\nnres_fleet_connected 1\n", 1, true), prom)
     os.remove(path)
     require("nres.ngx.config").fleet_status = nil
   end)
@@ -353,6 +353,60 @@ describe("nres.ngx scopes", function()
       "nres.ngx.limiter: rate: expected admissions per second (> 0), got 0")
   end)
 
+  it("show binary keys as text: addresses as addresses, other bytes escaped", function()
+    local kt = require "nres.ngx.keytext"
+    expect.eq(kt.key("\127\200\200\1"), "127.200.200.1")
+    expect.eq(kt.key("\127\0\0\2", "address"), "127.0.0.2")
+    expect.eq(kt.key("ABCD", "address"), "65.66.67.68")
+    expect.eq(kt.key("ABCD"), "ABCD")
+    local v6 = ("\0"):rep(15) .. "\1"
+    expect.eq(kt.key(v6), "::1")
+    expect.eq(kt.key("\32\1\13\184" .. ("\0"):rep(11) .. "\1"), "2001:db8::1")
+    expect.eq(kt.key(("\0"):rep(10) .. "\255\255\10\0\0\1"), "::ffff:10.0.0.1")
+    expect.eq(kt.key("\0\1\0\0\0\0\0\1\0\0\0\0\0\0\0\0"), "1:0:0:1::")
+    expect.eq(kt.key("caf\195\169"), "caf\195\169", "valid UTF-8 stays")
+    expect.eq(kt.key("a\255b\\c"), "a\\xffb\\x5cc", "bytes that are no UTF-8 escaped")
+    expect.eq(kt.key("\237\160\128xy"), "\\xed\\xa0\\x80xy", "a surrogate is no UTF-8")
+    expect.eq(kt.key("\192\175abc"), "\\xc0\\xafabc", "nor an overlong form")
+    expect.error(function() gw.limiter("badtop", { rate = 1, top = 1000 }) end,
+      "nres.ngx.limiter: top: expected an integer 0..100 (keys listed by name), got 1000")
+    expect.error(function() gw.limiter("badkeys", { rate = 1, keys = "ip" }) end,
+      'nres.ngx.limiter: keys: expected "address", "text" or nil, got "ip"')
+  end)
+
+  it("export each metric family once, its lines together, label values valid UTF-8", function()
+    gw.limiter("bykey", { rate = 1, burst = 1, slots = 64, top = 3, keys = "address" })
+    for i = 1, 6 do   -- six clients, 0x80 and up in their addresses, i refusals each
+      local key = string.char(127, 200, 128 + i, 1)
+      for _ = 1, i + 1 do gw.limit("bykey", key) end
+    end
+    local snap = gw.snapshot()
+    local l = snap.limiters.bykey
+    expect.eq(#l.keys, 3, "top 3 by name")
+    expect.eq(l.keys[1].key, "127.200.134.1")
+    expect.eq(l.refused, 21)
+    expect.eq(l.others_refused, 1 + 2 + 3)
+    local text = gw.prometheus(snap)
+    local kt = require "nres.ngx.keytext"
+    expect.truthy(kt.clean((text:gsub("\n", " "))), "the exposition is valid UTF-8")
+    expect.truthy(kt.clean((gw.json(snap):gsub("\n", " "))), "the JSON is valid UTF-8")
+    expect.truthy(text:find('\nnres_limiter_key_refused{limiter="bykey",key="127.200.134.1"} 6\n',
+                            1, true), text)
+    expect.truthy(text:find('\nnres_limiter_others_refused{limiter="bykey"} 6\n', 1, true))
+    local seen, current = {}, nil
+    for line in text:gmatch("[^\n]+") do
+      local fam = line:match("^# %u+ (%S+)") or line:match("^([%w_]+)")
+      fam = fam:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")
+      if fam ~= current then
+        expect.truthy(not seen[fam], "family " .. fam .. " in one group")
+        seen[fam], current = true, fam
+      end
+    end
+    for _, f in ipairs(require("nres.ngx.status").FAMILIES) do
+      expect.truthy(#f == 5 and f[2]:match("^%a+$"), "a family row: name, type, help, rows, field")
+    end
+  end)
+
   it("limit no empty key (as limit_req), and name a key that is no string", function()
     gw.limiter("anon", { rate = 1, burst = 1, slots = 8 })
     for _ = 1, 3 do expect.eq(gw.limit("anon", ""), true) end
@@ -420,8 +474,48 @@ describe("nres.shm files", function()
     expect.eq(e.replaced, "another layout version or a damaged header")
     expect.eq(e.reused, false)
     local _, err = shm.new{ slots = 8, file = dir .. "/no/such/dir/t.shm" }
-    expect.truthy(err and err:find("^open "), "an unwritable path is an error: " .. tostring(err))
+    expect.truthy(err and err:find(": open: "), "an unwritable path is an error: " .. tostring(err))
     expect.error(function() shm.new{ slots = 8, file = "" } end, 'nres.shm: file: expected a path, got ""')
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("trust no file: a link, group or other access, a truncation", function()
+    local dir = tmpdir()
+    local path = dir .. "/t.shm"
+    local opts = { slots = 16, budget = { ratio = 0.1 }, file = path, extra = 64 }
+    local a = assert(shm.new(opts))
+    local i = a:acquire("k", T0, 1e12)
+    os.execute("chmod 644 " .. path)
+    local b = assert(shm.new(opts))
+    expect.eq(b.replaced, "a file with group or other access (mode 0644, expected 0600 or 0700)")
+    expect.eq(b:key(i), nil, "not attached: fresh")
+    -- a link to a valid region: not followed, and its target not written
+    os.execute("mv " .. path .. " " .. dir .. "/target.shm && ln -s target.shm " .. path)
+    local c = assert(shm.new(opts))
+    expect.eq(c.replaced, "a symbolic link")
+    local f = assert(io.open(dir .. "/target.shm", "rb"))
+    local target_size = #f:read("*a"); f:close()
+    expect.eq(target_size, c.mapped, "the target is left as it was")
+    expect.truthy(os.execute("test -L " .. path) ~= 0, "the link is replaced by a file")
+    -- truncated in place after the mapping: verify() finds it before a
+    -- page is touched and gives this process a fresh table of its own
+    expect.eq(c:verify(), true, "whole")
+    local j = c:acquire("k", T0, 1e12)
+    local fresh = 0
+    c.on_fresh = function(t) fresh = fresh + 1; t.extra[0] = 7 end
+    os.execute("truncate -s 100 " .. path)
+    local whole, why = c:verify()
+    expect.eq(whole, false)
+    expect.eq(why, path .. " was truncated to 100 bytes (this table maps " .. c.mapped .. ")")
+    expect.eq(c.private, why)
+    expect.eq(fresh, 1, "on_fresh ran once")
+    expect.eq(c.extra[0], 7)
+    expect.eq(c:key(j), nil, "a fresh table")
+    expect.truthy(c:acquire("k", T0, 1e12), "usable")
+    expect.eq(c:verify(), true, "no file any more: nothing to check")
+    -- the next attach refuses the short file and makes a new one
+    local d = assert(shm.new(opts))
+    expect.eq(d.replaced, "a size of 100 bytes (this layout: " .. d.mapped .. ")")
     os.execute("rm -rf " .. dir)
   end)
 
@@ -492,7 +586,7 @@ describe("nres.ngx region files and balancer mode", function()
       'nres.ngx.upstream: choice: expected "p2c" or "round-robin", got "lc"')
     expect.error(function() gw.upstream("b6", { scope = "ups", peers = { "h:1" }, eject = { ration = 1 } }) end,
       "nres.ngx.upstream: eject.ration: expected one of consecutive, ratio, min_calls, window,"
-      .. " buckets, break_for, break_max, jitter, probes, successes, got an unknown field")
+      .. " buckets, break_for, break_max, jitter, probes, successes, lease, got an unknown field")
     expect.error(function() gw.upstream("b7", { scope = "ups", peers = { "h:1" }, eject = { ratio = 2 } }) end,
       "nres.ngx.upstream: eject: breaker.failure_ratio: must be in [0, 1]")
     expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "h:1" }, panic = 1.5 }) end,
@@ -575,6 +669,73 @@ describe("nres.ngx region files and balancer mode", function()
     end
   end)
 
+  it("log each peer state change once, rate-limited, with why and the counts", function()
+    local watch = require "nres.ngx.watch"
+    local u = gw.upstream("watched", { scope = "ups", peers = { "10.9.0.1:80" } })
+    local lines = {}
+    local function log(level, text)
+      if text:find("watched", 1, true) then lines[#lines + 1] = level .. " " .. text end
+    end
+    watch.reset()
+    local now = T0
+    watch.poll(log, now, 100)
+    expect.eq(#lines, 0, "a closed peer at the first look: no line")
+    local rng = ffi.new("nres_rng_t", { 1 })
+    for _ = 1, 5 do C.nres_breaker_record(u.br[1], now, 0, 1, 0, rng) end
+    watch.poll(log, now, 100.5)
+    watch.poll(log, now, 101)
+    expect.eq(#lines, 1, table.concat(lines, "\n"))
+    expect.eq(lines[1], "warn nres: peer 10.9.0.1:80 of upstream watched ejected: 5 failures"
+              .. " in a row; 0 tries, 0 failed; opened 1 times")
+    C.nres_breaker_reset(u.br[1])
+    watch.poll(log, now, 102)
+    expect.eq(#lines, 1, "within 5 s of the last line: held")
+    watch.poll(log, now, 105.6)
+    expect.eq(lines[2], "notice nres: peer 10.9.0.1:80 of upstream watched restored; 0 tries,"
+              .. " 0 failed; opened 1 times")
+    watch.poll(log, now, 200)
+    expect.eq(#lines, 2, "no change, no line")
+  end)
+
+  it("take control operations whole or not at all, naming what is wrong", function()
+    gw.upstream("ctl", { scope = "ups", peers = { "10.8.0.1:80", "10.8.0.2:80" } })
+    local function bad(op, status, reason)
+      local res, st, why = gw.apply(op)
+      expect.eq(res, nil)
+      expect.eq(st, status, why)
+      expect.eq(why, reason)
+    end
+    bad({ action = "isolate", upstream = "ctl", scope = "ups" }, 400,
+        'upstream: expected either upstream or scope and key, got "ctl"')
+    bad({ action = "eject", upstream = "ctl", peer = "10.8.0.3:80" }, 404,
+        'peer: expected one of 10.8.0.1:80, 10.8.0.2:80, got "10.8.0.3:80"')
+    bad({ action = "rate", limiter = "nope", rate = 1 }, 404,
+        'limiter: expected one of ' .. (function()
+          local t = {} for k in pairs(gw.limiters) do t[#t + 1] = k end
+          table.sort(t) return table.concat(t, ", ") end)() .. ', got "nope"')
+    bad({ action = "dry_run", scope = "ups", limiter = "x", on = true }, 400,
+        'scope: expected either scope or limiter, got "ups"')
+    expect.truthy(gw.apply { action = "drain", upstream = "ctl", peer = "10.8.0.1:80" })
+    bad({ action = "drain", upstream = "ctl", peer = "10.8.0.2:80" }, 409,
+        'peer: expected a peer whose upstream keeps another one not drained, got "10.8.0.2:80"')
+    local res = gw.apply { action = "restore", upstream = "ctl", peer = "10.8.0.1:80" }
+    expect.eq(res.drained, false)
+    res = gw.apply { action = "eject", upstream = "ctl", peer = "10.8.0.2:80" }
+    expect.eq(res.state, "isolated")
+    expect.eq(gw.snapshot().upstreams.ctl.peers[2].state, "isolated")
+    gw.apply { action = "restore", upstream = "ctl", peer = "10.8.0.2:80" }
+    local control = require "nres.ngx.control"
+    control.configure { allow = { "10.1.0.0/16", "2001:db8::7" } }
+    for addr, want in pairs { ["127.0.0.1"] = true, ["127.9.9.9"] = true, ["::1"] = true,
+                              ["10.1.200.3"] = true, ["10.2.0.1"] = false,
+                              ["2001:db8::7"] = true, ["2001:db8::8"] = false } do
+      expect.eq(control.allowed(addr), want, addr)
+    end
+    expect.error(function() control.configure { allow = { "10.0.0.0/40" } } end,
+      'nres.ngx.control: allow[1]: expected an address or an IPv4 prefix (a.b.c.d/n), got "10.0.0.0/40"')
+    control.configure {}
+  end)
+
   it("pick peers: never the one that failed, not an ejected one, all of them in panic", function()
     local u = gw.upstream("pool", { scope = "ups", peers = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80" } })
     expect.eq(u.shm.file, dir .. "/spec.peers.pool.shm")
@@ -651,12 +812,18 @@ describe("nres.ngx region files and balancer mode", function()
     local cjson = require "cjson"
     gw.limiter("nobody", { rate = 1, slots = 8 })   -- no key: an empty list
     local j = cjson.decode(gw.json(gw.snapshot()))
-    expect.truthy(gw.json(gw.snapshot()):find('"nobody":{[^}]*"keys":%[%]'), "keys: []")
+    local nobody = gw.json(gw.snapshot()):match('"nobody":(%b{})')
+    expect.truthy(nobody and nobody:find('"keys":[]', 1, true), "keys: []")
     expect.eq(type(j.upstreams.pool.peers), "table")
     local text = gw.prometheus(gw.snapshot())
     expect.truthy(text:find('\nnres_peer_ejections_total{upstream="pool",peer="10.0.0.1:80"} 1\n', 1, true),
                   "Prometheus: " .. text:sub(1, 200))
-    expect.truthy(text:find("# TYPE nres_peer_latency_p75_seconds gauge", 1, true))
+    expect.truthy(text:find("# TYPE nres_peer_tries_total counter", 1, true))
+    -- a peer without an estimate has no latency figure, never 0
+    for _, p in ipairs(gw.snapshot().upstreams.pool.peers) do
+      expect.truthy(p.latency_p75_ms == nil or p.latency_p75_ms > 0, "p75 of " .. p.peer)
+    end
+    expect.truthy(not text:find("nres_peer_latency_p75_seconds{[^}]*} 0\n"), "no 0 s p75")
   end)
 
   gw.region{ dir = false }

@@ -308,7 +308,14 @@ describe("criticality (p:with)", function()
   it("misuse names the field", function()
     local p = nres.policy { base = "trivial" }
     expect.error(function() p:with { criticality = "vip" } end,
-      'bad argument #1 to \'with\' (criticality: expected one of "critical", "default", "sheddable", got "vip")')
+      'bad argument #1 to \'with\' (criticality: expected one of "critical", "critical_plus", "default",'
+      .. ' "sheddable", "sheddable_plus" (any case; the names of X-Criticality), got "vip")')
+    -- The names X-Criticality takes, exactly (one parser, nres_class_parse).
+    local gw_class = require("nres.ngx.config").criticality
+    for _, name in ipairs { "critical", "CRITICAL_PLUS", "Sheddable", "sheddable_plus", "default" } do
+      local cls = gw_class(name)
+      expect.eq(p:with { criticality = name }.class, cls, name)
+    end
     expect.error(function() p:with { class = "critical" } end,
       "bad argument #1 to 'with' (class: unknown field; valid: criticality)")
   end)

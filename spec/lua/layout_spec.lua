@@ -22,7 +22,8 @@ describe("require \"nres\"", function()
     expect.eq(table.concat(loaded_since("nresrun"), ", "), "")
   end)
   it("loads only library modules", function()
-    local library = { nres = true, ["nres.cdef"] = true, ["nres.policy"] = true,
+    local library = { nres = true, ["nres.cdef"] = true, ["nres.cdef.shm"] = true,
+                      ["nres.policy"] = true,
                       ["nres.run"] = true, ["nres.classify"] = true, ["nres.driver"] = true,
                       ["nres.schema"] = true }
     for _, name in ipairs(loaded_since("nres")) do
@@ -65,5 +66,16 @@ describe("the harness's old names under nres", function()
   end)
   it("answer nil for a name that never existed", function()
     expect.eq(nres.no_such_field, nil)
+  end)
+end)
+
+describe("presets", function()
+  it("the list an unknown preset's error shows is the policies/ folder's", function()
+    local shipped = {}
+    local ls = io.popen("ls policies")
+    for file in ls:lines() do shipped[#shipped + 1] = file:match("^(.*)%.lua$") end
+    ls:close()
+    table.sort(shipped)
+    expect.eq(table.concat(require("nres.policy").presets, ", "), table.concat(shipped, ", "))
   end)
 end)

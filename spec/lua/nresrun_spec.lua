@@ -74,7 +74,7 @@ describe("scenario errors name file:line and the field", function()
       '$F:5: nres.policy: attempts: expected an integer from 1 to 65535, got 0' },
     { HEAD .. '  name = "x", dependency = nresrun.dep.flaky{ fail_every = 2 },\n'
       .. '  load = { workers = 1 },\n  arms = { p = "nosuch" },\n  baseline = "nope",\n}\n',
-      '$F:2: 2 problems:\n  $F:5: scenario.arms.p: unknown preset "nosuch"\n  $F:6: scenario.baseline: no arm named "nope"' },
+      '$F:2: 2 problems:\n  $F:5: scenario.arms.p: unknown preset "nosuch" (presets: batch, default, gateway, http, none, trivial)\n  $F:6: scenario.baseline: no arm named "nope"' },
     { 'return { name = "not a scenario" }\n',
       '$F: a scenario file must return nresrun.scenario{...}, got a table' },
     { 'return nresrun.scenario{\n', nil },   -- a syntax error: message from Lua
@@ -128,7 +128,12 @@ describe("scenario errors name file:line and the field", function()
     expect.eq((run("x.lua --repetitions 0")), 2)
     local code, out = run("--help")
     expect.eq(code, 0)
-    expect.truthy(out:find("Exit codes", 1, true), "help text")
+    -- The help (also nresrun(1)) covers simulations, serve, where the
+    -- reports go and the exit status.
+    for _, want in ipairs { "Exit status:", "nresrun.simulation{", "nresrun serve",
+                            "artifacts/sim", "artifacts/stress", "--max-minutes" } do
+      expect.truthy(out:find(want, 1, true), "help text lacks " .. want)
+    end
     code, out = run("--version")
     expect.eq(code, 0)
     expect.truthy(out:find("^nresrun %d"), out)
@@ -245,6 +250,107 @@ describe("a run", function()
     expect.eq(by.hang.ok, false)
     expect.truthy(by.hang.error:find("hung: killed after 2 s", 1, true), by.hang.error)
     expect.truthy(out2:find("**failed**", 1, true), "warning block")
+  end)
+end)
+
+-- Load kinds are modules behind one interface (nresrun.load).
+describe("load kinds", function()
+  local load = require "nresrun.load"
+  it("every kind has the whole interface", function()
+    for _, name in ipairs(load.KINDS) do
+      local k = assert(load.get(name), name)
+      expect.eq(k.name, name)
+      for _, f in ipairs { "check", "values", "fields", "fit", "peer", "run" } do
+        expect.eq(type(k[f]), "function", name .. "." .. f)
+      end
+      for _, f in ipairs { "expected", "what", "loop" } do expect.eq(type(k[f]), "string", name .. "." .. f) end
+      expect.eq(type(k.result), "table", name .. ".result")
+    end
+  end)
+  it("the scenario's checks and matrix ask the kinds", function()
+    local sc = scenario.new({ name = "k", dependency = nresrun.dep.flaky{ fail_every = 2 },
+                              load = { threads = { 1, 2 }, workers = 3 }, arms = { raw = nresrun.raw } })
+    local cells = sc:cells()
+    expect.eq(#cells, 2)
+    expect.eq(cells[2].load, "threads")
+    expect.eq(cells[2].threads, 2)
+    expect.eq(cells[2].workers_per_thread, 3)
+    expect.eq(load.of({ open_rate = 5 }).name, "open_rate")
+    expect.eq(load.is_open("open_rate"), true)
+    expect.eq(load.is_open("workers"), false)
+    local spec, why = load.get("threads").peer(cells[2], {})
+    expect.eq(spec, nil)
+    expect.eq(why, "the peer driver has no threads load (one event loop)")
+    expect.eq(load.get("open_rate").peer({ rate = 7 }, {}).rate, 7)
+  end)
+end)
+
+describe("a new load kind", function()
+  it("is one file: nresrun/load/NAME.lua, found by the scenario's checks and matrix", function()
+    local root = dir .. "/kinds"
+    os.execute("mkdir -p " .. root .. "/nresrun/load")
+    local f = assert(io.open(root .. "/nresrun/load/burst.lua", "w"))
+    f:write([[
+local workers = require "nresrun.load.workers"
+return { name = "burst", loop = "closed", what = "bursts", expected = "a burst size >= 1", result = { "burst" },
+  check = function(v) return type(v) == "number" and v >= 1 end,
+  values = function(load) return type(load.burst) == "table" and load.burst or { load.burst } end,
+  fields = function(cell, v) cell.burst, cell.workers = v, v end,
+  fit = function() return nil end,
+  peer = function() return nil, "no peer" end,
+  run = function(cell, seed, kit, srv) return workers.run(cell, seed, kit, srv) end }
+]])
+    f:close()
+    local saved = package.path
+    package.path = root .. "/?.lua;" .. package.path
+    local ok, sc = pcall(scenario.new, { name = "b", dependency = nresrun.dep.flaky{ fail_every = 2 },
+                                         load = { burst = { 2, 4 } }, arms = { raw = nresrun.raw } })
+    local bad_ok, bad = pcall(scenario.new, { name = "b", dependency = nresrun.dep.flaky{ fail_every = 2 },
+                                              load = { burst = 0 }, arms = { raw = nresrun.raw } })
+    package.path = saved
+    expect.truthy(ok, tostring(sc))
+    local cells = sc:cells()
+    expect.eq(#cells, 2)
+    expect.eq(cells[2].load, "burst")
+    expect.eq(cells[2].burst, 4)
+    expect.eq(cells[2].key, "b/raw/fails every 2/burst=4")
+    expect.eq(bad_ok, false)
+    expect.truthy(tostring(bad):find("scenario.load.burst[1]: expected a burst size >= 1, got 0", 1, true), tostring(bad))
+  end)
+end)
+
+-- The stress report says what differs between arms, not only a ratio.
+describe("the stress report", function()
+  local report = require "nresrun.report"
+  local function result(arm, load, completion, req, ops)
+    return { key = "budget/" .. arm, section = "budget", arm = arm, dependency = "fails every 2", load = load,
+             load_value = 20000, baseline = "unbudgeted", group = "budget/fails every 2/" .. load, index = #arm,
+             ok = true, trusted = true, repetition = 1, completion_ratio = completion,
+             dependency_requests_per_op = req, ops_per_sec = ops }
+  end
+  local function doc(results)
+    return { scenario = "s", started = "t", seed = 1, settings = { quick = true }, results = results,
+             machine = { cpu = "cpu", cores = 2 }, versions = { nres = "0", luajit = "lj" } }
+  end
+
+  it("open loop: completion and requests per op, and why the ratio reads 1.00", function()
+    local md = report.markdown(doc { result("budgeted", "open_rate", 0.526, 1.05, 20000),
+                                     result("unbudgeted", "open_rate", 1.0, 2.0, 20000) })
+    expect.truthy(md:find("| 1.00 (offered) |", 1, true), "the ratio marked")
+    expect.truthy(md:find("- budgeted vs unbudgeted (fails every 2, open_rate=20000): completes 0.526 of its"
+      .. " operations where unbudgeted completes 1.000, 0.53x the dependency requests per operation (1.05 vs 2.00);"
+      .. " both were offered the same rate, so ops/s does not tell them apart.", 1, true), md)
+  end)
+
+  it("closed loop: the throughput ratio too; alike arms are said to be alike", function()
+    local md = report.markdown(doc { result("budgeted", "workers", 1.0, 2.0, 5000),
+                                     result("unbudgeted", "workers", 1.0, 2.0, 10000) })
+    expect.truthy(md:find("- budgeted vs unbudgeted (fails every 2, workers=20000): 0.50x the operations per second.",
+      1, true), md)
+    local same = report.markdown(doc { result("budgeted", "workers", 1.0, 2.02, 10100),
+                                       result("unbudgeted", "workers", 1.0, 2.0, 10000) })
+    expect.truthy(same:find("What differs: every arm completes as much as its baseline with as many"
+      .. " dependency requests per operation.", 1, true), same)
   end)
 end)
 

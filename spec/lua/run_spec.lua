@@ -104,6 +104,17 @@ describe("stop reasons", function()
     expect.eq(calls(), 2)
     expect.eq(p:stats().breaker, "open")
   end)
+  it("circuit open from the success that brings the window to min_calls over the ratio (issue 28)", function()
+    -- resilience4j trips there; a ratio checked on failures only did not
+    for _, base in ipairs { "none", "trivial" } do
+      local p = virtual { base = base, attempts = 1, breaker = { ratio = 0.5, min_calls = 6, break_for = 10 } }
+      for _ = 1, 3 do p:run(function() return nil, "down" end) end
+      for _ = 1, 2 do expect.eq(p:run(function() return 1 end), 1) end
+      expect.eq(p:stats().breaker, "closed", base .. ": 5 calls, under min_calls")
+      expect.eq(p:run(function() return 1 end), 1)
+      expect.eq(p:stats().breaker, "open", base .. ": 3 failures of 6")
+    end
+  end)
   it("throttled locally, without calling fn, once the dependency refuses for overload", function()
     local p, d = virtual { base = "none", telemetry = true, throttle = { k = 1, window = 10, buckets = 10 },
                            classify = function(_, err) return err and "throttled" or "ok" end }
@@ -124,6 +135,22 @@ describe("stop reasons", function()
     expect.eq(st.throttle.accepts, 0)
     expect.truthy(st.throttle.probability > 0.9)
   end)
+  it("tells on_event of the breaker's changes (\"breaker\", state), once each", function()
+    local p, d = virtual { base = "none", breaker = { consecutive = 2, break_for = 10,
+                                                     successes = 1 } }
+    local events = {}
+    p.on_event = function(kind, a) if kind == "breaker" then events[#events + 1] = a end end
+    local fn = flaky(2, "down")
+    p:run(fn); p:run(fn)
+    expect.eq(table.concat(events, " "), "open")
+    p:run(fn)   -- refused: no change
+    expect.eq(table.concat(events, " "), "open")
+    d.advance(20e9)
+    p:run(fn)   -- the probe succeeds: closed
+    expect.eq(events[#events], "closed")
+    expect.eq(#events, 2, table.concat(events, " "))
+  end)
+
   it("rate limited by the local limiter", function()
     local p = virtual { base = "none", limiter = { rate = 1, burst = 1 } }
     expect.eq(p:run(function() return 1 end), 1)
@@ -238,12 +265,39 @@ describe("classifiers", function()
     local _, reason, info = p:run(function() return 500 end)
     expect.eq(reason, "attempts exhausted"); expect.eq(info.attempts, 3)
   end)
+  it("keeps the dependency's last answer in info.result when retries run out", function()
+    local p = virtual { base = "http", breaker = false, ceiling = false }
+    local n = 0
+    local res, reason, info = p:run(function()
+      n = n + 1
+      return { status = 503, body = "upstream busy " .. n }
+    end)
+    expect.eq(res, nil); expect.eq(reason, "attempts exhausted")
+    expect.eq(type(info.result), "table", "info.result")
+    expect.eq(info.result.status, 503); expect.eq(info.result.body, "upstream busy 3")
+    -- A thrown attempt, or nil, err, has no answer: nothing is kept.
+    local _, _, info2 = p:run(function() error("kaboom") end)
+    expect.eq(info2.result, nil)
+    local _, _, info3 = p:run(function() return nil, "refused" end)
+    expect.eq(info3.result, nil)
+    -- A passthrough keeps it too.
+    local q = virtual { base = "none", classify = "http" }
+    local _, r, i = q:run(function() return { status = 502, body = "bad gateway" } end)
+    expect.eq(r, "attempts exhausted"); expect.eq(i.result.body, "bad gateway")
+  end)
   it("a classifier function's retry_after is honoured", function()
     local p, d = virtual { base = "none", attempts = 2, backoff = { kind = "constant", base = 0.01, max = 10 },
                            classify = function(_, err) if err then return "throttled", 4 end return "ok" end }
     local t0 = d.now()
     p:run(flaky(1, "slow down", "ok"))
     expect.near((d.now() - t0) / 1e9, 4, 1e-6, "waited 4 s")
+  end)
+  it("a classifier function's retry_after may carry a unit", function()
+    local p, d = virtual { base = "none", attempts = 2, backoff = { kind = "constant", base = "10ms", max = "10s" },
+                           classify = function(_, err) if err then return "throttled", "1500ms" end return "ok" end }
+    local t0 = d.now()
+    p:run(flaky(1, "slow down", "ok"))
+    expect.near((d.now() - t0) / 1e9, 1.5, 1e-6, "waited 1.5 s")
   end)
   it("a modelled dependency's throttled answer carries its retry-after", function()
     local dep = require "nresrun.dep"
@@ -257,12 +311,37 @@ describe("classifiers", function()
     expect.near((d.now() - t0) / 1e9, 3, 1e-6, "waited the retry-after")
     expect.eq(inst.requests, 3)
   end)
-  it("a classifier returning nonsense ends the call with a clear error, not a throw", function()
+  it("a classifier returning nonsense ends the call \"callback error\", not a throw nor \"canceled\"", function()
     local p = virtual { base = "none", classify = function() return "maybe" end }
     local res, reason, info = p:run(function() return 1 end)
-    expect.eq(res, nil); expect.eq(reason, "canceled"); expect.eq(info.callback, "classify")
+    expect.eq(res, nil); expect.eq(reason, "callback error"); expect.eq(info.callback, "classify")
     expect.eq(info.error,
       'nres: classify returned "maybe"; expected "ok", "transient", "throttled", "permanent" or "canceled"')
+    local q = virtual { base = "trivial", classify = function() return "maybe" end }
+    local _, r2 = q:run(function() return 1 end)
+    expect.eq(r2, "callback error")
+    expect.eq(q:stats().stops["callback error"], 1, "counted as its own stop")
+    expect.eq(q:stats().stops.canceled, 0, "not as canceled")
+  end)
+end)
+
+describe("isolation by hand", function()
+  it("p:isolate() stops every call until p:reset(), both counted", function()
+    local p = virtual { base = "default" }
+    expect.eq(p:run(function() return 1 end), 1)
+    p:isolate()
+    local res, reason = p:run(function() return 1 end)
+    expect.eq(res, nil); expect.eq(reason, "circuit open")
+    expect.eq(p:stats().breaker, "isolated")
+    p:reset()
+    expect.eq(p:run(function() return 2 end), 2)
+    local s = p:stats()
+    expect.eq(s.breaker, "closed"); expect.eq(s.isolations, 1); expect.eq(s.resets, 1)
+    local q = virtual { base = "trivial" }
+    local ok, err = pcall(function() q:isolate() end)
+    expect.eq(ok, false)
+    expect.truthy(tostring(err):find("has no breaker", 1, true), tostring(err))
+    expect.truthy(tostring(err):find("run_spec", 1, true), "names the caller: " .. tostring(err))
   end)
 end)
 

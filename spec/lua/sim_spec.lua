@@ -287,7 +287,13 @@ describe("reports", function()
     expect.truthy(md:find("## Summary", 1, true))
     expect.truthy(md:find("| outage | default |", 1, true))
     expect.truthy(md:find("![per-second plot](spec-outage-", 1, true))
-    expect.truthy(table.concat(printed):find("## Breaker transitions", 1, true), "the table went to stdout")
+    local text = table.concat(printed)
+    expect.truthy(text:find("\nVerdict, ranked by success", 1, true), "the verdict went to stdout")
+    expect.truthy(not text:find("Breaker transitions", 1, true), "not the transitions table")
+    expect.truthy(md:find("## Verdict\n\nVerdict, ranked by success", 1, true), "the .md opens with the verdict")
+    expect.truthy(md:find("## Breaker transitions", 1, true), "the .md keeps every transition")
+    local _, lines = text:gsub("\n", "")
+    expect.truthy(lines <= report.TERMINAL_LINES, lines .. " lines printed")
   end)
 
   it("the JSON holds every second of every series", function()
@@ -302,6 +308,8 @@ describe("reports", function()
     end
     expect.eq(doc.runs[1].series.breaker[25], "open")
     expect.eq(doc.dependency.phases[1].name, "outage")
+    expect.eq(doc.verdict.ranking[1].policy, "default")
+    expect.eq(doc.verdict.breakers[1].opens, doc.runs[1].totals.breaker_opens)
   end)
 
   it("the SVG is one document with a panel per policy", function()
@@ -321,6 +329,157 @@ describe("reports", function()
   end)
 
   os.execute("rm -rf '" .. dir .. "'")
+end)
+
+-- The verdict: a ranking and one sentence per policy from its own figures.
+describe("verdict", function()
+  local verdict = require "nresrun.sim.verdict"
+
+  it("sentences from a run's figures (fixed seed, virtual clock)", function()
+    local doc = report.analyse(outage_sim({ default = "default", trivial = "trivial" }, 3):run())
+    local v = doc.verdict
+    expect.eq(v.rule, "ranked by success; within 0.5 points, by the requests sent while the dependency"
+      .. " was down, then by recovery, then by p99")
+    expect.eq(v.ranking[1].sentence, "default: same success as trivial (83.2 vs 83.4 %), 176x fewer requests"
+      .. " to the dead dependency in outage (3.4 vs 597.5/s), back 2 s after outage (trivial: 1 s).")
+    expect.eq(v.ranking[2].sentence, "trivial: same success as default (83.4 vs 83.2 %), 176x more requests"
+      .. " to the dead dependency in outage (597.5 vs 3.4/s), back 1 s after outage (default: 2 s).")
+    expect.eq(v.ranking[2].rank, 2)
+    -- The figures are the run's: the ratio is the outage's requests, trivial's over default's.
+    local d, t = run_of(doc, "default").phases[2], run_of(doc, "trivial").phases[2]
+    expect.eq(string.format("%.0fx", t.dep / d.dep), "176x")
+    expect.eq(string.format("%.1f", t.dep / t.seconds), "597.5")
+    expect.eq(#v.breakers, 1)
+    expect.eq(v.breakers[1].text, "28 opens, a probe every 0.54 s, open 14.6 s in all")
+  end)
+
+  -- A document of made-up figures: the words follow them.
+  local function fake(policies, phases)
+    local doc = { duration_s = 100, dependency = { phases = phases or {} }, runs = {} }
+    for i, p in ipairs(policies) do
+      local rows = { { phase = "outside phases", dep = 0, seconds = 100 } }
+      for j, ph in ipairs(doc.dependency.phases) do
+        rows[j + 1] = { phase = ph.name, seconds = ph.to - ph.from, dep = p.dep[j], success = p.phase_success[j],
+                        recovered_after_s = p.back[j] }
+      end
+      doc.runs[i] = { policy = p.name, phases = rows, series = { breaker = p.transitions and {} or nil },
+                      transitions = p.transitions or {},
+                      totals = { arrivals = 1000, ok = p.ok, ok_p99_ms = p.p99, dep_requests = p.requests or 1000,
+                                 breaker_opens = p.opens or 0, breaker_open_s = p.open_s or 0 } }
+    end
+    return doc
+  end
+
+  it("more or less success in points; a brownout's success named; never back", function()
+    local phases = { { name = "outage", from = 10, to = 20, fail = 1 },
+                     { name = "brownout", from = 50, to = 70, fail = 0.1 } }
+    local v = verdict.of(fake({
+      { name = "a", ok = 900, p99 = 100, dep = { 40, 2200 }, phase_success = { 0, 0.99 }, back = { 2, 1 } },
+      { name = "b", ok = 850, p99 = 400, dep = { 4000, 2200 }, phase_success = { 0, 0.90 }, back = { false, 1 } },
+    }, phases))
+    expect.eq(v.ranking[1].sentence, "a: 5.0 points more success than b (90.0 vs 85.0 %), 100x fewer requests"
+      .. " to the dead dependency in outage (4.0 vs 400.0/s), 9.0 points more in brownout (99.0 vs 90.0 %),"
+      .. " p99 of successes 100 vs 400 ms, back 2 s after outage (b: never).")
+    expect.eq(v.ranking[2].sentence, "b: 5.0 points less success than a (85.0 vs 90.0 %), 100x more requests"
+      .. " to the dead dependency in outage (400.0 vs 4.0/s), 9.0 points less in brownout (90.0 vs 99.0 %),"
+      .. " p99 of successes 400 vs 100 ms, never back after outage (a: 2 s).")
+    expect.eq(v.ranking[2].recovery_s, false)
+  end)
+
+  it("within half a point, fewer requests rank first; alike policies share a place", function()
+    local v = verdict.of(fake({
+      { name = "loud", ok = 900, p99 = 50, requests = 3000 },
+      { name = "quiet", ok = 898, p99 = 50, requests = 1000 },
+      { name = "quiet2", ok = 897, p99 = 55, requests = 1100 },
+    }))
+    expect.eq(v.ranking[1].policy, "quiet")
+    expect.eq(v.ranking[2].policy, "quiet2")
+    expect.eq(v.ranking[2].rank, 1, "tied: same success, load and p99 within their factors")
+    expect.eq(v.ranking[3].rank, 3)
+    expect.eq(v.ranking[1].sentence, "quiet: same success as quiet2 (89.8 vs 89.7 %), as many requests to the"
+      .. " dependency (1.00 vs 1.10 per call).")
+    expect.eq(v.ranking[3].sentence, "loud: same success as quiet (90.0 vs 89.8 %), 3.0x more requests to the"
+      .. " dependency (3.00 vs 1.00 per call).")
+  end)
+
+  it("breaker flaps: opens, the gap between probes, time open", function()
+    local tr = { { t = 10, to = "open" }, { t = 10.5, to = "half-open" }, { t = 10.51, to = "open" },
+                 { t = 11.0, to = "half-open" }, { t = 11.02, to = "open" }, { t = 11.5, to = "half-open" },
+                 { t = 11.6, to = "closed" }, { t = 50, to = "open" }, { t = 51, to = "half-open" } }
+    local v = verdict.of(fake({ { name = "b", ok = 1, p99 = 1, transitions = tr, opens = 4, open_s = 2.47 },
+                                { name = "none", ok = 1, p99 = 1 } }))
+    expect.eq(#v.breakers, 1)
+    expect.eq(v.breakers[1].text, "4 opens, a probe every 0.50 s, open 2.5 s in all")
+    expect.eq(v.breakers[1].probe_every_s, 0.5)
+    local quiet = verdict.of(fake({ { name = "b", ok = 1, p99 = 1, transitions = {} } }))
+    expect.eq(quiet.breakers[1].text, "never opened")
+  end)
+
+  it("docs/reports.md's example prints the verdict the page quotes", function()
+    local f = assert(io.open("docs/reports.md"))
+    local page = f:read("*a")
+    f:close()
+    local code = assert(page:match("<!%-%- readme%-test: nresrun %-%->\n```lua\n(.-)```"), "the example")
+    local quoted = assert(page:match("```text\n(Verdict, .-\n)```"), "the quoted verdict")
+    local doc = assert(loadstring(code, "=docs/reports.md"))():run()
+    local text = report.terminal(doc)
+    local from = assert(text:find("Verdict, ", 1, true))
+    local to = assert(text:find("\n\n", from, true))
+    expect.eq(text:sub(from, to), quoted)
+  end)
+
+  it("an slo: goodput counts successes within its latency, and the verdict ranks by it", function()
+    local function run_with(slo)
+      return nresrun.simulation{
+        policies = { none = "none", trivial = "trivial" },
+        dependency = { latency = { fixed = 0.010 }, phases = { { name = "flaky", from = 5, to = 15, fail = 0.5 } } },
+        load = { rate = 100, arrivals = "fixed" }, duration = 20, seed = 1, slo = slo,
+      }:run()
+    end
+    -- Each try takes 10 ms, no backoff: three tries end within 35 ms, one within 15.
+    local loose, tight = run_with{ latency = 0.035 }, run_with{ latency = 0.015 }
+    local lt, tt = run_of(loose, "trivial").totals, run_of(tight, "trivial").totals
+    local ln = run_of(loose, "none").totals
+    expect.eq(lt.good, lt.ok, "every success of trivial within 35 ms")
+    expect.eq(ln.good, ln.ok, "every success of none within 35 ms")
+    -- Within 15 ms: first tries only, about as many as none's successes (the
+    -- dependency's draws differ once trivial retries).
+    expect.near(tt.good, run_of(tight, "none").totals.ok, 20, "within 15 ms: trivial's first tries only")
+    expect.truthy(tt.good < tt.ok, "trivial's retried successes are late")
+    local v = report.analyse(tight).verdict
+    expect.eq(v.ranking[1].policy, "none", "same goodput, fewer requests")
+    expect.eq(v.ranking[2].sentence:match("^trivial: same goodput as none %(%d+%.%d vs %d+%.%d %% within 15 ms%), "
+      .. "(%d+%.%d) points more success"), string.format("%.1f", (tt.ok - run_of(tight, "none").totals.ok) / tt.arrivals * 100))
+    expect.truthy(report.terminal(tight):find("- SLO: 99 % of calls succeed within 15 ms; goodput", 1, true))
+    -- Without a latency it is measured: the p99 of calls with no policy, healthy.
+    local measured = nresrun.simulation{ policy = "none", dependency = { latency = { fixed = 0.010 } },
+                                         load = { rate = 50 }, duration = 5, slo = {} }:run()
+    expect.near(measured.slo.latency, 0.010, 0.001)
+    expect.eq(report.analyse(measured).verdict.ranking[1].sentence,
+      string.format("none: 100.0 %% success, 100.0 %% goodput within %.3g ms.", measured.slo.latency * 1000),
+      "one policy: its own figures, no comparison")
+    expect.eq(measured.slo.measured, true)
+    expect.eq(measured.slo.quantile, 0.99)
+  end)
+
+  it("at most 40 lines on a terminal, even with many policies", function()
+    local policies = {}
+    for i = 1, 40 do policies[string.format("p%02d", i)] = "default" end
+    local doc = nresrun.simulation{
+      name = "many", policies = policies,
+      dependency = { latency = { fixed = 0.01 }, phases = { { name = "outage", from = 5, to = 8, fail = 1 },
+                                                             { name = "slow", from = 12, to = 15, latency_factor = 3 } } },
+      load = { rate = 50 }, duration = 20, seed = 1,
+    }:run()
+    local text = report.terminal(doc, { md = "x.md", json = "x.json", svg = "x.svg" })
+    local _, lines = text:gsub("\n", "")
+    expect.eq(lines + 1, report.TERMINAL_LINES)
+    expect.truthy(text:find("^nresrun simulation: many"), "the heading first")
+    expect.truthy(text:find("\n1%. p%d%d: "), "the verdict")
+    expect.truthy(text:find("more lines of the verdict in the .md file", 1, true), "what was cut is said")
+    expect.truthy(text:find("Not shown here: summary, by phase;", 1, true), text:sub(-200))
+    expect.truthy(text:find("reports: x.md x.json x.svg", 1, true))
+  end)
 end)
 
 describe("svg", function()
@@ -376,7 +535,7 @@ local bad = {
   { base{ grace = -1 }, "simulation.grace: expected simulated seconds from 0 to 3600, got -1" },
   { base{ policy = "nil" }, "simulation.policy: missing (a policy, a preset name, or policies = { name = policy, ... })" },
   { base{ policies = { a = "none" } }, "simulation.policies: give policy = ... or policies = { name = ... }, not both" },
-  { base{ policy = "nope" }, 'simulation.policy: unknown preset "nope"' },
+  { base{ policy = "nope" }, 'simulation.policy: unknown preset "nope" (did you mean "none"? presets: batch, default, gateway, http, none, trivial)' },
   { base{ policy = 42 }, "simulation.policy: expected a policy (nres.policy{...}) or a preset name, got 42" },
   { base{ policy = "nil", policies = {} }, "simulation.policies: expected a table of name = policy or preset name, got a table" },
   { base{ policy = "nil", policies = { x = {} } }, "simulation.policies.x: expected a policy (nres.policy{...}) or a preset name, got a table" },
@@ -419,6 +578,10 @@ local bad = {
   { base{ load = { rate = 0 } }, "simulation.load.rate: expected arrivals per second (> 0), got 0" },
   { base{ load = { rate = 10, arival = "fixed" } }, 'simulation.load.arival: unknown field (valid: arrivals, rate)' },
   { base{ load = { rate = 10, arrivals = "burst" } }, 'simulation.load.arrivals: expected "poisson" or "fixed", got "burst"' },
+  { base{ slo = 0.25 }, "simulation.slo: expected { latency = seconds, quantile = share }, got 0.25" },
+  { base{ slo = { latency = 0 } }, "simulation.slo.latency: expected seconds (> 0, at most 3600), got 0" },
+  { base{ slo = { quantile = 1 } }, "simulation.slo.quantile: expected a share of calls in (0, 1), e.g. 0.99, got 1" },
+  { base{ slo = { latncy = 1 } }, 'simulation.slo.latncy: unknown field (did you mean "latency"?)' },
   { base{ load = { rate = 1e6 }, duration = 3600 },
     "simulation.load.rate: 1000000 arrivals/s for 3600 s is 3600000000 arrivals per policy; at most 20000000 (lower the rate or the duration)" },
 }
@@ -454,6 +617,8 @@ local bad_tour = {
   { tour{ policies = { "none", 5 } },
     "simulation.policies[2]: expected a preset name in a list (name = nres.policy{...} in a table), got 5" },
   { base{ seeds = { 1 } }, "simulation.seeds: only with scenarios = { ... } (one run takes seed = n)" },
+  { tour({}, { slo = { quantile = 0 } }),
+    "simulation.scenarios[1].slo.quantile: expected a share of calls in (0, 1), e.g. 0.99, got 0" },
 }
 
 -- One test per { simulation table, message } case.
@@ -546,6 +711,55 @@ describe("tournament", function()
     expect.truthy(md:find("## Targets", 1, true))
     expect.truthy(tmod.plot(doc, out):find("<svg", 1, true))
   end)
+  it("goodput within each scenario's SLO beside success; the interactive presets side by side", function()
+    local t = nresrun.simulation{
+      policies = { "none", "trivial", "http" }, seeds = { 1 },
+      slo = { latency = 0.015 },
+      scenarios = {
+        { name = "flaky", dependency = { latency = { fixed = 0.01 }, phases = { { name = "f", from = 5, to = 15, fail = 0.5 } } },
+          load = { rate = 100, arrivals = "fixed" }, duration = 20 },
+        { name = "measured", slo = { quantile = 0.9 }, dependency = { latency = { fixed = 0.02 } },
+          load = { rate = 50 }, duration = 10 },
+      },
+    }
+    local doc = tmod.run(t)
+    local flaky, measured = doc.scenarios[1], doc.scenarios[2]
+    expect.eq(flaky.slo.latency, 0.015, "the tournament's slo")
+    expect.eq(flaky.slo.measured, false)
+    expect.near(measured.slo.latency, 0.02, 0.002, "the scenario's quantile, its latency measured")
+    expect.eq(measured.slo.quantile, 0.9)
+    local tr = flaky.results.trivial[1]
+    expect.truthy(tr.goodput < tr.success - 0.1, "trivial's retried successes come after 15 ms")
+    expect.near(flaky.results.none[1].goodput, flaky.results.none[1].success, 1e-9, "none has no late success")
+    local md = tmod.markdown(doc, {})
+    expect.truthy(md:find("| policy | success % | goodput % |", 1, true), "the column")
+    expect.truthy(md:find("SLO: 99 % of calls within 15 ms.", 1, true), "the scenario's SLO")
+    expect.truthy(md:find("## Interactive presets: success and goodput", 1, true))
+    expect.truthy(md:find("| scenario | SLO ms | none | http |", 1, true), md)
+    expect.truthy(md:find(string.format("| flaky | 15 | %.1f / %.1f |", flaky.results.none[1].success * 100,
+                                        flaky.results.none[1].goodput * 100), 1, true), "a row from the figures")
+  end)
+
+  it("prints at most 40 lines: success / goodput per scenario, the misses that fit, the report's path", function()
+    local scenarios = {}
+    for i = 1, 45 do
+      scenarios[i] = { name = "s" .. i, dependency = { latency = { fixed = 0.01 } }, load = { rate = 20 }, duration = 3 }
+    end
+    local doc = tmod.run(nresrun.simulation{ policies = { "none", "trivial" }, seeds = { 1 }, scenarios = scenarios })
+    local misses = {}
+    for i = 1, 50 do misses[i] = { scenario = "s1", policy = "none", seed = 1, target = "t", got = 1, want = 2 } end
+    for _, m in ipairs { misses, {} } do
+      local text = tmod.terminal(doc, m, "x.md")
+      local _, lines = text:gsub("\n", "")
+      expect.truthy(lines + 1 <= tmod.TERMINAL_LINES, (lines + 1) .. " lines")
+      expect.truthy(text:find("| s1 | 10", 1, true), "the first scenario's row")
+      expect.truthy(text:find("more scenarios in the report", 1, true))
+      expect.truthy(text:find("report: x.md", 1, true))
+    end
+    expect.truthy(tmod.terminal(doc, {}, "x.md"):find("Targets: all met.", 1, true))
+    expect.truthy(tmod.terminal(doc, misses, "x.md"):find("Targets: 50 missed (the first", 1, true))
+  end)
+
   it("bench/tournament.lua loads as a tournament of the six presets", function()
     local s = dofile("bench/tournament.lua")
     expect.truthy(sim.is_simulation(s) and s.scenarios ~= nil)

@@ -105,7 +105,11 @@ local bad = {
   { { hedge = { at = "p100" } },
     "nres.policy: hedge.at: expected a latency quantile like \"p95\" or a fixed delay in seconds (> 0), got \"p100\"" },
   { { hedge = { at = "fast" } },
-    "nres.policy: hedge.at: expected a latency quantile like \"p95\" or a fixed delay in seconds (> 0), got \"fast\"" },
+    "nres.policy: hedge.at: expected a latency quantile like \"p95\" or a duration with a unit, like \"250ms\", \"1.5s\", \"2m\" or \"1m30s\" (units: ns, us, ms, s, m, h), got \"fast\"" },
+  { { hedge = { at = "p95", max = 4 } },
+    "nres.policy: hedge.max: 4 attempts side by side need attempts >= 4 (hedges count as attempts), got attempts = 3" },
+  { { base = "none", hedge = { at = 0.05 } },
+    "nres.policy: hedge.max: 2 attempts side by side need attempts >= 2 (hedges count as attempts), got attempts = 1" },
   { { hedge = { at = "p95", max = 5 } },
     "nres.policy: hedge.max: expected an integer from 2 to 4, got 5" },
   { { hedge = { at = "p95" }, latency = false },
@@ -127,13 +131,17 @@ local bad = {
   { { seed = -1 },
     "nres.policy: seed: expected an integer from 0 to 9007199254740991, got -1" },
   { { base = "nope" },
-    "nres.policy: base: unknown preset \"nope\" (no $PRESETS/nope.lua)" },
+    "nres.policy: base: unknown preset \"nope\" (did you mean \"none\"? presets: batch, default, gateway, http, none, trivial)" },
+  { { base = "defualt" },
+    "nres.policy: base: unknown preset \"defualt\" (did you mean \"default\"? presets: batch, default, gateway, http, none, trivial)" },
   { { base = 5 },
     "nres.policy: base: expected a preset name (string), got 5" },
   { { [1] = "x" },
     "nres.policy: [1]: unknown field (valid: admit, attempt_timeout, attempts, backoff, base, breaker, budget, ceiling, classify, deadline, fallback, hedge, latency, limiter, on_event, seed, telemetry, throttle)" },
   { "nosuchpreset",
-    "nres.policy: unknown preset \"nosuchpreset\" (no $PRESETS/nosuchpreset.lua)" },
+    "nres.policy: unknown preset \"nosuchpreset\" (presets: batch, default, gateway, http, none, trivial)" },
+  { "gatway",
+    "nres.policy: unknown preset \"gatway\" (did you mean \"gateway\"? presets: batch, default, gateway, http, none, trivial)" },
   { 42,
     "nres.policy: expected a policy table or a preset name, got 42" },
 }
@@ -256,7 +264,7 @@ local DURATIONS = {
     function(p) return p.cp.deadline end, positive = true, off = true },
   { "attempt_timeout", function(v) return { attempt_timeout = v, deadline = false } end,
     function(p) return p.cp.attempt_timeout end, positive = true, off = true },
-  { "backoff.base", function(v) return { backoff = { base = v, max = 1e9 } } end,
+  { "backoff.base", function(v) return { backoff = { base = v, max = "1e9s" } } end,
     function(p) return p.cp.backoff.base end },
   { "backoff.max", function(v) return { backoff = { base = 0, max = v } } end,
     function(p) return p.cp.backoff.max end },
@@ -268,7 +276,7 @@ local DURATIONS = {
     min = 10e-9 },   -- a bucket (10 of them) covers at least 1 ns
   { "breaker.slow_call", function(v) return { breaker = { consecutive = 5, slow_ratio = 0.5, slow_call = v } } end,
     function(p) return p.cp.slow_threshold end, positive = true },
-  { "breaker.break_for", function(v) return { breaker = { consecutive = 5, break_for = v, break_max = 1e9 } } end,
+  { "breaker.break_for", function(v) return { breaker = { consecutive = 5, break_for = v, break_max = "1e9s" } } end,
     function(p) return p.cp.own.breaker.config.break_for end, positive = true },
   { "breaker.break_max", function(v) return { breaker = { consecutive = 5, break_for = 1e-12, break_max = v } } end,
     function(p) return p.cp.own.breaker.config.break_max end, positive = true },
@@ -280,7 +288,7 @@ local DURATIONS = {
     function(p) return p.refs.bulkhead.config.poll end, positive = true },
   { "limiter.adaptive.target", function(v) return { limiter = { concurrency = 1, adaptive = { target = v } } } end,
     function(p) return p.refs.bulkhead.config.latency_target end, positive = true },
-  { "hedge.at", function(v) return { hedge = { at = v } } end,
+  { "hedge.at", function(v) return { hedge = { at = v }, attempts = 2 } end,
     function(p) return p.cp.hedge.delay end, positive = true, what = "delay" },
   { "latency.period", function(v) return { latency = { period = v } } end, positive = true },
 }
@@ -317,6 +325,59 @@ describe("durations", function()
       end)
     end
   end
+  -- Units: every duration field takes a string with units, read as the
+  -- same number of seconds; a bare number of 1000 or more is refused with
+  -- the unit advice (the millisecond habit); junk strings name the field.
+  for _, f in ipairs(DURATIONS) do
+    it(f[1] .. ' = "250ms" is 0.25 s; "1m30s" is 90 s', function()
+      for _, case in ipairs { { "250ms", 250e6 }, { "1m30s", 90e9 }, { "1.5s", 1.5e9 }, { "500us", 500e3 } } do
+        local spec = f[2](case[1])
+        spec.base = spec.base or "none"
+        local p = nres.policy(spec)
+        if f[3] then expect.eq(tonumber(f[3](p)), case[2], case[1]) end
+      end
+    end)
+    it(f[1] .. " = 1500 (milliseconds by habit) is refused with its unit advice", function()
+      local spec = f[2](1500)
+      spec.base = spec.base or "none"
+      local ok, err = pcall(nres.policy, spec)
+      expect.eq(ok, false, "refused")
+      expect.truthy(tostring(err):find(f[1] .. ': 1500 would be read as seconds (25 min); a bare number of 1000'
+        .. ' or more needs its unit: write "1500ms" if you meant milliseconds, "1500s" if you meant 25 min', 1, true),
+        tostring(err))
+      spec = f[2]("1500s")             -- said with its unit: meant
+      spec.base = spec.base or "none"
+      expect.truthy(pcall(nres.policy, spec), "1500s accepted")
+    end)
+    it(f[1] .. ' = "25 min" (not a duration string) is refused naming the field', function()
+      local spec = f[2]("25 min")
+      spec.base = spec.base or "none"
+      local ok, err = pcall(nres.policy, spec)
+      expect.eq(ok, false, "refused")
+      expect.truthy(tostring(err):find(f[1] .. ": expected ", 1, true), tostring(err))
+      expect.truthy(tostring(err):find('a duration with a unit, like "250ms", "1.5s", "2m"'
+        .. ' or "1m30s" (units: ns, us, ms, s, m, h)', 1, true), tostring(err))
+    end)
+  end
+  it("the duration parser: units, sums, and what it refuses", function()
+    local seconds = require("nres.schema").seconds
+    for str, want in pairs { ["250ms"] = 0.25, ["1.5s"] = 1.5, ["2m"] = 120, ["500us"] = 5e-4,
+                             ["5\194\181s"] = 5e-6, ["10ns"] = 1e-8, ["1h"] = 3600, ["1m30s"] = 90,
+                             ["2e3ms"] = 2, [".5s"] = 0.5 } do
+      expect.near(seconds(str), want, want * 1e-12, str)
+    end
+    for _, junk in ipairs { "1.5", "-1s", "1 s", "", "s", "3min", "1d", "ms", "1s2" } do
+      expect.eq(seconds(junk), nil, junk)
+    end
+    -- The gateway's own durations (hold, keepalive) take units too.
+    expect.eq(require("nres.ngx.config").seconds("scope", "hold", "2m", 60), 120)
+  end)
+  it("deadline = 1500 inside a preset's extension is caught too; 999 s is still seconds", function()
+    local ok, err = pcall(nres.policy, { base = "gateway", deadline = 1500 })
+    expect.eq(ok, false)
+    expect.truthy(tostring(err):find("deadline: 1500 would be read as seconds", 1, true), tostring(err))
+    expect.eq(tonumber(nres.policy({ deadline = 999, attempt_timeout = false }).cp.deadline), 999e9)
+  end)
   it("a classify function's retry-after past 2^64 ns saturates (never wraps to a short wait)", function()
     for _, ra in ipairs { 18446744074, 9223372036.854775808, 1e300, math.huge } do
       local d = nres.driver.virtual()
@@ -328,12 +389,12 @@ describe("durations", function()
       expect.eq(d.now(), t0, "no wait was made")
     end
   end)
-  it("a classify function's retry-after of NaN or below 0 is junk: the call is canceled, naming it", function()
+  it("a classify function's retry-after of NaN or below 0 is junk: the call ends as a callback error, naming it", function()
     for _, ra in ipairs { 0 / 0, -1, -math.huge } do
       local p = nres.policy { base = "none", classify = function() return "throttled", ra end }
                   :with_driver(nres.driver.virtual())
       local _, reason, info = p:run(function() return 1 end)
-      expect.eq(reason, "canceled")
+      expect.eq(reason, "callback error")
       expect.truthy(info.error:find("^nres: classify returned retry_after "), info.error)
     end
   end)

@@ -213,7 +213,7 @@ for _ in $(seq 1 100); do
   grep -q 'scope "upstreams": .* made a new region' "$work/gw/error.log" && break
   sleep 0.05
 done
-grep -q 'scope "upstreams": .* has a size of .*; made a new region' "$work/gw/error.log" ||
+grep -q 'scope "upstreams": .*: a size of .*; made a new region' "$work/gw/error.log" ||
   fail "no log line for the new layout: $(tail -5 "$work/gw/error.log")"
 [ "$(stat -c %i "$scope_file")" != "$ino" ] || fail "the region file was not replaced"
 for _ in $(seq 1 100); do

@@ -11,9 +11,10 @@
 #      every answer 200, every peer used, X-Deadline-Ms on every upstream
 #      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
 #      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
-#      upstream; nres_admit's client limiter answers 429 + Retry-After
-#      ($nres_reason in the access log, one [warn] line a refusal at
-#      nres_admit_log_level warn, none at the default); two
+#      upstream; nres_admit's client limiter answers 429 + Retry-After (with
+#      nres_admit_dry_run on: 200, counted in would_refuse; $nres_reason in
+#      the access log, one [warn] line a refusal at nres_admit_log_level
+#      warn, none at the default; a long key one bucket with Lua's); two
 #      locations' upstream confs (one hides a header) stay apart in the
 #      tries' timed copies; a location without nres_admit still balances;
 #      an internal redirect to a location that proxies keeps the first
@@ -170,6 +171,11 @@ r=$(curl -s -w '%{http_code} ' -o /dev/null "$gw/lua-limited-long" -o /dev/null 
 if grep -q 'nres_admit: refused, deadline exceeded' "$work/gw/error.log"; then
   fail "a refusal logged above nres_admit_log_level's default (info)"
 fi
+# nres_admit_dry_run on: the same limiter's refusals counted, every request let through
+r=$(curl -s -w '%{http_code} ' -o /dev/null "$gw/dry" -o /dev/null "$gw/dry" -o /dev/null "$gw/dry")
+[ "$r" = "200 200 200 " ] || fail "/dry (nres_admit_dry_run on): $r"
+w=$(curl -sf "$gw/nres/status" | json 'j.limiters.tight.would_refuse["rate limited"]')
+[ "${w:-0}" -ge 2 ] || fail "nres_admit_dry_run: would_refuse $w (2 expected)"
 # a try's timeouts come with a copy of its location's upstream conf,
 # kept per location and worker: another location's (hiding Content-Type)
 # is not used (one connection: one worker sees both)

@@ -14,7 +14,7 @@ local function key(scope, name)
   return {}
 end
 local f = assert(loadstring("return " .. arg[1]))
-setfenv(f, { j = j, key = key, tostring = tostring, math = math, string = string, require = require,
+setfenv(f, { j = j, key = key, tostring = tostring, math = math, string = string, table = table, require = require,
             ipairs = ipairs, pairs = pairs })
 local v = f()
 if v ~= nil then print(tostring(v)) end

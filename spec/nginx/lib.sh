@@ -89,7 +89,8 @@ nres_render() {
 
 # nres_nginx_start PREFIX CONF: test the config, start nginx, wait for its
 # pid file. The master's pid is remembered for nres_nginx_stop_all.
-# NRES_REGION_DIR_FIXED: the region directory (default PREFIX/regions).
+# NRES_REGION_DIR_FIXED: the region directory (default PREFIX/regions;
+# "default": none set, nres.ngx.files' own default, PREFIX/nres).
 # NRES_NGINX_GLOBALS: more main-context directives (nginx -g), e.g.
 # "env NRES_LIB;" for a config that does not say it.
 nres_nginx_start() {
@@ -98,6 +99,7 @@ nres_nginx_start() {
   # nres's region files (nres.ngx.files) go under the prefix, removed with
   # it, not into /dev/shm; the master reads this at start and on reloads.
   export NRES_REGION_DIR=${NRES_REGION_DIR_FIXED:-$prefix/regions}
+  [ "$NRES_REGION_DIR" = default ] && unset NRES_REGION_DIR
   globals=$(nres_nginx_globals)
   [ -n "$globals" ] && user=(-g "$globals")
   "$NGINX" -p "$prefix" -e "$prefix/error.log" -c "$conf" "${user[@]}" -t -q ||

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# spec/readme/run.sh BUILD_DIR - run the code blocks of README.md that a
-# user would copy, extracted from README.md itself (not copied into a test),
-# so a change to either side breaks the build.
+# spec/readme/run.sh BUILD_DIR - run the code blocks of README.md and of
+# every page under docs/ that a user would copy, extracted from the pages
+# themselves (not copied into a test), so a change to either side breaks
+# the build.
 #
-# Every ```lua, ```c, ```nginx and ```sh block of README.md must be preceded
-# by a marker line saying what to do with it:
+# Every ```lua, ```c, ```nginx and ```sh block of those pages must be
+# preceded by a marker line saying what to do with it:
 #   <!-- readme-test: luajit -->    run with luajit against the build's libnres
 #   <!-- readme-test: nresrun -->   a scenario or simulation file: nresrun --quick
-#   <!-- readme-test: cc -->        build against the installed nres.pc (gcc),
-#                                   run; `cmake --install` into a temp prefix
+#   <!-- readme-test: cc -->        `cmake --install` into a temp prefix, then
+#                                   build with gcc and run as README.md's quick
+#                                   start says: PKG_CONFIG_PATH=PREFIX/lib/pkgconfig,
+#                                   LD_LIBRARY_PATH=PREFIX/lib
 #   <!-- readme-test: nginx -->     start it in a real nginx (own prefix, test
 #                                   ports), in front of nres-depserver; GET /echo
 #                                   and /nres/status through it
@@ -26,7 +29,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
-readme=$repo/README.md
+# The pages, relative to the checkout: README.md, then docs/ in order.
+pages=(README.md)
+while IFS= read -r page; do pages+=("$page"); done \
+  < <(cd "$repo" && find docs -name '*.md' 2>/dev/null | LC_ALL=C sort)
 # shellcheck source=spec/nginx/lib.sh
 . "$repo/spec/nginx/lib.sh"
 
@@ -45,10 +51,13 @@ failed=0
 pass() { echo "ok: $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
-# Extract: one file per marked block, named by its line (README.md:LINE),
-# and a list "KIND LINE FILE" in $work/blocks. Unmarked code blocks are
-# listed in $work/unmarked.
-awk -v dir="$work" '
+# Extract: one file per marked block, named by its page and line
+# (docs/x.md:LINE), and a list "KIND PAGE:LINE FILE" in $work/blocks.
+# Unmarked code blocks are listed in $work/unmarked.
+n=0
+for page in "${pages[@]}"; do
+n=$((n + 1))
+awk -v dir="$work" -v page="$page" -v n="$n" '
   function flush() { if (out != "") close(out) }
   /^<!-- readme-test: / {
     marker = $0; sub(/^<!-- readme-test: /, "", marker); sub(/ *-->.*$/, "", marker)
@@ -62,24 +71,36 @@ awk -v dir="$work" '
         split(marker, w, " ")
         if (w[1] == "skip") { out = "" }
         else {
-          out = dir "/block" NR "." lang
-          print w[1], NR, out > (dir "/blocks")
+          out = dir "/block" n "-" NR "." lang
+          print w[1], page ":" NR, out >> (dir "/blocks")
         }
       } else {
         out = ""
-        print "README.md:" NR ": a ```" lang " block without a <!-- readme-test: ... --> marker" > (dir "/unmarked")
+        print page ":" NR ": a ```" lang " block without a <!-- readme-test: ... --> marker" >> (dir "/unmarked")
       }
     } else { out = "" }
     next
   }
   /^```/ && inblock { inblock = 0; flush(); out = ""; next }
   inblock && out != "" { print > out }
-' "$readme"
+' "$repo/$page"
+done
+
+# README.md stays a front page: at most 200 lines, and each quick start's
+# code block at most 15 lines (issue 24).
+lines=$(wc -l <"$repo/README.md")
+[ "$lines" -le 200 ] || fail "README.md has $lines lines: a front page has at most 200 (move the rest to docs/)"
+awk '/^## / { qs = ($0 ~ /^## Quick start/) }
+     /^```/ { if (inb) { if (qs && n > 15) print "README.md:" start ": a quick start block of " n " lines (at most 15)"; inb = 0 }
+              else { inb = 1; n = 0; start = NR }
+              next }
+     inb { n++ }' "$repo/README.md" >"$work/long"
+while read -r line; do fail "$line"; done <"$work/long"
 
 if [ -s "$work/unmarked" ]; then
   while read -r line; do fail "$line"; done <"$work/unmarked"
 fi
-[ -s "$work/blocks" ] || { fail "README.md has no marked code block"; exit 1; }
+[ -s "$work/blocks" ] || { fail "README.md and docs/ have no marked code block"; exit 1; }
 
 lib=$build/libnres.so
 export LUA_PATH="$repo/lua/?.lua;;"
@@ -87,23 +108,23 @@ export NRES_LIB=$lib
 
 run_luajit() {   # FILE LINE
   if (cd "$work" && timeout 60 luajit "$1") >"$1.out" 2>&1; then
-    pass "README.md:$2 (lua) runs: $(head -c 200 "$1.out" | tr '\n' ' ')"
+    pass "$2 (lua) runs: $(head -c 200 "$1.out" | tr '\n' ' ')"
   else
-    fail "README.md:$2 (lua) failed:"; cat "$1.out"
+    fail "$2 (lua) failed:"; cat "$1.out"
   fi
 }
 
 run_nresrun() {   # FILE LINE
   if timeout 300 "$build/nresrun" "$1" --quick --out "$work/reports" >"$1.out" 2>&1; then
-    pass "README.md:$2 (nresrun) runs and reports: $(grep -o 'reports: .*' "$1.out" | head -1)"
+    pass "$2 (nresrun) runs and reports: $(grep -o 'reports: .*' "$1.out" | head -1)"
   else
     local rc=$?
     # 1 is "a cell is untrusted" (a busy machine misses open-loop
     # arrivals): the file ran; a scenario error is 2.
     if [ "$rc" = 1 ] && grep -q '^reports: ' "$1.out"; then
-      pass "README.md:$2 (nresrun) runs (some cells untrusted on this machine)"
+      pass "$2 (nresrun) runs (some cells untrusted on this machine)"
     else
-      fail "README.md:$2 (nresrun) exited $rc:"; tail -20 "$1.out"
+      fail "$2 (nresrun) exited $rc:"; tail -20 "$1.out"
     fi
   fi
 }
@@ -117,36 +138,45 @@ install_prefix() {   # once: cmake --install into a temp prefix
 }
 
 run_cc() {   # FILE LINE
-  install_prefix || { fail "README.md:$2 (c): cmake --install failed"; return; }
+  install_prefix || { fail "$2 (c): cmake --install failed"; return; }
   local pc flags exe=${1%.c}
-  pc=$(dirname "$(find "$prefix" -name nres.pc | head -1)")
-  if ! flags=$(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs nres); then
-    fail "README.md:$2 (c): pkg-config nres failed"; return
+  # The variables exactly as README.md's C quick start sets them.
+  if ! flags=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs nres); then
+    fail "$2 (c): pkg-config nres failed"; return
   fi
   # shellcheck disable=SC2086
   if ! gcc -std=c11 -Wall -Wextra -Werror -o "$exe" "$1" $flags >"$1.out" 2>&1; then
-    fail "README.md:$2 (c) does not build against the installed nres.pc:"; cat "$1.out"; return
+    fail "$2 (c) does not build against the installed nres.pc:"; cat "$1.out"; return
   fi
-  if LD_LIBRARY_PATH=$(dirname "$(find "$prefix" -name 'libnres.so*' | head -1)") \
-       timeout 30 "$exe" >"$1.out" 2>&1; then
-    pass "README.md:$2 (c) builds and runs: $(head -c 200 "$1.out" | tr '\n' ' ')"
+  if LD_LIBRARY_PATH=$prefix/lib timeout 30 "$exe" >"$1.out" 2>&1; then
+    pass "$2 (c) builds and runs: $(head -c 200 "$1.out" | tr '\n' ' ')"
   else
-    fail "README.md:$2 (c) exited non-zero:"; cat "$1.out"
+    fail "$2 (c) exited non-zero:"; cat "$1.out"
   fi
 }
 
+# One nginx block: whatever happens in run_nginx_block, the nginx and the
+# depserver it started are stopped before the next block (a block that
+# failed to start used to leave its depserver running).
 run_nginx() {   # FILE LINE
+  run_nginx_block "$@"
+  nres_nginx_stop_all
+  [ -n "$depserver_pid" ] && kill "$depserver_pid" 2>/dev/null
+  depserver_pid=
+}
+
+run_nginx_block() {   # FILE LINE
   if ! nres_have_nginx_lua; then
-    fail "README.md:$2 (nginx): nginx or its Lua module is missing"; return
+    fail "$2 (nginx): nginx or its Lua module is missing"; return
   fi
   local up_port gw_port conf=$work/nginx$2
   up_port=$(nres_free_port); gw_port=$(nres_free_port)
   while [ "$gw_port" = "$up_port" ]; do gw_port=$(nres_free_port); done
-  grep -q '127.0.0.1:8000' "$1" || { fail "README.md:$2 (nginx): no 'listen 127.0.0.1:8000'"; return; }
+  grep -q '127.0.0.1:8000' "$1" || { fail "$2 (nginx): no 'listen 127.0.0.1:8000'"; return; }
   grep -q 'port = 8080\|127\.0\.0\.1:8080' "$1" ||
-    { fail "README.md:$2 (nginx): no upstream '127.0.0.1:8080' or 'port = 8080'"; return; }
+    { fail "$2 (nginx): no upstream '127.0.0.1:8080' or 'port = 8080'"; return; }
   if grep -q 'ngx_http_nres_module\.so' "$1" && [ ! -f "$build/ngx_http_nres_module.so" ]; then
-    pass "README.md:$2 (nginx) skipped: no $build/ngx_http_nres_module.so (needs nginx-dev)"
+    pass "$2 (nginx) skipped: no $build/ngx_http_nres_module.so (needs nginx-dev)"
     return
   fi
   mkdir -p "$conf"
@@ -156,22 +186,25 @@ run_nginx() {   # FILE LINE
       "$1" >"$conf/nginx.conf"
   "$build/nres-depserver" --no-stdin --port "$up_port" </dev/null >"$conf/depserver.log" 2>&1 &
   depserver_pid=$!
-  nres_wait_http "http://127.0.0.1:$up_port/echo" || { fail "README.md:$2: depserver did not start"; return; }
-  NRES_NGINX_GLOBALS="env NRES_LIB;" nres_nginx_start "$conf" "$conf/nginx.conf" ||
-    { fail "README.md:$2 (nginx) does not start as written:"; tail -5 "$conf/error.log" 2>/dev/null; return; }
+  nres_wait_http "http://127.0.0.1:$up_port/echo" || { fail "$2: depserver did not start"; return; }
+  # As a reader starts it: no NRES_LIB. The module, or lua_package_cpath,
+  # finds the build's libnres (docs/gateway-regions.md).
+  local started=0
+  unset NRES_LIB
+  nres_nginx_start "$conf" "$conf/nginx.conf" && started=1
+  export NRES_LIB=$lib
+  [ "$started" = 1 ] ||
+    { fail "$2 (nginx) does not start as written:"; tail -5 "$conf/error.log" 2>/dev/null; return; }
   local code status
   code=$(curl -s -o "$conf/echo.out" -w '%{http_code}' --max-time 5 "http://127.0.0.1:$gw_port/echo" || true)
   status=$(curl -s --max-time 5 "http://127.0.0.1:$gw_port/nres/status" || true)
   if [ "$code" = 200 ] && printf '%s' "$status" | luajit -e '
       local t = require("cjson").decode(io.read("*a")); assert(type(t) == "table")' 2>/dev/null; then
-    pass "README.md:$2 (nginx) starts as written; /echo through it: 200; /nres/status: JSON"
+    pass "$2 (nginx) starts as written; /echo through it: 200; /nres/status: JSON"
   else
-    fail "README.md:$2 (nginx): /echo gave $code, /nres/status gave: $(printf '%s' "$status" | head -c 200)"
+    fail "$2 (nginx): /echo gave $code, /nres/status gave: $(printf '%s' "$status" | head -c 200)"
     tail -5 "$conf/error.log" 2>/dev/null || true
   fi
-  nres_nginx_stop_all
-  kill "$depserver_pid" 2>/dev/null || true
-  depserver_pid=
 }
 
 while read -r kind line file; do
@@ -180,7 +213,7 @@ while read -r kind line file; do
     nresrun) run_nresrun "$file" "$line" </dev/null ;;
     cc)      run_cc "$file" "$line" </dev/null ;;
     nginx)   run_nginx "$file" "$line" </dev/null ;;
-    *)       fail "README.md:$line: unknown readme-test kind '$kind'" ;;
+    *)       fail "$line: unknown readme-test kind '$kind'" ;;
   esac
 done <"$work/blocks"
 

@@ -25,6 +25,9 @@ typedef struct {
   char dir[256];
   int port;
   pid_t pid;
+  const char *extra[16];        /* more arguments (NULL-ended), e.g.
+                                   "--requirepass", "pw" */
+  const char *conf;             /* a config file, first (a Sentinel's) */
 } redis_server_t;
 
 /* redis-server from $REDIS_SERVER or $PATH: 1, or 0 if there is none. */
@@ -70,7 +73,8 @@ static int redis_server_free_port(void) {
   return port;
 }
 
-/* A PING answered with +PONG on a fresh connection. */
+/* A PING answered (+PONG, or -NOAUTH from a server with a password) on a
+ * fresh connection. */
 static int redis_server_ready(const redis_server_t *r) {
   struct sockaddr_in a;
   struct timeval tv = { 0, 200000 };
@@ -85,8 +89,8 @@ static int redis_server_ready(const redis_server_t *r) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0 &&
       write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof(buf)) >= 5 &&
-      memcmp(buf, "+PONG", 5) == 0)
-    ok = 1;
+      (memcmp(buf, "+PONG", 5) == 0 || memcmp(buf, "-NOAUTH", 5) == 0))
+    ok = 1;   /* answering (a server with a password says NOAUTH) */
   close(fd);
   return ok;
 }
@@ -104,9 +108,22 @@ static int redis_server_start(redis_server_t *r) {
     fd = open("/dev/null", O_WRONLY);
     dup2(fd, 1);
     dup2(fd, 2);
-    execl(r->bin, r->bin, "--port", port, "--bind", "127.0.0.1", "--dir",
-          r->dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
-          (char *) NULL);
+    {
+      const char *argv[34] = { r->bin };
+      const char *fixed[] = { "--port", port, "--bind", "127.0.0.1", "--dir",
+                              r->dir, "--save", "", "--appendonly", "no",
+                              "--daemonize", "no" };
+      int n = 1;
+
+      if (r->conf != NULL)
+        argv[n++] = r->conf;
+      for (i = 0; i < 12; i++)
+        argv[n++] = fixed[i];
+      for (i = 0; i < 16 && r->extra[i] != NULL; i++)
+        argv[n++] = r->extra[i];
+      argv[n] = NULL;
+      execv(r->bin, (char *const *) argv);
+    }
     _exit(127);
   }
   for (i = 0; i < 500; i++) {

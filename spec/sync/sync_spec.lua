@@ -1,18 +1,47 @@
 -- sync_spec.lua - nres.sync, the Lua face of fleet sync (runtime/include/
--- nres/sync.h), against a redis-server of its own (127.0.0.1, a port from
--- $NRES_SYNC_PORT or 26379, a temporary directory; killed at the end).
--- Two policies in this LuaJIT stand for two hosts: rounds are run by hand
--- (agent:tick), so nothing depends on timing. Exits 77 (skipped) without
--- redis-server.
+-- nres/sync.h), against a redis-server of its own (127.0.0.1, a free port
+-- below the kernel's ephemeral range, or $NRES_SYNC_PORT; a temporary
+-- directory; killed at the end). Two policies in this LuaJIT stand for two
+-- hosts: rounds are run by hand (agent:tick), so nothing depends on
+-- timing. Exits 77 (skipped) without redis-server.
 local nres = require "nres"
 local sync = require "nres.sync"
+local ffi = require "ffi"
 
 if os.execute("command -v redis-server >/dev/null 2>&1") ~= 0 then
   print("redis-server is not installed (Debian: redis-server): skipped")
   os.exit(77)
 end
 
-local port = tonumber(os.getenv("NRES_SYNC_PORT") or "26379")
+ffi.cdef [[
+int socket(int domain, int type, int protocol);
+int bind(int fd, const void *addr, unsigned int len);
+int close(int fd);
+]]
+
+-- A port nobody holds on 127.0.0.1 now (bind succeeds), taken below the
+-- ephemeral range so no client socket of a test beside us takes it.
+local function free_port()
+  local low = 32768
+  local f = io.open("/proc/sys/net/ipv4/ip_local_port_range")
+  if f then low = tonumber(f:read("*n")) or low; f:close() end
+  local hi = low > 21000 and low - 1 or 59999
+  math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)"), 16) % 100000)
+  for _ = 1, 100 do
+    local p = math.random(20000, hi)
+    local sa = ffi.new("uint8_t[16]")
+    sa[0], sa[1] = 2, 0                          -- AF_INET, little-endian
+    sa[2], sa[3] = math.floor(p / 256), p % 256  -- port, network order
+    sa[4], sa[5], sa[6], sa[7] = 127, 0, 0, 1
+    local fd = ffi.C.socket(2, 1, 0)
+    local ok = ffi.C.bind(fd, sa, 16) == 0
+    ffi.C.close(fd)
+    if ok then return p end
+  end
+  error("no free port found")
+end
+
+local port = tonumber(os.getenv("NRES_SYNC_PORT") or "") or free_port()
 local dir = os.tmpname()
 os.remove(dir)
 assert(os.execute("mkdir -p " .. dir) == 0)
@@ -20,19 +49,20 @@ local pidfile = dir .. "/redis.pid"
 assert(os.execute(string.format("redis-server --port %d --bind 127.0.0.1 --dir %s --save '' "
   .. "--appendonly no --daemonize yes --pidfile %s >/dev/null", port, dir, pidfile)) == 0)
 local function stop_redis()
-  os.execute(string.format("kill $(cat %s) 2>/dev/null; sleep 0.2; rm -rf %s", pidfile, dir))
+  os.execute(string.format("kill $(cat %s) $(cat %s/auth.pid 2>/dev/null) 2>/dev/null; sleep 0.2; rm -rf %s",
+    pidfile, dir, dir))
 end
 for _ = 1, 100 do   -- until it answers
-  if sync.new{ redis = "127.0.0.1:" .. port }:tick() then break end
+  if sync.new{ fleet = "t", redis = "127.0.0.1:" .. port }:tick() then break end
   os.execute("sleep 0.05")
 end
 
 describe("nres.sync", function()
   it("refuses bad settings by name", function()
-    local ok, err = pcall(sync.new, { redis = "nowhere" })
+    local ok, err = pcall(sync.new, { fleet = "t", redis = "nowhere" })
     expect.truthy(not ok)
     expect.truthy(err:find("redis", 1, true), err)
-    ok, err = pcall(sync.new, { interval = -1 })
+    ok, err = pcall(sync.new, { fleet = "t", interval = -1 })
     expect.truthy(not ok)
     expect.truthy(err:find("interval", 1, true), err)
   end)
@@ -40,8 +70,8 @@ describe("nres.sync", function()
   it("two hosts share one fleet budget and report it", function()
     local spec = { attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
     local p1, p2 = nres.policy(spec), nres.policy(spec)
-    local a1 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "l1", prefix = "lua" })
-    local a2 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "l2", prefix = "lua" })
+    local a1 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "l1", prefix = "lua" })
+    local a2 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "l2", prefix = "lua" })
     expect.eq(#a1:add("api", p1), 1)   -- a budget, no limiter, no breaker
     expect.eq(#a2:add("api", p2), 1)
     for _ = 1, 3 do
@@ -76,8 +106,8 @@ describe("nres.sync", function()
     local l1, l2 = ffi.cast("nres_ratelimit_t *", mem), ffi.cast("nres_ratelimit_t *", mem + 1)
     expect.eq(C.nres_ratelimit_init(l1, 100, 20), 0)
     expect.eq(C.nres_ratelimit_init(l2, 100, 20), 0)
-    local a1 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "b1", prefix = "luab" })
-    local a2 = assert(sync.new{ redis = "127.0.0.1:" .. port, node = "b2", prefix = "luab" })
+    local a1 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "b1", prefix = "luab" })
+    local a2 = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port, node = "b2", prefix = "luab" })
     local ok, err = pcall(a1.add, a1, "api", l1, { burst = 0 })
     expect.truthy(not ok and err:find("what.burst", 1, true), err)
     ok, err = pcall(a1.add, a1, "api", l1, { burst = 2.5 })
@@ -97,9 +127,63 @@ describe("nres.sync", function()
     expect.truthy(mem ~= nil)
   end)
 
+  it("requires the fleet's name and never takes a password inline", function()
+    local ok, err = pcall(sync.new, { redis = "127.0.0.1:1" })
+    expect.truthy(not ok and err:find("fleet", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "a:b" })
+    expect.truthy(not ok and err:find("fleet", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", password = "secret" })
+    expect.truthy(not ok and err:find("password", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", user = "alice" })
+    expect.truthy(not ok and err:find("user", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", password_env = "NRES_SURELY_UNSET_VAR" })
+    expect.truthy(not ok and err:find("password_env", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", breaker_quorum = 1 })
+    expect.truthy(not ok and err:find("breaker_quorum", 1, true), err)
+    -- Two fleets on one Redis keep apart records.
+    local p1 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
+    local p2 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
+    local a1 = assert(sync.new{ fleet = "staging", redis = "127.0.0.1:" .. port, node = "s1" })
+    local a2 = assert(sync.new{ fleet = "production", redis = "127.0.0.1:" .. port, node = "p1" })
+    a1:add("split", p1)
+    a2:add("split", p2)
+    for _ = 1, 2 do expect.truthy(a1:tick()); expect.truthy(a2:tick()) end
+    expect.eq(a1:stats().entries[1].hosts, 1)
+    expect.eq(a2:stats().entries[1].hosts, 1)
+  end)
+
+  it("authenticates as an ACL user over a unix socket, password from a file", function()
+    local aport = free_port()
+    local sock = dir .. "/auth.sock"
+    assert(os.execute(string.format("redis-server --port %d --bind 127.0.0.1 --dir %s --save '' "
+      .. "--appendonly no --daemonize yes --pidfile %s/auth.pid --requirepass main-pw "
+      .. "--user alice on '>alice-pw' '~*' '+@all' --unixsocket %s --unixsocketperm 700 >/dev/null",
+      aport, dir, dir, sock)) == 0)
+    local pw = dir .. "/alice.pw"
+    local f = assert(io.open(pw, "w"))
+    f:write("alice-pw\n")
+    f:close()
+    local up
+    for _ = 1, 100 do
+      local a = sync.new{ fleet = "t", redis = "unix:" .. sock, user = "alice", password_file = pw, db = 2 }
+      a:add("x", nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } })
+      up = a:tick()
+      if up then break end
+      os.execute("sleep 0.05")
+    end
+    expect.truthy(up, "synced over the unix socket as alice")
+    -- Without the password: a round fails and the agent says why.
+    local a = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. aport })
+    a:add("x", nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } })
+    expect.truthy(not a:tick())
+    local st = a:stats()
+    expect.truthy(st.error and st.error:find("NOAUTH", 1, true), tostring(st.error))
+    os.execute(string.format("kill $(cat %s/auth.pid) 2>/dev/null", dir))
+  end)
+
   it("falls back to local protection without Redis", function()
     local p = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
-    local a = assert(sync.new{ redis = "127.0.0.1:1", local_share = 0.5, interval = 0.01 })
+    local a = assert(sync.new{ fleet = "t", redis = "127.0.0.1:1", local_share = 0.5, interval = 0.01 })
     a:add("api", p)
     expect.truthy(not a:tick())
     local s = a:stats()

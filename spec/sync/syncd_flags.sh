@@ -27,9 +27,26 @@ for v in nan -0.5 2 x; do
   check 2 "--local-share: expected a number from 0 to 1, got \"$v\"" --local-share "$v" --region /nonexistent
 done
 for v in 0 70000 x -1; do
-  check 2 "--redis port: expected a number from 1 to 65535, got \"$v\"" --redis "127.0.0.1:$v" --region /nonexistent
+  check 2 "--redis port: expected a number from 1 to 65535, got \"$v\"" --fleet t --redis "127.0.0.1:$v" --region /nonexistent
 done
 check 2 '--node: expected a name without quotes' --node 'a"b' --region /nonexistent
 check 2 '--node: expected a name without quotes' --node '' --region /nonexistent
-check 1 "" --region /nonexistent/region.shm   # a region that cannot be mapped: exit 1, named
+check 1 "" --fleet t --region /nonexistent/region.shm   # a region that cannot be mapped: exit 1, named
+# The fleet's name is required (it is part of every key) and checked.
+check 2 "--fleet: expected the fleet's name" --region /nonexistent
+check 2 "braces or colons" --fleet 'a:b' --region /nonexistent
+check 2 "braces or colons" --fleet '{x}' --region /nonexistent
+# A password never comes from argv; the others are checked by name.
+check 2 "--password: never on the command line" --password secret --fleet t --region /nonexistent
+unset NRES_SYNCD_TEST_UNSET
+check 2 "--password-env: expected the name of a set environment variable" \
+  --password-env NRES_SYNCD_TEST_UNSET --fleet t --region /nonexistent
+check 2 "--user: expected a password too" --user alice --fleet t --region /nonexistent
+check 2 "password_file /nonexistent/pw" --password-file /nonexistent/pw --fleet t --region /nonexistent
+for v in 1 -0.1 x; do
+  check 2 "--quorum: expected a number from 0 to" --quorum "$v" --fleet t --region /nonexistent
+done
+check 2 "--db: expected a number from 0 to 1e+06, got \"-1\"" --db -1 --fleet t --region /nonexistent
+check 2 "--sentinel and --master: expected both" --sentinel 127.0.0.1:1 --fleet t --region /nonexistent
+check 2 "--sentinel and --master: expected both" --master m --fleet t --region /nonexistent
 exit $failed

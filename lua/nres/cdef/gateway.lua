@@ -9,31 +9,38 @@ local cdef = require "nres.cdef"
 local C = cdef.C
 
 ffi.cdef [[
+typedef struct nres_gw_control_s {
+  uint32_t flags; uint32_t burst; double rate; nres_time_t interval, tolerance;
+  uint64_t would_refuse[4]; uint64_t reserved_[2];
+} nres_gw_control_t;
 typedef struct nres_gw_config_s {
   const char *name; const char *key; nres_shm_t *scope; nres_shm_t *peers;
   nres_estimator_t *estimators; const char *const *peer_names; const uint32_t *peer_slots;
   uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
   int choice; double panic; int budget, breaker;
+  void *try_hists; void *request_hist; void *control; void *peer_controls;
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
-  nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; uint32_t slot, inflight;
-  double cost; int state, windowed; char name[65];
+  nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; void *hist;
+  void *control; uint32_t slot, inflight;
+  double cost; int state, drained, windowed; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
   struct nres_gw_upstream_s *next; char name[65]; char key[65];
   nres_shm_t *scope, *peers; nres_time_t deadline, attempt_timeout, hold;
   uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
-  uint64_t overflow; nres_rng_t rng; nres_gw_peer_t peer[?];
+  uint64_t overflow; nres_rng_t rng; void *hist; void *control;
+  nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
 typedef struct nres_gw_request_s {
   nres_time_t deadline, t0; void *slot; int32_t idx, peer; uint32_t upermit, ppermit;
   uint8_t has_upermit, has_ppermit, reserved, budget_refused; int8_t cls; uint8_t reserved_[3];
-  uint32_t tries, retries;
+  uint32_t tries, retries; nres_time_t begun;
 } nres_gw_request_t;
 typedef struct nres_gw_limiter_s {
   struct nres_gw_limiter_s *next; char name[65]; nres_shm_t *table; nres_time_t hold;
-  uint64_t overflow;
+  uint64_t overflow; void *control;
 } nres_gw_limiter_t;
 
 nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg);
@@ -70,13 +77,19 @@ int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now
 void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r);
 void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
                          int status);
+uint64_t nres_gw_hist_bound(int i);
+uint64_t nres_gw_hist_read(const void *h, uint64_t *counts, uint64_t *sum);
+
+void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
+int nres_gw_control_rate(nres_gw_control_t *c, nres_shm_t *table, double rate, uint32_t burst,
+                         nres_time_t now);
 ]]
 
--- nres_gw_struct_size's numbering (gateway.h) against our declarations.
+-- nres_gw_struct_size's numbering (gateway.h) against our declarations
+-- (nres_gw_hist_t, 4, is opaque here: its size is read from the library).
 local structs = { [0] = "nres_gw_upstream_t", "nres_gw_peer_t", "nres_gw_request_t",
-                  "nres_gw_limiter_t" }
-for which = 0, #structs do
-  local ct = structs[which]
+                  "nres_gw_limiter_t", [5] = "nres_gw_control_t" }
+for which, ct in pairs(structs) do
   local theirs = tonumber(C.nres_gw_struct_size(which))
   local ours = which == 0 and ffi.sizeof(ct, 0) or ffi.sizeof(ct)
   if theirs ~= ours then

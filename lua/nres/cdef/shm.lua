@@ -19,7 +19,7 @@ typedef struct nres_shm_config_s {
 typedef struct nres_shm_slot_s {
   uint64_t key[8];
   uint64_t ticket, created;
-  uint64_t stops[11];
+  uint64_t stops[12];
   nres_budget_t budget;
   nres_breaker_t breaker;
   nres_ratelimit_t ratelimit;
@@ -29,7 +29,7 @@ typedef struct nres_shm_slot_s {
 
 typedef struct nres_shm_counts_s {
   uint64_t calls, attempts, retries;
-  uint64_t stops[11];
+  uint64_t stops[12];
 } nres_shm_counts_t;
 
 typedef struct nres_shm_stats_s {
@@ -51,6 +51,10 @@ int nres_shm_limit(nres_shm_t *shm, uint32_t index, nres_time_t now, double *ret
 void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
 void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out);
 size_t nres_shm_slot_size(void);
+int nres_shm_file_check(int fd, uint64_t size, char *why, size_t cap);
+int nres_shm_file_open(const char *path, uint64_t size, int *fd, char *why, size_t cap);
+int nres_shm_file_create(const char *path, uint64_t size, int *fd, char *why, size_t cap);
+int nres_shm_dir_private(const char *path, char *why, size_t cap);
 ]]
 
 return true

@@ -93,6 +93,8 @@ local _M = {}
 
 local STOP_OK, STOP_DEADLINE, STOP_LIMITED = 1, 4, 7   -- nres_stop_t
 local EST_SIZE = ffi_sizeof("nres_estimator_t")
+local HIST_SIZE = tonumber(C.nres_gw_struct_size(4))   -- nres_gw_hist_t, C's to lay out
+local HIST_BUCKETS = 14                                 -- NRES_GW_HIST_BUCKETS
 local EST_PERIOD = 1e9          -- ns per estimator window (two are read)
 local NEVER = 2 ^ 64            -- a lease that never ends (nres.shm)
 local NEED_CLASS = -1           -- nres_gw_grant: read the criticality, ask again
@@ -103,9 +105,12 @@ local has_box = ffi_new("int[1]")
 local gen_box = ffi_new("uint32_t[1]")
 local samples_box = ffi_new("uint64_t[1]")
 local reason_box = ffi_new("const char *[1]")   -- nres_gw_refusal's reason
+local hist_counts = ffi_new("uint64_t[?]", HIST_BUCKETS + 1)
+local hist_sum = ffi_new("uint64_t[1]")
 
 local EJECT = { consecutive = 5, ratio = 0.25, min_calls = 10, window = 5, buckets = 5,
-                break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3 }
+                break_for = 2, break_max = 30, jitter = 0.1, probes = 1, successes = 3,
+                lease = 0 }   -- 0: break_for
 
 -- The peers' breaker configuration from an eject table (seconds, ratios).
 local function eject_config(e)
@@ -115,7 +120,7 @@ local function eject_config(e)
     if EJECT[k] == nil then
       error("nres.ngx.upstream: eject." .. tostring(k) .. ": expected one of consecutive,"
             .. " ratio, min_calls, window, buckets, break_for, break_max, jitter, probes,"
-            .. " successes, got an unknown field", 0)
+            .. " successes, lease, got an unknown field", 0)
     end
   end
   local function num(k)
@@ -136,6 +141,7 @@ local function eject_config(e)
   cfg.break_jitter = num("jitter")
   cfg.probes = num("probes")
   cfg.success_threshold = num("successes")
+  cfg.lease = num("lease") * 1e9
   local why = C.nres_breaker_config_error(cfg)
   if why ~= nil then error("nres.ngx.upstream: eject: " .. ffi.string(why), 0) end
   return cfg
@@ -154,7 +160,9 @@ local function register(u, s, ests)
     peer_names = names, peer_slots = slots, npeers = u.n, attempts = u.attempts,
     deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
-    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0 })
+    budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
+    try_hists = u.hists, request_hist = u.hist, control = s.control,
+    peer_controls = u.controls })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)
@@ -222,25 +230,44 @@ function _M.declare(name, opts)
     u.hosts[i], u.ports[i], u.peer[i] = host, port, p
   end
   -- The peers' table: two slots per peer (room to add a few without a new
-  -- layout), each key leased for ever; estimators after it, one per slot.
+  -- layout), each key leased for ever; after it an estimator and a
+  -- histogram of try durations per slot, and the upstream's histogram of
+  -- request durations (zeroed memory: empty histograms).
   local slots = max(8, 2 * n)
   slots = slots + (8 - slots % 8) % 8
+  local hists_at = slots * EST_SIZE
+  hists_at = hists_at + (64 - hists_at % 64) % 64
+  local CONTROL_SIZE = require("nres.ngx.control").BYTES
+  local controls_at = hists_at + (slots + 1) * HIST_SIZE
   local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
                                     budget = false, limiter = false,
-                                    extra = slots * EST_SIZE }, name)
+                                    extra = controls_at + slots * CONTROL_SIZE }, name)
   u.shm, u.ptr = tbl, tbl.shm
   local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
-  if not tbl.reused then
-    for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
+  u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
+  u.hist = u.hists + slots * HIST_SIZE
+  u.controls = ffi_cast("char *", tbl.extra) + controls_at   -- slot i's (drain) at i * size
+  -- Estimators laid out and peers keyed, in order: a fresh table given
+  -- the same keys in the same order puts each in the same slot, so a
+  -- worker's table remade by verify() keeps every index and pointer
+  -- (its extra memory comes zeroed: empty histograms).
+  local function lay_out(fresh)
+    if fresh then
+      for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
+    end
+    local now = step_now()
+    for i = 1, n do
+      local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
+      if idx < 0 or (u.idx[i] and u.idx[i] ~= idx) then
+        error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0)
+      end
+      u.idx[i] = idx
+      u.br[i] = sh_slot(u.ptr, idx).breaker
+      u.est[i] = ests + idx
+    end
   end
-  local now = step_now()
-  for i = 1, n do
-    local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
-    if idx < 0 then error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0) end
-    u.idx[i] = idx
-    u.br[i] = sh_slot(u.ptr, idx).breaker
-    u.est[i] = ests + idx
-  end
+  lay_out(not tbl.reused)
+  tbl.on_fresh = function() lay_out(true) end
   local t = s.policy.spec
   u.attempts = t.attempts or 1
   u.deadline = t.deadline * 1e9
@@ -556,13 +583,35 @@ end
 
 local BREAKER_STATES = { [0] = "closed", "open", "half-open", "isolated" }
 
--- The peers of every balancer upstream, for nres.ngx.status.
+local HIST_LE = {}   -- the buckets' upper bounds, s
+for i = 0, HIST_BUCKETS - 1 do HIST_LE[i + 1] = tonumber(C.nres_gw_hist_bound(i)) / 1e9 end
+
+-- A histogram at h as nres.ngx.status exports it: upper bounds (s),
+-- cumulative counts, count, sum (s).
+local function histogram(h)
+  local count = tonumber(C.nres_gw_hist_read(h, hist_counts, hist_sum))
+  local counts, acc = {}, 0
+  for i = 1, HIST_BUCKETS do
+    acc = acc + tonumber(hist_counts[i - 1])
+    counts[i] = acc
+  end
+  return { le = HIST_LE, counts = counts, count = count, sum = tonumber(hist_sum[0]) / 1e9 }
+end
+
+-- The peers of every balancer upstream, for nres.ngx.status. Besides its
+-- breaker's state, each peer says how the choice sees it: its score (this
+-- worker's latency estimate x sqrt(in-flight + 1), ms: the lower wins a
+-- pair) and its share of the tries of the last 1-2 s (the estimators'
+-- samples); `avoided` when it is closed yet got under half an even share
+-- of at least 10 recent tries.
 function _M.status(now)
+  local control = require "nres.ngx.control"
   local out = {}
   for name, u in pairs(config.upstreams) do
     if u.balancer then
       local g = u.gw
-      local peers = {}
+      C.nres_gw_refresh(g, now)
+      local peers, recent = {}, 0
       for i = 1, u.n do
         local slot = sh_slot(u.ptr, u.idx[i])
         local q = est_quantile(u.est[i], now, 0.75, samples_box)
@@ -570,21 +619,34 @@ function _M.status(now)
         local tries = tonumber(counts.calls)
         local okc = tonumber(counts.stops[STOP_OK])
         C.nres_breaker_stats(slot.breaker, breaker_stats)
+        local gp = g.peer[i - 1]
         peers[i] = {
+          drained = control.flag(control.block(u.controls + u.idx[i] * control.BYTES),
+                                 control.DRAIN),
           peer = u.peer[i],
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
           ejections = tonumber(breaker_stats.trips),
           refused = tonumber(breaker_stats.rejected),
+          leases_expired = tonumber(breaker_stats.leases_expired),
           tries = tries, failures = tries - okc,
           timeouts = tonumber(counts.stops[STOP_DEADLINE]),
-          latency_p75_ms = samples_box[0] > 0 and tonumber(q) / 1e6 or 0,
+          -- no estimate yet (no try has ended): no figure, never 0 ms
+          latency_p75_ms = q > 0 and tonumber(q) / 1e6 or nil,
           latency_samples = tonumber(samples_box[0]),
-          inflight_this_worker = tonumber(g.peer[i - 1].inflight),
+          recent_tries = tonumber(samples_box[0]),
+          score_ms = gp.cost > 0 and gp.cost * math.sqrt(gp.inflight + 1) / 1e6 or nil,
+          inflight_this_worker = tonumber(gp.inflight),
+          try_seconds = histogram(u.hists + u.idx[i] * HIST_SIZE),
         }
+        recent = recent + peers[i].recent_tries
       end
-      C.nres_gw_refresh(g, now)
+      for _, p in ipairs(peers) do
+        p.recent_share = recent > 0 and p.recent_tries / recent or 0
+        p.avoided = p.state == "closed" and recent >= 10 and p.recent_share < 0.5 / u.n
+      end
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
-                    panicking = g.panicking ~= 0, peers = peers }
+                    panicking = g.panicking ~= 0, peers = peers,
+                    request_seconds = histogram(u.hist) }
     end
   end
   return out

@@ -32,17 +32,21 @@ end
 -- directory (nres.ngx.files).
 local function new_table(fn, opts, tname)
   if tname then opts.file = files.path(fn, tname) end
-  local ok, tbl, err = pcall(shm_mod.new, opts)
+  local ok, tbl, err, kind = pcall(shm_mod.new, opts)
   if not ok then error((tostring(tbl):gsub("^[^\n]-:%d+: ", "")), 3) end
+  if not tbl and kind == "full" then error(files.full(fn, tname, err), 3) end
   if not tbl then error("nres.ngx." .. fn .. ": " .. err, 3) end
   if tname then files.opened(fn, tname, tbl) end
   return tbl
 end
 
+local unit_seconds = require("nres.schema").seconds
+
 local function seconds(fn, field, v, default)
   if v == nil then return default end
+  if type(v) == "string" then v = unit_seconds(v) or v end   -- "90s", "2m"
   if type(v) ~= "number" or v ~= v or v < 0 or v > 1e6 then
-    error(bad(fn, field, "seconds (a number 0..1e6)", v), 3)
+    error(bad(fn, field, 'seconds (a number 0..1e6, or with a unit: "90s", "2m")', v), 3)
   end
   return v
 end
@@ -82,8 +86,9 @@ function _M.scope(name, opts)
   if hold < t.deadline then
     error(bad("scope", "hold", "at least the policy's deadline (" .. t.deadline .. ")", hold), 2)
   end
+  local ctl = require "nres.ngx.control"
   local tbl = new_table("scope", {
-    slots = opts.slots or 1024,
+    slots = opts.slots or 1024, extra = ctl.BYTES,   -- the control block
     budget = type(t.budget) == "table" and t.budget or false,
     breaker = type(t.breaker) == "table" and p.cp.own.breaker.config or false,
     limiter = type(l) == "table" and l.rate and { rate = l.rate, burst = l.burst or 1 } or false,
@@ -101,6 +106,7 @@ function _M.scope(name, opts)
     timeout_ms = (t.attempt_timeout or t.deadline) * 1000,
     cps = {}, gens = {}, overflow = 0,
     hedged = type(t.hedge) == "table", hedges_won = 0,
+    control = ctl.block(tbl.extra),
   }
   scopes[name] = s
   return s
@@ -109,14 +115,13 @@ end
 -- A request's criticality from its X-Criticality header: the class
 -- (0 critical, 1 default, 2 sheddable; Google's CRITICAL_PLUS and
 -- SHEDDABLE_PLUS fold into the nearest) and its name to pass upstream, or
--- 1 and nil when the header is absent or unknown.
-local CLASS_OF = { critical = 0, critical_plus = 0, default = 1, sheddable = 2,
-                   sheddable_plus = 2 }
+-- 1 and nil when the header is absent or unknown. The names are the
+-- runtime's one parser (nres_class_parse), as in p:with and the module.
 local CLASS_NAME = { [0] = "critical", "default", "sheddable" }
-local lower = string.lower
+local class_parse = require("nres.cdef").C.nres_class_parse
 function _M.criticality(header)
-  local cls = header and CLASS_OF[lower(header)]
-  if cls == nil then return 1, nil end
+  local cls = type(header) == "string" and class_parse(header, #header) or -1
+  if cls < 0 then return 1, nil end
   return cls, CLASS_NAME[cls]
 end
 
@@ -131,7 +136,11 @@ function _M.fleet(path)
   _M.fleet_status = path
 end
 
--- gw.limiter(name, { rate = per second, burst = 1, slots = 4096, hold = 60 })
+-- gw.limiter(name, { rate = per second, burst = 1, slots = 4096, hold = 60,
+--   top = 10 (keys the status lists by name: the most refused; 0..100),
+--   keys = "address" ($binary_remote_addr: shown as addresses), "text" or
+--   nil (either, guessed per key) })
+local LIMITER_KEYS = { address = true, text = true }
 function _M.limiter(name, opts)
   check_name("limiter", name)
   if type(opts) ~= "table" then error(bad("limiter", "opts", "a table", opts), 2) end
@@ -142,10 +151,19 @@ function _M.limiter(name, opts)
   if type(burst) ~= "number" or burst < 1 or burst % 1 ~= 0 then
     error(bad("limiter", "burst", "an integer >= 1", burst), 2)
   end
-  local tbl = new_table("limiter", { slots = opts.slots or 4096,
+  local top = opts.top or 10
+  if type(top) ~= "number" or top < 0 or top > 100 or top % 1 ~= 0 then
+    error(bad("limiter", "top", "an integer 0..100 (keys listed by name)", top), 2)
+  end
+  if opts.keys ~= nil and not LIMITER_KEYS[opts.keys] then
+    error(bad("limiter", "keys", "\"address\", \"text\" or nil", opts.keys), 2)
+  end
+  local ctl = require "nres.ngx.control"
+  local tbl = new_table("limiter", { slots = opts.slots or 4096, extra = ctl.BYTES,
                                     limiter = { rate = opts.rate, burst = burst } }, name)
   local s = { name = name, shm = tbl, ptr = tbl.shm, rate = opts.rate, burst = burst,
-              hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0 }
+              hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0,
+              top = top, keys = opts.keys, control = ctl.block(tbl.extra) }
   require("nres.ngx.limiter").register(s)
   limiters[name] = s
   return s

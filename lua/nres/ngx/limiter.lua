@@ -26,6 +26,7 @@ function _M.register(s)
   if #s.name > 64 then error(bad("limiter", "name", "at most 64 bytes", s.name), 3) end
   local l = C.nres_gw_limiter_new(s.name, s.ptr, s.hold)
   if l == nil then error("nres.ngx.limiter: " .. s.name .. ": the runtime refused it", 3) end
+  l.control = s.control   -- the control API's dry-run and rate (nres.ngx.control)
   s.gw = ffi_gc(l, C.nres_gw_limiter_free)
   C.nres_gw_limiter_register(l)
 end

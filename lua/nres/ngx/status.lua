@@ -4,6 +4,7 @@ local ffi = require "ffi"
 local cdef = require "nres.cdef"
 local run = require "nres.run"
 local config = require "nres.ngx.config"
+local keytext = require "nres.ngx.keytext"
 
 local C = cdef.C
 -- Counters of shared state are read through the runtime's stats functions
@@ -48,11 +49,11 @@ local function scope_status(s, now, worker_local, top)
       local slot = s.shm:slot(i)
       local counts = s.shm:counts(i)   -- summed over the slot's shards
       local k = {
-        key = key, slot = i,
+        key = keytext.key(key, s.keys), slot = i,
         calls = counts.calls, attempts = counts.attempts, retries = counts.retries, stops = {},
         lease = math.max(0, (lease - now) / 1e9),   -- s before it may be evicted
       }
-      for stop = 1, 10 do
+      for stop = 1, #stop_names do
         local n = counts.stops[stop]
         if n > 0 then k.stops[stop_names[stop]] = n end
       end
@@ -62,6 +63,7 @@ local function scope_status(s, now, worker_local, top)
         C.nres_breaker_stats(slot.breaker, breaker_stats)
         k.breaker_trips = tonumber(breaker_stats.trips)
         k.breaker_rejected = tonumber(breaker_stats.rejected)
+        k.leases_expired = tonumber(breaker_stats.leases_expired)
       end
       if s.budget then
         k.budget = C.nres_budget_level(slot.budget, now)
@@ -95,10 +97,12 @@ local function scope_status(s, now, worker_local, top)
       if not top or k.rate_refused > 0 then keys[#keys + 1] = k end
     end
   end
-  if top then
+  if top then   -- the most refused keys, and the refusals of the rest
     table.sort(keys, by_refused)
     for i = #keys, top + 1, -1 do keys[i] = nil end
-    st.asked, st.refused = asked, refused
+    local listed = 0
+    for i = 1, #keys do listed = listed + keys[i].rate_refused end
+    st.asked, st.refused, st.others_refused = asked, refused, refused - listed
   end
   st.keys = keys
   return st
@@ -156,6 +160,10 @@ local function fleet_status(path)
   end
   f.rounds, f.failures = st.rounds, st.failures
   f.entries = type(st.entries) == "table" and st.entries or {}
+  for _, e in ipairs(f.entries) do   -- someone else's file: its text made valid
+    for k, v in pairs(e) do if type(v) == "string" then e[k] = keytext.text(v) end end
+  end
+  if type(f.node) == "string" then f.node = keytext.text(f.node) end
   return f
 end
 
@@ -164,10 +172,21 @@ function _M.snapshot()
   local now = step_now()
   local out = { worker = ngx and ngx.worker.id() or 0, pid = ngx and ngx.worker.pid() or 0,
                 scopes = {}, limiters = {} }
-  for name, s in pairs(scopes) do out.scopes[name] = scope_status(s, now, true) end
+  local control = require "nres.ngx.control"
+  for name, s in pairs(scopes) do
+    local st = scope_status(s, now, true)
+    local c = control.state(s.control)
+    if c then st.dry_run, st.would_refuse = c.dry_run, c.would_refuse end
+    out.scopes[name] = st
+  end
   for name, s in pairs(limiters) do
-    local st = scope_status(s, now, false, 20)
-    st.rate, st.burst = s.rate, s.burst
+    local st = scope_status(s, now, false, s.top)
+    st.rate, st.burst, st.top = s.rate, s.burst, s.top
+    local c = control.state(s.control)
+    if c then   -- the control API's dry-run, and its rate if it set one
+      st.dry_run, st.would_refuse = c.dry_run, c.would_refuse
+      if c.rate then st.rate, st.burst, st.rate_set = c.rate, c.burst, true end
+    end
     out.limiters[name] = st
   end
   out.upstreams = require("nres.ngx.balancer").status(now)
@@ -175,135 +194,217 @@ function _M.snapshot()
   return out
 end
 
-local function label(v)
-  return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
-end
-
--- Prometheus text exposition (version 0.0.4) of a snapshot. The writer is
--- plain functions over one table (no closures: a status scrape compiles).
-local function emit(out, name, kind, help, labels, value)
-  local n = out.n
-  if not out.seen[name] then
-    out.seen[name] = true
-    out[n + 1] = "# HELP " .. name .. " " .. help
-    out[n + 2] = "# TYPE " .. name .. " " .. kind
-    n = n + 2
-  end
-  out[n + 1] = format("%s{%s} %s", name, labels, tostring(value))
-  out.n = n + 1
-end
-
-local function breaker_code(name)
-  for c = 0, 3 do if BREAKER_STATES[c] == name then return c end end
+-- ------------------------------------------------------ Prometheus
+--
+-- Metric families, declared once: name, type, help, the rows they are
+-- read from and the field of each row (or a function of the row). A new
+-- metric is one line here; the exporter walks this list, so each family's
+-- lines come out together (the text format forbids a family in pieces).
+-- Rows (prom_rows): table (a scope's or limiter's shared table: labels
+-- scope= or limiter=), key (a scope's key: + key=), limiter (a limiter's
+-- totals), limiter_key (one of its `top` most refused keys), upstream,
+-- peer (+ peer=), fleet, fleet_entry. A field that is a map gives one
+-- line per entry, its name in the label `by`; a row without the field
+-- gives no line.
+local function state_code(s)
+  for c = 0, 3 do if BREAKER_STATES[c] == s then return c end end
   return 0
 end
+local function flag(v) return v and 1 or 0 end
 
-local function emit_key(out, kind, kl, k)
-  emit(out, "nres_calls_total", "counter", "calls ended (limiters: admissions asked)", kl, k.calls)
-  for reason, c in pairs(k.stops) do
-    emit(out, "nres_stops_total", "counter", "calls ended, by reason",
-         kl .. ',reason="' .. label(reason) .. '"', c)
-  end
-  if kind == "scope" then
-    emit(out, "nres_attempts_total", "counter", "upstream attempts", kl, k.attempts)
-    emit(out, "nres_retries_total", "counter", "upstream retries", kl, k.retries)
-  end
-  if k.breaker then
-    emit(out, "nres_breaker_state", "gauge", "0 closed, 1 open, 2 half-open, 3 isolated", kl,
-         breaker_code(k.breaker))
-    emit(out, "nres_breaker_trips_total", "counter", "times the breaker opened", kl,
-         k.breaker_trips)
-    emit(out, "nres_breaker_rejected_total", "counter", "admissions the breaker refused", kl,
-         k.breaker_rejected)
-  end
-  if k.budget then
-    emit(out, "nres_budget_tokens", "gauge", "retry budget tokens available", kl,
-         format("%.3f", k.budget))
-    emit(out, "nres_budget_spent_total", "counter", "retries the budget allowed", kl,
-         k.budget_spent)
-    emit(out, "nres_budget_refused_total", "counter", "retries the budget refused", kl,
-         k.budget_refused)
-  end
-  if k.rate_refused then
-    emit(out, "nres_rate_refused_total", "counter", "rate limit refusals", kl, k.rate_refused)
-  end
+local FAMILIES = {
+  { "nres_table_slots", "gauge", "keys the shared table holds", "table", "slots" },
+  { "nres_table_live", "gauge", "keys in the shared table now", "table", "live" },
+  { "nres_table_bytes", "gauge", "bytes of the shared mapping", "table", "bytes" },
+  { "nres_table_inserts_total", "counter", "keys moved in", "table", "inserts" },
+  { "nres_table_evictions_total", "counter", "keys moved out for room", "table", "evictions" },
+  { "nres_table_full_total", "counter", "lookups refused: set full of leased keys", "table",
+    "full" },
+  { "nres_dry_run", "gauge", "1 while the control API's dry-run lets refusals through",
+    "table", function(t) return t.dry_run ~= nil and flag(t.dry_run) or nil end },
+  { "nres_would_refuse_total", "counter", "requests a dry-run let through, by the refusal"
+    .. " they would have had", "table", "would_refuse", by = "reason" },
+  { "nres_calls_total", "counter", "calls ended", "key", "calls" },
+  { "nres_stops_total", "counter", "calls ended, by reason", "key", "stops", by = "reason" },
+  { "nres_attempts_total", "counter", "upstream attempts", "key", "attempts" },
+  { "nres_retries_total", "counter", "upstream retries", "key", "retries" },
+  { "nres_breaker_state", "gauge", "0 closed, 1 open, 2 half-open, 3 isolated", "key",
+    function(k) return k.breaker and state_code(k.breaker) end },
+  { "nres_breaker_trips_total", "counter", "times the breaker opened", "key", "breaker_trips" },
+  { "nres_breaker_rejected_total", "counter", "admissions the breaker refused", "key",
+    "breaker_rejected" },
+  { "nres_leases_expired_total", "counter", "probe permits given back by their lease, not their"
+    .. " holder", "key", "leases_expired" },
+  { "nres_budget_tokens", "gauge", "retry budget tokens available", "key", "budget" },
+  { "nres_budget_spent_total", "counter", "retries the budget allowed", "key", "budget_spent" },
+  { "nres_budget_refused_total", "counter", "retries the budget refused", "key",
+    "budget_refused" },
+  { "nres_rate_refused_total", "counter", "rate limit refusals of a scope's key", "key",
+    "rate_refused" },
+  { "nres_limiter_asked_total", "counter", "admissions asked of a limiter", "limiter", "asked" },
+  { "nres_limiter_refused_total", "counter", "admissions a limiter refused", "limiter",
+    "refused" },
+  { "nres_limiter_key_refused", "gauge", "refusals of one of the limiter's most refused keys"
+    .. " (while it holds the key)", "limiter_key", "rate_refused" },
+  { "nres_limiter_key_asked", "gauge", "admissions asked by one of the limiter's most refused"
+    .. " keys (while it holds the key)", "limiter_key", "calls" },
+  { "nres_limiter_others_refused", "gauge", "refusals of the keys not listed by key",
+    "limiter", "others_refused" },
+  { "nres_upstream_panic", "gauge", "1 while too few peers are healthy and all get traffic",
+    "upstream", function(u) return flag(u.panicking) end },
+  { "nres_peer_state", "gauge", "0 closed, 1 ejected (open), 2 half-open", "peer",
+    function(p) return state_code(p.state) end },
+  { "nres_peer_drained", "gauge", "1 while the control API drains the peer (no new tries)",
+    "peer", function(p) return flag(p.drained) end },
+  { "nres_peer_ejections_total", "counter", "times the peer was ejected", "peer", "ejections" },
+  { "nres_peer_leases_expired_total", "counter", "probe permits given back by their lease, not"
+    .. " their holder", "peer", "leases_expired" },
+  { "nres_peer_tries_total", "counter", "tries sent to the peer", "peer", "tries" },
+  { "nres_peer_failures_total", "counter", "tries that failed (5xx, connect error, timeout)",
+    "peer", "failures" },
+  { "nres_peer_latency_p75_seconds", "gauge", "recent p75 try latency (none without a"
+    .. " successful sample)", "peer",
+    function(p) return p.latency_p75_ms and p.latency_p75_ms / 1e3 end },
+  { "nres_peer_score_seconds", "gauge", "the choice's view of the peer: latency estimate x"
+    .. " sqrt(in-flight + 1), the lower wins", "peer",
+    function(p) return p.score_ms and p.score_ms / 1e3 end },
+  { "nres_peer_recent_share", "gauge", "the peer's share of the tries of the last 1-2 s",
+    "peer", "recent_share" },
+  { "nres_peer_avoided", "gauge", "1 while the peer is closed but the choice avoids it",
+    "peer", function(p) return flag(p.avoided) end },
+  { "nres_upstream_request_duration_seconds", "histogram", "requests' durations, admission"
+    .. " to end, every try included", "upstream", "request_seconds" },
+  { "nres_peer_try_duration_seconds", "histogram", "tries' durations, failed ones included",
+    "peer", "try_seconds" },
+  { "nres_fleet_connected", "gauge", "1 when the fleet agent reaches Redis", "fleet",
+    function(f) return flag(f.connected) end },
+  { "nres_fleet_status_age_seconds", "gauge", "seconds since the fleet agent last wrote its"
+    .. " status", "fleet", "age_s" },
+  { "nres_fleet_synced", "gauge", "1 while the entry follows the fleet, 0 on local shares",
+    "fleet_entry", function(e) return e.synced == 1 and 1 or 0 end },
+  { "nres_fleet_hosts", "gauge", "hosts of the fleet seen for the entry", "fleet_entry",
+    function(e) return e.hosts or 0 end },
+}
+_M.FAMILIES = FAMILIES
+
+-- A label value: valid UTF-8 text (keytext.text), escaped for the format.
+local function label(v)
+  return (keytext.text(tostring(v)):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"',
+                                                       ["\n"] = "\\n" }))
 end
 
-local function emit_tables(out, group, kind)
+local function sorted(map)
   local names = {}
-  for name in pairs(group) do names[#names + 1] = name end
+  for name in pairs(map or {}) do names[#names + 1] = name end
   table.sort(names)
-  for _, name in ipairs(names) do
-    local st = group[name]
-    local sl = format('%s="%s"', kind, label(name))
-    emit(out, "nres_table_slots", "gauge", "keys the shared table holds", sl, st.slots)
-    emit(out, "nres_table_live", "gauge", "keys in the shared table now", sl, st.live)
-    emit(out, "nres_table_bytes", "gauge", "bytes of the shared mapping", sl, st.bytes)
-    emit(out, "nres_table_inserts_total", "counter", "keys moved in", sl, st.inserts)
-    emit(out, "nres_table_evictions_total", "counter", "keys moved out for room", sl,
-         st.evictions)
-    emit(out, "nres_table_full_total", "counter", "lookups refused: set full of leased keys",
-         sl, st.full)
-    if st.asked then
-      emit(out, "nres_limiter_asked_total", "counter", "admissions asked of a limiter", sl,
-           st.asked)
-      emit(out, "nres_limiter_refused_total", "counter", "admissions a limiter refused", sl,
-           st.refused)
-    end
-    for _, k in ipairs(st.keys) do
-      emit_key(out, kind, format('%s,key="%s"', sl, label(k.key)), k)
-    end
-  end
+  return names
 end
 
--- Balancer upstreams' peers (nres.ngx.balancer).
-local function emit_peers(out, ups)
-  local names = {}
-  for name in pairs(ups) do names[#names + 1] = name end
-  table.sort(names)
-  for _, name in ipairs(names) do
+local function add(rows, kind, labels, v)
+  local list = rows[kind]
+  list[#list + 1] = labels
+  list[#list + 1] = v
+end
+
+-- The snapshot's rows, by kind: pairs of (label text, row table).
+local function prom_rows(snap)
+  local rows = { table = {}, key = {}, limiter = {}, limiter_key = {}, upstream = {},
+                 peer = {}, fleet = {}, fleet_entry = {} }
+  for _, kind in ipairs { "scope", "limiter" } do
+    local group = kind == "scope" and snap.scopes or snap.limiters
+    for _, name in ipairs(sorted(group)) do
+      local st = group[name]
+      local tl = format('%s="%s"', kind, label(name))
+      add(rows, "table", tl, st)
+      if kind == "limiter" then add(rows, "limiter", tl, st) end
+      for _, k in ipairs(st.keys) do
+        add(rows, kind == "scope" and "key" or "limiter_key",
+            format('%s,key="%s"', tl, label(k.key)), k)
+      end
+    end
+  end
+  local ups = snap.upstreams or {}
+  for _, name in ipairs(sorted(ups)) do
     local u = ups[name]
-    emit(out, "nres_upstream_panic", "gauge", "1 while too few peers are healthy and all get"
-         .. " traffic", format('upstream="%s"', label(name)), u.panicking and 1 or 0)
-    for _, p in ipairs(u.peers) do
-      local pl = format('upstream="%s",peer="%s"', label(name), label(p.peer))
-      emit(out, "nres_peer_state", "gauge", "0 closed, 1 ejected (open), 2 half-open", pl,
-           breaker_code(p.state))
-      emit(out, "nres_peer_ejections_total", "counter", "times the peer was ejected", pl,
-           p.ejections)
-      emit(out, "nres_peer_tries_total", "counter", "tries sent to the peer", pl, p.tries)
-      emit(out, "nres_peer_failures_total", "counter", "tries that failed (5xx, connect"
-           .. " error, timeout)", pl, p.failures)
-      emit(out, "nres_peer_latency_p75_seconds", "gauge", "recent p75 try latency", pl,
-           format("%.6f", p.latency_p75_ms / 1e3))
+    local ul = format('upstream="%s"', label(name))
+    add(rows, "upstream", ul, u)
+    for _, p in ipairs(u.peers) do add(rows, "peer", format('%s,peer="%s"', ul, label(p.peer)), p) end
+  end
+  local f = snap.fleet
+  if f then
+    add(rows, "fleet", "", f)
+    for _, e in ipairs(f.entries) do
+      add(rows, "fleet_entry", format('scope="%s",kind="%s"', label(e.scope), label(e.kind)), e)
     end
   end
+  return rows
 end
 
-local function emit_fleet(out, f)
-  emit(out, "nres_fleet_connected", "gauge", "1 when the fleet agent reaches Redis", "", f.connected and 1 or 0)
-  if f.age_s then
-    emit(out, "nres_fleet_status_age_seconds", "gauge", "seconds since the fleet agent last wrote its status", "", f.age_s)
-  end
-  for _, e in ipairs(f.entries) do
-    local l = format('scope="%s",kind="%s"', label(e.scope), label(e.kind))
-    emit(out, "nres_fleet_synced", "gauge", "1 while the entry follows the fleet, 0 on local shares", l,
-         e.synced == 1 and 1 or 0)
-    emit(out, "nres_fleet_hosts", "gauge", "hosts of the fleet seen for the entry", l, e.hosts or 0)
-  end
+local function number(v)
+  if v == true or v == false then return v and "1" or "0" end
+  v = tonumber(v)
+  if v == nil then return nil end
+  if v ~= v then return "NaN" end
+  if v == 1 / 0 then return "+Inf" end
+  if v == -1 / 0 then return "-Inf" end
+  if v % 1 == 0 and v > -2 ^ 53 and v < 2 ^ 53 then return format("%d", v) end
+  return format("%.9g", v)
 end
 
+local function sample(out, name, labels, v)
+  local s = number(v)
+  if s == nil then return end
+  out[#out + 1] = labels == "" and (name .. " " .. s) or format("%s{%s} %s", name, labels, s)
+end
+
+-- A histogram row value: { le = { upper bounds (s) }, counts = { cumulative },
+-- count, sum (s) }.
+local function histogram(out, name, labels, h)
+  local sep = labels == "" and "" or ","
+  for i, le in ipairs(h.le) do
+    sample(out, name .. "_bucket", format('%s%sle="%s"', labels, sep, number(le)), h.counts[i])
+  end
+  sample(out, name .. "_bucket", labels .. sep .. 'le="+Inf"', h.count)
+  sample(out, name .. "_sum", labels, h.sum)
+  sample(out, name .. "_count", labels, h.count)
+end
+
+-- Prometheus text exposition (version 0.0.4) of a snapshot.
 function _M.prometheus(snap)
-  local out = { n = 0, seen = {} }
-  emit_tables(out, snap.scopes, "scope")
-  emit_tables(out, snap.limiters, "limiter")
-  emit_peers(out, snap.upstreams or {})
-  if snap.fleet then emit_fleet(out, snap.fleet) end
-  return concat(out, "\n", 1, out.n) .. "\n"
+  local rows = prom_rows(snap)
+  local out = {}
+  for _, fam in ipairs(FAMILIES) do
+    local name, kind, help, over, field, by = fam[1], fam[2], fam[3], fam[4], fam[5], fam.by
+    local list = rows[over]
+    local first = #out + 1
+    for i = 1, #list, 2 do
+      local labels, row = list[i], list[i + 1]
+      local v
+      if type(field) == "function" then v = field(row) else v = row[field] end
+      if v == nil then
+        -- no line: this row has no such figure
+      elseif kind == "histogram" then
+        histogram(out, name, labels, v)
+      elseif by then
+        local sep = labels == "" and "" or ","
+        for _, k in ipairs(sorted(v)) do
+          sample(out, name, format('%s%s%s="%s"', labels, sep, by, label(k)), v[k])
+        end
+      else
+        sample(out, name, labels, v)
+      end
+    end
+    if #out >= first then
+      table.insert(out, first, "# TYPE " .. name .. " " .. kind)
+      table.insert(out, first, "# HELP " .. name .. " " .. help)
+    end
+  end
+  return concat(out, "\n") .. "\n"
 end
 
--- Content handler for /nres/status: JSON (default, ?format=json) or
--- Prometheus text (?format=prometheus, or an Accept of text/plain).
+-- Content handler for /nres/status: JSON (default, ?format=json),
+-- Prometheus text (?format=prometheus, or an Accept of text/plain) or the
+-- HTML page (?format=html, or an Accept of text/html: a browser).
 function _M.status()
   local snap = _M.snapshot()
   local fmt = ngx.var.arg_format
@@ -311,6 +412,11 @@ function _M.status()
   if fmt == "prometheus" or (fmt == nil and accept and find(accept, "text/plain", 1, true)) then
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(_M.prometheus(snap))
+    return
+  end
+  if fmt == "html" or (fmt == nil and accept and find(accept, "text/html", 1, true)) then
+    ngx.header["Content-Type"] = "text/html; charset=utf-8"
+    ngx.print(require("nres.ngx.page").html(snap, ngx.now()))
     return
   end
   ngx.header["Content-Type"] = "application/json"

@@ -218,6 +218,42 @@ function _M.check(d, path, duration)
   return problems
 end
 
+-- The standard normal's quantile (Acklam's rational approximation,
+-- relative error < 1.2e-9 over (0, 1)).
+local A = { -3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+            1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00 }
+local B = { -5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+            6.680131188771972e+01, -1.328068155288572e+01 }
+local Cq = { -7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+             -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00 }
+local Dq = { 7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00 }
+local function normal_quantile(p)
+  local lo = 0.02425
+  if p < lo or p > 1 - lo then
+    local q = sqrt(-2 * log(p < lo and p or 1 - p))
+    local x = (((((Cq[1] * q + Cq[2]) * q + Cq[3]) * q + Cq[4]) * q + Cq[5]) * q + Cq[6])
+              / ((((Dq[1] * q + Dq[2]) * q + Dq[3]) * q + Dq[4]) * q + 1)
+    return p < lo and x or -x
+  end
+  local q = p - 0.5
+  local r = q * q
+  return (((((A[1] * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * r + A[6]) * q
+         / (((((B[1] * r + B[2]) * r + B[3]) * r + B[4]) * r + B[5]) * r + 1)
+end
+_M.normal_quantile = normal_quantile
+
+-- The healthy service time, in seconds, below which a share q (0 < q < 1)
+-- of requests are served by latency model `l` (nil: 0, no latency):
+-- queueing and phases left out.
+function _M.latency_quantile(l, q)
+  if not l then return 0 end
+  local k, v = next(l)
+  if k == "fixed" then return v end
+  if k == "uniform" then return v[1] + (v[2] - v[1]) * q end
+  return v[1] * exp(v[2] * normal_quantile(q))   -- lognormal { median, sigma }
+end
+
+
 -- A short description for reports.
 function _M.label(d)
   local parts = {}

@@ -1,16 +1,21 @@
 -- nresrun.sim.report: a simulation's reports - Markdown, JSON and an SVG plot.
 --
 -- The JSON holds the settings and, per policy, every per-second series,
--- the breaker transitions and the totals, so everything in the Markdown and
--- the plot can be recomputed from it. The Markdown has a summary per
+-- the breaker transitions, the totals and the verdict, so everything in the
+-- Markdown and the plot can be recomputed from it. The Markdown opens with
+-- the verdict (nresrun.sim.verdict: a ranking, one sentence per policy from
+-- its own figures, the breakers' flaps summarised), then a summary per
 -- policy, a table per phase (the named phases, and every second outside
 -- them) with the time each policy took to recover after the phase
 -- ended, the breaker transitions, and a per-second table per policy. The
 -- plot (nresrun.svg) has one panel per policy on shared axes: dependency
 -- requests/s against arrivals/s, success ratio and budget level in %, the
 -- phases shaded grey and the breaker's open / half-open time red / amber.
+-- What a terminal gets (_M.terminal) is the verdict and the two short
+-- tables, at most 40 lines; the rest is in the files.
 local cjson = require "cjson.safe"
 local svg = require "nresrun.svg"
+local verdict = require "nresrun.sim.verdict"
 
 local format, concat, floor, ceil = string.format, table.concat, math.floor, math.ceil
 local max, min = math.max, math.min
@@ -90,102 +95,65 @@ function _M.analyse(doc)
     end
     run.phases = rows
   end
+  doc.verdict = verdict.of(doc)
   return doc
-end
-
--- Rows of the per-second table printed to a terminal: every `every`
--- seconds, plus phase boundaries and seconds with a breaker transition.
-local function shown_seconds(doc, run, every)
-  local D = doc.duration_s
-  local show = {}
-  if not every or every <= 1 then
-    for sec = 1, D do show[sec] = true end
-    return show
-  end
-  for sec = every, D, every do show[sec] = true end
-  show[1] = true
-  for _, ph in ipairs(doc.dependency.phases) do
-    local a, z = floor(ph.from) + 1, ceil(ph.to)
-    if a <= D then show[a] = true end
-    if z <= D then show[z] = true end
-    if z + 1 <= D then show[z + 1] = true end
-  end
-  for _, tr in ipairs(run.transitions) do
-    local sec = floor(tr.t) + 1
-    if sec <= D then show[sec] = true end
-  end
-  return show
-end
-
-function _M.print_step(D)
-  if D <= 60 then return 1 end
-  for _, s in ipairs { 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600 } do
-    if D / s <= 60 then return s end
-  end
-  return 3600
 end
 
 -- ------------------------------------------------------------ Markdown
 
-function _M.markdown(doc, opts)
-  opts = opts or {}
-  if not doc.runs[1].phases then _M.analyse(doc) end
-  local out = {}
-  local function w(...) out[#out + 1] = format(...) end
-  local D = doc.duration_s
-  w("# nresrun simulation: %s", doc.simulation)
-  w("")
-  if doc.description then w("%s", doc.description) w("") end
-  w("%s UTC · seed %d · %d simulated s per policy on a virtual clock · nres %s · %s",
-    doc.started or "?", doc.seed, D, doc.versions and doc.versions.nres or "?",
-    doc.versions and doc.versions.luajit or "?")
-  w("")
+-- The settings: load, dependency, one line per phase.
+local function settings(w, doc, bold)
   w("- Load: open loop, %g arrivals/s (%s), the same arrivals for every policy.", doc.load.rate, doc.load.arrivals)
   w("- Dependency: %s.", doc.dependency.label)
+  if doc.slo then
+    w("- SLO: %g %% of calls succeed within %.3g ms%s; goodput = calls that succeeded within it, per arrival.",
+      doc.slo.quantile * 100, doc.slo.latency * 1000,
+      doc.slo.measured and format(" (measured: the p%g of calls with no policy while the dependency is healthy)",
+                                  doc.slo.quantile * 100) or "")
+  end
   for _, ph in ipairs(doc.dependency.phases) do
     local what = {}
     if ph.fail > 0 then what[#what + 1] = format("fails %g %%", ph.fail * 100) end
-    if ph.latency_factor ~= 1 then what[#what + 1] = format("latency x%g", ph.latency_factor) end
-    w("- Phase **%s**: %g-%g s, %s.", ph.name, ph.from, ph.to, concat(what, ", "))
+    if ph.latency_factor ~= 1 then
+      what[#what + 1] = ph.ramp and format("latency x%g over %g s", ph.latency_factor, ph.ramp)
+                        or format("latency x%g", ph.latency_factor)
+    end
+    if ph.capacity and ph.capacity ~= 1 then what[#what + 1] = format("capacity x%g", ph.capacity) end
+    if #what == 0 then what[1] = "no change" end
+    w(bold and "- Phase **%s**: %g-%g s, %s." or "- Phase %s: %g-%g s, %s.", ph.name, ph.from, ph.to, concat(what, ", "))
   end
-  if opts.svg then w("") w("![per-second plot](%s)", opts.svg) end
+end
 
-  w("")
-  w("## Summary")
-  w("")
-  w("Outcomes per arrival. dep req/op: requests the dependency received per arrival (its own count). "
-    .. "Refused: by the dependency's capacity. Breaker open s: time spent open (half-open excluded). "
-    .. "real s: wall time of the run; Lua B/op: Lua heap bytes allocated per arrival (inside nresrun only).")
-  w("")
-  w("| policy | arrivals | success | failed | rejected | dep req/op | refused | client timeouts | retries/op | breaker opens | breaker open s | budget min | real s | Lua B/op |")
-  w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+-- A run's goodput, and whether it meets the SLO; "-" without one.
+local function goodput(doc, T)
+  if not doc.slo or not T.goodput then return "-" end
+  return format("%s%s", pct(T.goodput), T.goodput >= doc.slo.quantile and " (met)" or "")
+end
+
+-- The ranking with its sentences, then the breakers' flaps.
+local function verdict_lines(w, doc)
+  local v = doc.verdict
+  w("Verdict, %s:", v.rule)
+  for _, e in ipairs(v.ranking) do w("%d. %s", e.rank, e.sentence) end
+  if #v.breakers > 0 then
+    local parts = {}
+    for _, b in ipairs(v.breakers) do parts[#parts + 1] = format("%s %s", b.policy, b.text) end
+    w("Breakers: %s.", concat(parts, "; "))
+  end
+end
+
+-- Shed, unfinished and broken accounting, as list items.
+local function warnings(w, doc)
   for _, r in ipairs(doc.runs) do
     local T = r.totals
-    w("| %s | %d | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s | %.2f | %s |",
-      r.policy, T.arrivals, pct(T.ok / max(1, T.arrivals)), pct(T.failed / max(1, T.arrivals)),
-      pct(T.rejected / max(1, T.arrivals)), f2(T.dep_requests_per_op), T.dep_refused, T.dep_timeouts,
-      T.retries and f2(T.retries / max(1, T.arrivals)) or "-",
-      T.final_breaker and tostring(T.breaker_opens) or "no breaker",
-      T.final_breaker and f1(T.breaker_open_s) or "-",
-      T.budget_capacity and format("%.1f / %g", T.budget_min, T.budget_capacity) or "no budget",
-      T.real_s, T.lua_bytes_per_op and format("%.0f", T.lua_bytes_per_op) or "-")
+    if T.shed > 0 then w("- %s: %d arrivals shed (max_inflight reached)", r.policy, T.shed) end
+    if T.unfinished > 0 then w("- %s: %d operations unfinished after the grace period", r.policy, T.unfinished) end
+    if not T.identity_ok then w("- **%s: arrivals do not add up to outcomes**", r.policy) end
   end
-  local warn = {}
-  for _, r in ipairs(doc.runs) do
-    local T = r.totals
-    if T.shed > 0 then warn[#warn + 1] = format("- %s: %d arrivals shed (max_inflight reached)", r.policy, T.shed) end
-    if T.unfinished > 0 then warn[#warn + 1] = format("- %s: %d operations unfinished after the grace period", r.policy, T.unfinished) end
-    if not T.identity_ok then warn[#warn + 1] = format("- **%s: arrivals do not add up to outcomes**", r.policy) end
-  end
-  if #warn > 0 then w("") for _, l in ipairs(warn) do w("%s", l) end end
+end
 
-  w("")
-  w("## By phase")
-  w("")
-  w("Over each phase's whole seconds; \"outside phases\" is every other second (recoveries included). "
-    .. "Recovered after: seconds from the phase's end until a second's success ratio is back to 95 %% of "
-    .. "the policy's ratio before the first phase, with the breaker closed.")
-  w("")
+-- Success, load and recovery of every policy in every phase.
+local function phase_table(w, doc)
   w("| phase | policy | seconds | success | dep req/s | dep req/op | refused/s | worst p99 ms | recovered after |")
   w("|---|---|---|---|---|---|---|---|---|")
   local nph = #doc.runs[1].phases
@@ -199,11 +167,69 @@ function _M.markdown(doc, opts)
         f1(a.p99), rec)
     end
   end
+end
+
+function _M.markdown(doc, opts)
+  opts = opts or {}
+  if not doc.verdict then _M.analyse(doc) end
+  local out = {}
+  local function w(...) out[#out + 1] = format(...) end
+  local D = doc.duration_s
+  w("# nresrun simulation: %s", doc.simulation)
+  w("")
+  if doc.description then w("%s", doc.description) w("") end
+  w("%s UTC · seed %d · %d simulated s per policy on a virtual clock · nres %s · %s",
+    doc.started or "?", doc.seed, D, doc.versions and doc.versions.nres or "?",
+    doc.versions and doc.versions.luajit or "?")
+  w("")
+  settings(w, doc, true)
+  if opts.svg then w("") w("![per-second plot](%s)", opts.svg) end
+  w("")
+  w("## Verdict")
+  w("")
+  verdict_lines(w, doc)
+
+  w("")
+  w("## Summary")
+  w("")
+  w("Outcomes per arrival. dep req/op: requests the dependency received per arrival (its own count). "
+    .. "Refused: by the dependency's capacity. Breaker open s: time spent open (half-open excluded). "
+    .. "real s: wall time of the run; Lua B/op: Lua heap bytes allocated per arrival (inside nresrun only).")
+  w("")
+  local gp = doc.slo and " goodput |" or ""
+  w("| policy | arrivals | success |%s failed | rejected | dep req/op | refused | client timeouts | retries/op | breaker opens | breaker open s | budget min | real s | Lua B/op |", gp)
+  w("|---|---|---|%s---|---|---|---|---|---|---|---|---|---|---|", doc.slo and "---|" or "")
+  for _, r in ipairs(doc.runs) do
+    local T = r.totals
+    w("| %s | %d | %s |%s %s | %s | %s | %d | %d | %s | %s | %s | %s | %.2f | %s |",
+      r.policy, T.arrivals, pct(T.ok / max(1, T.arrivals)), doc.slo and " " .. goodput(doc, T) .. " |" or "",
+      pct(T.failed / max(1, T.arrivals)),
+      pct(T.rejected / max(1, T.arrivals)), f2(T.dep_requests_per_op), T.dep_refused, T.dep_timeouts,
+      T.retries and f2(T.retries / max(1, T.arrivals)) or "-",
+      T.final_breaker and tostring(T.breaker_opens) or "no breaker",
+      T.final_breaker and f1(T.breaker_open_s) or "-",
+      T.budget_capacity and format("%.1f / %g", T.budget_min, T.budget_capacity) or "no budget",
+      T.real_s, T.lua_bytes_per_op and format("%.0f", T.lua_bytes_per_op) or "-")
+  end
+  local warn = {}
+  warnings(function(...) warn[#warn + 1] = format(...) end, doc)
+  if #warn > 0 then w("") for _, l in ipairs(warn) do w("%s", l) end end
+
+  w("")
+  w("## By phase")
+  w("")
+  w("Over each phase's whole seconds; \"outside phases\" is every other second (recoveries included). "
+    .. "Recovered after: seconds from the phase's end until a second's success ratio is back to 95 %% of "
+    .. "the policy's ratio before the first phase, with the breaker closed.")
+  w("")
+  phase_table(w, doc)
 
   w("")
   w("## Breaker transitions")
   w("")
   local any = false
+  for _, b in ipairs(doc.verdict.breakers) do w("- %s: %s.", b.policy, b.text) end
+  if #doc.verdict.breakers > 0 then w("") end
   for _, r in ipairs(doc.runs) do if r.series.breaker then any = true end end
   if not any then
     w("No policy has a breaker.")
@@ -227,27 +253,90 @@ function _M.markdown(doc, opts)
     w("")
     w("## Per second: %s", r.policy)
     w("")
-    if opts.every and opts.every > 1 then
-      w("Every %d s, phase boundaries and breaker changes (the .md file has every second).", opts.every)
-      w("")
-    end
     w("Outcomes by the second they completed in; p50/p99 of what the caller waited, all outcomes.")
     w("")
     w("| s | arrivals | dep req | refused | timeouts | queue max | ok | failed | rejected | success | p50 ms | p99 ms | breaker | budget |")
     w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    local show = shown_seconds(doc, r, opts.every)
     for sec = 1, D do
-      if show[sec] then
-        w("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |", sec, S.arrivals[sec],
+      w("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |", sec, S.arrivals[sec],
           S.dep_requests[sec], S.dep_refused[sec], S.dep_timeouts[sec], S.dep_queue_max[sec],
           S.ok[sec], S.failed[sec], S.rejected[sec], pct(S.success_ratio[sec]),
           f1(S.p50_ms[sec]), f1(S.p99_ms[sec]), S.breaker and S.breaker[sec] or "-",
           S.budget and f1(S.budget[sec]) or "-")
-      end
     end
   end
   w("")
   return concat(out, "\n")
+end
+
+-- ------------------------------------------------------------ terminal
+
+_M.TERMINAL_LINES = 40
+
+-- What nresrun prints: the verdict, then a short summary and the phase
+-- table while they fit, in at most TERMINAL_LINES lines; the last line
+-- names the files (`paths`), which hold the rest.
+function _M.terminal(doc, paths)
+  if not doc.verdict then _M.analyse(doc) end
+  local function section(fill)
+    local t = {}
+    fill(function(...) t[#t + 1] = format(...) end)
+    return t
+  end
+  local head = section(function(w)
+    w("nresrun simulation: %s · seed %d · %d simulated s per policy", doc.simulation, doc.seed, doc.duration_s)
+    settings(w, doc, false)
+  end)
+  local verdict = section(function(w) w("") verdict_lines(w, doc) end)
+  local warn = section(function(w) warnings(w, doc) end)
+  local summary = section(function(w)
+    w("")
+    local gp = doc.slo and " goodput |" or ""
+    w("| policy | success |%s failed | rejected | dep req/op | retries/op | ok p99 ms | breaker opens | budget min |", gp)
+    w("|---|---|%s---|---|---|---|---|---|---|", doc.slo and "---|" or "")
+    for _, r in ipairs(doc.runs) do
+      local T = r.totals
+      w("| %s | %s |%s %s | %s | %s | %s | %s | %s | %s |", r.policy, pct(T.ok / max(1, T.arrivals)),
+        doc.slo and " " .. goodput(doc, T) .. " |" or "",
+        pct(T.failed / max(1, T.arrivals)), pct(T.rejected / max(1, T.arrivals)), f2(T.dep_requests_per_op),
+        T.retries and f2(T.retries / max(1, T.arrivals)) or "-", f1(T.ok_p99_ms),
+        T.final_breaker and tostring(T.breaker_opens) or "no breaker",
+        T.budget_capacity and format("%.1f / %g", T.budget_min, T.budget_capacity) or "no budget")
+    end
+  end)
+  local phases = section(function(w) w("") phase_table(w, doc) end)
+  local left_out = {}
+  local budget = _M.TERMINAL_LINES - #head - 3          -- a blank line and the files' two
+  local out = {}
+  local function add(t, name)
+    if #t <= budget then
+      for _, l in ipairs(t) do out[#out + 1] = l end
+      budget = budget - #t
+    elseif name then
+      left_out[#left_out + 1] = name
+    end
+  end
+  -- The verdict always: cut to what fits (at least its first line).
+  if #verdict > budget then
+    local keep = {}
+    for i = 1, math.max(2, budget - 1) do keep[i] = verdict[i] end
+    keep[#keep + 1] = format("(%d more lines of the verdict in the .md file)", #verdict - #keep)
+    verdict = keep
+  end
+  add(verdict)
+  add(warn, "warnings")
+  add(summary, "summary")
+  add(phases, "by phase")
+  local lines = {}
+  for _, l in ipairs(head) do lines[#lines + 1] = l end
+  for _, l in ipairs(out) do lines[#lines + 1] = l end
+  lines[#lines + 1] = ""
+  if paths then
+    lines[#lines + 1] = format("reports: %s %s %s", paths.md, paths.json, paths.svg)
+  end
+  lines[#lines + 1] = (#left_out > 0 and ("Not shown here: " .. concat(left_out, ", ") .. "; the .md has them, ")
+                       or "The .md has ") .. "every second of every policy and every breaker transition."
+  return concat(lines, "\n")
 end
 
 -- ---------------------------------------------------------------- JSON

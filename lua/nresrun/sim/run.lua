@@ -18,7 +18,7 @@ local sched_mod = require "nresrun.sched"
 local simdep = require "nresrun.sim.dep"
 local run_mod = require "nres.run"
 
-local co_yield, co_create, co_running = coroutine.yield, coroutine.create, coroutine.running
+local co_yield = coroutine.yield
 local floor, log, ffi_fill, ffi_string = math.floor, math.log, ffi.fill, ffi.string
 local hist_index = C.nres_hist_index
 local breaker_state, budget_level = C.nres_breaker_state, C.nres_budget_level
@@ -51,7 +51,9 @@ end
 -- cfg: { policy = a fresh policy object (its state is this run's),
 --        dependency = a checked simdep table, rate = arrivals/s,
 --        arrivals = "poisson" | "fixed", duration = s, seed = n,
---        max_inflight = n, grace = s }
+--        max_inflight = n, grace = s, slo_s = s (optional: successes
+--        within it count as goodput, totals.good and series.good),
+--        ok_quantile = q (optional: totals.ok_quantile_ms) }
 -- Returns { series = { per-second arrays }, transitions, totals }.
 function _M.run(cfg)
   local D = cfg.duration_s
@@ -83,9 +85,10 @@ function _M.run(cfg)
     budget = budget and zeros(D) or nil, budget_min = budget and zeros(D) or nil,
     limit = bulkhead and zeros(D) or nil,
     breaker = breaker and {} or nil,
+    good = cfg.slo_s and zeros(D) or nil,
   }
-  local T = { arrivals = 0, ok = 0, failed = 0, rejected = 0, shed = 0, unfinished = 0,
-              failed_by = {}, rejected_by = {}, budget_min = budget_cap, breaker_opens = 0,
+  local T = { arrivals = 0, ok = 0, good = cfg.slo_s and 0 or nil, failed = 0, rejected = 0, shed = 0,
+              unfinished = 0, failed_by = {}, rejected_by = {}, budget_min = budget_cap, breaker_opens = 0,
               breaker_open_s = 0 }
   local transitions = {}
 
@@ -126,7 +129,8 @@ function _M.run(cfg)
     return i <= D and i or D + 1
   end
 
-  local inflight = 0
+  local slo_ns = cfg.slo_s and cfg.slo_s * 1e9 or -1
+  local good = S.good
   local function record(started, t, ok, reason)
     observe(t)
     local sec = sec_of(t)
@@ -138,6 +142,10 @@ function _M.run(cfg)
       T.ok = T.ok + 1
       okhist[i] = okhist[i] + 1
       if sec <= D then S.ok[sec] = S.ok[sec] + 1 end
+      if t - started <= slo_ns then
+        T.good = T.good + 1
+        if sec <= D then good[sec] = good[sec] + 1 end
+      end
     elseif REJECTIONS[reason] then
       T.rejected = T.rejected + 1
       T.rejected_by[reason] = (T.rejected_by[reason] or 0) + 1
@@ -153,23 +161,12 @@ function _M.run(cfg)
   -- Dependency counters are read per second as differences.
   local last = { requests = 0, refused = 0, failed = 0, timeouts = 0 }
 
-  -- Open loop: workers are reused; a worker parks itself by yielding a
-  -- non-number (the scheduler then forgets it) until the pacer resumes it.
-  local idle, nidle = {}, 0
-  local IDLE = "idle"
-  local function worker(started, n)
-    local self = co_running()
-    while true do
-      local r, reason = p:run(client, n)
-      record(started, now(), r ~= nil, reason)
-      inflight = inflight - 1
-      nidle = nidle + 1
-      idle[nidle] = self
-      started, n = co_yield(IDLE)
-    end
-  end
+  -- Open loop: workers are reused (nresrun.sched's workers).
+  local workers = s:workers(function(started, n)
+    local r, reason = p:run(client, n)
+    record(started, now(), r ~= nil, reason)
+  end, cfg.max_inflight)
 
-  local max_inflight = cfg.max_inflight
   local poisson = cfg.arrivals ~= "fixed"
   local interval = 1e9 / cfg.rate
   local function pacer()
@@ -187,16 +184,7 @@ function _M.run(cfg)
       local sec = sec_of(t)
       T.arrivals = T.arrivals + 1
       S.arrivals[sec] = S.arrivals[sec] + 1
-      if nidle > 0 then
-        local co = idle[nidle]
-        idle[nidle] = nil
-        nidle = nidle - 1
-        inflight = inflight + 1
-        s:resume(co, t, n)
-      elseif inflight < max_inflight then
-        inflight = inflight + 1
-        s:resume(co_create(worker), t, n)
-      else
+      if not workers.start(t, n) then
         T.shed = T.shed + 1
         S.shed[sec] = S.shed[sec] + 1
       end
@@ -217,7 +205,7 @@ function _M.run(cfg)
       S.dep_queue_max[sec] = inst.queue_max
       inst.queue_max = inst.queued(t)
       S.dep_busy[sec] = inst.busy(t)
-      S.inflight[sec] = inflight
+      S.inflight[sec] = workers.busy()
       if bulkhead then S.limit[sec] = tonumber(C.nres_bulkhead_limit(bulkhead)) end
       if budget then
         local level = budget_level(budget, t)
@@ -245,14 +233,16 @@ function _M.run(cfg)
     S.success_ratio[sec] = done > 0 and S.ok[sec] / done or false
   end
 
-  T.unfinished = inflight
+  T.unfinished = workers.busy()
   T.identity_ok = T.arrivals == T.ok + T.failed + T.rejected + T.shed + T.unfinished
   T.dep_requests, T.dep_refused = inst.requests, inst.refused
   T.dep_failed, T.dep_timeouts = inst.failed, inst.timeouts
   T.dep_requests_per_op = T.arrivals > 0 and inst.requests / T.arrivals or 0
   T.success_ratio = T.arrivals > 0 and T.ok / T.arrivals or 0
+  if T.good then T.goodput = T.arrivals > 0 and T.good / T.arrivals or 0 end
   T.ok_p50_ms = quantile(okhist, T.ok, 0.5)
   T.ok_p99_ms = quantile(okhist, T.ok, 0.99)
+  if cfg.ok_quantile then T.ok_quantile_ms = quantile(okhist, T.ok, cfg.ok_quantile) end
   T.budget_capacity = budget_cap
   T.final_breaker = breaker and STATE_NAMES[breaker_state(breaker, now())] or nil
   T.final_budget = budget and budget_level(budget, now()) or nil

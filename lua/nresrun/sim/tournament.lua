@@ -11,7 +11,10 @@
 -- down (a phase with fail = 1), seconds from the end of the scenario's
 -- disruption to the policy's recovery, p50/p99 of successful calls, and
 -- in a capacity phase the load the dependency received against what it
--- can serve. The report is one Markdown file (a table per scenario, the
+-- can serve, and goodput: the calls that succeeded within the scenario's
+-- latency SLO (its slo, the tournament's, else measured: the p99 of calls
+-- with no policy while the dependency is healthy - nresrun.sim.slo_of),
+-- per arrival. The report is one Markdown file (a table per scenario, the
 -- targets) and one SVG per scenario (the first seed's per-second success
 -- and dependency requests).
 local simrun = require "nresrun.sim.run"
@@ -34,6 +37,10 @@ _M.targets = {
   overload_load = 1.10,         -- dep requests/s <= this x its capacity in a capacity phase
   capacity_margin = 0,          -- in a capacity phase: success >= none's
 }
+
+-- The presets for calls a person waits on: the report sets their success
+-- and goodput side by side (no target reads goodput yet).
+_M.interactive = { "http", "gateway" }
 
 -- ------------------------------------------------------------- scenario
 
@@ -93,6 +100,7 @@ function _M.measure(run, sc, info)
   local S, T = run.series, run.totals
   local m = {
     success = T.success_ratio,
+    goodput = T.goodput,
     req_per_op = T.dep_requests_per_op,
     p50_ms = T.ok_p50_ms, p99_ms = T.ok_p99_ms,
     identity_ok = T.identity_ok,
@@ -145,7 +153,8 @@ end
 -- (a function(msg)). Returns the document the report and check read.
 function _M.run(sim, opts)
   opts = opts or {}
-  local fresh = require("nresrun.sim").fresh
+  local simmod = require "nresrun.sim"
+  local fresh = simmod.fresh
   local seeds = opts.seeds or (opts.seed and { opts.seed }) or sim.spec.seeds
   local doc = { kind = "tournament", name = sim.spec.name or "tournament",
                 description = sim.spec.description, seeds = seeds, scenarios = {},
@@ -157,7 +166,8 @@ function _M.run(sim, opts)
   for _, sc in ipairs(sim.scenarios) do
     if not opts.scenarios or opts.scenarios[sc.name] then
       local info = shape(sc)
-      local entry = { name = sc.name, description = sc.description, duration = sc.duration,
+      local slo = simmod.slo_of(sc.slo or sim.spec.slo, sc, seeds[1], true)
+      local entry = { name = sc.name, description = sc.description, duration = sc.duration, slo = slo,
                       rate = sc.load.rate, info = info, label = require("nresrun.sim.dep").label(sc.dependency),
                       phases = sc.dependency.phases or {}, results = {}, series = {} }
       for _, e in ipairs(sim.policies) do
@@ -169,6 +179,7 @@ function _M.run(sim, opts)
               rate = sc.load.rate, arrivals = sc.load.arrivals or "poisson",
               duration_s = sc.duration, seed = seed,
               max_inflight = sc.max_inflight or 100000, grace_s = sc.grace or 120,
+              slo_s = slo.latency,
             }
             per_seed[i] = _M.measure(r, sc, info)
             per_seed[i].seed = seed
@@ -275,6 +286,91 @@ local COLORS = { none = "#7f7f7f", trivial = "#2ca02c", default = "#1f77b4", htt
 local EXTRA = { "#e377c2", "#17becf", "#bcbd22", "#d62728" }
 local function color(name, i) return COLORS[name] or EXTRA[(i - 1) % #EXTRA + 1] end
 
+-- The median of field `k` over the seeds (nil where a seed has none).
+local function median(list, k)
+  local v = {}
+  for _, m in ipairs(list) do
+    if m[k] == nil then return nil end
+    v[#v + 1] = m[k]
+  end
+  sort(v)
+  return v[floor((#v + 1) / 2)]
+end
+
+-- Rows of success / goodput (medians over the seeds, in %) per scenario,
+-- one column per policy in `cols`; at most `rows` scenarios (default all).
+local function matrix(w, doc, cols, rows)
+  w("| scenario | SLO ms | %s |", concat(cols, " | "))
+  w("|---|---|%s", string.rep("---|", #cols))
+  for i, sc in ipairs(doc.scenarios) do
+    if rows and i > rows then
+      w("(%d more scenarios in the report)", #doc.scenarios - rows)
+      break
+    end
+    local row = { sc.name, sc.slo and format("%.3g", sc.slo.latency * 1000) or "-" }
+    for _, pol in ipairs(cols) do
+      local list = sc.results[pol]
+      row[#row + 1] = list and format("%s / %s", pct(median(list, "success")), pct(median(list, "goodput"))) or "-"
+    end
+    w("| %s |", concat(row, " | "))
+  end
+end
+
+-- Success and goodput of the interactive presets (and none, default for
+-- reference) in every scenario.
+local function side_by_side(w, doc)
+  local cols, ran = {}, {}
+  for _, pol in ipairs(doc.policies) do ran[pol] = true end
+  for _, pol in ipairs { "none", "default", _M.interactive[1], _M.interactive[2] } do
+    if ran[pol] then cols[#cols + 1] = pol end
+  end
+  local any = false
+  for _, pol in ipairs(_M.interactive) do any = any or ran[pol] end
+  if not any then return end
+  w("## Interactive presets: success and goodput")
+  w("")
+  w("For calls a person waits on (%s), a success after the SLO's latency is often a failure. "
+    .. "Medians over the seeds, success / goodput in %%; the difference is the successes that came too late.",
+    concat(_M.interactive, ", "))
+  w("")
+  matrix(w, doc, cols)
+  w("")
+end
+
+_M.TERMINAL_LINES = 40
+
+-- What nresrun prints for a tournament, in at most TERMINAL_LINES lines:
+-- success / goodput of every policy in every scenario, the targets' misses
+-- (as many as fit), and the report's path (`md`), which has the rest.
+function _M.terminal(doc, misses, md)
+  local out = {}
+  local function w(fmt, ...) out[#out + 1] = select("#", ...) > 0 and format(fmt, ...) or fmt end
+  w("nresrun tournament: %s · %d policies × %d scenarios × %d seed%s · %.0f s of CPU", doc.name or "?",
+    #doc.policies, #doc.scenarios, #doc.seeds, #doc.seeds == 1 and "" or "s", doc.cpu_s or 0)
+  w("Success / goodput (calls that succeeded within the scenario's SLO) in %, medians over the seeds:")
+  w("")
+  -- Room for the heading (3), the table's head (2), the targets (3) and the path (2).
+  local rows = _M.TERMINAL_LINES - 10
+  matrix(w, doc, doc.policies, #doc.scenarios > rows and rows - 1 or nil)
+  w("")
+  if not misses then
+    -- no targets read
+  elseif #misses == 0 then
+    w("Targets: all met.")
+  else
+    local room = _M.TERMINAL_LINES - #out - 3
+    w("Targets: %d missed%s:", #misses, #misses > room and format(" (the first %d here)", math.max(0, room)) or "")
+    for i = 1, math.min(#misses, math.max(0, room)) do
+      local x = misses[i]
+      local function v(y) return type(y) == "number" and format("%.4g", y) or tostring(y) end
+      w("- %s / %s / seed %d: %s: got %s, want %s", x.scenario, x.policy, x.seed, x.target, v(x.got), v(x.want))
+    end
+  end
+  w("")
+  w("report: %s (and one .svg per scenario): every column, the ranges over the seeds, the targets.", md or "-")
+  return concat(out, "\n")
+end
+
 function _M.markdown(doc, opts)
   opts = opts or {}
   local out = {}
@@ -294,7 +390,8 @@ function _M.markdown(doc, opts)
     .. "end of the disruption to the end of the first second whose success is back to 95 % of the policy's "
     .. "level before it (1 s is the best a per-second series can show). p50/p99: latency of successful calls, "
     .. "retries and backoff included. Overload: dependency requests/s during the capacity phase against "
-    .. "its capacity (servers / mean service time) and the offered load.")
+    .. "its capacity (servers / mean service time) and the offered load. goodput: calls that succeeded "
+    .. "within the scenario's latency SLO per arrival (the SLO is named under each scenario).")
   w("")
   for _, sc in ipairs(doc.scenarios) do
     w("## %s", sc.name)
@@ -311,9 +408,13 @@ function _M.markdown(doc, opts)
       if p.capacity then what[#what + 1] = format("capacity ×%g", p.capacity) end
       w("Phase **%s** %g–%g s: %s.", p.name or "?", p.from, p.to, concat(what, ", "))
     end
+    if sc.slo then
+      w("SLO: %g %% of calls within %.3g ms%s.", sc.slo.quantile * 100, sc.slo.latency * 1000,
+        sc.slo.measured and format(" (measured: the p%g of calls with no policy, healthy)", sc.slo.quantile * 100) or "")
+    end
     w("")
     if opts.svg then w("![%s](%s)", sc.name, opts.svg(sc.name)) w("") end
-    local cols = { "policy", "success %", "dep req/op" }
+    local cols = { "policy", "success %", "goodput %", "dep req/op" }
     local info = sc.info
     if #info.down > 0 then cols[#cols + 1] = "dep req/op while down" end
     if info.recover_at then cols[#cols + 1] = "recovery s" end
@@ -328,7 +429,8 @@ function _M.markdown(doc, opts)
     for _, pol in ipairs(doc.policies) do
       local list = sc.results[pol]
       if list then
-        local row = { pol, spread(list, "success", pct), spread(list, "req_per_op", function(x) return format("%.2f", x) end) }
+        local row = { pol, spread(list, "success", pct), spread(list, "goodput", pct),
+                      spread(list, "req_per_op", function(x) return format("%.2f", x) end) }
         if #info.down > 0 then row[#row + 1] = spread(list, "down_req_per_op", function(x) return format("%.3f", x) end) end
         if info.recover_at then row[#row + 1] = spread(list, "recovery_s", function(x) return format("%g", x) end) end
         row[#row + 1] = spread(list, "p50_ms", function(x) return format("%.1f", x) end)
@@ -349,6 +451,7 @@ function _M.markdown(doc, opts)
     end
     w("")
   end
+  side_by_side(w, doc)
   if opts.misses then
     local t = opts.targets or _M.targets
     w("## Targets")
@@ -448,8 +551,7 @@ function _M.main(sim, path, opts)
   local misses = _M.check(doc)
   local md = _M.markdown(doc, { misses = misses, svg = function(n) return format("%s-%s.svg", stem, n) end })
   put(format("%s/%s.md", dir, stem), md .. "\n")
-  io.stdout:write(md, "\n")
-  print(format("report: %s/%s.md (and one .svg per scenario)", dir, stem))
+  io.stdout:write(_M.terminal(doc, misses, format("%s/%s.md", dir, stem)), "\n")
   for _, sc in ipairs(doc.scenarios) do
     for _, list in pairs(sc.results) do
       for _, m in ipairs(list) do

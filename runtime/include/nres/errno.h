@@ -29,5 +29,6 @@
   XX(EFULL,      -1009, "no capacity left")                                  \
   XX(EABI,       -1010, "ABI version mismatch")                              \
   XX(ETHROTTLED, -1011, "throttled locally")                                 \
+  XX(ECALLBACK,  -1012, "callback error")                                    \
 
 #endif /* NRES_ERRNO_H */

@@ -36,6 +36,40 @@ extern "C" {
 
 enum { NRES_GW_P2C = 0, NRES_GW_ROUND_ROBIN = 1 };
 
+/* A latency histogram in a shared table (Prometheus' histogram type):
+ * counts per bucket of NRES_GW_HIST_BUCKETS upper bounds (nres_gw_hist_bound;
+ * gateway figures, 1 ms to 30 s) and one over the last, and the sum, in
+ * the writing process's shard (nres_shard_set) so workers never write one
+ * line; nres_gw_hist_read sums them. Zeroed memory is an empty one. */
+#define NRES_GW_HIST_BUCKETS 14
+typedef struct nres_gw_hist_s {
+  struct {
+    NRES_ATOMIC(uint64_t) n[NRES_GW_HIST_BUCKETS + 1];
+    NRES_ATOMIC(uint64_t) sum;  /* ns */
+  } shard[NRES_SHARDS];
+} nres_gw_hist_t;
+
+/* What the control API (nres.ngx.control) changes, in a table's shared
+ * memory (its region file: every worker at once, kept across reloads):
+ * a scope's or a limiter's (one each) and each peer's (one per slot of
+ * the peers' table). Zeroed memory is "nothing changed". */
+#define NRES_GW_DRY_RUN 1u      /* decide as usual, count would_refuse, let
+                                   the request through */
+#define NRES_GW_DRAIN 2u        /* a peer's: no new tries (in-flight ones
+                                   finish) */
+#define NRES_GW_RATE_SET 4u     /* a limiter's: rate and burst below replace
+                                   the declared ones */
+enum { NRES_GW_WOULD_CIRCUIT = 0, NRES_GW_WOULD_RATE = 1, NRES_GW_WOULD_MAX = 4 };
+typedef struct nres_gw_control_s {
+  NRES_ATOMIC(uint32_t) flags;  /* NRES_GW_DRY_RUN | NRES_GW_DRAIN | ... */
+  uint32_t burst;               /* with NRES_GW_RATE_SET */
+  double rate;
+  nres_time_t interval, tolerance;   /* rate and burst as nres_ratelimit_t's */
+  NRES_ATOMIC(uint64_t) would_refuse[NRES_GW_WOULD_MAX];   /* dry-run's
+                                   refusals by reason (NRES_GW_WOULD_*) */
+  uint64_t reserved_[2];
+} nres_gw_control_t;
+
 /* What nres_gw_upstream_new copies (every pointer stays the caller's to
  * keep mapped: the regions outlive the upstream). */
 typedef struct nres_gw_config_s {
@@ -56,16 +90,27 @@ typedef struct nres_gw_config_s {
                                    ejection is ignored, 0..1 */
   int budget;                   /* the scope's table keeps a budget */
   int breaker;                  /* ... and a breaker */
+  nres_gw_hist_t *try_hists;    /* one per slot of the peers' table (as
+                                   estimators): each try's duration; or
+                                   NULL */
+  nres_gw_hist_t *request_hist; /* each request's duration (admission to
+                                   end), or NULL */
+  nres_gw_control_t *control;   /* the scope's (dry-run), or NULL */
+  nres_gw_control_t *peer_controls;   /* one per slot of the peers' table
+                                   (drain), or NULL */
 } nres_gw_config_t;
 
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker;      /* in the peers' table */
   nres_estimator_t *estimator;
   nres_shm_slot_t *counters;    /* its slot there (nres_shm_slot_record) */
+  nres_gw_hist_t *hist;         /* its tries' durations, or NULL */
+  nres_gw_control_t *control;   /* its drain flag, or NULL */
   uint32_t slot;
   uint32_t inflight;            /* this process's tries in flight */
   double cost;                  /* this process's view: p75 latency, ns */
   int state;                    /* breaker state at the last refresh */
+  int drained;                  /* NRES_GW_DRAIN at the last refresh */
   int windowed;                 /* its breaker counts calls in a window
                                    (the table's configuration, kept here
                                    so that a try's end reads no line of
@@ -94,6 +139,8 @@ struct nres_gw_upstream_s {
   int panicking;
   uint64_t overflow;            /* lookups refused: the scope was full */
   nres_rng_t rng;
+  nres_gw_hist_t *hist;         /* the requests' durations, or NULL */
+  nres_gw_control_t *control;   /* the scope's, or NULL */
   nres_gw_peer_t peer[];
 };
 
@@ -111,6 +158,7 @@ typedef struct nres_gw_request_s {
   int8_t cls;                   /* criticality, -1 until it is read */
   uint8_t reserved_[3];
   uint32_t tries, retries;
+  nres_time_t begun;            /* admission (or nres_gw_unadmitted) */
 } nres_gw_request_t;
 
 /* Admission refusals (nres_gw_admit): stop reasons (nres_stop_t), answered
@@ -143,12 +191,22 @@ NRES_EXTERN void nres_gw_registry_clear(void);
 /* Seed this process's random choices (a worker, once forked). */
 NRES_EXTERN void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
 /* sizeof nres_gw_upstream_t (which 0), nres_gw_peer_t (1),
- * nres_gw_request_t (2), nres_gw_limiter_t (3), for bindings that declare
- * them (0 otherwise). */
+ * nres_gw_request_t (2), nres_gw_limiter_t (3), nres_gw_hist_t (4),
+ * nres_gw_control_t (5), for bindings that declare or place them (0
+ * otherwise). */
 NRES_EXTERN size_t nres_gw_struct_size(int which);
 /* This process's view of the peers (breaker states, p75 latencies, panic)
  * brought up to now; nres_gw_pick does it when the view is 50 ms old. */
 NRES_EXTERN void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now);
+
+/* The upper bound of histogram bucket i in ns (0..NRES_GW_HIST_BUCKETS-1;
+ * UINT64_MAX past the last). */
+NRES_EXTERN uint64_t nres_gw_hist_bound(int i);
+/* h's counts summed over its shards: counts[i] observations in bucket i
+ * (not cumulative; counts[NRES_GW_HIST_BUCKETS] over the last bound), *sum
+ * their sum in ns; returns their number. */
+NRES_EXTERN uint64_t nres_gw_hist_read(const nres_gw_hist_t *h, uint64_t *counts,
+                                       uint64_t *sum);
 
 /* ------------------------------------------------------ client limiters */
 
@@ -163,6 +221,8 @@ struct nres_gw_limiter_s {
   nres_time_t hold;             /* a key's lease (ns) */
   uint64_t overflow;            /* this process's admissions with the
                                    table full (admitted unlimited) */
+  nres_gw_control_t *control;   /* in the table's memory (dry-run, rate),
+                                   or NULL */
 };
 
 /* A key (len bytes) for a shared table: the key itself when it fits a
@@ -188,6 +248,19 @@ NRES_EXTERN nres_gw_limiter_t *nres_gw_limiter_find(const char *name, size_t len
  * overflow): the limiter never fails closed. */
 NRES_EXTERN int nres_gw_limit(nres_gw_limiter_t *l, const char *key, size_t len,
                               nres_time_t now, nres_time_t *wait);
+
+/* ------------------------------------------------------- control */
+
+/* Set (on != 0) or clear flag (NRES_GW_*) in c, atomically. */
+NRES_EXTERN void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
+/* Count one refusal a dry-run let through (reason NRES_GW_WOULD_*); a
+ * NULL c is ignored. */
+NRES_EXTERN void nres_gw_control_count(nres_gw_control_t *c, int reason);
+/* A limiter's new rate (> 0, finite) and burst (>= 1) for every key: the
+ * keys held now are changed at once (table's slots), the others when
+ * next asked. NRES_EINVAL for a bad value (nothing changed). */
+NRES_EXTERN int nres_gw_control_rate(nres_gw_control_t *c, nres_shm_t *table, double rate,
+                                     uint32_t burst, nres_time_t now);
 
 /* ------------------------------------------------------- per request */
 

@@ -199,6 +199,38 @@ NRES_EXTERN const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
  * another). A NULL slot reads all 0. */
 NRES_EXTERN void nres_shm_slot_counts(const nres_shm_slot_t *slot,
                                       nres_shm_counts_t *out);
+
+/* ----------------------------------------------------- region files
+ *
+ * A table other programs attach to by path lives in a file (the nginx
+ * gateway's tables; nres.shm's `file`). Such a file is input: these are
+ * the checks it passes before it is mapped. Each returns 0, or a negative
+ * code with one line for a log in why[cap] (may be NULL) saying what was
+ * wrong. NRES_EINVAL: the file or directory is unfit (replace it or
+ * refuse); NRES_ESTATE: a system call failed; see each for the rest. */
+
+/* Is the open file fd fit to hold a region of `size` bytes: a regular
+ * file owned by this process's effective user, no group or other access,
+ * exactly size bytes long (fstat of fd: what is checked is what is
+ * mapped)? Call it again before touching a mapping after a pause (a file
+ * truncated in place faults every page past its new end). */
+NRES_EXTERN int nres_shm_file_check(int fd, uint64_t size, char *why,
+                                    size_t cap);
+/* Open an existing region file without following a symbolic link
+ * (O_NOFOLLOW) and check it (nres_shm_file_check): *fd, or -1.
+ * NRES_EAGAIN: there is no such file. */
+NRES_EXTERN int nres_shm_file_open(const char *path, uint64_t size, int *fd,
+                                   char *why, size_t cap);
+/* Create a new region file (O_EXCL, O_NOFOLLOW, mode 0600) of `size`
+ * bytes with its blocks reserved (posix_fallocate): *fd, or -1 and the
+ * file removed. NRES_EFULL: the filesystem has no room (or a quota). */
+NRES_EXTERN int nres_shm_file_create(const char *path, uint64_t size, int *fd,
+                                     char *why, size_t cap);
+/* Make `path` a private directory for region files: created 0700 if
+ * missing, then refused unless it is a directory (not a symbolic link)
+ * of this process's effective user with no group or other access.
+ * NRES_EAGAIN: it could not be created here (no permission, read-only). */
+NRES_EXTERN int nres_shm_dir_private(const char *path, char *why, size_t cap);
 /* sizeof(nres_shm_slot_t), for bindings that declare it themselves. */
 NRES_EXTERN size_t nres_shm_slot_size(void);
 

@@ -110,6 +110,13 @@ extern "C" {
 
 typedef struct nres_sync_s nres_sync_t;   /* the agent; opaque */
 
+#define NRES_SYNC_ERROR_MAX 320
+
+/* A line the agent says (an error reply, a refused reply, a lost
+ * connection, "synced again"), without a newline. Called on the agent's
+ * thread, with its lock held: keep it short, never call the agent. */
+typedef void (*nres_sync_log_cb)(void *arg, const char *line);
+
 typedef enum {
   NRES_SYNC_BUDGET = 1,
   NRES_SYNC_RATELIMIT = 2,
@@ -134,6 +141,35 @@ typedef struct nres_sync_config_s {
                                    host keeps without Redis, in (0, 1];
                                    0 = 1 / the hosts of the last sync */
   uint64_t seed;                /* reconnection jitter; 0 = from the clock */
+  const char *fleet;            /* the fleet's name, required (1..64 bytes,
+                                   no blanks, braces or colons): every key
+                                   is prefix:fleet:{scope}:kind, so two
+                                   fleets on one Redis never share a record */
+  const char *unix_path;        /* a unix socket instead of host:port */
+  const char *user;             /* ACL user (NULL: AUTH with the password
+                                   alone, as requirepass wants) */
+  const char *password;         /* NULL: no AUTH. Copied at nres_sync_new */
+  const char *password_file;    /* or read from this file's first line at
+                                   nres_sync_new (never from argv) */
+  int db;                       /* SELECT db after connecting; 0 = none */
+  double breaker_quorum;        /* the fleet opens a scope's breaker when
+                                   more than this share of the hosts that
+                                   saw the dependency lately (calls in their
+                                   window, or open) are open: 0.5 = a strict
+                                   majority (default); 0 = the first host
+                                   that opens, for every host. In [0, 1) */
+  nres_time_t probe_lease;      /* a prober's claim lapses this long after
+                                   its break ends unless it closes or opens
+                                   again (a wedged half-open host cannot
+                                   hold the fleet); 0 = the breaker's
+                                   break_for */
+  const char *sentinels;        /* "host:port,host:port,..." (at most 8):
+                                   find the primary through Redis Sentinel
+                                   (host and port are then unused) */
+  const char *master;           /* the Sentinel master's name */
+  nres_sync_log_cb log;         /* one line per change of error; NULL:
+                                   stderr, "nres-sync: " first */
+  void *log_arg;
 } nres_sync_config_t;
 
 /* Agent-wide figures. */
@@ -145,6 +181,9 @@ typedef struct nres_sync_info_s {
   uint64_t connects;            /* connections made */
   nres_time_t last_sync;        /* when the last good round ended; 0 never */
   nres_time_t next_connect;     /* while apart: when the next try is due */
+  uint64_t errors;              /* error replies and refused replies */
+  char error[NRES_SYNC_ERROR_MAX]; /* the last trouble said, "" after a
+                                   good round */
 } nres_sync_info_t;
 
 /* One entry's figures, as of its last round. */

@@ -36,6 +36,10 @@ void nres_backoff_init(nres_backoff_t *backoff) {
   backoff->throttled_base = 1 * NRES_SEC;
 }
 
+/* From here on a duration is what a negative number becomes when it is
+ * assigned to the unsigned nres_time_t (2^63 ns is 292 years). */
+#define WRAPPED ((nres_time_t) 1 << 63)
+
 const char *nres_backoff_error(const nres_backoff_t *backoff) {
   if (backoff == NULL)
     return "backoff: NULL";
@@ -53,8 +57,14 @@ const char *nres_backoff_error(const nres_backoff_t *backoff) {
     return "backoff.max: not a number or negative";
   if (backoff->throttled_base == NRES_TIME_INVALID)
     return "backoff.throttled_base: not a number or negative";
+  /* A negative base assigned to the unsigned field wraps to a huge one
+   * (-1 is NRES_TIME_NEVER): name base, the field that is wrong, rather
+   * than a max that is fine. */
   if (backoff->kind != NRES_BACKOFF_NONE && backoff->max < backoff->base)
-    return "backoff.max: below backoff.base";
+    return backoff->base >= WRAPPED
+               ? "backoff.base: above backoff.max (from 2^63 ns on: a "
+                 "negative number wraps to this)"
+               : "backoff.max: below backoff.base";
   if (backoff->kind == NRES_BACKOFF_DECORRELATED &&
       backoff->jitter != NRES_JITTER_NONE)
     return "backoff.jitter: must be NONE with the decorrelated kind";

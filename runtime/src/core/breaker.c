@@ -2,7 +2,8 @@
  *
  * CLOSED admits everything and watches outcomes: a run of `consecutive`
  * failures, or a failure (or slow-call) ratio over the sliding window once
- * it holds `min_calls` calls, trips it OPEN. OPEN refuses everything for a
+ * it holds `min_calls` calls, trips it OPEN (the success that brings the
+ * window to min_calls too, when the ratio is over then). OPEN refuses everything for a
  * break (break_for, doubling per reopening up to break_max, shortened at
  * random by up to break_jitter so that many breakers do not retry in step).
  * When the break is over the next caller turns it HALF_OPEN and becomes a
@@ -22,10 +23,22 @@
  *               through every other transition. A probe permit is
  *               generation + 1 (never 0), so a permit from an earlier
  *               half-open period is recognised as stale and ignored.
- *   bits 26-63  open-until, in ms, modulo 2^38. Compared with wrapping
+ *   bits 26-63  CLOSED: bit 26 is NRES__BREAKER_RATIO_DUE (breaker.h),
+ *               the rest 0; OPEN: open-until; HALF_OPEN: lease-until, the moment the
+ *               probe permits out lapse (config.lease after the latest was
+ *               taken). In ms, modulo 2^38. Compared with wrapping
  *               arithmetic (a break is far shorter than 2^37 ms, 4.3 years),
  *               so any epoch works: nanoseconds since boot or since 1970
  *               (ngx.now) alike. It is rounded up, never admitting early.
+ *
+ * Every probe permit has a lease (docs/leases.md). A holder that dies,
+ * hangs or never reports does not keep the breaker half-open: once all
+ * `probes` permits are out and lease-until has passed, the next caller
+ * takes their place in one CAS (the probe count goes back to one, its own)
+ * and leases_expired counts the lapsed ones. The generation stays, so a
+ * lapsed probe that reports late is still heard: its outcome is news of
+ * the dependency. No thread watches the clock; the reclaim happens in
+ * acquire, off the closed hot path.
  *
  * The hot path, acquire while CLOSED, is one relaxed load and no write.
  * Counters (current failure run, break level, trips, refusals) and the
@@ -84,14 +97,32 @@ static nres_time_t break_duration(const nres_breaker_config_t *config,
   return d;
 }
 
+/* ns to the ms the word keeps, rounded up. */
+static uint64_t ms_up(nres_time_t t) {
+  return t / NRES_MSEC + (t % NRES_MSEC != 0);
+}
+
 /* The OPEN word for a break of d from now: open-until rounded up to the
  * ms, so the breaker never admits a moment early. */
 static uint64_t open_word(uint32_t gen, nres_time_t now, nres_time_t d) {
-  nres_time_t end;
+  return pack(NRES_BREAKER_OPEN, gen, ms_up(nres_time_add(now, d)));
+}
 
-  end = nres_time_add(now, d);
-  return pack(NRES_BREAKER_OPEN, gen,
-              end / NRES_MSEC + (end % NRES_MSEC != 0));
+/* A probe permit's lease (config.lease, or break_for when 0), capped like
+ * a break so that lease-until reads "later" on the ms ring. */
+static nres_time_t lease_of(const nres_breaker_config_t *config) {
+  nres_time_t d = config->lease != 0 ? config->lease : config->break_for;
+  return d > BREAK_LIMIT ? BREAK_LIMIT : d;
+}
+
+/* The HALF_OPEN word of generation gen with `probes` permits out and
+ * `successes` so far, whose permits lapse a lease after now. */
+static uint64_t half_open_word(const nres_breaker_config_t *config,
+                               uint32_t gen, uint32_t probes,
+                               uint32_t successes, nres_time_t now) {
+  return pack(NRES_BREAKER_HALF_OPEN, gen,
+              ms_up(nres_time_add(now, lease_of(config)))) +
+         probes * PROBE_ONE + successes * SUCCESS_ONE;
 }
 
 /* Enter OPEN from exactly the word `w`; 0 if the word has changed (the
@@ -148,6 +179,7 @@ void nres_breaker_config_init(nres_breaker_config_t *config) {
   config->break_for = 15 * NRES_SEC;
   config->break_max = 120 * NRES_SEC;
   config->break_jitter = 0.1;
+  config->lease = 0;
 }
 
 const char *nres_breaker_config_error(const nres_breaker_config_t *config) {
@@ -172,6 +204,10 @@ const char *nres_breaker_config_error(const nres_breaker_config_t *config) {
     return "breaker.break_max: below breaker.break_for";
   if (!(config->break_jitter >= 0 && config->break_jitter < 1))
     return "breaker.break_jitter: must be in [0, 1)";
+  if (config->lease == NRES_TIME_INVALID)
+    return "breaker.lease: not a number or negative";
+  if (config->lease > config->break_for)
+    return "breaker.lease: above breaker.break_for";
   if (config->window == NRES_TIME_INVALID)
     return "breaker.window: not a number or negative";
   if (config->window == 0)
@@ -196,19 +232,24 @@ int nres_breaker_init(nres_breaker_t *breaker,
   nres__store(&breaker->level, 0);
   nres__store(&breaker->trips, 0);
   nres__store(&breaker->rejected, 0);
+  nres__store(&breaker->leases_expired, 0);
   return 0;
 }
 
 int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now,
                          uint32_t *permit) {
+  const nres_breaker_config_t *c;
   uint64_t w;
   uint64_t n;
+  uint32_t lapsed;
 
   if (breaker == NULL || permit == NULL)
     return NRES_EINVAL;
 
+  c = &breaker->config;
   w = nres__load(&breaker->word);
   for (;;) {
+    lapsed = 0;
     switch (STATE(w)) {
       case NRES_BREAKER_CLOSED:
         *permit = 0;
@@ -217,17 +258,25 @@ int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now,
         if (!time_up(w, now))
           goto refuse;
         /* First caller after the break: a new generation, one probe. */
-        n = pack(NRES_BREAKER_HALF_OPEN, GEN(w) + 1, UNTIL(w)) + PROBE_ONE;
+        n = half_open_word(c, GEN(w) + 1, 1, 0, now);
         break;
       case NRES_BREAKER_HALF_OPEN:
-        if (PROBES(w) >= breaker->config.probes)
-          goto refuse;
-        n = w + PROBE_ONE;
+        if (PROBES(w) >= c->probes) {
+          if (!time_up(w, now))
+            goto refuse;
+          /* Every permit out has lapsed: this caller takes their place. */
+          lapsed = PROBES(w);
+          n = half_open_word(c, GEN(w), 1, SUCCESSES(w), now);
+        } else {
+          n = half_open_word(c, GEN(w), PROBES(w) + 1, SUCCESSES(w), now);
+        }
         break;
       default:
         goto refuse;
     }
     if (nres__cas(&breaker->word, &w, n)) {
+      if (lapsed != 0)
+        nres__add(&breaker->leases_expired, lapsed);
       *permit = GEN(n) + 1;
       return 0;
     }
@@ -239,19 +288,46 @@ refuse:
   return NRES_ECIRCUIT;
 }
 
-/* Did the window's ratios cross a threshold? */
-static int ratio_tripped(nres_breaker_t *breaker, nres_time_t now) {
+/* Set (due != 0) or clear NRES__BREAKER_RATIO_DUE in a CLOSED word. */
+static void ratio_due(nres_breaker_t *breaker, int due) {
+  uint64_t w = nres__load(&breaker->word);
+
+  while (STATE(w) == NRES_BREAKER_CLOSED &&
+         ((w & NRES__BREAKER_RATIO_DUE) != 0) != (due != 0))
+    if (nres__cas(&breaker->word, &w, w ^ NRES__BREAKER_RATIO_DUE))
+      return;
+}
+
+/* Are failures (or slow calls) over their ratio of these calls? */
+static int over(const nres_breaker_config_t *c, uint32_t calls,
+                uint32_t failures, uint32_t slow) {
+  return (c->failure_ratio > 0 &&
+          (double) failures >= c->failure_ratio * calls) ||
+         (c->slow_ratio > 0 && (double) slow >= c->slow_ratio * calls);
+}
+
+/* Did the window's ratios cross a threshold? With fewer than min_calls
+ * calls, no; but if the failures (or slow calls) already there would be
+ * over the ratio of min_calls, the success that brings the window to
+ * min_calls must trip it, as resilience4j's does: the word says so
+ * (NRES__BREAKER_RATIO_DUE), and successes take the long way, here,
+ * until the window holds min_calls or those failures have left it. */
+static int ratio_tripped(nres_breaker_t *breaker, nres_time_t now,
+                         uint64_t w) {
   const nres_breaker_config_t *c = &breaker->config;
   uint32_t calls, failures, slow;
+  int due;
 
   nres_window_sum(&breaker->window, now, &calls, &failures, &slow);
-  if (calls == 0 || calls < c->min_calls)
+  if (calls < c->min_calls || calls == 0) {
+    due = c->min_calls > 0 && over(c, c->min_calls, failures, slow);
+    if (due != ((w & NRES__BREAKER_RATIO_DUE) != 0))
+      ratio_due(breaker, due);
     return 0;
-  if (c->failure_ratio > 0 && (double) failures >= c->failure_ratio * calls)
-    return 1;
-  if (c->slow_ratio > 0 && (double) slow >= c->slow_ratio * calls)
-    return 1;
-  return 0;
+  }
+  if (w & NRES__BREAKER_RATIO_DUE)
+    ratio_due(breaker, 0);
+  return over(c, calls, failures, slow);
 }
 
 /* A probe's outcome. A slow probe is a failed one when slowness can trip
@@ -307,14 +383,14 @@ static int record_closed(nres_breaker_t *breaker, nres_time_t now,
       nres__store(&breaker->consecutive, 0);
     if (ratios)
       nres_window_add(&breaker->window, now, 0, slow);
-    if (slow && c->slow_ratio > 0)
-      trip = ratio_tripped(breaker, now);
+    if ((slow && c->slow_ratio > 0) || (w & NRES__BREAKER_RATIO_DUE))
+      trip = ratio_tripped(breaker, now, w);
   } else {
     run = nres__add(&breaker->consecutive, 1) + 1;
     if (ratios)
       nres_window_add(&breaker->window, now, 1, slow);
     trip = (c->consecutive > 0 && run >= c->consecutive) ||
-           (ratios && ratio_tripped(breaker, now));
+           (ratios && ratio_tripped(breaker, now, w));
   }
   if (!trip)
     return -1;
@@ -422,6 +498,7 @@ void nres_breaker_stats(const nres_breaker_t *breaker,
   out->reserved_ = 0;
   out->trips = nres__load(&b->trips);
   out->rejected = nres__load(&b->rejected);
+  out->leases_expired = nres__load(&b->leases_expired);
 }
 
 /* For the fleet sync agent (nres/sync.h): read, impose and lift a break

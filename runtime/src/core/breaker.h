@@ -8,6 +8,14 @@
 #include "core/window.h"
 
 #define NRES__BREAKER_STATE(w) ((unsigned) ((w) & 3))
+/* A CLOSED word's bit 26 (open-until's lowest, unused while closed): the
+ * window holds too few calls for the ratios yet, but enough failures (or
+ * slow calls) that the success bringing it to min_calls trips the
+ * breaker. While it is set successes take the long way, which checks. */
+#define NRES__BREAKER_RATIO_DUE (1ull << 26)
+/* A word is "plainly closed" (a success needs no check) when these bits
+ * are all 0: one test, as cheap as the state's alone. */
+#define NRES__BREAKER_PLAIN(w) (((w) & (3 | NRES__BREAKER_RATIO_DUE)) == 0)
 
 /* Every outcome but the inline common case of nres__breaker_record. */
 int nres__breaker_record_other(nres_breaker_t *breaker, nres_time_t now,
@@ -45,13 +53,16 @@ static inline int nres__breaker_windowed(const nres_breaker_t *breaker) {
  * the call ran (old news); else clear the failure run if there is one and
  * add a call to the window if windowed (nres__breaker_windowed's answer).
  * 1 when done, 0 when the window's add must take its slow path
- * (nres__window_add_slow, the call not added yet). Calls nothing. k is the
+ * (nres__window_add_slow, the call not added yet), -1 when the success
+ * may trip the breaker (NRES__BREAKER_RATIO_DUE: nothing done,
+ * nres__breaker_record_other must take it). Calls nothing. k is the
  * calling thread's nres__shard_if_taken. */
 static inline int nres__breaker_try_success(nres_breaker_t *breaker,
                                             unsigned k, nres_time_t now,
                                             int windowed) {
-  if (NRES__BREAKER_STATE(nres__load(&breaker->word)) != NRES_BREAKER_CLOSED)
-    return 1;
+  uint64_t w = nres__load(&breaker->word);
+  if (!NRES__BREAKER_PLAIN(w))
+    return NRES__BREAKER_STATE(w) == NRES_BREAKER_CLOSED ? -1 : 1;
   if (nres__load(&breaker->consecutive) != 0)
     nres__store(&breaker->consecutive, 0);
   return !windowed ||
@@ -59,7 +70,7 @@ static inline int nres__breaker_try_success(nres_breaker_t *breaker,
 }
 
 /* The common case of nres_breaker_record, inline: a success while closed
- * that cannot trip (only failures and slow calls check the ratios),
+ * that cannot trip (NRES__BREAKER_RATIO_DUE clear),
  * nres__breaker_try_success's. 1 when it took the outcome
  * (nres_breaker_record's answer is then -1), 0 when
  * nres__breaker_record_other must. Apart so that a caller prepares the
@@ -71,10 +82,11 @@ static inline int nres__breaker_record_common(nres_breaker_t *breaker,
   if (__builtin_expect(permit == 0 && outcome == NRES_BREAKER_SUCCESS &&
                            !slow,
                        1)) {
-    if (!nres__breaker_try_success(breaker, k, now, windowed))
+    int done = nres__breaker_try_success(breaker, k, now, windowed);
+    if (__builtin_expect(done == 0, 0))
       nres__window_add_slow(&breaker->window, now / breaker->window.width,
                             NRES__WINDOW_CALL);
-    return 1;
+    return done >= 0;
   }
   return 0;
 }

@@ -46,6 +46,7 @@ int nres_stop_error(int stop) {
     case NRES_STOP_CANCELED: return NRES_ECANCELED;
     case NRES_STOP_DRAINING: return NRES_EDRAINING;
     case NRES_STOP_THROTTLED: return NRES_ETHROTTLED;
+    case NRES_STOP_CALLBACK: return NRES_ECALLBACK;
   }
   /* NONE: the call has not ended, or nres_call_begin refused it as misuse
    * (an unbuilt policy), which nres_run reports as NRES_EINVAL too. */

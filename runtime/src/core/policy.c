@@ -226,6 +226,19 @@ void nres_policy_drain(nres_policy_t *policy, int on) {
   atomic_store_explicit(&policy->draining, on ? 1u : 0u, memory_order_release);
 }
 
+int nres_policy_isolate(nres_policy_t *policy, int on) {
+  if (policy == NULL || policy->breaker == NULL)
+    return NRES_EINVAL;
+  if (on) {
+    nres_breaker_isolate(policy->breaker);
+    nres__add(&policy->n_isolations, 1);
+  } else {
+    nres_breaker_reset(policy->breaker);
+    nres__add(&policy->n_resets, 1);
+  }
+  return 0;
+}
+
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
   nres_policy_t *p = (nres_policy_t *) policy;   /* loads only */
   uint64_t ok = 0;
@@ -257,6 +270,8 @@ void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out) {
   out->hedges_won = nres__load(&p->n_hedges_won);
   for (i = 0; i < NRES_CLASS_COUNT; i++)
     out->class_rejects[i] = nres__load(&p->n_class_rejects[i]);
+  out->isolations = nres__load(&p->n_isolations);
+  out->resets = nres__load(&p->n_resets);
 }
 
 void nres_policy_counters_reset(nres_policy_t *policy) {
@@ -280,6 +295,8 @@ void nres_policy_counters_reset(nres_policy_t *policy) {
   }
   for (i = 0; i < NRES_CLASS_COUNT; i++)
     nres__store(&policy->n_class_rejects[i], 0);
+  nres__store(&policy->n_isolations, 0);
+  nres__store(&policy->n_resets, 0);
 }
 
 const char *nres_class_name(int cls) {

@@ -69,8 +69,10 @@
 /* Bumped whenever the header, the index or nres_shm_slot_t changes shape,
  * or what a region file holds after the table (a gateway's peers'
  * estimators, nres_estimator_t: 7 when its shards' entries went from 16
- * to 24): a region laid out by another build is refused, not misread. */
-#define SHM_VERSION 7u
+ * to 24; 8 when nres_shm_slot_t.stops grew by NRES_STOP_CALLBACK; 9 when
+ * the breaker took a lease and leases_expired): a region laid out by
+ * another build is refused, not misread. */
+#define SHM_VERSION 9u
 #define KEY_WORDS (NRES_SHM_KEY_MAX / 8)
 #define ALIGN 64
 

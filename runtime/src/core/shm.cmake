@@ -4,9 +4,11 @@
 # real nginx (spec/nginx/run.sh, balancer mode: spec/nginx/balancer.sh). The last ones load libnres into LuaJIT, so
 # they are registered only in builds without sanitizers (LuaJIT and nginx
 # would need their runtimes preloaded).
-target_sources(nres_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm.c)
+target_sources(nres_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm.c
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm_file.c)
 
 nres_add_c_test(shm 120 core,threads)
+nres_add_c_test(shm_file 20 core)
 # test_shm kills processes at each step of the claim protocol: it builds
 # its own shm.c with the step hooks (its definitions take precedence over
 # the archive's shm.o, which is then not linked in).
@@ -34,6 +36,14 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   add_test(NAME nginx_balancer
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/balancer.sh $<TARGET_FILE:nres>)
   set_tests_properties(nginx_balancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  # The operator's side (spec/nginx/ops.sh): scrapes from binary client
+  # keys (promtool), latency histograms, transitions in error.log, the
+  # control API, the status page in headless Chromium (its screenshot in
+  # the build tree's ops/ directory).
+  add_test(NAME nginx_ops
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/ops.sh $<TARGET_FILE:nres>)
+  set_tests_properties(nginx_ops PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON
+                       ENVIRONMENT "NRES_OPS_OUT=${CMAKE_BINARY_DIR}/ops")
   # Hedging in the cosocket mode, against nres-depserver (300 calls a scope).
   add_test(NAME nginx_hedge
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/hedge.sh $<TARGET_FILE:nres> 300)

@@ -1057,8 +1057,18 @@ static void on_stdin(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     nres_depserver_stop(s->data);   /* EOF: whoever started us is gone */
 }
 
+/* The help text is also nres-depserver(1): cmake/manpage.cmake makes the
+ * manual page from `nres-depserver --help` at build time. */
 static const char usage[] =
   "usage: nres-depserver [options]\n"
+  "       nresrun serve [options]\n"
+  "\n"
+  "nres-depserver is the HTTP dependency that nresrun's http cells call: a\n"
+  "server on 127.0.0.1 whose endpoints echo, fail, stall, throttle or go\n"
+  "down on request. Its memory is bounded (a fixed connection table, header\n"
+  "limits); garbage gets 400, 413, 414 or 431 and a close.\n"
+  "\n"
+  "Options:\n"
   "  --port N          listen on 127.0.0.1:N (0: pick one; default 0)\n"
   "  --flaky-every N   /flaky answers 503 on every Nth request (default 4)\n"
   "  --max-conns N     open connections at most (default 256)\n"
@@ -1072,7 +1082,11 @@ static const char usage[] =
   "  --head-max N      request head bytes at most (default 8192)\n"
   "  --seed N          seed of /slow's random latencies\n"
   "  --no-stdin        do not stop when stdin closes\n"
-  "Prints \"port N\" on stdout; stops when stdin closes, or on SIGTERM.\n"
+  "  --help            print this help and exit\n"
+  "\n"
+  "It prints \"port N\" on stdout once it listens, and stops when its\n"
+  "standard input closes (unless --no-stdin), or on SIGTERM or SIGINT.\n"
+  "\n"
   "Endpoints (any method):\n"
   "  /echo                    200 \"ok\"\n"
   "  /flaky?n=N               503 on every Nth request (one counter)\n"
@@ -1085,7 +1099,12 @@ static const char usage[] =
   "  /truncate                promises 100 bytes, sends 10, resets\n"
   "  /status?code=N           answers status N (200..999), empty body\n"
   "  /stats                   counters as JSON (not counted)\n"
-  "  /reset                   zero the counters, end an outage (not counted)\n";
+  "  /reset                   zero the counters, end an outage (not counted)\n"
+  "\n"
+  "Exit status:\n"
+  "  0                 stopped: standard input closed, or a signal\n"
+  "  1                 it could not listen on the port\n"
+  "  2                 a usage error, naming the option\n";
 
 static int parse_u(const char *opt, const char *s, unsigned long lo,
                    unsigned long hi, unsigned long long *out) {

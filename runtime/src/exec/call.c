@@ -236,7 +236,7 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
     release_all(call, now, stop);
   mark_done(call, stop);
   if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
-      stop != NRES_STOP_CANCELED) {
+      stop != NRES_STOP_CANCELED && stop != NRES_STOP_CALLBACK) {
     mark_fallback(call);
     a.fallback = 1;
   }
@@ -443,10 +443,15 @@ static int pass_limits(nres_call_t *call, nres_time_t now, int hedge,
       rate_refuses(call, now, &retry_after)) {
     if (hedge)
       return *refusal = skip(call, skipped), 0;
-    if (retry_after <= p->limit_wait &&
-        nres_time_add(now, retry_after) < call->deadline)
-      return *refusal = wait_until(call, NRES__PHASE_ADMIT,
-                                   nres_time_add(now, retry_after)), 0;
+    /* limit_wait is the whole wait of one admission, however many times
+     * the call loses the token it waited for to another: its first
+     * refusal sets the end (in queue_end, unused until a queue place is
+     * taken, which only happens once the limiter has admitted). */
+    if (call->phase != NRES__PHASE_ADMIT)
+      call->queue_end = nres_time_add(now, p->limit_wait);
+    wake = nres_time_add(now, retry_after);
+    if (wake <= call->queue_end && wake < call->deadline)
+      return *refusal = wait_until(call, NRES__PHASE_ADMIT, wake), 0;
     return *refusal = reject(call, now, NRES_REJECT_RATE, NRES_STOP_LIMITED), 0;
   }
 
@@ -638,9 +643,8 @@ static NRES__HOT int begin_first(nres_call_t *call, nres_policy_t *policy,
                            atomic_load_explicit(&policy->draining,
                                                 memory_order_acquire) ||
                            (policy->breaker != NULL &&
-                            NRES__BREAKER_STATE(nres__load(
-                                &policy->breaker->word)) !=
-                                NRES_BREAKER_CLOSED) ||
+                            !NRES__BREAKER_PLAIN(nres__load(
+                                &policy->breaker->word))) ||
                            (policy->throttle != NULL &&
                             nres__throttle_due(policy->throttle, now)) ||
                            (leaf && (flags & NRES__F_CEILING) &&
@@ -848,8 +852,8 @@ static NRES__HOT int short_record_try(nres_policy_t *p, unsigned k,
       !nres__estimator_try_record_in(p->estimator, k, now, latency))
     return SHORT_ESTIMATOR;
   if (from <= SHORT_BREAKER && p->breaker != NULL &&
-      !nres__breaker_try_success(p->breaker, k, now,
-                                 p->private_flags & NRES__F_BREAKER_WINDOW))
+      nres__breaker_try_success(p->breaker, k, now,
+                                p->private_flags & NRES__F_BREAKER_WINDOW) <= 0)
     return SHORT_BREAKER;
   if (from <= SHORT_THROTTLE && p->throttle != NULL &&
       !nres__throttle_try_accepted(p->throttle, k, now))
@@ -859,15 +863,24 @@ static NRES__HOT int short_record_try(nres_policy_t *p, unsigned k,
 
 /* The short way's adds from stage `stage` on, whose add needs its slow
  * path: that add, then the later stages. */
-static NRES__COLD void short_record_from(nres_policy_t *p, unsigned k,
+static NRES__COLD void short_record_from(nres_call_t *call, unsigned slot,
+                                         nres_policy_t *p, unsigned k,
                                          nres_time_t now, nres_time_t latency,
                                          int stage) {
+  nres_rng_t rng;
+  int entered;
+
   while (stage != 0) {
     switch (stage) {
       case SHORT_BREAKER:
-        nres__window_add_slow(&p->breaker->window,
-                              now / p->breaker->window.width,
-                              NRES__WINDOW_CALL);
+        /* the window's slow add, or a success that may trip the breaker
+         * (NRES__BREAKER_RATIO_DUE): the long way takes either */
+        entered = nres__breaker_record_other(p->breaker, now, 0,
+                                             NRES_BREAKER_SUCCESS, 0,
+                                             breaker_rng(call, now, &rng));
+        if (entered >= 0)
+          EMIT(p, call, NRES_EV_BREAKER, entered, call->slot[slot].number,
+               now, 0);
         break;
       case SHORT_THROTTLE:
         nres__window_add_slow(&p->throttle->window,
@@ -912,7 +925,7 @@ static NRES__HOT void record(nres_call_t *call, unsigned slot,
     nres_time_t latency = nres_time_sub(now, call->slot[slot].start);
     int stage = short_record_try(p, k, now, latency, SHORT_ESTIMATOR);
     if (__builtin_expect(stage != 0, 0))
-      short_record_from(p, k, now, latency, stage);
+      short_record_from(call, slot, p, k, now, latency, stage);
     return;
   }
   record_any(call, slot, now, v);
@@ -1042,7 +1055,7 @@ NRES__HOT int nres__call_report_ok(nres_call_t *call, nres_time_t now) {
 
 NRES__COLD void nres__call_record_from(nres_call_t *call, nres_time_t now,
                                        int stage) {
-  short_record_from(call->policy, nres__shard_if_taken(), now,
+  short_record_from(call, 0, call->policy, nres__shard_if_taken(), now,
                     nres_time_sub(now, call->slot[0].start), stage);
 }
 
@@ -1092,6 +1105,12 @@ nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
   if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
   return done(call, now, NRES_STOP_CANCELED);
+}
+
+nres_action_t nres_call_abort(nres_call_t *call, nres_time_t now) {
+  if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
+    return pending(call);
+  return done(call, now, NRES_STOP_CALLBACK);
 }
 
 nres_time_t nres_call_remaining(const nres_call_t *call, nres_time_t now) {

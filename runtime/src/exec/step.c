@@ -246,6 +246,29 @@ int nres_step_cancel(nres_call_t *call, double now, nres_step_t *out) {
   return fill(out, call, nres_call_cancel(call, from_ns(now)));
 }
 
+int nres_step_abort(nres_call_t *call, double now, nres_step_t *out) {
+  return fill(out, call, nres_call_abort(call, from_ns(now)));
+}
+
+int nres_step_log(const nres_call_t *call, double *out) {
+  unsigned n = call->attempts < NRES_LOG_CAP ? call->attempts : NRES_LOG_CAP;
+  unsigned first = call->attempts - n;
+
+  out[0] = n;
+  out[1] = call->last.flags;
+  for (unsigned k = 0; k < n; k++) {
+    const nres_attempt_rec_t *rec = &call->log[(first + k) % NRES_LOG_CAP];
+    double *e = out + 2 + k * NRES_STEP_LOG_FIELDS;
+    e[0] = rec->number;
+    e[1] = rec->hedge;
+    e[2] = rec->kind;
+    e[3] = rec->flags;
+    e[4] = (double) rec->start;
+    e[5] = (double) rec->end;
+  }
+  return (int) n;
+}
+
 double nres_step_now(void) {
   return (double) nres_clock_now();
 }

@@ -8,7 +8,8 @@
  * Panic: when fewer than `panic` of the peers are closed, ejection is
  * ignored (Envoy's panic threshold), and when nobody is admitted the
  * cheapest peer is taken unasked: the gateway never makes a total outage
- * of its own. This process's view of the peers (closed or not, latency)
+ * of its own. A peer the control API drains gets no new try, in panic
+ * too. This process's view of the peers (closed or not, drained, latency)
  * is at most REFRESH old.
  */
 #include <math.h>
@@ -24,12 +25,15 @@
  * estimator's windows the last estimate fades (halved about every 1.7 s),
  * so an avoided slow peer is tried again, not flooded. */
 void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now) {
-  uint32_t healthy = 0;
+  uint32_t healthy = 0, drained = 0;
   u->checked = now;
   for (uint32_t i = 0; i < u->n; i++) {
     nres_gw_peer_t *p = &u->peer[i];
     p->state = nres_breaker_state(p->breaker, now);
-    if (p->state == NRES_BREAKER_CLOSED)
+    p->drained = p->control != NULL && (nres__load(&p->control->flags) & NRES_GW_DRAIN);
+    if (p->drained)
+      drained++;
+    else if (p->state == NRES_BREAKER_CLOSED)
       healthy++;
     if (u->n > 1) {   /* one peer: no choice to make, no estimate to read */
       uint64_t samples = 0;
@@ -37,7 +41,7 @@ void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now) {
       p->cost = samples > 0 ? (double)q : p->cost * 0.98;
     }
   }
-  u->panicking = healthy < u->panic * u->n;
+  u->panicking = healthy < u->panic * (u->n - drained);
 }
 
 /* Latency x sqrt(in-flight + 1): the in-flight count still spreads a
@@ -53,8 +57,15 @@ static double score(const nres_gw_upstream_t *u, int i) {
 /* Admit peer i: 1 with its permit (none in panic), 0 if it is ejected. */
 static int admit(nres_gw_upstream_t *u, int i, nres_time_t now, uint32_t *permit,
                  int *has_permit) {
+  if (u->peer[i].drained)   /* the control API's drain: no new tries */
+    return 0;
   if (u->panicking) {
-    *has_permit = 0;
+    /* Ejection is ignored, but a peer whose break is over still takes
+     * its probe when one is free: tries without a permit are not
+     * recorded, so without probes no peer would ever close and the pool
+     * would stay in panic with every peer healthy (the chaos soak). */
+    *has_permit = u->peer[i].state != NRES_BREAKER_CLOSED &&
+                  nres__breaker_acquire(u->peer[i].breaker, now, permit) == 0;
     return 1;
   }
   if (nres__breaker_acquire(u->peer[i].breaker, now, permit) != 0)
@@ -94,6 +105,13 @@ int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *pe
       a = b;
       b = t;
     }
+    /* A peer whose break is over is probed before the cheaper one: its
+     * cost dates from before its ejection (a peer that hung scores
+     * seconds), so by score alone it could go unpicked, and half-open,
+     * for as long as that estimate takes to fade. */
+    if (u->peer[b].state != NRES_BREAKER_CLOSED && admit(u, b, now, permit, has_permit) &&
+        *has_permit)
+      return b;
     if (admit(u, a, now, permit, has_permit))
       return a;
     if (b != a && admit(u, b, now, permit, has_permit))
@@ -111,12 +129,12 @@ int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *pe
    * else the cheapest peer, unasked. */
   if (avoid >= 0 && admit(u, avoid, now, permit, has_permit))
     return avoid;
-  int best = 0;
-  for (int i = 1; i < n; i++)
-    if (score(u, i) < score(u, best))
+  int best = -1;
+  for (int i = 0; i < n; i++)
+    if (i != avoid && !u->peer[i].drained && (best < 0 || score(u, i) < score(u, best)))
       best = i;
-  if (best == avoid)
-    best = (best + 1) % n;
+  if (best < 0)   /* every other peer drained: `avoid`, else the first */
+    best = avoid >= 0 && !u->peer[avoid].drained ? avoid : 0;
   *has_permit = 0;
   return best;
 }

@@ -57,6 +57,8 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
   u->budget = cfg->budget != 0;
   u->breaker = cfg->breaker != 0;
   u->windowed = windowed(cfg->scope);
+  u->hist = cfg->request_hist;
+  u->control = cfg->control;
   u->sidx = -1;
   u->checked = 0;
   u->lookup_at = 0;
@@ -72,6 +74,8 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
     p->breaker = &slot->breaker;
     p->counters = slot;
     p->estimator = cfg->estimators + cfg->peer_slots[i];
+    p->hist = cfg->try_hists != NULL ? cfg->try_hists + cfg->peer_slots[i] : NULL;
+    p->control = cfg->peer_controls != NULL ? cfg->peer_controls + cfg->peer_slots[i] : NULL;
     p->windowed = windowed(cfg->peers);
     strcpy(p->name, cfg->peer_names[i]);
   }
@@ -138,6 +142,8 @@ size_t nres_gw_struct_size(int which) {
   case 1: return sizeof(nres_gw_peer_t);
   case 2: return sizeof(nres_gw_request_t);
   case 3: return sizeof(nres_gw_limiter_t);
+  case 4: return sizeof(nres_gw_hist_t);
+  case 5: return sizeof(nres_gw_control_t);
   default: return 0;
   }
 }

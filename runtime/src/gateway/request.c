@@ -16,6 +16,7 @@
 #include "core/breaker.h"
 #include "core/estimator.h"
 #include "core/shm_count.h"
+#include "gateway/hist.h"
 #include "internal.h"
 
 #define LOOKUP_EVERY 1000000000u   /* ns between lookups of the key's slot */
@@ -46,12 +47,13 @@ static void breaker_record(nres_breaker_t *b, unsigned k, nres_time_t now, uint3
     nres__breaker_record_other(b, now, permit, failed, 0, rng);
 }
 
-static void reset(nres_gw_request_t *r, nres_time_t deadline) {
-  *r = (nres_gw_request_t){ .deadline = deadline, .idx = -1, .peer = -1, .cls = -1 };
+static void reset(nres_gw_request_t *r, nres_time_t now, nres_time_t deadline) {
+  *r = (nres_gw_request_t){ .deadline = deadline, .idx = -1, .peer = -1, .cls = -1,
+                            .begun = now };
 }
 
 void nres_gw_unadmitted(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now) {
-  reset(r, nres_time_add(now, u->deadline));
+  reset(r, now, nres_time_add(now, u->deadline));
 }
 
 int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
@@ -65,7 +67,7 @@ int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
     if (at < (double)deadline)
       deadline = (nres_time_t)at;
   }
-  reset(r, deadline);
+  reset(r, now, deadline);
   if (now >= u->lookup_at)
     lookup(u, now);
   if (u->sidx >= 0) {
@@ -73,8 +75,16 @@ int nres_gw_admit(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
     r->slot = u->sslot;
     if (u->breaker) {
       if (nres__breaker_acquire(&r->slot->breaker, now, &r->upermit) != 0) {
+        nres_gw_control_t *c = u->control;
+        if (c != NULL && (nres__load(&c->flags) & NRES_GW_DRY_RUN)) {
+          /* dry-run: counted, let through as if unadmitted (no retries,
+           * nothing recorded into the open breaker) */
+          nres__add(&c->would_refuse[NRES_GW_WOULD_CIRCUIT], 1);
+          reset(r, now, deadline);
+          return NRES_GW_ADMITTED;
+        }
         nres_shm_slot_record(r->slot, NRES_STOP_CIRCUIT, 0, 0);
-        reset(r, deadline);
+        reset(r, now, deadline);
         return NRES_GW_CIRCUIT;
       }
       r->has_upermit = 1;
@@ -145,6 +155,8 @@ int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now
     breaker_record(p->breaker, k, now, r->ppermit, failed ? 1 : 0, p->windowed, &u->rng);
   if (failed && lat < u->attempt_timeout)
     lat = u->attempt_timeout;   /* a failure counts as the attempt timeout */
+  if (p->hist != NULL)   /* the try's own duration, failed or not */
+    nres__gw_hist_record(p->hist, k, now > r->t0 ? now - r->t0 : 0);
   nres__estimator_record_in(p->estimator, k, now, lat);
   /* This process's view at once, not at the next refresh: a try slower
    * than the peer's cost (perhaps faded while it was avoided) raises it,
@@ -231,6 +243,8 @@ void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_
     nres__shm_count(r->slot, k, stop, r->tries, r->retries);
     r->slot = NULL;
   }
+  if (u->hist != NULL && r->tries > 0)
+    nres__gw_hist_record(u->hist, nres__shard(), now > r->begun ? now - r->begun : 0);
   if (r->peer >= 0)
     nres_gw_try_end(u, r, now, failed, status == 504);
 }

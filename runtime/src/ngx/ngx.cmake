@@ -70,6 +70,13 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
   install(CODE "file(RPATH_CHANGE FILE \"\$ENV{DESTDIR}${ngx_installed}\"
                      OLD_RPATH \"${ngx_build_rpath}\" NEW_RPATH \"${ngx_install_rpath}\")"
           COMPONENT ngx)
+  # Installed as a file, the module is not stripped by `cmake --install
+  # --strip` (CPack's CPACK_STRIP_FILES): strip it here, as Debian wants.
+  install(CODE "if(CMAKE_INSTALL_DO_STRIP)
+                  execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-unneeded
+                                  \"\$ENV{DESTDIR}${ngx_installed}\")
+                endif()"
+          COMPONENT ngx)
   # The Debian package's nginx ABI (nginx-dev's, e.g. nginx-abi-1.22.1-7),
   # which Debian's own module packages depend on.
   set(NRES_NGX_ABI "")
@@ -87,6 +94,12 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/cbalancer.sh
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_cbalancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  # spec/nginx/leases.sh: probe permits whose holder never reports (a
+  # worker killed with -9, an error_page without gw.log) lapse (issue 28).
+  add_test(NAME nginx_leases
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/leases.sh
+                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
+  set_tests_properties(nginx_leases PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
 endif()
 
 # spec/nginx/signals.sh: nginx -t and nginx -s reload|reopen|quit|stop as
@@ -105,4 +118,23 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
                      $<TARGET_FILE:nres> ${nres_ngx_test_module})
     set_tests_properties(nginx_${script} PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
   endforeach()
+endif()
+
+# spec/nginx/regions.sh: region files that trust nothing (another user's,
+# open to others, a link, a full filesystem, a truncation), in the Lua
+# balancer and, when built, the module. Root only (tmpfs mounts): skipped
+# otherwise.
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  add_test(NAME nginx_regions
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/regions.sh
+                   $<TARGET_FILE:nres> "${NRES_NGX_MODULE}")
+  set_tests_properties(nginx_regions PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+endif()
+
+# spec/nginx/findlib.sh: docs/gateway-regions.md's nginx blocks start as
+# written, with no NRES_LIB (issue 26, finding the library).
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "" AND TARGET nres-depserver)
+  add_test(NAME nginx_findlib
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/findlib.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(nginx_findlib PROPERTIES TIMEOUT 60 LABELS nginx RUN_SERIAL ON)
 endif()

@@ -14,6 +14,7 @@
  *     nres_admit backend;                        # preaccess: 504/503 refusals
  *     # or: nres_admit backend limiter=clients key=$binary_remote_addr;  (+429)
  *     nres_admit_log_level warn;   # a line per refusal (default info)
+ *     # nres_admit_dry_run on;   # refusals counted (would_refuse), let through
  *     proxy_set_header X-Deadline-Ms $nres_deadline_ms;
  *     proxy_next_upstream error timeout http_500 http_502 http_503 http_504;
  *     proxy_next_upstream_tries 0;
@@ -118,6 +119,9 @@ typedef struct {
     nres_gw_limiter_t            **limiter;     /* its client limiter */
     ngx_http_complex_value_t      *key;         /* the client's key for it */
     ngx_uint_t                     log_level;   /* nres_admit_log_level */
+    /* nres_admit_dry_run: refusals counted (would_refuse), requests let
+     * through */
+    ngx_flag_t                     dry_run;
 } ngx_http_nres_loc_conf_t;
 
 
@@ -205,6 +209,13 @@ static ngx_command_t  ngx_http_nres_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_nres_loc_conf_t, log_level),
       &ngx_http_nres_log_levels },
+
+    { ngx_string("nres_admit_dry_run"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nres_loc_conf_t, dry_run),
+      NULL },
 
       ngx_null_command
 };
@@ -296,6 +307,7 @@ ngx_http_nres_create_loc_conf(ngx_conf_t *cf)
         return NULL;
     }
     conf->log_level = NGX_CONF_UNSET_UINT;
+    conf->dry_run = NGX_CONF_UNSET;
     return conf;
 }
 
@@ -309,6 +321,7 @@ ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->key = prev->key;
     }
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_INFO);
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     return NGX_CONF_OK;
 }
 
@@ -875,10 +888,21 @@ ngx_http_nres_preaccess(ngx_http_request_t *r)
         size_t klen = nres_gw_key((const char *) key.data, key.len, hashed, &k);
         nres_time_t wait = 0;
         if (nres_gw_limit(*lcf->limiter, k, klen, now, &wait) != 0) {
-            return ngx_http_nres_refuse(r, ctx, lcf, NRES_STOP_LIMITED, wait);
+            if (!lcf->dry_run) {
+                return ngx_http_nres_refuse(r, ctx, lcf, NRES_STOP_LIMITED,
+                                            wait);
+            }
+            /* counted, let through (limit_req_dry_run's idiom) */
+            nres_gw_control_count((*lcf->limiter)->control, NRES_GW_WOULD_RATE);
         }
     }
     int rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
+    if (rc == NRES_GW_CIRCUIT && lcf->dry_run) {
+        /* let through, unadmitted: no retries */
+        nres_gw_control_count(gw->control, NRES_GW_WOULD_CIRCUIT);
+        nres_gw_unadmitted(gw, &ctx->req, now);
+        rc = NRES_GW_ADMITTED;
+    }
     if (rc != NRES_GW_ADMITTED) {
         return ngx_http_nres_refuse(r, ctx, lcf, rc, 0);
     }

@@ -26,80 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
-#include "internal.h"
 #include "sync_int.h"
 
 #define MICRO 1000000
 #define STALE_INTERVALS 3      /* a host silent this long leaves the shares */
 #define GRACE_INTERVALS 2      /* a given break outlasts the fleet's by this */
 
-enum { SCRIPT_BUDGET, SCRIPT_RATE, SCRIPT_BREAKER, SCRIPTS };
-
-typedef struct {
-  int used;
-  int kind;
-  void *state;
-  char key[NRES_SYNC_SCOPE_MAX + 80];
-  int fresh;                    /* next good round starts a new baseline */
-  nres_time_t last_tick;        /* the previous round, good or not */
-  double demand;                /* smoothed, per second */
-  /* budget */
-  int64_t set;                  /* tokens right after our last write,
-                                   less activity we had not seen */
-  int64_t read;                 /* tokens read for this round */
-  double floor;                 /* the fleet's floor per s (the local
-                                   budget's when it was added) */
-  uint64_t spent, refused;
-  /* rate limit */
-  double fleet_rate;
-  uint32_t burst;               /* the fleet's burst */
-  uint32_t lburst;              /* the burst we set last */
-  double rate;                  /* the rate we set last */
-  nres_time_t tat;
-  uint64_t limited;
-  nres_time_t since;            /* demand measured from here (a probe) */
-  /* breaker */
-  nres_time_t imposed;          /* the break we gave it (ns, to the ms) */
-  int bstate;                   /* state read for this round */
-  nres_sync_stats_t st;
-} entry_t;
-
-struct nres_sync_s {
-  nres_sync_config_t cfg;
-  char host[256];
-  char prefix[64];
-  char node[65];
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  pthread_t thread;
-  int running;
-  int stopping;
-  redisContext *rc;
-  char sha[SCRIPTS][41];
-  entry_t *e;
-  int n;                        /* entries allocated (used or not) */
-  nres_backoff_t backoff;
-  nres_backoff_state_t bstate;
-  nres_rng_t rng;
-  uint32_t attempt;
-  nres_sync_info_t info;
-};
-
-static const char *const script_text[SCRIPTS] = {
-  nres__sync_budget_lua, nres__sync_rate_lua, nres__sync_breaker_lua
-};
-
-static struct timeval tv_of(nres_time_t d) {
-  struct timeval tv;
-
-  tv.tv_sec = (time_t) (d / NRES_SEC);
-  tv.tv_usec = (suseconds_t) (d % NRES_SEC / 1000);
-  if (tv.tv_sec == 0 && tv.tv_usec == 0)
-    tv.tv_usec = 1000;
-  return tv;
-}
+typedef nres__sync_entry_t entry_t;
 
 void nres_sync_config_init(nres_sync_config_t *config) {
   if (config == NULL)
@@ -109,6 +42,23 @@ void nres_sync_config_init(nres_sync_config_t *config) {
   config->port = 6379;
   config->prefix = "nres";
   config->interval = 100 * NRES_MSEC;
+  config->breaker_quorum = 0.5;
+}
+
+/* A fleet name: 1..64 bytes, printable, no blanks, braces (a Redis Cluster
+ * hash tag) or colons (the key's separator). */
+static int fleet_name_ok(const char *f) {
+  size_t i, n;
+
+  if (f == NULL)
+    return 0;
+  n = strlen(f);
+  if (n == 0 || n > 64)
+    return 0;
+  for (i = 0; i < n; i++)
+    if (f[i] <= 32 || f[i] >= 127 || strchr("{}:", f[i]) != NULL)
+      return 0;
+  return 1;
 }
 
 int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
@@ -129,7 +79,19 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
       config->ttl == NRES_TIME_INVALID ||
       !(config->local_share >= 0 && config->local_share <= 1) ||
       (config->node != NULL &&
-       (strlen(config->node) == 0 || strlen(config->node) > 64)))
+       (strlen(config->node) == 0 || strlen(config->node) > 64)) ||
+      !fleet_name_ok(config->fleet) ||
+      (config->unix_path != NULL &&
+       (config->unix_path[0] == '\0' || strlen(config->unix_path) >= 108)) ||
+      (config->user != NULL &&
+       (config->user[0] == '\0' || strlen(config->user) >= 128)) ||
+      (config->user != NULL && config->password == NULL &&
+       config->password_file == NULL) ||
+      (config->password != NULL && config->password_file != NULL) ||
+      (config->password != NULL && strlen(config->password) >= 256) ||
+      config->db < 0 || config->db > 1000000 ||
+      !(config->breaker_quorum >= 0 && config->breaker_quorum < 1) ||
+      config->probe_lease == NRES_TIME_INVALID)
     return NRES_EINVAL;
   s = calloc(1, sizeof(*s));
   if (s == NULL)
@@ -137,12 +99,46 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
   s->cfg = *config;
   strcpy(s->host, config->host);
   strcpy(s->prefix, config->prefix);
+  strcpy(s->fleet, config->fleet);
   s->cfg.host = s->host;
   s->cfg.prefix = s->prefix;
+  s->cfg.fleet = s->fleet;
+  s->cfg.password_file = NULL;   /* read now, not kept */
+  strcpy(s->cur_host, s->host);
+  s->cur_port = config->port;
+  if ((config->sentinels != NULL || config->master != NULL) &&
+      nres__sync_sentinel_parse(s, config->sentinels, config->master) != 0) {
+    free(s);
+    return NRES_EINVAL;
+  }
+  s->cfg.sentinels = NULL;   /* parsed: s->sentinel */
+  s->cfg.master = s->master;
+  if (config->unix_path != NULL) {
+    strcpy(s->unix_path, config->unix_path);
+    s->cfg.unix_path = s->unix_path;
+  }
+  if (config->user != NULL) {
+    strcpy(s->user, config->user);
+    s->cfg.user = s->user;
+  }
+  if (config->password_file != NULL) {
+    char why[NRES__SYNC_LINE_MAX];
+
+    if (nres__sync_read_secret(config->password_file, s->password,
+                               sizeof(s->password), why, sizeof(why)) != 0) {
+      fprintf(stderr, "nres-sync: %s\n", why);
+      free(s);
+      return NRES_EINVAL;
+    }
+    s->cfg.password = s->password;
+  } else if (config->password != NULL) {
+    strcpy(s->password, config->password);
+    s->cfg.password = s->password;
+  }
   if (s->cfg.timeout == 0)
     s->cfg.timeout = s->cfg.interval / 2;
-  if (s->cfg.reconnect_max == 0)   /* back within ~2 intervals of Redis */
-    s->cfg.reconnect_max = s->cfg.interval;
+  if (s->cfg.reconnect_max == 0)   /* back within a second of Redis */
+    s->cfg.reconnect_max = NRES_SEC;
   if (s->cfg.reconnect_max < s->cfg.interval)
     s->cfg.reconnect_max = s->cfg.interval;
   if (s->cfg.ttl == 0)
@@ -178,17 +174,13 @@ const char *nres_sync_node(nres_sync_t *sync) {
   return sync == NULL ? NULL : sync->node;
 }
 
-static void drop(nres_sync_t *s) {
-  if (s->rc != NULL)
-    redisFree(s->rc);
-  s->rc = NULL;
-}
-
 void nres_sync_free(nres_sync_t *sync) {
   if (sync == NULL)
     return;
   nres_sync_stop(sync);
-  drop(sync);
+  nres__sync_drop(sync);
+  nres__sync_sentinel_close(sync);
+  memset(sync->password, 0, sizeof(sync->password));
   pthread_mutex_destroy(&sync->mu);
   pthread_cond_destroy(&sync->cv);
   free(sync->e);
@@ -241,8 +233,12 @@ static int add(nres_sync_t *s, const char *scope, int kind, void *state,
   e->fresh = 1;
   memcpy(e->st.scope, scope, len + 1);
   e->st.kind = (uint32_t) kind;
-  snprintf(e->key, sizeof(e->key), "%s:{%s}:%c", s->prefix, scope,
-           suffix[kind]);
+  snprintf(e->key[0], sizeof(e->key[0]), "%s:%s:{%s}:%c", s->prefix,
+           s->fleet, scope, suffix[kind]);
+  snprintf(e->key[1], sizeof(e->key[1]), "%s:%s:{%s}:%cv", s->prefix,
+           s->fleet, scope, suffix[kind]);
+  snprintf(e->key[2], sizeof(e->key[2]), "%s:%s:{%s}:%co", s->prefix,
+           s->fleet, scope, suffix[kind]);
   if (kind == NRES_SYNC_BUDGET) {
     nres_budget_t *b = state;
     nres_budget_stats_t bs;
@@ -398,29 +394,23 @@ static int budget_args(nres_sync_t *s, entry_t *e, nres_time_t now,
   return 5;
 }
 
-static int budget_apply(entry_t *e, redisReply *r) {
+static int budget_apply(entry_t *e, const redisReply *r, char *why,
+                        size_t cap) {
   nres_budget_t *b = e->state;
-  int64_t share, written, before;
-  double w;
+  nres__budget_reply_t a;
+  int64_t written, before;
 
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
-      r->element[3]->type != REDIS_REPLY_STRING)
+  if (nres__sync_budget_reply(r, b->capacity, &a, why, cap) != 0)
     return NRES_ESTATE;
-  share = r->element[0]->integer;
-  if (share > b->capacity)
-    share = b->capacity;
   /* Tokens become the share plus whatever happened since we read them:
    * that activity is not reported yet, so the baseline leaves it out. */
-  written = budget_add(b, share - e->read, &before);
+  written = budget_add(b, a.share - e->read, &before);
   e->set = written - (before - e->read);
   e->fresh = 0;
-  w = strtod(r->element[3]->str, NULL);
-  if (!(w >= 0 && w <= 1))
-    w = 1;
-  nres_budget_set_floor(b, w * e->floor);
-  e->st.local = (double) share / MICRO;
-  e->st.fleet = (double) r->element[1]->integer / MICRO;
-  e->st.hosts = (uint32_t) r->element[2]->integer;
+  nres_budget_set_floor(b, a.weight * e->floor);
+  e->st.local = (double) a.share / MICRO;
+  e->st.fleet = (double) a.level / MICRO;
+  e->st.hosts = a.hosts;
   return 0;
 }
 
@@ -504,13 +494,15 @@ static int rate_args(nres_sync_t *s, entry_t *e, nres_time_t now,
   return 4;
 }
 
-static int rate_apply(entry_t *e, redisReply *r, nres_time_t now) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
-      r->element[0]->type != REDIS_REPLY_STRING)
+static int rate_apply(entry_t *e, const redisReply *r, nres_time_t now,
+                      char *why, size_t cap) {
+  nres__rate_reply_t a;
+
+  if (nres__sync_rate_reply(r, e->fleet_rate, &a, why, cap) != 0)
     return NRES_ESTATE;
-  rate_set(e, strtod(r->element[0]->str, NULL), now);
-  e->st.fleet = strtod(r->element[1]->str, NULL);
-  e->st.hosts = (uint32_t) r->element[2]->integer;
+  rate_set(e, a.quota, now);
+  e->st.fleet = a.sum;
+  e->st.hosts = a.hosts;
   return 0;
 }
 
@@ -520,18 +512,33 @@ static nres_time_t to_ms(nres_time_t t) {
   return (t / NRES_MSEC + (t % NRES_MSEC != 0)) * NRES_MSEC;
 }
 
+/* The claim's lease (ms): probe_lease, or the breaker's break_for. */
+static uint64_t lease_ms(const nres_sync_t *s, const nres_breaker_t *b) {
+  nres_time_t l = s->cfg.probe_lease != 0 ? s->cfg.probe_lease
+                                          : b->config.break_for;
+
+  if (l > ((nres_time_t) 1 << 37) * NRES_MSEC)
+    l = ((nres_time_t) 1 << 37) * NRES_MSEC;
+  return (uint64_t) (l / NRES_MSEC);
+}
+
 static int breaker_args(nres_sync_t *s, entry_t *e, nres_time_t now,
                         char buf[][32]) {
   static const char *const names[] = { "closed", "open", "half", "isolated" };
+  nres_breaker_t *b = e->state;
   nres_time_t until;
+  uint32_t calls = 0, failures = 0, slow = 0;
   int st, own;
 
-  st = nres_breaker_peek(e->state, now, &until);
+  st = nres_breaker_peek(b, now, &until);
   if (e->imposed != 0 && !(st == NRES_BREAKER_OPEN && until == e->imposed))
     e->imposed = 0;   /* not the break we gave it any more */
   own = (st == NRES_BREAKER_OPEN && e->imposed == 0) ||
         st == NRES_BREAKER_HALF_OPEN;
   e->bstate = st;
+  /* A voter: a host that saw the dependency lately (calls in its window)
+   * or whose own breaker is open. */
+  nres_window_sum(&b->window, now, &calls, &failures, &slow);
   snprintf(buf[0], 32, "%s", names[st & 3]);
   snprintf(buf[1], 32, "%d", own);
   snprintf(buf[2], 32, "%llu",
@@ -540,34 +547,39 @@ static int breaker_args(nres_sync_t *s, entry_t *e, nres_time_t now,
   snprintf(buf[3], 32, "%llu",
            (unsigned long long) (STALE_INTERVALS * s->cfg.interval / NRES_MSEC));
   snprintf(buf[4], 32, "%llu", (unsigned long long) (s->cfg.ttl / NRES_MSEC));
-  return 5;
+  snprintf(buf[5], 32, "%llu", (unsigned long long) lease_ms(s, b));
+  snprintf(buf[6], 32, "%d", calls > 0 || own);
+  snprintf(buf[7], 32, "%.6f", s->cfg.breaker_quorum);
+  return 8;
 }
 
-static int breaker_apply(nres_sync_t *s, entry_t *e, redisReply *r,
-                         nres_time_t now) {
+static int breaker_apply(nres_sync_t *s, entry_t *e, const redisReply *r,
+                         nres_time_t now, char *why, size_t cap) {
+  nres_breaker_t *b = e->state;
+  nres__breaker_reply_t a;
   nres_time_t target, left;
-  long long until, fnow;
-  const char *state;
+  int64_t max_ms;
 
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 ||
-      r->element[0]->type != REDIS_REPLY_STRING)
+  /* No break longer than the local breaker's longest plus the lease. */
+  max_ms = (int64_t) (b->config.break_max / NRES_MSEC) + (int64_t) lease_ms(s, b);
+  if (nres__sync_breaker_reply(r, max_ms, &a, why, cap) != 0)
     return NRES_ESTATE;
-  state = r->element[0]->str;
-  until = r->element[1]->integer;
-  fnow = r->element[4]->integer;
-  e->st.prober = (uint32_t) r->element[2]->integer;
-  e->st.fleet = strcmp(state, "open") == 0 ? 1 : strcmp(state, "closed") == 0 ? 2 : 0;
+  e->st.prober = (uint32_t) a.prober;
+  e->st.fleet = a.state;
+  e->st.hosts = a.voters;
   e->st.local = 0;
-  if (e->st.fleet == 1 && r->element[3]->integer == 1 && !e->st.prober) {
-    /* Another host's break: hold ours open past its end while its prober
-     * is alive, so that only the prober probes. */
-    left = until > fnow ? (nres_time_t) (until - fnow) * NRES_MSEC : 0;
-    target = to_ms(now + left + GRACE_INTERVALS * s->cfg.interval);
-    if (nres_breaker_open_until(e->state, now, target) == 1)
+  if (a.state == 1 && a.live && !a.prober) {
+    /* Another host's break, its claim alive: hold ours open past its end
+     * while it lasts, so that only the prober probes. */
+    left = a.until_ms > a.now_ms
+               ? (nres_time_t) (a.until_ms - a.now_ms) * NRES_MSEC : 0;
+    target = to_ms(nres_time_add(now, nres_time_add(
+        left, GRACE_INTERVALS * s->cfg.interval)));
+    if (nres_breaker_open_until(b, now, target) == 1)
       e->imposed = target;
     e->st.local = (double) (target - now) / 1e6;
-  } else if (e->st.fleet == 2 && e->imposed != 0) {
-    nres_breaker_close_if(e->state, e->imposed);
+  } else if (a.state == 2 && e->imposed != 0) {
+    nres_breaker_close_if(b, e->imposed);
     e->imposed = 0;
   }
   return 0;
@@ -594,8 +606,13 @@ static void local_only(nres_sync_t *s, nres_time_t now) {
   }
 }
 
+/* A failed round, connection or probe: drop the connection, back off
+ * (exponential from an interval, full jitter, capped at reconnect_max),
+ * every entry local-only now. Whatever failed, the wait is the same, so an
+ * error reply (NOAUTH, READONLY) is no faster loop than a refused
+ * connection. */
 static int fail(nres_sync_t *s, nres_time_t now, int rc) {
-  drop(s);
+  nres__sync_drop(s);
   s->info.failures++;
   s->info.connected = 0;
   s->attempt++;
@@ -606,57 +623,26 @@ static int fail(nres_sync_t *s, nres_time_t now, int rc) {
   return rc;
 }
 
-static int load_scripts(nres_sync_t *s) {
-  const char *argv[3];
-  redisReply *r;
-  int i, rc = 0;
-
-  for (i = 0; i < SCRIPTS; i++) {
-    argv[0] = "SCRIPT";
-    argv[1] = "LOAD";
-    argv[2] = script_text[i];
-    if (redisAppendCommandArgv(s->rc, 3, argv, NULL) != REDIS_OK)
-      return NRES_EAGAIN;
-  }
-  for (i = 0; i < SCRIPTS; i++) {
-    if (redisGetReply(s->rc, (void **) &r) != REDIS_OK)
-      return NRES_EAGAIN;
-    if (r->type == REDIS_REPLY_STRING && r->len == 40)
-      memcpy(s->sha[i], r->str, 41);
-    else
-      rc = NRES_ESTATE;
-    freeReplyObject(r);
-  }
-  return rc;
-}
-
-static int connect_now(nres_sync_t *s) {
-  struct timeval tv = tv_of(s->cfg.timeout);
-
-  s->rc = redisConnectWithTimeout(s->host, s->cfg.port, tv);
-  if (s->rc == NULL || s->rc->err)
-    return NRES_EAGAIN;
-  if (redisSetTimeout(s->rc, tv) != REDIS_OK)
-    return NRES_EAGAIN;
-  if (load_scripts(s) != 0)
-    return NRES_EAGAIN;
-  s->info.connects++;
-  return 0;
-}
+static const char *const kind_name[] = { "", "budget", "rate", "breaker" };
 
 static int round_locked(nres_sync_t *s, nres_time_t now) {
-  char buf[8][32];
-  const char *argv[12];
+  char buf[8][32], why[NRES__SYNC_LINE_MAX], at[300];
+  const char *argv[16];
   redisReply *r;
   entry_t *e;
-  int i, j, n, rc, kind, bad = 0;
+  int i, j, n, rc, kind, keys;
 
+  if (s->nsentinels > 0 && nres__sync_sentinel_switched(s)) {
+    /* The primary moved: follow it now, no failure, no backoff. */
+    nres__sync_drop(s);
+    s->info.next_connect = now;
+  }
   if (s->rc == NULL) {
     if (now < s->info.next_connect) {
       local_only(s, now);
       return NRES_EAGAIN;
     }
-    rc = connect_now(s);
+    rc = nres__sync_connect(s);
     if (rc != 0)
       return fail(s, now, rc);
   }
@@ -673,14 +659,16 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     else
       n = breaker_args(s, e, now, buf);
     e->last_tick = now;
+    keys = kind == NRES_SYNC_BREAKER ? 3 : 2;
     argv[0] = "EVALSHA";
     argv[1] = s->sha[kind - 1];
-    argv[2] = "1";
-    argv[3] = e->key;
-    argv[4] = s->node;
+    argv[2] = keys == 3 ? "3" : "2";
+    for (j = 0; j < keys; j++)
+      argv[3 + j] = e->key[j];
+    argv[3 + keys] = s->node;
     for (j = 0; j < n; j++)
-      argv[5 + j] = buf[j];
-    if (redisAppendCommandArgv(s->rc, 5 + n, argv, NULL) != REDIS_OK)
+      argv[4 + keys + j] = buf[j];
+    if (redisAppendCommandArgv(s->rc, 4 + keys + n, argv, NULL) != REDIS_OK)
       return fail(s, now, NRES_EAGAIN);
   }
 
@@ -688,42 +676,49 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     e = &s->e[i];
     if (!e->used)
       continue;
-    if (redisGetReply(s->rc, (void **) &r) != REDIS_OK)
+    if (redisGetReply(s->rc, (void **) &r) != REDIS_OK) {
+      nres__sync_say(s, "%s: round: %s", nres__sync_where(s, at, sizeof(at)),
+                     s->rc->err == REDIS_ERR_OOM
+                         ? "reply refused: an array of more than 64 "
+                           "elements (or out of memory)"
+                         : s->rc->errstr[0] ? s->rc->errstr : "no answer");
       return fail(s, now, NRES_EAGAIN);   /* reset, or no answer in time */
-    if (r->type == REDIS_REPLY_ERROR) {
-      rc = NRES_ESTATE;   /* NOSCRIPT after a flush: reconnect reloads */
-    } else if (e->kind == NRES_SYNC_BUDGET) {
-      rc = budget_apply(e, r);
-    } else if (e->kind == NRES_SYNC_RATELIMIT) {
-      rc = rate_apply(e, r, now);
-    } else {
-      rc = breaker_apply(s, e, r, now);
     }
+    if (r->type == REDIS_REPLY_ERROR) {
+      /* READONLY (a demoted primary), NOSCRIPT (flushed), OOM...: said
+       * once, and the next connection after the backoff loads the
+       * scripts again. */
+      nres__sync_say(s, "%s scope %s: %.200s (local-only until it works)",
+                     kind_name[e->kind], e->st.scope,
+                     r->str != NULL ? r->str : "");
+      rc = NRES_ESTATE;
+    } else if (e->kind == NRES_SYNC_BUDGET) {
+      rc = budget_apply(e, r, why, sizeof(why));
+    } else if (e->kind == NRES_SYNC_RATELIMIT) {
+      rc = rate_apply(e, r, now, why, sizeof(why));
+    } else {
+      rc = breaker_apply(s, e, r, now, why, sizeof(why));
+    }
+    if (rc != 0 && r->type != REDIS_REPLY_ERROR)
+      nres__sync_say(s, "scope %s: %s (round failed: local-only)",
+                     e->st.scope, why);
     freeReplyObject(r);
     if (rc != 0) {
-      bad = 1;
-      e->st.synced = 0;
-      e->fresh = 1;
-      continue;
+      /* An answer we do not understand fails the whole round: nothing
+       * more of it is trusted. */
+      s->info.errors++;
+      return fail(s, now, NRES_ESTATE);
     }
     e->st.synced = 1;
     e->st.last_sync = now;
     e->st.rounds++;
     e->st.demand = e->demand;
   }
-  if (bad) {
-    /* Answers we do not understand: start again from a fresh connection
-     * (scripts loaded anew) without waiting. */
-    drop(s);
-    s->info.failures++;
-    s->info.connected = 0;
-    s->info.next_connect = now;
-    return NRES_ESTATE;
-  }
   s->attempt = 0;
   s->info.rounds++;
   s->info.connected = 1;
   s->info.last_sync = now;
+  nres__sync_said_ok(s);
   return 0;
 }
 
@@ -732,16 +727,25 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
  * answer will do (an error too: the next round judges it). */
 static int probe_locked(nres_sync_t *s, nres_time_t now) {
   redisReply *r;
+  char at[300];
   int i;
 
+  if (s->nsentinels > 0 && nres__sync_sentinel_switched(s)) {
+    nres__sync_drop(s);   /* the primary moved: the next round follows */
+    s->info.next_connect = now;
+    local_only(s, now);
+  }
   if (s->rc == NULL)
     return NRES_EAGAIN;   /* apart already: the next round reconnects */
   for (i = 0; i < s->n; i++)
     if (s->e[i].used && s->e[i].kind == NRES_SYNC_RATELIMIT)
       rate_restart(&s->e[i], now);
   r = redisCommand(s->rc, "PING");
-  if (r == NULL)
+  if (r == NULL) {
+    nres__sync_say(s, "%s: probe: %s", nres__sync_where(s, at, sizeof(at)),
+                   s->rc->errstr[0] ? s->rc->errstr : "no answer");
     return fail(s, now, NRES_EAGAIN);
+  }
   freeReplyObject(r);
   return 0;
 }

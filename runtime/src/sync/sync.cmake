@@ -13,6 +13,9 @@ endif()
 set(NRES_SYNC_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/sync.c
   ${CMAKE_CURRENT_LIST_DIR}/scripts.c
+  ${CMAKE_CURRENT_LIST_DIR}/reply.c
+  ${CMAKE_CURRENT_LIST_DIR}/conn.c
+  ${CMAKE_CURRENT_LIST_DIR}/sentinel.c
 )
 foreach(lib nres_sync nres_sync_static)
   if(lib STREQUAL "nres_sync")
@@ -25,6 +28,11 @@ foreach(lib nres_sync nres_sync_static)
     target_link_libraries(${lib} PUBLIC nres_static PkgConfig::HIREDIS Threads::Threads)
     set_target_properties(${lib} PROPERTIES OUTPUT_NAME nres_sync
                           ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+    # Fat LTO objects, as libnres.a's (CMakeLists.txt): real code beside
+    # GCC's IR, so the installed archive links with clang too.
+    if(CMAKE_INTERPROCEDURAL_OPTIMIZATION)
+      target_compile_options(${lib} PRIVATE -ffat-lto-objects)
+    endif()
   endif()
   target_include_directories(${lib} PRIVATE ${CMAKE_SOURCE_DIR}/runtime/src)
   target_compile_options(${lib} PRIVATE ${NRES_WARNINGS})
@@ -39,10 +47,19 @@ target_link_libraries(nres-syncd PRIVATE nres_sync_static)
 set_target_properties(nres-syncd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 
 nres_add_c_test(sync 300 redis nres_sync_static)
+nres_add_c_test(sync_faults 120 sync nres_sync_static)
+nres_add_c_test(sync_sentinel 180 redis nres_sync_static)
+if(TARGET test_sync_sentinel)
+  set_tests_properties(sync_sentinel PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+endif()
 if(NRES_TESTS)
   add_test(NAME syncd_flags
            COMMAND bash ${CMAKE_SOURCE_DIR}/spec/sync/syncd_flags.sh $<TARGET_FILE:nres-syncd>)
   set_tests_properties(syncd_flags PROPERTIES TIMEOUT 30 LABELS sync)
+endif()
+if(TARGET test_sync_faults)
+  set_tests_properties(sync_faults PROPERTIES
+    ENVIRONMENT "NRES_SYNCD=$<TARGET_FILE:nres-syncd>")
 endif()
 if(TARGET test_sync)
   set_tests_properties(sync PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON
@@ -57,6 +74,13 @@ if(NRES_BENCH)
   target_compile_definitions(bench_fleet PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_fleet PRIVATE nres_sync_static)
   set_target_properties(bench_fleet PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+  # bench/fleet_scale.c: N agents (1 to 1000) on one redis-server: its CPU,
+  # commands, round latency and the fleet rate's accuracy.
+  add_executable(bench_fleet_scale ${CMAKE_SOURCE_DIR}/bench/fleet_scale.c)
+  target_compile_options(bench_fleet_scale PRIVATE ${NRES_WARNINGS})
+  target_compile_definitions(bench_fleet_scale PRIVATE _GNU_SOURCE)
+  target_link_libraries(bench_fleet_scale PRIVATE nres_sync_static)
+  set_target_properties(bench_fleet_scale PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 endif()
 
 # Two nginx gateways sharing a breaker view through nres-syncd and Redis

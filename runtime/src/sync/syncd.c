@@ -2,9 +2,17 @@
  * gateway whose policy state lives in shared-memory region files
  * (nres/shm.h; the nginx gateway's <dir>/<name>.<kind>.<table>.shm).
  *
- *   nres-syncd --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
- *              [--redis HOST:PORT] [--interval MS] [--breaker] [--node NAME]
+ *   nres-syncd --fleet NAME --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
+ *              [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...
+ *               --master NAME] [--db N] [--user NAME]
+ *              [--password-file FILE | --password-env VAR]
+ *              [--interval MS] [--breaker] [--quorum X] [--node NAME]
  *              [--local-share X] [--prefix P] [--status FILE] [--once]
+ *
+ * --fleet is required: it is part of every key, so two fleets (staging and
+ * production) on one Redis never share a record. A password is never taken
+ * from the command line (ps shows it). --once runs one round and exits 1 if
+ * it did not reach Redis or Redis answered something refused.
  *
  * It maps each region file (MAP_SHARED, checked by nres_shm_attach) and,
  * every interval, puts each key in use under a scope "<SCOPE>:<key>"
@@ -72,10 +80,73 @@ static void sleep_until(nres_time_t t) {
   nanosleep(&ts, NULL);
 }
 
+/* The help text is also nres-syncd(8): cmake/manpage.cmake makes the
+ * manual page from `nres-syncd --help` at build time. */
 #define USAGE \
-  "usage: nres-syncd --region FILE[=SCOPE]... [--redis HOST:PORT]\n" \
-  "                  [--interval MS] [--breaker] [--node NAME]\n" \
-  "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n"
+  "usage: nres-syncd --fleet NAME --region FILE[=SCOPE]...\n" \
+  "                  [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...\n" \
+  "                   --master NAME] [--db N] [--user NAME]\n" \
+  "                  [--password-file FILE | --password-env VAR]\n" \
+  "                  [--interval MS] [--breaker] [--quorum X] [--node NAME]\n" \
+  "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n" \
+  "\n" \
+  "nres-syncd syncs an nres gateway's shared tables with Redis, so that\n" \
+  "every host of a fleet shares one retry budget, one rate limit and, with\n" \
+  "--breaker, one breaker view per key. It runs beside nginx; nginx's\n" \
+  "workers never talk to Redis. Every interval it runs one round of the\n" \
+  "sync agent (nres/sync.h), then a probe half-way to the next, so a Redis\n" \
+  "that hangs is seen within one interval. If Redis is down, each host\n" \
+  "falls back to its local share of the fleet's figures and reconnects\n" \
+  "with backoff. Every reply is checked before it is applied; an error\n" \
+  "reply (NOAUTH, READONLY, NOSCRIPT) is logged once per change.\n" \
+  "\n" \
+  "Options:\n" \
+  "  --fleet NAME           the fleet's name, required: part of every key, so\n" \
+  "                         two fleets on one Redis never share a record\n" \
+  "  --region FILE[=SCOPE]  a gateway region file to sync (up to 32), as\n" \
+  "                         <dir>/<name>.<kind>.<table>.shm; each key in\n" \
+  "                         use is synced under SCOPE:key, SCOPE being the\n" \
+  "                         file's name without .shm unless given; every\n" \
+  "                         host of the fleet must use the same scopes\n" \
+  "  --redis HOST:PORT      the Redis server (default 127.0.0.1:6379), or\n" \
+  "  --redis unix:PATH      its unix socket\n" \
+  "  --sentinel HOST:PORT   a Redis Sentinel (repeat, up to 8): the primary\n" \
+  "                         is asked of the Sentinels, with --master NAME\n" \
+  "  --master NAME          the Sentinel master's name\n" \
+  "  --db N                 SELECT this database after connecting\n" \
+  "  --user NAME            the ACL user (default: AUTH with the password\n" \
+  "                         alone, as requirepass wants)\n" \
+  "  --password-file FILE   the password, from the file's first line\n" \
+  "  --password-env VAR     the password, from this environment variable\n" \
+  "                         (never on the command line: ps shows it)\n" \
+  "  --interval MS          milliseconds between rounds, 1 to 3600000\n" \
+  "                         (default 100)\n" \
+  "  --breaker              sync the breakers too, by quorum (--quorum)\n" \
+  "  --quorum X             the fleet opens a key's breaker when more than\n" \
+  "                         this share of the hosts that saw the dependency\n" \
+  "                         lately are open, 0 to 0.999999 (default 0.5: a\n" \
+  "                         strict majority; 0: the first host that opens)\n" \
+  "  --node NAME            this host's name in the fleet, without quotes,\n" \
+  "                         backslashes or blanks (default hostname:pid:\n" \
+  "                         random)\n" \
+  "  --local-share X        the share of the fleet's figures a host keeps\n" \
+  "                         while Redis is unreachable, 0 to 1 (default 0:\n" \
+  "                         one over the hosts seen at the last sync)\n" \
+  "  --prefix P             the first part of every Redis key (default nres)\n" \
+  "  --status FILE          write the agent's figures as JSON to FILE once a\n" \
+  "                         second (FILE.tmp, then renamed); gw.fleet(FILE)\n" \
+  "                         shows them in the gateway's /nres/status\n" \
+  "  --once                 run one round and exit\n" \
+  "  --help                 print this help and exit\n" \
+  "\n" \
+  "Signals:\n" \
+  "  SIGTERM, SIGINT        write the status file once more and exit\n" \
+  "\n" \
+  "Exit status:\n" \
+  "  0                      stopped by a signal, or --once done\n" \
+  "  1                      a region file could not be mapped, memory ran\n" \
+  "                         out, or --once's round failed\n" \
+  "  2                      a usage error or bad settings, naming the flag\n"
 
 static void usage(void) {
   fputs(USAGE, stderr);
@@ -139,10 +210,18 @@ static void write_status(nres_sync_t *sync, region_t *regions, int nregions,
     return;
   nres_sync_info(sync, &info);
   fprintf(f, "{\"node\":\"%s\",\"written_unix\":%lld,\"connected\":%u,\"rounds\":%llu,"
-          "\"failures\":%llu,\"connects\":%llu,\"entries\":[",
+          "\"failures\":%llu,\"connects\":%llu,\"errors\":%llu,\"error\":\"",
           nres_sync_node(sync), (long long) time(NULL), info.connected,
           (unsigned long long) info.rounds, (unsigned long long) info.failures,
-          (unsigned long long) info.connects);
+          (unsigned long long) info.connects, (unsigned long long) info.errors);
+  for (const char *c = info.error; *c != '\0'; c++)   /* a JSON string */
+    if (*c == '"' || *c == '\\')
+      fprintf(f, "\\%c", *c);
+    else if ((unsigned char) *c < 32)
+      fprintf(f, "\\u%04x", (unsigned) (unsigned char) *c);
+    else
+      fputc(*c, f);
+  fprintf(f, "\",\"entries\":[");
   for (r = 0; r < nregions; r++)
   for (i = 0; i < regions[r].slots; i++) {
     slot_map_t *map = regions[r].map;
@@ -291,7 +370,7 @@ static void look_again(nres_sync_t *sync, region_t *r) {
 int main(int argc, char **argv) {
   const char *redis = "127.0.0.1:6379", *status = NULL;
   region_t regions[MAX_REGIONS];
-  char host[256];
+  char host[256], sentinels[2048] = "";
   nres_sync_config_t cfg;
   nres_sync_t *sync;
   struct sigaction sa;
@@ -339,6 +418,35 @@ int main(int argc, char **argv) {
       }
     }
     else if (strcmp(argv[k], "--prefix") == 0) cfg.prefix = argv[++k];
+    else if (strcmp(argv[k], "--fleet") == 0) cfg.fleet = argv[++k];
+    else if (strcmp(argv[k], "--user") == 0) cfg.user = argv[++k];
+    else if (strcmp(argv[k], "--password-file") == 0) cfg.password_file = argv[++k];
+    else if (strcmp(argv[k], "--password-env") == 0) {
+      const char *var = argv[++k];
+
+      cfg.password = getenv(var);
+      if (cfg.password == NULL || cfg.password[0] == '\0') {
+        fprintf(stderr, "nres-syncd: --password-env: expected the name of a set "
+                "environment variable, got \"%s\" (unset or empty)\n", var);
+        return 2;
+      }
+    }
+    else if (strcmp(argv[k], "--password") == 0) {
+      fprintf(stderr, "nres-syncd: --password: never on the command line (ps "
+              "shows it): use --password-file FILE or --password-env VAR\n");
+      return 2;
+    }
+    else if (strcmp(argv[k], "--sentinel") == 0) {
+      size_t n = strlen(sentinels);
+
+      snprintf(sentinels + n, sizeof(sentinels) - n, "%s%s", n ? "," : "", argv[++k]);
+      cfg.sentinels = sentinels;
+    }
+    else if (strcmp(argv[k], "--master") == 0) cfg.master = argv[++k];
+    else if (strcmp(argv[k], "--db") == 0)
+      cfg.db = (int) number_flag("--db", argv[++k], 0, 1000000);
+    else if (strcmp(argv[k], "--quorum") == 0)
+      cfg.breaker_quorum = number_flag("--quorum", argv[++k], 0, 0.999999);
     else if (strcmp(argv[k], "--status") == 0) status = argv[++k];
     else if (strcmp(argv[k], "--interval") == 0)   /* 1 ms to an hour */
       cfg.interval = (nres_time_t) (number_flag("--interval", argv[++k], 1, 3600e3) * 1e6);
@@ -349,27 +457,55 @@ int main(int argc, char **argv) {
   }
   if (nregions == 0)
     usage();
+  if (cfg.fleet == NULL) {
+    fprintf(stderr, "nres-syncd: --fleet: expected the fleet's name (every key "
+            "carries it: two fleets on one Redis must differ), got none\n");
+    return 2;
+  }
+  if (cfg.password != NULL && cfg.password_file != NULL) {
+    fprintf(stderr, "nres-syncd: --password-file and --password-env: expected "
+            "one of them, got both\n");
+    return 2;
+  }
+  if ((cfg.sentinels != NULL) != (cfg.master != NULL)) {
+    fprintf(stderr, "nres-syncd: --sentinel and --master: expected both "
+            "(the Sentinels and the master's name), got one\n");
+    return 2;
+  }
+  if (cfg.user != NULL && cfg.password == NULL && cfg.password_file == NULL) {
+    fprintf(stderr, "nres-syncd: --user: expected a password too "
+            "(--password-file or --password-env), got none\n");
+    return 2;
+  }
   snprintf(host, sizeof(host), "%s", redis);
-  colon = strrchr(host, ':');
-  if (colon != NULL) {
-    *colon = '\0';
-    cfg.port = (int) number_flag("--redis port", colon + 1, 1, 65535);
+  if (strncmp(host, "unix:", 5) == 0) {
+    cfg.unix_path = host + 5;
+  } else {
+    colon = strrchr(host, ':');
+    if (colon != NULL) {
+      *colon = '\0';
+      cfg.port = (int) number_flag("--redis port", colon + 1, 1, 65535);
+    }
+    cfg.host = host;
   }
-  cfg.host = host;
 
-  for (r = 0; r < nregions; r++) {
-    if (map_region(regions[r].path, &regions[r].mem, &regions[r].size,
-                   &regions[r].shm, &regions[r].sb) != 0)
-      return 1;
-    regions[r].slots = nres_shm_config(regions[r].shm)->slots;
-    regions[r].map = new_map(regions[r].slots);
-  }
   rc = nres_sync_new(&cfg, &sync);
   if (rc != 0) {
-    fprintf(stderr, "nres-syncd: bad settings (%s)\n", nres_strerror(rc));
+    fprintf(stderr, "nres-syncd: bad settings (%s): a line above names it, "
+            "or --fleet is not 1..64 bytes without blanks, braces or colons\n",
+            nres_strerror(rc));
     return 2;
   }
 
+  for (r = 0; r < nregions; r++) {
+    if (map_region(regions[r].path, &regions[r].mem, &regions[r].size,
+                   &regions[r].shm, &regions[r].sb) != 0) {
+      nres_sync_free(sync);
+      return 1;
+    }
+    regions[r].slots = nres_shm_config(regions[r].shm)->slots;
+    regions[r].map = new_map(regions[r].slots);
+  }
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, NULL);
@@ -388,7 +524,7 @@ int main(int argc, char **argv) {
     }
     for (r = 0; r < nregions; r++)
       scan(sync, &regions[r], breaker, &warned);
-    nres_sync_tick(sync, now);
+    rc = nres_sync_tick(sync, now);
     if (status != NULL && now >= next_status) {
       write_status(sync, regions, nregions, status);
       next_status = now + NRES_SEC;
@@ -409,5 +545,5 @@ int main(int argc, char **argv) {
     free(regions[r].map);
     munmap(regions[r].mem, regions[r].size);
   }
-  return 0;
+  return once && rc != 0 ? 1 : 0;
 }

@@ -1,0 +1,440 @@
+/* fleet_scale.c - bench_fleet_scale: what a fleet of N hosts costs one
+ * redis-server, and whether the fleet rate still holds (issue 29, "a
+ * thousand hosts"; bench/README.md is another engineer's: the figures go to
+ * docs/fleet-production.md).
+ *
+ * Fleet arm, for each N (1, 10, 100, 1000 by default): a fresh
+ * redis-server started here, N agents in this process (each its own
+ * hiredis connection, as N hosts would have), each syncing `scopes` rate
+ * limiters (4) every interval (100 ms), rounds staggered over the
+ * interval and run by hand (nres_sync_tick) from `threads` driver threads
+ * (2: this machine's cores), which also offer each scope's load: fleet
+ * rate R = 10 * N per second per scope, offered 1.5 R split 60/30/10 %
+ * across three groups of hosts (host i in group i mod 3; with fewer than
+ * three hosts the groups present share it). Over the window (5 s after a 2 s
+ * warm-up): Redis CPU (INFO cpu, user + sys, per second of wall time),
+ * commands per second (INFO stats), EVALSHA cost per call (INFO
+ * commandstats), rounds per second achieved against the N * 10 asked,
+ * each round's latency as the agent sees it (p50, p99), and the fleet
+ * rate's error (admitted / (R * window) - 1, over all scopes).
+ *
+ * Script arm (same run, same Redis build): the rate script's cost per call
+ * with H hosts in its record, this version's (a running sum and a sorted
+ * set: O(log H)) against the one of 357cd12 (HGETALL and a walk over every
+ * host: O(H)), called round-robin for H node names from one connection.
+ *
+ *   bench_fleet_scale [--hosts 1,10,100,1000] [--scopes 4] [--interval MS]
+ *                     [--window S] [--threads T] [--only fleet|script]
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "nres.h"
+#include "nres/sync.h"
+#include "../spec/sync/redis_server.h"
+
+#define MAX_HOSTS 2000
+#define MAX_SCOPES 16
+#define MAX_THREADS 8
+#define RATE_PER_HOST 10.0
+
+static redis_server_t redis;
+static int scopes = 4, threads = 2;
+static nres_time_t interval = 100 * NRES_MSEC;
+static double window_s = 5, warm_s = 2;
+static const double split[3] = { 0.6, 0.3, 0.1 };
+
+typedef struct {
+  nres_sync_t *s;
+  nres_ratelimit_t limit[MAX_SCOPES];
+  nres_time_t next_req[MAX_SCOPES];
+  nres_time_t gap;              /* between requests, per scope */
+  nres_time_t next_tick;
+  uint64_t admitted;            /* in the window */
+} host_t;
+
+static host_t *hosts;
+static int nhosts;
+static nres_time_t t_from, t_to;
+
+typedef struct {
+  int id;
+  double *lat;                  /* round latencies (us) in the window */
+  size_t nlat, cap;
+  uint64_t rounds;
+} driver_t;
+
+static void sleep_ns(nres_time_t d) {
+  struct timespec ts = { (time_t) (d / NRES_SEC), (long) (d % NRES_SEC) };
+  nanosleep(&ts, NULL);
+}
+
+static void *drive(void *arg) {
+  driver_t *d = arg;
+  nres_time_t t, a;
+  int i, k;
+
+  while ((t = nres_clock_now()) < t_to) {
+    for (i = d->id; i < nhosts; i += threads) {
+      host_t *h = &hosts[i];
+
+      if (t >= h->next_tick) {
+        a = nres_clock_now();
+        nres_sync_tick(h->s, a);
+        if (a >= t_from) {
+          if (d->nlat < d->cap)
+            d->lat[d->nlat++] = (double) (nres_clock_now() - a) / 1e3;
+          d->rounds++;
+        }
+        h->next_tick += interval;
+        if (h->next_tick < t)
+          h->next_tick = t + interval / 2;   /* behind: no catching up */
+      }
+      for (k = 0; k < scopes; k++)
+        while (h->next_req[k] <= t) {
+          if (nres_ratelimit_acquire(&h->limit[k], h->next_req[k], NULL) == 0 &&
+              h->next_req[k] >= t_from && h->next_req[k] < t_to)
+            h->admitted++;
+          h->next_req[k] += h->gap;
+        }
+    }
+    sleep_ns(100 * NRES_USEC);
+  }
+  return NULL;
+}
+
+static redisContext *admin(void) {
+  redisContext *c = redisConnect("127.0.0.1", redis.port);
+
+  if (c == NULL || c->err) {
+    fprintf(stderr, "bench_fleet_scale: cannot reach redis-server\n");
+    exit(1);
+  }
+  return c;
+}
+
+/* A field of INFO as a number ("used_cpu_user:" ...). */
+static double info_field(redisContext *c, const char *section,
+                         const char *field) {
+  redisReply *r = redisCommand(c, "INFO %s", section);
+  const char *p;
+  double v = 0;
+
+  if (r != NULL && r->type == REDIS_REPLY_STRING &&
+      (p = strstr(r->str, field)) != NULL)
+    v = atof(p + strlen(field));
+  if (r != NULL)
+    freeReplyObject(r);
+  return v;
+}
+
+static double redis_cpu(redisContext *c) {
+  return info_field(c, "cpu", "used_cpu_user:") + info_field(c, "cpu", "used_cpu_sys:");
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+static void fleet_arm(int n) {
+  driver_t d[MAX_THREADS];
+  pthread_t th[MAX_THREADS];
+  nres_sync_config_t c;
+  redisContext *adm;
+  char node[32], scope[16], prefix[32];
+  double cpu0, cpu1, cmd0, cmd1, usec, rate = RATE_PER_HOST * n, *all;
+  double offered, share, present;
+  uint64_t admitted = 0, rounds = 0;
+  size_t nall = 0;
+  nres_time_t start;
+  int i, k, g, group[3] = { 0, 0, 0 };
+
+  if (redis_server_start(&redis) != 0) {
+    fprintf(stderr, "bench_fleet_scale: redis-server did not start\n");
+    exit(1);
+  }
+  nhosts = n;
+  hosts = calloc((size_t) n, sizeof(*hosts));
+  for (i = 0; i < n; i++)
+    group[i % 3]++;
+  /* Fewer than three hosts: the groups present share the whole load. */
+  for (g = 0, present = 0; g < 3; g++)
+    present += group[g] > 0 ? split[g] : 0;
+  start = nres_clock_now();
+  snprintf(prefix, sizeof(prefix), "scale%d", n);
+  for (i = 0; i < n; i++) {
+    host_t *h = &hosts[i];
+
+    nres_sync_config_init(&c);
+    c.port = redis.port;
+    c.fleet = "bench";
+    c.prefix = prefix;
+    snprintf(node, sizeof(node), "h%d", i);
+    c.node = node;
+    c.interval = interval;
+    c.timeout = 2 * interval;   /* a busy machine is no failure here */
+    c.seed = (uint64_t) i + 1;
+    if (nres_sync_new(&c, &h->s) != 0) {
+      fprintf(stderr, "bench_fleet_scale: agent %d refused\n", i);
+      exit(1);
+    }
+    g = i % 3;
+    offered = 1.5 * rate * split[g] / present / group[g];
+    h->gap = (nres_time_t) (1e9 / offered);
+    for (k = 0; k < scopes; k++) {
+      nres_ratelimit_init(&h->limit[k], rate, 10);
+      snprintf(scope, sizeof(scope), "s%d", k);
+      nres_sync_add_ratelimit(h->s, scope, &h->limit[k], 0);
+      h->next_req[k] = start + (nres_time_t) ((double) h->gap * (i % 7) / 7);
+    }
+    h->next_tick = start + interval * i / n;
+  }
+  t_from = start + (nres_time_t) (warm_s * 1e9);
+  t_to = t_from + (nres_time_t) (window_s * 1e9);
+  adm = admin();
+  for (i = 0; i < threads; i++) {
+    d[i].id = i;
+    d[i].cap = (size_t) (n * (window_s + 1) * 1e9 / interval) + 16;
+    d[i].lat = malloc(d[i].cap * sizeof(double));
+    d[i].nlat = 0;
+    d[i].rounds = 0;
+    pthread_create(&th[i], NULL, drive, &d[i]);
+  }
+  while (nres_clock_now() < t_from)
+    sleep_ns(NRES_MSEC);
+  redisCommand(adm, "CONFIG RESETSTAT");
+  cpu0 = redis_cpu(adm);
+  cmd0 = info_field(adm, "stats", "total_commands_processed:");
+  while (nres_clock_now() < t_to)
+    sleep_ns(NRES_MSEC);
+  cpu1 = redis_cpu(adm);
+  cmd1 = info_field(adm, "stats", "total_commands_processed:");
+  {
+    redisReply *r = redisCommand(adm, "INFO commandstats");
+    const char *p = r != NULL && r->type == REDIS_REPLY_STRING
+                        ? strstr(r->str, "cmdstat_evalsha:") : NULL;
+    usec = p != NULL && (p = strstr(p, "usec_per_call=")) != NULL
+               ? atof(p + strlen("usec_per_call=")) : 0;
+    if (r != NULL)
+      freeReplyObject(r);
+  }
+  for (i = 0; i < threads; i++)
+    pthread_join(th[i], NULL);
+  all = malloc(sizeof(double) * (size_t) n * (size_t) ((window_s + 1) * 1e9 / interval + 16));
+  for (i = 0; i < threads; i++) {
+    memcpy(all + nall, d[i].lat, d[i].nlat * sizeof(double));
+    nall += d[i].nlat;
+    rounds += d[i].rounds;
+    free(d[i].lat);
+  }
+  qsort(all, nall, sizeof(double), cmp);
+  for (i = 0; i < n; i++) {
+    admitted += hosts[i].admitted;
+    nres_sync_free(hosts[i].s);
+  }
+  share = (double) admitted / (rate * scopes * window_s) - 1;
+  printf("%6d %6d %10.1f %8.1f %10.0f %8.1f %10.0f %9.0f %9.0f %+8.2f\n",
+         n, scopes, 100 * (cpu1 - cpu0) / window_s, usec,
+         (cmd1 - cmd0) / window_s, (double) rounds / window_s,
+         (double) n * 1e9 / (double) interval,
+         nall ? all[nall / 2] : 0, nall ? all[(size_t) (nall * 0.99)] : 0,
+         100 * share);
+  fflush(stdout);
+  free(all);
+  free(hosts);
+  redisFree(adm);
+  redis_server_kill(&redis);
+}
+
+/* The rate script of 357cd12: HGETALL and a walk over every host. */
+static const char old_rate_lua[] =
+  "local t = redis.call('TIME')\n"
+  "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+  "local function hosts(key, node, demand, stale)\n"
+  "  redis.call('HSET', key, 'd:' .. node, demand, 't:' .. node, now)\n"
+  "  local all = redis.call('HGETALL', key)\n"
+  "  local d, seen = {}, {}\n"
+  "  for i = 1, #all, 2 do\n"
+  "    local f = all[i]\n"
+  "    local p = string.sub(f, 1, 2)\n"
+  "    if p == 'd:' then d[string.sub(f, 3)] = tonumber(all[i + 1])\n"
+  "    elseif p == 't:' then seen[string.sub(f, 3)] = tonumber(all[i + 1])\n"
+  "    end\n"
+  "  end\n"
+  "  local n, sum = 0, 0\n"
+  "  for id, at in pairs(seen) do\n"
+  "    if now - at > stale then\n"
+  "      redis.call('HDEL', key, 'd:' .. id, 't:' .. id)\n"
+  "    else\n"
+  "      n = n + 1\n"
+  "      sum = sum + (d[id] or 0)\n"
+  "    end\n"
+  "  end\n"
+  "  return n, sum\n"
+  "end\n"
+  "local key, node = KEYS[1], ARGV[1]\n"
+  "local demand, rate = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+  "local n, sum = hosts(key, node, demand, tonumber(ARGV[4]))\n"
+  "local quota\n"
+  "if sum > rate then quota = rate * demand / sum\n"
+  "else quota = demand + (rate - sum) / n end\n"
+  "redis.call('PEXPIRE', key, ARGV[5])\n"
+  "return { string.format('%.6f', quota), string.format('%.6f', sum), n, now }\n";
+
+extern const char nres__sync_rate_lua[];
+
+/* usec per call of `script` with h hosts in one record, round-robin. */
+static double script_cost(redisContext *c, const char *script, int keys,
+                          int h) {
+  char sha[41], node[32];
+  redisReply *r;
+  const char *p;
+  double usec = 0;
+  int i, calls = h * 20 < 20000 ? 20000 : h * 20;
+
+  r = redisCommand(c, "SCRIPT LOAD %s", script);
+  memcpy(sha, r->str, 41);
+  freeReplyObject(r);
+  redisCommand(c, "FLUSHALL");
+  for (i = 0; i < h; i++) {   /* every host in the record first */
+    snprintf(node, sizeof(node), "h%d", i);
+    if (keys == 2)
+      redisAppendCommand(c, "EVALSHA %s 2 r zr %s 5.000 1000 3000000 10000", sha, node);
+    else
+      redisAppendCommand(c, "EVALSHA %s 1 r %s 5.000 1000 3000000 10000", sha, node);
+  }
+  for (i = 0; i < h; i++) {
+    redisGetReply(c, (void **) &r);
+    freeReplyObject(r);
+  }
+  redisCommand(c, "CONFIG RESETSTAT");
+  for (i = 0; i < calls; i++) {
+    snprintf(node, sizeof(node), "h%d", i % h);
+    if (keys == 2)
+      redisAppendCommand(c, "EVALSHA %s 2 r zr %s 5.000 1000 3000000 10000", sha, node);
+    else
+      redisAppendCommand(c, "EVALSHA %s 1 r %s 5.000 1000 3000000 10000", sha, node);
+    if (i % 100 == 99 || i == calls - 1) {
+      int k;
+      for (k = i - i % 100; k <= i; k++) {
+        redisGetReply(c, (void **) &r);
+        freeReplyObject(r);
+      }
+    }
+  }
+  r = redisCommand(c, "INFO commandstats");
+  p = strstr(r->str, "cmdstat_evalsha:");
+  if (p != NULL && (p = strstr(p, "usec_per_call=")) != NULL)
+    usec = atof(p + strlen("usec_per_call="));
+  freeReplyObject(r);
+  return usec;
+}
+
+static void script_arm(const int *list, int n) {
+  redisContext *c;
+  double o, s;
+  int i;
+
+  if (redis_server_start(&redis) != 0)
+    exit(1);
+  c = admin();
+  printf("\nrate script cost per call in Redis (INFO commandstats), H hosts in the record\n");
+  printf("%6s %14s %14s\n", "H", "357cd12 us", "this us");
+  for (i = 0; i < n; i++) {
+    o = script_cost(c, old_rate_lua, 1, list[i]);
+    s = script_cost(c, nres__sync_rate_lua, 2, list[i]);
+    printf("%6d %14.2f %14.2f\n", list[i], o, s);
+    fflush(stdout);
+  }
+  redisFree(c);
+  redis_server_kill(&redis);
+}
+
+int main(int argc, char **argv) {
+  int list[16] = { 1, 10, 100, 1000 }, nlist = 4, i;
+  const char *only = NULL;
+  char *p, *save;
+
+  for (i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--hosts") == 0) {
+      nlist = 0;
+      for (p = strtok_r(argv[i + 1], ",", &save); p != NULL && nlist < 16;
+           p = strtok_r(NULL, ",", &save)) {
+        list[nlist] = atoi(p);
+        if (list[nlist] < 1 || list[nlist] > MAX_HOSTS) {
+          fprintf(stderr, "bench_fleet_scale: --hosts: expected 1..%d, got %s\n",
+                  MAX_HOSTS, p);
+          return 2;
+        }
+        nlist++;
+      }
+    } else if (strcmp(argv[i], "--scopes") == 0) {
+      scopes = atoi(argv[i + 1]);
+      if (scopes < 1 || scopes > MAX_SCOPES)
+        return 2;
+    } else if (strcmp(argv[i], "--interval") == 0) {
+      interval = (nres_time_t) (atof(argv[i + 1]) * 1e6);
+      if (interval < NRES_MSEC)
+        return 2;
+    } else if (strcmp(argv[i], "--window") == 0) {
+      window_s = atof(argv[i + 1]);
+      if (!(window_s >= 1 && window_s <= 600))
+        return 2;
+    } else if (strcmp(argv[i], "--threads") == 0) {
+      threads = atoi(argv[i + 1]);
+      if (threads < 1 || threads > MAX_THREADS)
+        return 2;
+    } else if (strcmp(argv[i], "--only") == 0) {
+      only = argv[i + 1];
+    } else {
+      fprintf(stderr, "usage: bench_fleet_scale [--hosts 1,10,100,1000] "
+              "[--scopes 4] [--interval MS] [--window S] [--threads T] "
+              "[--only fleet|script]\n");
+      return 2;
+    }
+  }
+  {   /* a connection per agent: a thousand descriptors and more */
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  if (!redis_server_find(&redis)) {
+    fprintf(stderr, "bench_fleet_scale: redis-server not found\n");
+    return 77;
+  }
+  snprintf(redis.dir, sizeof(redis.dir), "/tmp/nres-scale-XXXXXX");
+  if (mkdtemp(redis.dir) == NULL)
+    return 1;
+  redis.port = redis_server_free_port();
+  if (only == NULL || strcmp(only, "fleet") == 0) {
+    printf("fleet: %d scopes per host, %.0f ms interval, %d driver threads, "
+           "%.0f s window; rate %.0f/s per host per scope, offered 1.5x 60/30/10\n",
+           scopes, (double) interval / 1e6, threads, window_s, RATE_PER_HOST);
+    printf("%6s %6s %10s %8s %10s %8s %10s %9s %9s %8s\n", "hosts", "scopes",
+           "redis cpu%", "us/call", "cmds/s", "rounds/s", "asked/s",
+           "p50 us", "p99 us", "rate err%");
+    for (i = 0; i < nlist; i++)
+      fleet_arm(list[i]);
+  }
+  if (only == NULL || strcmp(only, "script") == 0)
+    script_arm(list, nlist);
+  {
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", redis.dir);
+    if (system(cmd) != 0)
+      return 1;
+  }
+  return 0;
+}

@@ -46,7 +46,7 @@ end
 _M.quantile = quantile
 
 -- Count one window's tries.
-local function count(w, tries, fast_s)
+local function count(w, t, tries, fast_s)
   for _, tr in ipairs(tries) do
     w.tries = w.tries + 1
     w.busy = w.busy + tr.latency
@@ -59,6 +59,8 @@ local function count(w, tries, fast_s)
       if o == "error" then w.silent = w.silent + 1 end
     else
       w.failed = w.failed + 1
+      w.first_fail = w.first_fail or t
+      w.last_fail = t
     end
   end
 end
@@ -74,7 +76,7 @@ local function windows_of(trace, width, fast_s)
   for _, r in ipairs(reqs) do
     local w = ws[floor(r.t / width) + 1]
     w.arrivals = w.arrivals + 1
-    count(w, r.tries, fast_s)
+    count(w, r.t, r.tries, fast_s)
   end
   for _, w in ipairs(ws) do
     sort(w.lat)
@@ -205,7 +207,13 @@ function _M.fit(trace, opts)
       local p = { name = r.flags, from = ws_[1].from, to = ws_[#ws_].to }
       if r.flags:find("failing") then
         p.fail = math.floor(f / max(1, t - rf) * 1000 + 0.5) / 1000
-        if p.fail >= 0.99 then p.fail = 1 end   -- down: the few that passed were sent before it
+        if p.fail >= 0.99 or (#ws_ > 2 and f >= t - rf - ws_[1].ok - ws_[#ws_].ok) then
+          -- Down: every failure but the edges' successes. It begins at
+          -- the first failure and ends after the last, not at a window's edge.
+          p.fail = 1
+          p.from = floor(ws_[1].first_fail * 1000) / 1000
+          p.to = ceil(ws_[#ws_].last_fail * 1000 + 1) / 1000
+        end
       end
       -- Slowness while refusing is the queue's wait, which the capacity models.
       if r.flags:find("slow") and not r.flags:find("refusing") and lat_r[1] then

@@ -6,8 +6,9 @@
 -- (attempts, backoff base, the wait after a throttled answer, budget
 -- ratio, breaker threshold and break, attempt timeout, throttle): each
 -- value of a knob is tried with the others held, the best kept when it
--- beats the incumbent by more than MARGIN points (less is the noise of one
--- seed, and a preset is the better-known choice), for PASSES passes. Each
+-- beats the incumbent by more than MARGIN points (the verdict's "same":
+-- less is the noise of a seed, and a preset is the better-known choice),
+-- for PASSES passes. Each
 -- candidate runs on every seed in opts.seeds; its score is the mean.
 local simrun = require "nresrun.sim.run"
 local tournament = require "nresrun.sim.tournament"
@@ -18,7 +19,7 @@ local fit = require "nresrun.tune.fit"
 local _M = { _VERSION = "0.1.0" }
 
 _M.PRESETS = { "none", "trivial", "default", "http", "gateway", "batch" }
-_M.MARGIN = 0.25
+_M.MARGIN = require("nresrun.sim.verdict").SAME_POINTS
 _M.PASSES = 2
 
 local function copy(v)
@@ -26,6 +27,13 @@ local function copy(v)
   local t = {}
   for k, x in pairs(v) do t[k] = copy(x) end
   return t
+end
+
+local function same(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
 end
 
 -- The knobs: name, how to set a value on a merged policy table, the values
@@ -112,7 +120,7 @@ function _M.run(model, obj, opts)
       local top
       for _, v in ipairs(k.values) do
         local t = copy(cur.spec)
-        if k.set(t, v) then
+        if k.set(t, v) and not same(cur.spec, t) then
           local c = copy(t)
           c.base = "none"
           if pcall(policy_mod.new, c, 2) then   -- a value this policy cannot take is skipped

@@ -18,8 +18,8 @@
 --          answer ok (the dependency answered).
 --
 -- read(path) returns a trace { format, path, requests = { { t, tries =
--- { { latency, outcome } } } } sorted by t, t in seconds from the first,
--- origin, warnings = { "..." } } or nil, error. Bad input: a line that does
+-- { { latency, outcome } } } } sorted by t, t in seconds from
+-- origin (the first request's whole second on the trace's clock), warnings = { "..." } } or nil, error. Bad input: a line that does
 -- not parse is counted and the first one named (file:line) in a warning;
 -- more bad lines than good is an error (the wrong format, not noise);
 -- fewer than MIN_REQUESTS requests is an error; a clock going backwards by
@@ -157,7 +157,7 @@ function _M.read(path)
     return nil, format("%s: %d requests: too few to fit a model (at least %d)", path, #requests, _M.MIN_REQUESTS)
   end
   table.sort(requests, function(a, b) return a.t < b.t end)
-  local origin = requests[1].t
+  local origin = math.floor(requests[1].t)   -- windows start on the trace clock's whole seconds
   for _, r in ipairs(requests) do r.t = r.t - origin end
   return { format = kind, path = path, requests = requests, origin = origin, warnings = warnings,
            lines = n, skipped = bad }

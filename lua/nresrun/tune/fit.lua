@@ -13,12 +13,12 @@
 --   latency   lognormal { median, sigma } of the healthy windows' successes
 --             (sigma from their p90: ln(p90 / median) / 1.2816)
 --   fail_prob the healthy windows' failure share, when there is one
---   capacity  servers: with refusals, the served rate in refusing windows x
---             the healthy mean latency gives the servers left then, and the
+--   capacity  with refusals: the served rate in refusing windows x the
+--             healthy mean latency gives the servers left then, and the
 --             healthy servers are twice the peak healthy concurrency (at
---             least that); without refusals, twice the peak concurrency (a
---             lower bound: no refusal was seen); queue = 2 x servers
---             (assumed: a trace does not show the queue)
+--             least that); queue = 2 x servers (assumed: a trace does not
+--             show the queue). Without refusals, none: nothing in the
+--             trace bounds it
 --   phases    adjacent windows with the same flags, merged: fail = their
 --             failure share, latency_factor = their median / the healthy
 --             one, capacity = their servers / the healthy servers
@@ -175,26 +175,26 @@ function _M.fit(trace, opts)
     end
   end
   sort(saturated)
-  local servers, cap_evidence
+  local servers, capacity
   local healthy_servers = max(1, ceil(2 * peak))
+  local silent, refused = 0, 0
+  for _, w in ipairs(ws) do silent, refused = silent + w.silent, refused + w.refused end
   if #saturated > 0 then
     local busy = quantile(saturated, 0.5)
     servers = max(healthy_servers, ceil(busy))
-    cap_evidence = format("refusals in %d windows; served rate x healthy mean latency there: %.1f servers busy (median); healthy peak concurrency %.1f (Little's law), x2 = %d servers",
-                          #saturated, busy, peak, healthy_servers)
+    local refusal = silent * 2 > refused and "error" or "throttled"
+    capacity = { concurrency = servers, queue = 2 * servers, refusal = refusal }
+    evidence.capacity = format("refusals in %d windows; served rate x healthy mean latency there: %.1f servers busy (median); "
+      .. "healthy peak concurrency %.1f (Little's law), x2 = %d servers; queue %d assumed (2 x servers); "
+      .. "refusals %s (%d of %d plain errors back in < %g x the healthy median)",
+      #saturated, busy, peak, healthy_servers, 2 * servers, refusal, silent, refused, _M.FAST)
   else
-    servers = healthy_servers
-    cap_evidence = format("no refusals seen: at least the peak concurrency %.1f (Little's law); assumed 2 x = %d servers",
-                          peak, servers)
+    evidence.capacity = format("no refusals seen, so no capacity limit is modelled (the peak concurrency was %.1f, Little's law)",
+                               peak)
   end
-  local silent, refused = 0, 0
-  for _, w in ipairs(ws) do silent, refused = silent + w.silent, refused + w.refused end
-  local refusal = refused > 0 and silent * 2 > refused and "error" or "throttled"
-  local capacity = { concurrency = servers, queue = 2 * servers, refusal = refusal }
-  evidence.capacity = cap_evidence .. format("; queue %d assumed (2 x servers); refusals %s (%d of %d plain errors back in < %g x the healthy median)",
-                                             2 * servers, refusal, silent, refused, _M.FAST)
+  local dependency = { latency = latency, capacity = capacity, phases = {} }
+  local phases = dependency.phases
 
-  local phases = {}
   for _, r in ipairs(runs) do
     if r.flags ~= "" then
       local ws_ = r.windows
@@ -223,7 +223,7 @@ function _M.fit(trace, opts)
         local busy = {}
         for _, w in ipairs(ws_) do busy[#busy + 1] = (w.tries - w.refused) / width * mean_s end
         sort(busy)
-        p.capacity = math.floor(min(1, max(0.01, quantile(busy, 0.5) / servers)) * 100 + 0.5) / 100
+        p.capacity = floor(min(1, max(0.01, quantile(busy, 0.5) / servers)) * 100 + 0.5) / 100
       end
       p.evidence = format("%d windows %g-%g s: %d tries, %d failed, %d refused, median %s ms", #ws_, p.from, p.to, t, f, rf,
                           lat_r[1] and format("%.3g", quantile(lat_r, 0.5) * 1e3) or "-")
@@ -231,7 +231,6 @@ function _M.fit(trace, opts)
     end
   end
 
-  local dependency = { latency = latency, capacity = capacity, phases = phases }
   local base_fail = tries > 0 and failed / tries or 0
   if base_fail > 0.001 then
     dependency.fail_prob = math.floor(base_fail * 10000 + 0.5) / 10000

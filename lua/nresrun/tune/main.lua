@@ -25,7 +25,7 @@ Options:
                    or batch (no latency SLO)
   --slo S          the SLO's latency in seconds
   --quantile Q     the SLO's quantile (default 0.99)
-  --weights LIST   goodput=1,load=0.1,recovery=0.5 (any of them)
+  --weights LIST   goodput=1,load=0.1,requests=0.1,recovery=0.5 (any)
   --seeds N        replay each candidate on seeds 1..N (default 1)
   --window S       seconds per window of the fit (default: 1 s, longer
                    when a window would hold under 50 requests)

@@ -4,7 +4,7 @@
 --   objective = {
 --     use = "interactive",                    -- or "batch": the defaults below
 --     slo = { latency = 0.25, quantile = 0.99 },  -- interactive default: the trace's healthy p99
---     weights = { goodput = 1, load = 0.1, recovery = 0.5 },
+--     weights = { goodput = 1, load = 0.1, recovery = 0.5, requests = 0.1 },
 --   }
 --
 -- The score is in points (higher is better):
@@ -13,12 +13,14 @@
 -- - load    x (dependency requests per arrival while it is down, x 100;
 --              plus, where its capacity drops, the share of its capacity
 --              it was sent beyond it, in %)
+-- - requests x (dependency requests per arrival beyond one, over the
+--              whole run, in %: retries and hedges cost even when healthy)
 -- - recovery x (seconds from the end of the last disruption until the
 --              success ratio is back to 95 % of healthy; never: the rest
 --              of the run)
 -- So with the default weights 0.05 requests per call to a dead dependency
--- costs 0.5 points, sending 10 % over its capacity 1 point, and each second
--- of recovery half a point.
+-- costs 0.5 points, sending 10 % over its capacity 1 point, 2 % more
+-- requests in all 0.2 points, and each second of recovery half a point.
 local schema = require "nres.schema"
 local format, max = string.format, math.max
 local describe = schema.describe
@@ -26,12 +28,12 @@ local describe = schema.describe
 local _M = { _VERSION = "0.1.0" }
 
 _M.uses = {
-  interactive = { weights = { goodput = 1, load = 0.1, recovery = 0.5 }, slo = true },
-  batch = { weights = { goodput = 1, load = 0.1, recovery = 0.1 }, slo = false },
+  interactive = { weights = { goodput = 1, load = 0.1, recovery = 0.5, requests = 0.1 }, slo = true },
+  batch = { weights = { goodput = 1, load = 0.1, recovery = 0.1, requests = 0.1 }, slo = false },
 }
 
 local fields = { use = true, slo = true, weights = true }
-local weight_fields = { goodput = true, load = true, recovery = true }
+local weight_fields = { goodput = true, load = true, recovery = true, requests = true }
 
 local function finite(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
 
@@ -52,7 +54,7 @@ function _M.new(o, healthy_p99_s)
     if type(o.weights) ~= "table" then return nil, "objective.weights: expected a table, got " .. describe(o.weights) end
     for k, v in pairs(o.weights) do
       if not weight_fields[k] then
-        return nil, format("objective.weights.%s: unknown weight (goodput, load, recovery)", tostring(k))
+        return nil, format("objective.weights.%s: unknown weight (goodput, load, recovery, requests)", tostring(k))
       end
       if not (finite(v) and v >= 0) then
         return nil, format("objective.weights.%s: expected a number >= 0, got %s", k, describe(v))
@@ -87,8 +89,9 @@ function _M.score(obj, m, duration)
   end
   local rec = 0
   if m.recovery_s ~= nil then rec = m.recovery_s or duration end
-  local s = w.goodput * good - w.load * load - w.recovery * rec
-  return s, { good = good, load = load, recovery = rec }
+  local extra = max(0, (m.req_per_op or 1) - 1) * 100
+  local s = w.goodput * good - w.load * load - w.recovery * rec - w.requests * extra
+  return s, { good = good, load = load, recovery = rec, extra = extra }
 end
 
 return _M

@@ -4,11 +4,13 @@
 --
 -- The search starts from the best preset and moves one knob at a time
 -- (attempts, backoff base, the wait after a throttled answer, budget
--- ratio, breaker threshold and break, attempt timeout, throttle): each
+-- ratio, breaker threshold and break, attempt timeout, throttle, hedge): each
 -- value of a knob is tried with the others held, the best kept when it
--- beats the incumbent by more than MARGIN points (the verdict's "same":
--- less is the noise of a seed, and a preset is the better-known choice),
--- for PASSES passes. Each
+-- beats the incumbent, for PASSES passes. The result replaces the preset
+-- only when it beats it by more than MARGIN points (the verdict's "same":
+-- less is the noise of a seed, and a preset is the better-known choice);
+-- otherwise the preset is the answer and result.searched says what the
+-- search reached. Each
 -- candidate runs on every seed in opts.seeds; its score is the mean.
 local simrun = require "nresrun.sim.run"
 local tournament = require "nresrun.sim.tournament"
@@ -65,6 +67,12 @@ local function knobs(p99)
     { name = "attempt_timeout", set = set_path("attempt_timeout"),
       values = { math.max(0.001, 2 * p99), math.max(0.001, 5 * p99), 2, 10 } },
     { name = "throttle.k", set = set_path("throttle", "k"), values = { 1.03, 1.1, 1.5 } },
+    { name = "hedge", values = { false, { at = "p95", max = 2 }, { at = "p99", max = 2 } },
+      set = function(t, v)   -- a hedge is an attempt: at least max of them
+        t.hedge = v
+        if v and (t.attempts or 1) < v.max then t.attempts = v.max end
+        return true
+      end },
   }
 end
 _M.knobs = knobs
@@ -130,7 +138,7 @@ function _M.run(model, obj, opts)
           end
         end
       end
-      if top and top.score > cur.score + _M.MARGIN then
+      if top and top.score > cur.score then
         cur.changes[#cur.changes + 1] = { knob = k.name, value = top.value, gain = top.score - cur.score,
                                           score = top.score, parts = top.parts }
         cur.spec, cur.score, cur.measure, cur.parts = top.spec, top.score, top.measure, top.parts
@@ -139,8 +147,13 @@ function _M.run(model, obj, opts)
     end
     if not moved then break end
   end
-  if #cur.changes == 0 then cur.name = best.name end
-  return { best = cur, presets = presets, tried = tried, seeds = seeds }
+  local searched
+  if cur.score - best.score <= _M.MARGIN then
+    searched = cur
+    cur = { name = best.name, base = best.name, spec = copy(best.spec), score = best.score,
+            measure = best.measure, parts = best.parts, changes = {} }
+  end
+  return { best = cur, presets = presets, tried = tried, seeds = seeds, searched = searched }
 end
 
 _M.copy = copy

@@ -9,8 +9,19 @@ local format, concat = string.format, table.concat
 
 local _M = { _VERSION = "0.1.0" }
 
-local function num(v)
+local num
+function num(v)
   if type(v) == "boolean" then return tostring(v) end
+  if type(v) == "string" then return format("%q", v) end
+  if type(v) == "table" then   -- hedge = { at = "p95", max = 2 }
+    local keys, parts = {}, {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      parts[#parts + 1] = format("%s = %s", k, num(v[k]))
+    end
+    return "{ " .. concat(parts, ", ") .. " }"
+  end
   if v == math.floor(v) and math.abs(v) < 1e15 then return format("%d", v) end
   return format("%.4g", v)
 end
@@ -19,7 +30,8 @@ local function pts(v) return format("%.2f", v) end
 
 -- "score 70.7 (goodput 65.4 %, load 8.6, recovery 2 s)"
 local function parts_text(s, p)
-  return format("score %s: goodput %.1f %%, load %.2f, recovery %g s", pts(s), p.good, p.load, p.recovery)
+  return format("score %s: goodput %.1f %%, load %.2f, %.1f %% more requests, recovery %g s", pts(s), p.good, p.load,
+                p.extra, p.recovery)
 end
 
 -- The policy file's text.
@@ -30,9 +42,9 @@ function _M.policy(result, obj, model)
   local out = {
     "-- Written by `nresrun tune` from " .. tostring(model.source) .. " (" .. model.format .. ", "
       .. model.requests .. " requests over " .. model.duration .. " s).",
-    format("-- Objective: %s%s; weights goodput %g, load %g, recovery %g (points: docs/tune.md).", obj.use,
+    format("-- Objective: %s%s; weights goodput %g, load %g, requests %g, recovery %g (points: docs/tune.md).", obj.use,
            obj.slo and format(", SLO %.3g ms at q%g (%s)", obj.slo.latency * 1e3, obj.slo.quantile, obj.slo.from) or ", no latency SLO",
-           obj.weights.goodput, obj.weights.load, obj.weights.recovery),
+           obj.weights.goodput, obj.weights.load, obj.weights.requests, obj.weights.recovery),
     "-- Load it with nres.policy(dofile(\"policy.lua\")); every field not named here is the base preset's.",
     "return {",
     format("  -- Best of the presets replayed on the fitted model (%s), seeds %s.", parts_text(ref.score, ref.parts),
@@ -52,21 +64,42 @@ function _M.policy(result, obj, model)
     k.value, k.gain, k.score, k.parts = c.value, k.gain + c.gain, c.score, c.parts
     k.steps[#k.steps + 1] = num(c.value)
   end
-  local sections, order = {}, {}
+  local why_of = {}
   for _, c in ipairs(knobs) do
-    local sec, field = c.knob:match("^([%w_]+)%.([%w_]+)$")
-    local why = format("-- %+.2f points on the replay%s (then %s).", c.gain,
-                       #c.steps > 1 and format(" (searched %s)", concat(c.steps, " then ")) or "",
-                       parts_text(c.score, c.parts))
-    if sec then
-      if not sections[sec] then sections[sec] = {}; order[#order + 1] = sec end
-      local lines = sections[sec]
-      lines[#lines + 1] = "    " .. why
-      lines[#lines + 1] = format("    %s = %s,", field, num(c.value))
-      if c.knob == "breaker.break_for" then lines[#lines + 1] = format("    break_max = %s,", num(c.value)) end
-    else
-      out[#out + 1] = "  " .. why
-      out[#out + 1] = format("  %s = %s,", c.knob, num(c.value))
+    why_of[c.knob] = format("-- %+.2f points on the replay%s (then %s).", c.gain,
+                            #c.steps > 1 and format(" (searched %s)", concat(c.steps, " then ")) or "",
+                            parts_text(c.score, c.parts))
+  end
+  -- Every field that differs from the base preset, with the reason of the
+  -- knob that moved it (a knob may move two: break_for takes break_max,
+  -- a hedge raises attempts to its max).
+  local base = assert(require("nres.policy").resolve(best.base))
+  local keys = {}
+  for k in pairs(best.spec) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local sections, order = {}, {}
+  local function along(knob)
+    return why_of[knob] or (knob == "attempts" and why_of.hedge and "-- Raised with the hedge: a hedge is an attempt (hedge.max).")
+      or (knob == "breaker.break_max" and why_of["breaker.break_for"] and "-- = break_for, as in the presets: no doubling.")
+      or "-- Moved by the search."
+  end
+  for _, k in ipairs(keys) do
+    local v, b = best.spec[k], base[k]
+    if type(v) == "table" and type(b) == "table" and k ~= "hedge" then
+      local subs = {}
+      for sk in pairs(v) do subs[#subs + 1] = sk end
+      table.sort(subs)
+      for _, sk in ipairs(subs) do
+        if v[sk] ~= b[sk] then
+          if not sections[k] then sections[k] = {}; order[#order + 1] = k end
+          local lines = sections[k]
+          lines[#lines + 1] = "    " .. along(k .. "." .. sk)
+          lines[#lines + 1] = format("    %s = %s,", sk, num(v[sk]))
+        end
+      end
+    elseif type(v) ~= "function" and num(v) ~= num(b == nil and false or b) then
+      out[#out + 1] = "  " .. along(k)
+      out[#out + 1] = format("  %s = %s,", k, num(v))
     end
   end
   for _, sec in ipairs(order) do
@@ -93,8 +126,10 @@ function _M.report(result, obj, model)
     w("**Verdict: %s**, %s points against %s, the best preset (%s vs %s), on the %s objective. The file: policy.lua.",
       best.name, pts(best.score - top.score), top.name, pts(best.score), pts(top.score), obj.use)
   else
-    w("**Verdict: %s**, the best preset on the %s objective (%s points; next: %s, %s). No knob moved the score by more than %g points.",
+    local sr = result.searched
+    w("**Verdict: %s**, the best preset on the %s objective (%s points; next: %s, %s). The knob search reached %s points%s: within %g points, the same.",
       top.name, obj.use, pts(top.score), ranked[2] and ranked[2].name or "-", ranked[2] and pts(ranked[2].score) or "-",
+      sr and pts(sr.score) or pts(top.score), sr and #sr.changes > 0 and format(" (%d changes)", #sr.changes) or "",
       require("nresrun.tune.search").MARGIN)
   end
   w("")
@@ -104,18 +139,18 @@ function _M.report(result, obj, model)
     for _, x in ipairs(model.warnings) do w("- %s", x) end
     w("")
   end
-  w("Objective: %s; %s; score = %g x goodput %% - %g x load - %g x recovery s. "
+  w("Objective: %s; %s; score = %g x goodput %% - %g x load - %g x more requests %% - %g x recovery s. "
     .. "Load: dependency requests per arrival while it is down x 100, plus the %% sent beyond its capacity where it drops.",
     obj.use, obj.slo and format("goodput = calls that succeeded within %.3g ms (%s)", obj.slo.latency * 1e3, obj.slo.from)
-    or "no latency SLO: goodput = success", obj.weights.goodput, obj.weights.load, obj.weights.recovery)
+    or "no latency SLO: goodput = success", obj.weights.goodput, obj.weights.load, obj.weights.requests, obj.weights.recovery)
   w("")
   w("Replayed: the trace's %d arrivals on the fitted model, seeds %s, %d candidates.", model.requests,
     concat(result.seeds, ", "), result.tried)
   w("")
-  w("| policy | score | goodput % | success % | load | recovery s | p99 ms |")
-  w("|---|---|---|---|---|---|---|")
+  w("| policy | score | goodput % | success % | load | more requests % | recovery s | p99 ms |")
+  w("|---|---|---|---|---|---|---|---|")
   local function row(name, s, m, p)
-    w("| %s | %s | %.1f | %.1f | %.2f | %g | %s |", name, pts(s), p.good, m.success * 100, p.load, p.recovery,
+    w("| %s | %s | %.1f | %.1f | %.2f | %.1f | %g | %s |", name, pts(s), p.good, m.success * 100, p.load, p.extra, p.recovery,
       m.p99_ms and format("%.0f", m.p99_ms) or "-")
   end
   if #best.changes > 0 then row(best.name, best.score, best.measure, best.parts) end

@@ -117,7 +117,7 @@ describe("trace readers", function()
 end)
 
 describe("fit", function()
-  it("finds the outage, the latency and a capacity bound from a known dependency", function()
+  it("finds the outage and the latency of a known dependency, and models no capacity it did not see", function()
     local sc = { dependency = { latency = { lognormal = { 0.020, 0.5 } }, capacity = { concurrency = 16, queue = 32 },
                                 phases = { { name = "outage", from = 20, to = 30, fail = 1 } } },
                  load = { rate = 200 }, duration = 60 }
@@ -133,6 +133,32 @@ describe("fit", function()
     expect.near(p.from, 20, 0.01, "from: the first failure")
     expect.near(p.to, 30, 0.01, "to: after the last failure")
     expect.truthy(m.evidence.capacity:find("no refusals seen", 1, true), m.evidence.capacity)
+  end)
+end)
+
+describe("nresrun tune", function()
+  it("writes a loadable policy, a report with the verdict first and the model, from a simulation file", function()
+    local sim = put("sim.lua", {
+      'return require("nresrun").simulation{ policy = "none", duration = 40, seed = 1, load = { rate = 50 },',
+      '  dependency = { latency = { lognormal = { 0.02, 0.5 } }, phases = { { name = "outage", from = 15, to = 25, fail = 1 } } } }',
+    })
+    local out = dir .. "/out"
+    local main = require "nresrun.tune.main"
+    local real = io.stdout
+    io.stdout = assert(io.open("/dev/null", "w"))   -- the report is printed too
+    local code = main.main({ sim, "--out", out, "--use", "batch" })
+    io.stdout:close()
+    io.stdout = real
+    expect.eq(code, 0)
+    local p = require("nres").policy(dofile(out .. "/policy.lua"))
+    expect.truthy(p.cp ~= nil, "policy.lua builds")
+    local report = assert(io.open(out .. "/report.md")):read("*a")
+    expect.truthy(report:match("^# nresrun tune: [^\n]*\n\n%*%*Verdict: "), report:sub(1, 200))
+    local model = require("cjson").decode(assert(io.open(out .. "/model.json")):read("*a"))
+    expect.eq(model.dependency.phases[1].fail, 1)
+    expect.eq(model.objective.use, "batch")
+    expect.eq(main.main({ sim, "--out", out, "--weights", "goodput=x" }), 2)
+    expect.eq(main.main({ dir .. "/missing.csv", "--out", out }), 2)
   end)
 end)
 

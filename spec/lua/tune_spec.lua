@@ -157,6 +157,7 @@ describe("nresrun tune", function()
     local model = require("cjson").decode(assert(io.open(out .. "/model.json")):read("*a"))
     expect.eq(model.dependency.phases[1].fail, 1)
     expect.eq(model.objective.use, "batch")
+    expect.truthy(assert(io.open(out .. "/model.svg")):read("*a"):find("<svg", 1, true), "model.svg")
     expect.eq(main.main({ sim, "--out", out, "--weights", "goodput=x" }), 2)
     expect.eq(main.main({ dir .. "/missing.csv", "--out", out }), 2)
   end)
@@ -207,6 +208,8 @@ describe("ground truth", function()
       io.stdout:write(format("  %s: tuned (%s, %d changes) %.2f points, best preset %s %.2f\n", name, r.best.name,
                              #r.best.changes, tuned, best_name, best))
       expect.truthy(tuned >= best, format("%s: tuned %.3f >= best preset %s %.3f", name, tuned, best_name, best))
+      -- Not the preset itself: the search moved knobs, and they held on the truth.
+      expect.truthy(#r.best.changes > 0, name .. ": the search changed nothing")
     end)
   end
 end)

@@ -6,8 +6,8 @@
 -- the trace is its dependency called with no policy on --seed, written to
 -- DIR/trace.csv. The trace is fitted (nresrun.tune.fit), the presets and a
 -- knob search replayed on the fit (nresrun.tune.search) and scored by the
--- objective (nresrun.tune.objective), and DIR gets policy.lua, report.md
--- and model.json (nresrun.tune.write).
+-- objective (nresrun.tune.objective), and DIR gets policy.lua, report.md,
+-- model.json and model.svg (nresrun.tune.write).
 local format = string.format
 
 local _M = { _VERSION = "0.1.0" }
@@ -19,7 +19,7 @@ TRACE is a CSV of time,latency,outcome, an nginx access log in the
 nres_tune log_format, or a simulation file (docs/tune.md).
 
 Options:
-  --out DIR        where policy.lua, report.md and model.json go
+  --out DIR        where policy.lua, report.md, model.json and model.svg go
                    (default artifacts/tune)
   --use USE        interactive (default: SLO = the trace's healthy p99)
                    or batch (no latency SLO)
@@ -137,9 +137,10 @@ function _M.main(args)
   put(out .. "/policy.lua", write.policy(r.result, r.objective, r.model))
   put(out .. "/report.md", report)
   put(out .. "/model.json", write.model_json(r.model, r.objective))
+  put(out .. "/model.svg", write.svg(r.model))
   for _, w in ipairs(r.model.warnings) do io.stderr:write("nresrun: tune: warning: ", w, "\n") end
   io.stdout:write(report, "\n")
-  print(format("written: %s/policy.lua %s/report.md %s/model.json", out, out, out))
+  print(format("written: %s/policy.lua %s/report.md %s/model.json %s/model.svg", out, out, out, out))
   return 0
 end
 

@@ -1,7 +1,8 @@
 -- nresrun.tune.write: what `nresrun tune` leaves in its output folder:
 -- policy.lua (the chosen policy, one comment per field naming the evidence
--- that chose it), report.md (the verdict first) and model.json (the fitted
--- dependency, its evidence and the windows it was fitted on).
+-- that chose it), report.md (the verdict first), model.json (the fitted
+-- dependency, its evidence and the windows it was fitted on) and
+-- model.svg (the windows drawn, the phases shaded).
 local cjson = require "cjson.safe"
 local simdep = require "nresrun.sim.dep"
 
@@ -164,6 +165,8 @@ function _M.report(result, obj, model)
   end
   w("## The fitted model")
   w("")
+  w("![the trace per window, the fitted phases shaded](model.svg)")
+  w("")
   w("%s; %d requests over %d s, %.1f per second; windows of %g s.", simdep.label(model.dependency),
     model.requests, model.duration, model.mean_rate, model.window)
   w("")
@@ -182,6 +185,44 @@ function _M.report(result, obj, model)
   w("The queue length is assumed, not measured, and a phase holds its mean over its windows: "
     .. "the replay's figures are a prediction from the trace, not a measurement.")
   return concat(out, "\n") .. "\n"
+end
+
+-- An SVG of the trace as the fit saw it: tries per second by outcome and
+-- the median latency of successes, per window, the fitted phases shaded.
+function _M.svg(model)
+  local svg = require "nresrun.svg"
+  local ws, width = model.windows, model.window
+  local ok, failed, refused, median = {}, {}, {}, {}
+  local top, ltop = 1, 1
+  for i, w in ipairs(ws) do
+    ok[i], failed[i], refused[i] = w.ok / width, w.failed / width, w.refused / width
+    median[i] = w.median_ms
+    top = math.max(top, ok[i], failed[i], refused[i])
+    if w.median_ms then ltop = math.max(ltop, w.median_ms) end
+  end
+  local bands = {}
+  for _, p in ipairs(model.dependency.phases) do
+    bands[#bands + 1] = { from = p.from, to = p.to, color = "#999999", opacity = 0.18, label = p.name }
+  end
+  local x0 = width / 2
+  return svg.chart{
+    title = format("nresrun tune: %s", tostring(model.source)),
+    subtitle = format("%d requests, windows of %g s; shaded: the fitted phases", model.requests, width),
+    width = 1000,
+    x = { min = 0, max = #ws * width, label = "seconds of the trace" },
+    legend = { { label = "ok", color = "#2ca02c" }, { label = "failed", color = "#d62728" },
+               { label = "refused", color = "#ff7f0e" }, { label = "median of successes", color = "#1f77b4" },
+               { label = "phase", color = "#999999", band = true, opacity = 0.18 } },
+    panels = {
+      { title = "tries per second", height = 200, bands = bands, y = { min = 0, max = svg.nice_max(top), label = "per second" },
+        series = { { values = ok, color = "#2ca02c", x0 = x0, dx = width },
+                   { values = failed, color = "#d62728", x0 = x0, dx = width },
+                   { values = refused, color = "#ff7f0e", x0 = x0, dx = width } } },
+      { title = "median latency of successful tries", height = 160, bands = bands,
+        y = { min = 0, max = svg.nice_max(ltop), label = "ms" },
+        series = { { values = median, color = "#1f77b4", x0 = x0, dx = width, n = #ws } } },
+    },
+  }
 end
 
 -- The model as JSON (without the arrivals: the trace has them).

@@ -22,7 +22,7 @@
 --   phases    adjacent windows with the same flags, merged: fail = their
 --             failure share, latency_factor = their median / the healthy
 --             one, capacity = their servers / the healthy servers
--- and the arrivals (seconds from the trace's first request) to replay.
+-- and the arrivals (seconds from the trace's origin) to replay.
 local format, floor, ceil, max, min, log, exp =
   string.format, math.floor, math.ceil, math.max, math.min, math.log, math.exp
 local sort = table.sort

@@ -37,8 +37,9 @@ local function line(what, kind, st, changes)
     return "warn", format("nres: %s %s %s: %s; %s%s", kind, what,
                           kind == "peer" and "ejected" or "breaker opened", why, counts_text, more)
   elseif st.state == "isolated" then
-    return "warn", format("nres: %s %s %s by the control API; %s%s", kind, what,
-                          kind == "peer" and "ejected" or "breaker isolated", counts_text, more)
+    return "warn", format("nres: %s %s %s by %s; %s%s", kind, what,
+                          kind == "peer" and "ejected" or "breaker isolated",
+                          st.by or "the control API", counts_text, more)
   elseif st.state == "half-open" then
     return "notice", format("nres: %s %s probing (half-open); %s%s", kind, what, counts_text, more)
   end
@@ -47,7 +48,7 @@ local function line(what, kind, st, changes)
 end
 
 -- One breaker looked at: a line to write (level, text), or nil.
-local function look(key, what, kind, breaker, slot, now, t)
+local function look(key, what, kind, breaker, slot, now, t, by)
   local state = STATES[C.nres_breaker_state(breaker, now)] or "closed"
   C.nres_breaker_stats(breaker, stats)
   local trips = tonumber(stats.trips)
@@ -67,7 +68,7 @@ local function look(key, what, kind, breaker, slot, now, t)
   C.nres_shm_slot_counts(slot, counts)
   local tries = tonumber(counts.calls)
   local level, text = line(what, kind, {
-    state = state, trips = trips, consecutive = tonumber(stats.consecutive),
+    state = state, trips = trips, by = by, consecutive = tonumber(stats.consecutive),
     tries = tries, failures = tries - tonumber(counts.stops[STOP_OK]) }, e.changes)
   e.changes, e.at = 0, t
   return level, text
@@ -91,7 +92,8 @@ function _M.poll(log, now, t)
       for i = 1, u.n do
         local slot = C.nres_shm_slot(u.ptr, u.idx[i])
         emit(look("peer\0" .. name .. "\0" .. u.peer[i], u.peer[i] .. " of upstream " .. name,
-                  "peer", u.br[i], slot, now, t))
+                  "peer", u.br[i], slot, now, t, require("nres.ngx.health").held(u, i)
+                  and "the health checks" or nil))
       end
     end
   end

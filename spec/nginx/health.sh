@@ -6,7 +6,8 @@
 # are the three-port test upstream (spec/nginx/nres_upstream.lua: requests
 # to /_health are counted apart, as `health`). The upstream gets
 # health = { path = "/_health", interval = 0.5 s, timeout = 250 ms,
-# healthy = 2, unhealthy = 2 } (the PEERS placeholder carries it). Per mode:
+# healthy = 2, unhealthy = 2 } (the PEERS placeholder carries it), choice
+# round-robin (so that a failing peer is ejected passively in 4b). Per mode:
 #   1. the checks run once per interval for the whole nginx, not once per
 #      worker: about 6 health requests per peer in 3 s (12 would be two
 #      workers each checking);
@@ -18,6 +19,10 @@
 #      recovers, still with no client request sent to it;
 #   4. a peer that hangs on the health path (a delay past the timeout) is
 #      ejected likewise (last result "timeout"), and restored;
+#   4b. a peer ejected passively (its client requests fail, its health
+#      path passes) is closed once it recovers by the checks, which are
+#      its half-open probes: within its break (2 s) + 3 passes, with no
+#      client request sent to it;
 #   5. kill -9 of the worker holding the checks' lease: another takes over
 #      and the checks reach the peers again within the lease (2 x interval)
 #      + a look (interval / 4) (+ slack);
@@ -111,7 +116,7 @@ run_mode() {   # MODE TEMPLATE PREFIX [nres_render ARGS...]
   shift 3
   mkdir -p "$prefix" && chmod 777 "$prefix"
   nres_render "$tpl" "$prefix/nginx.conf" PREFIX="$prefix" PORT="$gw_port" \
-    LUA="$repo/lua/?.lua" POLICY='"gateway"' CHOICE=p2c PEERS="$peers" "$@"
+    LUA="$repo/lua/?.lua" POLICY='"gateway"' CHOICE=round-robin PEERS="$peers" "$@"
   NRES_JITV="" nres_nginx_start "$prefix" "$prefix/nginx.conf"
   nres_wait_http "$gw/nres/status"
   sleep 1
@@ -137,6 +142,25 @@ run_mode() {   # MODE TEMPLATE PREFIX [nres_render ARGS...]
   # 2-3. 500 on the health path; 4. a hang past the timeout
   eject_and_restore "$p3" "mode=down&status=500" status
   eject_and_restore "$p2" "mode=healthy&delay=3000" timeout
+
+  # 2b. ejected passively (its client requests fail, its health path
+  # passes): once its break is over the checks are its half-open probes,
+  # so it is closed with no client request (eject.successes = 3 of them)
+  admin_all "mode=healthy&reset=1"
+  admin "$p1" "mode=down&health=pass&reset=1" >/dev/null
+  for _ in $(seq 1 50); do
+    load 20 4 /passive >/dev/null
+    [ "$(peer_field "$(status)" "$p1" ejected_by)" = passive ] && break
+  done
+  [ "$(peer_field "$(status)" "$p1" ejected_by)" = passive ] ||
+    fail "$mode: $p1 not ejected passively: $(status)"
+  t=$(now)
+  admin "$p1" "mode=healthy&health=&reset=1" >/dev/null
+  wait_peer "$p1" "p.state == 'closed'"
+  e=$(elapsed "$t"); lim=$(awk -v i="$INTERVAL" 'BEGIN { print 2 + 3 * i + i + 0.5 }')
+  within "$e" "$lim" || fail "$mode: $p1 closed $e s after it recovered (bound $lim s)"
+  [ "$(ups "$p1")" = 0 ] || fail "$mode: $(ups "$p1") client requests spent on $p1's probes"
+  pass "$mode: $p1 ejected passively, closed by the checks as its probes $e s after it recovered (break 2 s + 3 x $INTERVAL s), no client request sent"
 
   # 5. the checking worker killed
   pid=$(status | json "j.upstreams.backend.health.checker_pid")

@@ -18,7 +18,9 @@
 -- GET /admin (no mode) returns the counters as JSON; &reset=1 (also with a
 -- mode) zeroes them. A request to a path under /_health (the gateway's
 -- active health checks) counts as `health`, not as a request, and is
--- answered like any other (a failing mode fails it, a delay delays it).
+-- answered like any other (a failing mode fails it, a delay delays it)
+-- unless &health=pass (with a mode) says it always passes (&health= ends
+-- that): a peer whose health path lies.
 -- Every request to any other path counts as an upstream request; those carrying a numeric X-Deadline-Ms header are counted too,
 -- unless the environment says NRES_UPSTREAM_DEADLINES=off (the benchmarks:
 -- that bookkeeping is the tests', not a cost of the header, and the
@@ -89,6 +91,7 @@ function _M.admin()
       ngx.say("status: expected a whole number 400..599, got ", tostring(args.status))
       return
     end
+    if args.health ~= nil then dict:set(P .. "health_pass", args.health == "pass") end
     dict:set(P .. "seq", 0)
     dict:set(P .. "n", tonumber(args.n) or 2)
     dict:set(P .. "delay", tonumber(args.delay) or 0)
@@ -109,6 +112,7 @@ function _M.serve()
   P = ngx.var.server_port .. ":"
   if ngx.var.uri:find("^/_health") then
     dict:incr(P .. "health", 1, 0)
+    if dict:get(P .. "health_pass") then return ngx.print("ok\n") end
   else
     dict:incr(P .. "requests", 1, 0)
   end

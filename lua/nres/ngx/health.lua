@@ -19,9 +19,12 @@
 -- no client request goes there) and set the peer's NRES_GW_HEALTH control
 -- flag, which says the isolation is the checks', not an operator's;
 -- `healthy` passing checks in a row reset it (closed, no client request
--- spent as a probe). A peer ejected passively (open or half-open) is also
--- closed after `healthy` passing checks since it last opened. A peer the
--- control API isolated is left alone. Per peer, the counts (runs, last
+-- spent as a probe). A peer ejected passively (open) is left to its
+-- breaker until its break is over; then the checks are its half-open
+-- probes (a permit taken and reported like a client's: `eject.successes`
+-- passes close it, a failure reopens it), so no client request is spent
+-- on a peer still down. `unhealthy` failures in a row eject it actively
+-- whatever its state. A peer the control API isolated is left alone. Per peer, the counts (runs, last
 -- result, checks by result) sit in the health table for /nres/status.
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
@@ -41,7 +44,7 @@ local CLOSED, OPEN, HALF_OPEN, ISOLATED = 0, 1, 2, 3
 local RESULTS = { [0] = nil, "ok", "status", "timeout", "error" }
 local OK, STATUS, TIMEOUT, ERR = 1, 2, 3, 4
 local PEER_SIZE = ffi.sizeof("nres_gw_health_peer_t")
-local stats = ffi.new("nres_breaker_stats_t")
+local permit_box = ffi.new("uint32_t[1]")
 
 local FIELDS = { path = true, interval = true, timeout = true, healthy = true,
                  unhealthy = true, statuses = true, host = true, tcp = true }
@@ -180,9 +183,6 @@ local function record(u, i, result, status, err, took)
   ngx.update_time()
   rec.at, rec.took, rec.last, rec.status = ngx.now(), took, result, status
   rec.by_result[result - 1] = rec.by_result[result - 1] + 1
-  C.nres_breaker_stats(br, stats)
-  -- a passive ejection since the last check: its passes start again
-  if stats.trips ~= rec.trips_seen then rec.trips_seen, rec.ok_run = stats.trips, 0 end
   local held = band(c.flags, HEALTH) ~= 0
   local state = C.nres_breaker_state(br, now)
   if held and state ~= ISOLATED then   -- someone closed it meanwhile (control API)
@@ -192,14 +192,29 @@ local function record(u, i, result, status, err, took)
   local what = format("nres: peer %s of upstream %s", u.peer[i], u.name)
   if result == OK then
     rec.fail_run, rec.ok_run = 0, min(rec.ok_run + 1, 65535)
-    if rec.ok_run >= s.healthy and (held or state == OPEN or state == HALF_OPEN) then
-      C.nres_breaker_reset(br)
-      if held then C.nres_gw_control_flag(c, HEALTH, 0) end
-      log(NOTICE, format("%s restored by the health checks (%d passed in a row; it was %s)",
-                         what, rec.ok_run, held and "ejected by them" or "ejected passively"))
-    end
   else
     rec.ok_run, rec.fail_run = 0, min(rec.fail_run + 1, 65535)
+  end
+  -- Ejected passively and its break over: the check is the half-open
+  -- probe (a permit taken and reported, as a client's would be), so the
+  -- breaker's own rules close or reopen it and no client request is spent.
+  if not held and state == HALF_OPEN
+     and C.nres_breaker_acquire(br, now, permit_box) == 0 and permit_box[0] ~= 0 then
+    local to = C.nres_breaker_record(br, now, permit_box[0], result == OK and 0 or 1, 0, nil)
+    if to == CLOSED then
+      log(NOTICE, format("%s restored: its half-open probes were health checks that passed",
+                         what))
+    end
+    return
+  end
+  if result == OK then
+    if held and rec.ok_run >= s.healthy then
+      C.nres_breaker_reset(br)
+      C.nres_gw_control_flag(c, HEALTH, 0)
+      log(NOTICE, format("%s restored by the health checks (%d passed in a row)", what,
+                         rec.ok_run))
+    end
+  else
     if rec.fail_run >= s.unhealthy and not held and state ~= ISOLATED then
       C.nres_gw_control_flag(c, HEALTH, 1)
       C.nres_breaker_isolate(br)

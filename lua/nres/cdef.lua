@@ -15,7 +15,7 @@ if not jit then
 end
 local ffi = require "ffi"
 
-local ABI_VERSION = 7
+local ABI_VERSION = 8
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -71,7 +71,8 @@ typedef struct nres_bulkhead_config_s {
 
 typedef struct nres_bulkhead_s {
   nres_bulkhead_config_t config; uint32_t inflight, waiting; uint64_t limit_fp, refused;
-  uint64_t recent, baseline, samples; uint32_t probe_left, reserved2_; uint64_t refused_class[3];
+  uint64_t recent, baseline, samples; uint32_t probe_left, holes; uint64_t refused_class[3];
+  uint64_t tickets, head, free_at, leases_expired;
 } nres_bulkhead_t;
 
 typedef struct nres_estimator_s {
@@ -118,7 +119,7 @@ typedef struct nres_attempt_rec_s {
 typedef struct nres_call_s {
   nres_policy_t *policy; nres_time_t start, deadline, resume_at;
   uint8_t phase, stop, inflight, fallback; uint16_t attempts, retries, hedges;
-  uint8_t queued, seeded, charged, throttled, criticality, deferred; nres_time_t queue_end;
+  uint8_t queued, seeded, charged, throttled, criticality, deferred; nres_time_t queue_end; uint64_t ticket;
   nres_verdict_t last; nres_backoff_state_t backoff; nres_rng_t rng;
   struct { nres_time_t start, deadline; uint32_t permit; uint16_t number;
            uint8_t hedge, held; } slot[4];
@@ -143,7 +144,7 @@ typedef struct nres_throttle_stats_s {
 } nres_throttle_stats_t;
 typedef struct nres_bulkhead_stats_s {
   uint32_t inflight, waiting, limit, reserved_; uint64_t limit_fp, refused;
-  double recent, baseline; uint64_t refused_class[3];
+  double recent, baseline; uint64_t refused_class[3]; uint64_t leases_expired;
 } nres_bulkhead_stats_t;
 
 const char *nres_strerror(int err);

@@ -510,6 +510,7 @@ function _M.stats(self)
   end
   if cp.bulkhead ~= nil then
     C.nres_bulkhead_stats(cp.bulkhead, bstats)
+    s.leases_expired = s.leases_expired + tonumber(bstats.leases_expired)
     s.limiter = {
       limit = tonumber(bstats.limit_fp) / 65536, inflight = bstats.inflight,
       waiting = bstats.waiting, refused = tonumber(bstats.refused),

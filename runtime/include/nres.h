@@ -117,10 +117,14 @@ static inline nres_time_t nres_time_min(nres_time_t a, nres_time_t b) {
 /* The one conversion of seconds (a double) to a duration:
  * - 0 (and -0) is 0; a positive amount under 1 ns is 1 ns, so a positive
  *   setting never reads as 0 ("none" or "off");
- * - otherwise truncated to the ns, saturating: 2^64 ns (584 years) or more,
+ * - otherwise truncated to the ns, saturating: 2^63 ns (292 years) or more,
  *   +inf and 1e300 all give NRES_TIME_NEVER, never a wrapped value;
  * - NaN and negatives give NRES_TIME_INVALID (refused by every consumer).
- * Every duration field below may be set from it. */
+ * Every duration field below may be set from it. A duration field set
+ * directly to a value from 2^63 ns up, other than NRES_TIME_NEVER, is what
+ * a negative number becomes when assigned to nres_time_t: the builders
+ * refuse it, naming the field (NRES_TIME_WRAPPED). */
+#define NRES_TIME_WRAPPED ((nres_time_t) 1 << 63)
 NRES_EXTERN nres_time_t nres_time_from_sec(double seconds);
 
 /* CLOCK_MONOTONIC in nanoseconds. The one place the runtime reads a clock;
@@ -769,8 +773,17 @@ struct nres_bulkhead_s {
   NRES_ATOMIC(uint64_t) baseline;       /* gradient: ns, a double's bits */
   NRES_ATOMIC(uint64_t) samples;        /* gradient: samples taken */
   NRES_ATOMIC(uint32_t) probe_left;     /* gradient: probe samples to go */
-  uint32_t reserved2_;
+  NRES_ATOMIC(uint32_t) holes;          /* tickets behind the head whose
+                                           waiters left (nres_bulkhead_leave) */
   NRES_ATOMIC(uint64_t) refused_class[3];   /* refused, by nres_class_t */
+  /* The queue's order (nres_bulkhead_join): the next ticket, the oldest
+   * ticket that may still wait (the head), when a waiter behind the head
+   * first saw a slot the head has not taken (0: none), and queue places
+   * given back by their lease. */
+  NRES_ATOMIC(uint64_t) tickets;
+  NRES_ATOMIC(uint64_t) head;
+  NRES_ATOMIC(uint64_t) free_at;
+  NRES_ATOMIC(uint64_t) leases_expired;
 };
 
 NRES_EXTERN void nres_bulkhead_config_init(nres_bulkhead_config_t *config);
@@ -792,6 +805,23 @@ NRES_EXTERN int nres_bulkhead_acquire_class(nres_bulkhead_t *bulkhead,
 NRES_EXTERN int nres_bulkhead_enqueue_class(nres_bulkhead_t *bulkhead,
                                             int cls);
 NRES_EXTERN void nres_bulkhead_dequeue(nres_bulkhead_t *bulkhead);
+/* The queue in order, first come first served (the executor's way; the
+ * calls above are the unordered one). join: enqueue (as
+ * nres_bulkhead_enqueue_class) and take the next ticket (*ticket). turn: a
+ * waiter's look for a slot at `now` (the caller's clock): a slot goes to
+ * the oldest ticket still waiting (the head) or to a waiter passed over
+ * before; a later waiter is refused it, unless the head has left a free
+ * slot untaken for two polls (config.poll): its holder is taken for gone
+ * (died, hung, never looked again), the place lapses (leases_expired) and
+ * the next ticket is the head. 0 (the slot taken and the queue left) or
+ * NRES_EFULL. leave: a waiter gives up its place without a slot. Each join
+ * ends in one turn that answers 0 or one leave. */
+NRES_EXTERN int nres_bulkhead_join(nres_bulkhead_t *bulkhead, int cls,
+                                   nres_time_t now, uint64_t *ticket);
+NRES_EXTERN int nres_bulkhead_turn(nres_bulkhead_t *bulkhead, int cls,
+                                   uint64_t ticket, nres_time_t now);
+NRES_EXTERN void nres_bulkhead_leave(nres_bulkhead_t *bulkhead,
+                                     uint64_t ticket);
 /* Give a slot back, with the attempt's latency and verdict kind for the
  * adaptive limit (kind < 0: no sample, e.g. canceled). */
 NRES_EXTERN void nres_bulkhead_release(nres_bulkhead_t *bulkhead,
@@ -808,6 +838,7 @@ typedef struct nres_bulkhead_stats_s {
   double recent;                /* gradient: recent latency, ns (0: none) */
   double baseline;              /* gradient: no-load baseline, ns */
   uint64_t refused_class[3];    /* refused, by nres_class_t */
+  uint64_t leases_expired;      /* queue places given back by their lease */
 } nres_bulkhead_stats_t;
 
 NRES_EXTERN void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
@@ -995,9 +1026,13 @@ typedef enum {
  * deadline"):
  * - attempts in 1..65535.
  * - Every duration (deadline, attempt_timeout, ceiling_floor,
- *   slow_threshold, limit_wait, hedge.delay, backoff.*) is any nres_time_t
- *   but NRES_TIME_INVALID ("not a number or negative"): NRES_TIME_NEVER and
- *   other huge values are accepted and saturate, whatever the field.
+ *   slow_threshold, limit_wait, hedge.delay, backoff.*) is below 2^63 ns
+ *   or NRES_TIME_NEVER: NRES_TIME_INVALID and the values a negative
+ *   number wraps to (2^63 ns up, NRES_TIME_WRAPPED) are refused, "field:
+ *   not a number or negative"; NRES_TIME_NEVER and other huge values are
+ *   accepted and saturate, whatever the field. -1 is NRES_TIME_NEVER:
+ *   where that is refused (backoff.base above backoff.max) the field
+ *   named is the one that holds it.
  * - attempt_timeout <= deadline when both are set (a timeout longer than
  *   the call's deadline is a mistake: set both, or the timeout alone).
  * - backoff: the rules of nres_backoff_check, fields named "backoff.*".
@@ -1213,6 +1248,7 @@ struct nres_call_s {
                                    call waited out as throttled answers */
   nres_time_t queue_end;        /* when an admission wait (the rate
                                    limiter's, then a queued one) gives up */
+  uint64_t ticket;              /* its place in the queue (queued) */
   nres_verdict_t last;          /* the last verdict reported */
   nres_backoff_state_t backoff;
   nres_rng_t rng;               /* seeded at the first random need */

@@ -724,6 +724,103 @@ static void lease_runs_from_the_latest_probe_and_defaults_to_break_for(
                       "breaker.lease: not a number or negative");
 }
 
+/* Issue 28, randomized (fixed seeds): callers acquire, report success,
+ * failure or nothing (canceled), and any probe holder may vanish at any
+ * step, on a clock that moves 0..400 ms a step. No state outlives its
+ * bound: OPEN never lasts past break_max after the trip that set it (the
+ * ms rounding aside), and a half-open breaker with every probe permit out
+ * admits the next caller once `lease` has passed since the latest was
+ * taken. At the end, with everyone gone, successes close it. */
+#define SOAK_HOLDERS 8
+
+static void soak(uint64_t seed) {
+  nres_breaker_config_t c;
+  nres_breaker_t b;
+  nres_rng_t rng;
+  uint32_t held[SOAK_HOLDERS] = { 0 };   /* probe permits held; 0 none */
+  nres_time_t now = T0, opened_at = 0, probe_at = 0, lease;
+  uint32_t permit;
+  int i, k, rc, state, vanished = 0;
+
+  plain_config(&c);
+  c.consecutive = 2;
+  c.probes = 2;
+  c.success_threshold = 2;
+  c.break_for = 1 * NRES_SEC;
+  c.break_max = 2 * NRES_SEC;
+  c.lease = 700 * NRES_MSEC;
+  lease = c.lease;
+  assert_int_equal(nres_breaker_init(&b, &c), 0);
+  nres_rng_seed(&rng, seed);
+
+  for (i = 0; i < 20000; i++) {
+    now += nres_rng_below(&rng, 400) * NRES_MSEC;
+    k = (int) nres_rng_below(&rng, SOAK_HOLDERS);
+    state = nres_breaker_state(&b, now);
+    /* the bounds, before anything else happens at this instant */
+    if (state == NRES_BREAKER_OPEN)
+      assert_true(now < opened_at + c.break_max + NRES_MSEC);
+    if (state == NRES_BREAKER_HALF_OPEN &&
+        now >= probe_at + lease + NRES_MSEC) {
+      assert_int_equal(nres_breaker_acquire(&b, now, &permit), 0);
+      assert_int_not_equal(permit, 0);
+      probe_at = now;
+      nres_breaker_release(&b, permit);   /* only looked */
+    }
+    if (held[k] == 0) {
+      rc = nres_breaker_acquire(&b, now, &permit);
+      if (rc != 0)
+        continue;
+      if (permit == 0) {   /* closed: an outcome now */
+        if (nres_breaker_record(&b, now, 0,
+                                nres_rng_below(&rng, 3) == 0
+                                    ? NRES_BREAKER_FAILURE
+                                    : NRES_BREAKER_SUCCESS,
+                                0, NULL) == NRES_BREAKER_OPEN)
+          opened_at = now;
+        continue;
+      }
+      held[k] = permit;
+      probe_at = now;
+      continue;
+    }
+    switch (nres_rng_below(&rng, 4)) {
+      case 0:   /* vanishes: killed, hung, never reports */
+        vanished++;
+        break;
+      case 1:
+        nres_breaker_release(&b, held[k]);
+        break;
+      default:
+        if (nres_breaker_record(&b, now, held[k],
+                                nres_rng_below(&rng, 2) ? NRES_BREAKER_FAILURE
+                                                        : NRES_BREAKER_SUCCESS,
+                                0, NULL) == NRES_BREAKER_OPEN)
+          opened_at = now;
+        break;
+    }
+    held[k] = 0;
+  }
+  assert_true(vanished > 100);
+  assert_true(stats(&b).leases_expired > 0);
+
+  /* everyone is gone: within break_max + lease it admits, and closes on
+   * successes */
+  now += c.break_max + lease + NRES_MSEC;
+  for (i = 0; i < 4 && nres_breaker_state(&b, now) != NRES_BREAKER_CLOSED;
+       i++) {
+    assert_int_equal(nres_breaker_acquire(&b, now, &permit), 0);
+    nres_breaker_record(&b, now, permit, NRES_BREAKER_SUCCESS, 0, NULL);
+  }
+  assert_int_equal(nres_breaker_state(&b, now), NRES_BREAKER_CLOSED);
+}
+
+static void no_state_outlives_its_lease_whoever_vanishes(void **state) {
+  (void) state;
+  for (uint64_t seed = 1; seed <= 8; seed++)
+    soak(seed);
+}
+
 /* Regression, resilience4j #1432: "half-open admits more probes than
  * configured". Eight threads acquire probes, hold them a moment and give
  * them back (release, success, or a failure that reopens); each admitted
@@ -1008,6 +1105,7 @@ int main(void) {
     cmocka_unit_test(stale_probe_permit_from_older_generation_is_ignored),
     cmocka_unit_test(probe_of_a_vanished_holder_lapses_after_its_lease),
     cmocka_unit_test(lease_runs_from_the_latest_probe_and_defaults_to_break_for),
+    cmocka_unit_test(no_state_outlives_its_lease_whoever_vanishes),
     cmocka_unit_test(half_open_admits_more_probes_than_configured),
     cmocka_unit_test(breaker_stuck_half_open_after_a_canceled_probe),
     cmocka_unit_test(threads_sharing_a_breaker_trip_on_the_merged_ratio),

@@ -460,6 +460,146 @@ static void threads_keep_the_adaptive_limit_within_bounds(void **state) {
                   (uint64_t) 6 << 16);
 }
 
+/* Issue 28, randomized (fixed seeds): callers join the queue of a
+ * bulkhead of limit 2; each step (a quarter to a whole poll) every live
+ * waiter looks once, in random order, and may give up; any waiter may
+ * vanish (never looks again, never leaves); slot holders finish at random.
+ * Live waiters are served in the order they joined; a vanished waiter's
+ * place at the head of the line lapses within two polls and a step of a
+ * slot left free for it (so k vanished in a row cost 2k polls at most); at
+ * the end nothing is held and every vanished place has lapsed. */
+#define SOAK_WAITERS 32
+
+struct soak_waiter {
+  uint64_t ticket;
+  int state;   /* 0 none, 1 waiting, 2 vanished */
+};
+
+static void soak(uint64_t seed) {
+  nres_bulkhead_config_t c;
+  nres_bulkhead_t b;
+  nres_rng_t rng;
+  struct soak_waiter w[SOAK_WAITERS] = { { 0, 0 } };
+  int order[SOAK_WAITERS];
+  uint64_t last_served = 0, vanished = 0, stuck_ticket = 0;
+  uint32_t holders = 0;
+  nres_time_t now = NRES_SEC, stuck_since = 0;
+  int i, j, k, t, served_any = 0;
+
+  fixed_config(&c, 2, SOAK_WAITERS);
+  c.queue_timeout = 3600 * NRES_SEC;
+  c.poll = 10 * NRES_MSEC;
+  assert_int_equal(nres_bulkhead_init(&b, &c), 0);
+  nres_rng_seed(&rng, seed);
+
+  for (i = 0; i < 5000; i++) {
+    now += (nres_time_t) (2 + nres_rng_below(&rng, 7)) * c.poll / 8;
+    /* holders finish */
+    for (j = (int) holders; j > 0; j--)
+      if (nres_rng_below(&rng, 3) == 0) {
+        nres_bulkhead_release(&b, 0, -1);
+        holders--;
+      }
+    /* arrivals: into a free slot only when nobody waits, else the line */
+    for (j = (int) nres_rng_below(&rng, 3); j > 0; j--) {
+      if (nres_bulkhead_acquire(&b, 0) == 0) {
+        holders++;
+        continue;
+      }
+      for (k = 0; k < SOAK_WAITERS && w[k].state != 0; k++)
+        ;
+      if (k < SOAK_WAITERS &&
+          nres_bulkhead_join(&b, NRES_CLASS_DEFAULT, now, &w[k].ticket) == 0)
+        w[k].state = 1;
+    }
+    /* every live waiter looks once, in random order */
+    for (j = 0; j < SOAK_WAITERS; j++)
+      order[j] = j;
+    for (j = SOAK_WAITERS - 1; j > 0; j--) {
+      k = (int) nres_rng_below(&rng, (uint64_t) j + 1);
+      t = order[j]; order[j] = order[k]; order[k] = t;
+    }
+    for (j = 0; j < SOAK_WAITERS; j++) {
+      struct soak_waiter *x = &w[order[j]];
+      if (x->state != 1)
+        continue;
+      switch (nres_rng_below(&rng, 40)) {
+        case 0:
+          x->state = 2;   /* vanishes */
+          vanished++;
+          continue;
+        case 1:
+          nres_bulkhead_leave(&b, x->ticket);   /* gives up */
+          x->state = 0;
+          continue;
+      }
+      if (nres_bulkhead_turn(&b, NRES_CLASS_DEFAULT, x->ticket, now) == 0) {
+        /* first come, first served among the living */
+        if (served_any)
+          assert_true(x->ticket > last_served);
+        last_served = x->ticket;
+        served_any = 1;
+        holders++;
+        x->state = 0;
+      }
+    }
+    /* a vanished place at the head, a slot free and someone alive behind
+     * it looking: it lapses in time */
+    k = -1;
+    t = 0;
+    for (j = 0; j < SOAK_WAITERS; j++) {
+      if (w[j].state == 2 && w[j].ticket == atomic_load(&b.head))
+        k = j;
+      t += w[j].state == 1;
+    }
+    if (k >= 0 && holders < 2 && t > 0) {
+      if (stuck_since == 0 || stuck_ticket != w[k].ticket)
+        stuck_since = now;
+      stuck_ticket = w[k].ticket;
+      assert_true(now - stuck_since <= 2 * c.poll + c.poll);
+    } else {
+      stuck_since = 0;
+    }
+    for (j = 0; j < SOAK_WAITERS; j++)   /* places passed: forget them */
+      if (w[j].state == 2 && w[j].ticket < atomic_load(&b.head))
+        w[j].state = 0;
+  }
+  assert_true(vanished > 20);
+
+  /* the end: holders finish, the living give up, arrivals keep coming
+   * until every vanished place has lapsed */
+  while (holders > 0) {
+    nres_bulkhead_release(&b, 0, -1);
+    holders--;
+  }
+  for (j = 0; j < SOAK_WAITERS; j++)
+    if (w[j].state == 1) {
+      nres_bulkhead_leave(&b, w[j].ticket);
+      w[j].state = 0;
+    }
+  {   /* one more caller waits its turn: every place before it lapses */
+    uint64_t tk;
+    assert_int_equal(nres_bulkhead_join(&b, NRES_CLASS_DEFAULT, now, &tk), 0);
+    for (i = 0; i < 3 * SOAK_WAITERS &&
+                nres_bulkhead_turn(&b, NRES_CLASS_DEFAULT, tk, now) != 0;
+         i++)
+      now += c.poll;
+    assert_int_equal(atomic_load(&b.head), tk + 1);
+    nres_bulkhead_release(&b, 0, -1);
+  }
+  assert_int_equal(stats(&b).waiting, 0);
+  assert_int_equal(stats(&b).inflight, 0);
+  assert_true(stats(&b).leases_expired >= 1);
+  assert_int_equal(nres_bulkhead_acquire(&b, 0), 0);   /* a new arrival */
+  nres_bulkhead_release(&b, 0, -1);
+}
+
+static void no_queue_place_outlives_its_lease_whoever_vanishes(void **state) {
+  (void) state;
+  for (uint64_t seed = 1; seed <= 8; seed++)
+    soak(seed);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(config_defaults),
@@ -474,6 +614,7 @@ int main(void) {
         unmatched_release_does_not_wrap_inflight_and_lock_out_everyone),
     cmocka_unit_test(no_allocation),
     cmocka_unit_test(classes_get_ordered_headroom),
+    cmocka_unit_test(no_queue_place_outlives_its_lease_whoever_vanishes),
     cmocka_unit_test(threads_never_hold_more_slots_than_the_limit),
     cmocka_unit_test(threads_keep_the_adaptive_limit_within_bounds),
   };

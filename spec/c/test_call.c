@@ -722,24 +722,32 @@ static void limit_wait_caps_the_total_across_refusals(void **state) {
   assert_int_equal(a.stop, NRES_STOP_LIMITED);
 }
 
+/* A trivial policy with a bulkhead of one slot and a queue of `queue`
+ * places, looked at every 10 ms. */
+static void queue_policy(nres_policy_t *p, nres_bulkhead_t *bh,
+                         uint32_t queue, nres_time_t queue_timeout) {
+  nres_bulkhead_config_t cfg;
+
+  trivial(p);
+  nres_bulkhead_config_init(&cfg);
+  cfg.limit = 1;
+  cfg.queue = queue;
+  cfg.queue_timeout = queue_timeout;
+  cfg.poll = 10 * MS;
+  assert_int_equal(nres_bulkhead_init(bh, &cfg), 0);
+  p->bulkhead = bh;
+  build(p);
+}
+
 static void bulkhead_queues_then_admits_or_times_out(void **state) {
   nres_policy_t p;
   nres_bulkhead_t bh;
   nres_bulkhead_stats_t st;
-  nres_bulkhead_config_t cfg;
   nres_call_t a_call, b_call, c_call;
   nres_action_t a, b, c;
   (void) state;
 
-  trivial(&p);
-  nres_bulkhead_config_init(&cfg);
-  cfg.limit = 1;
-  cfg.queue = 1;
-  cfg.queue_timeout = 100 * MS;
-  cfg.poll = 10 * MS;
-  assert_int_equal(nres_bulkhead_init(&bh, &cfg), 0);
-  p.bulkhead = &bh;
-  build(&p);
+  queue_policy(&p, &bh, 1, 100 * MS);
   a = nres_call_begin(&a_call, &p, 0);
   assert_int_equal(a.kind, NRES_ATTEMPT);
   b = nres_call_begin(&b_call, &p, 0);
@@ -767,6 +775,77 @@ static void bulkhead_queues_then_admits_or_times_out(void **state) {
   b = nres_call_report(&b_call, b.slot, 200 * MS, ok());
   nres_bulkhead_stats(&bh, &st);
   assert_int_equal(st.inflight, 0);
+}
+
+/* Issue 28: the queue is first come, first served on a fixed schedule
+ * (whoever looks first): a freed slot is the oldest waiter's, kept from
+ * later waiters and new arrivals. A waiter that vanishes (never looks
+ * again, never leaves) loses its place after two polls of a free slot
+ * (its lease), counted; the line goes on and nothing stays held. */
+static void bulkhead_queue_is_fifo_and_a_vanished_waiter_lapses(
+    void **state) {
+  nres_policy_t p;
+  nres_bulkhead_t bh;
+  nres_bulkhead_stats_t st;
+  nres_call_t a_call, w_call[3], late_call;
+  nres_action_t a, w[3], late;
+  int i;
+  (void) state;
+
+  queue_policy(&p, &bh, 3, 10 * SEC);
+  a = nres_call_begin(&a_call, &p, 0);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  for (i = 0; i < 3; i++) {   /* w[0], w[1], w[2] queue in this order */
+    w[i] = nres_call_begin(&w_call[i], &p, (nres_time_t) (i + 1) * MS);
+    assert_int_equal(w[i].kind, NRES_WAIT);
+  }
+  a = nres_call_report(&a_call, a.slot, 5 * MS, ok());
+  /* a new arrival, then the later waiters look first (w[0] wakes late):
+   * the slot is w[0]'s */
+  late = nres_call_begin(&late_call, &p, 6 * MS);
+  assert_int_equal(late.stop, NRES_STOP_LIMITED);   /* the queue is full */
+  assert_true(w[2].at == 13 * MS && w[1].at == 12 * MS && w[0].at == 11 * MS);
+  w[2] = nres_call_resume(&w_call[2], 13 * MS);
+  assert_int_equal(w[2].kind, NRES_WAIT);
+  w[1] = nres_call_resume(&w_call[1], 14 * MS);
+  assert_int_equal(w[1].kind, NRES_WAIT);
+  w[0] = nres_call_resume(&w_call[0], 15 * MS);
+  assert_int_equal(w[0].kind, NRES_ATTEMPT);
+  nres_call_report(&w_call[0], w[0].slot, 16 * MS, ok());
+  assert_true(w[2].at == 23 * MS && w[1].at == 24 * MS);
+  w[2] = nres_call_resume(&w_call[2], 23 * MS);
+  assert_int_equal(w[2].kind, NRES_WAIT);
+  w[1] = nres_call_resume(&w_call[1], 24 * MS);
+  assert_int_equal(w[1].kind, NRES_ATTEMPT);
+
+  /* w[1] holds the slot; a queues behind w[2] */
+  a = nres_call_begin(&a_call, &p, 25 * MS);
+  assert_int_equal(a.kind, NRES_WAIT);
+  nres_call_report(&w_call[1], w[1].slot, 26 * MS, ok());
+  /* w[2] vanishes here: it never looks again. The slot is its for two
+   * polls from when a looks and sees it free (35 ms), then its place
+   * lapses and a, next in line, takes the slot. */
+  assert_true(a.at == 35 * MS);
+  a = nres_call_resume(&a_call, a.at);
+  assert_int_equal(a.kind, NRES_WAIT);
+  a = nres_call_resume(&a_call, a.at);
+  assert_int_equal(a.kind, NRES_WAIT);
+  nres_bulkhead_stats(&bh, &st);
+  assert_int_equal(st.leases_expired, 0);
+  assert_true(a.at == 55 * MS);
+  a = nres_call_resume(&a_call, a.at);
+  assert_int_equal(a.kind, NRES_ATTEMPT);
+  nres_bulkhead_stats(&bh, &st);
+  assert_int_equal(st.leases_expired, 1);
+  assert_int_equal(st.waiting, 0);
+  nres_call_report(&a_call, a.slot, 56 * MS, ok());
+  /* nothing held: a new arrival walks in */
+  late = nres_call_begin(&late_call, &p, 57 * MS);
+  assert_int_equal(late.kind, NRES_ATTEMPT);
+  nres_call_report(&late_call, late.slot, 58 * MS, ok());
+  nres_bulkhead_stats(&bh, &st);
+  assert_int_equal(st.inflight, 0);
+  assert_int_equal(st.waiting, 0);
 }
 
 static void draining_refuses_new_calls(void **state) {
@@ -1227,6 +1306,7 @@ int main(void) {
     cmocka_unit_test(rate_limiter_refuses_or_waits_within_limit_wait),
     cmocka_unit_test(limit_wait_caps_the_total_across_refusals),
     cmocka_unit_test(bulkhead_queues_then_admits_or_times_out),
+    cmocka_unit_test(bulkhead_queue_is_fifo_and_a_vanished_waiter_lapses),
     cmocka_unit_test(draining_refuses_new_calls),
     cmocka_unit_test(fallback_is_marked_on_failure_only),
     cmocka_unit_test(cancel_during_backoff_ends_the_call),

@@ -4,7 +4,9 @@
  * NaN read as 0, which silently turned a deadline off. nres_time_from_sec
  * is now the one conversion: NaN and negatives become NRES_TIME_INVALID,
  * which every init and nres_policy_build refuses naming the field, and
- * anything from 2^64 ns up saturates to NRES_TIME_NEVER. This walks each
+ * anything from 2^63 ns up saturates to NRES_TIME_NEVER (a policy's field
+ * set directly between 2^63 ns and never is a negative number that
+ * wrapped: refused by name). This walks each
  * duration field of the C config structs (policy, backoff, breaker,
  * bulkhead, window, estimator, rate limiter) and the Retry-After parser
  * with 0, tiny, NaN, +-inf, 2^63 ns, 2^64 ns and 1e300, and checks that
@@ -42,7 +44,7 @@ static const input_t inputs[] = {
   { "+inf", INFINITY, NRES_TIME_NEVER },
   { "-inf", -INFINITY, NRES_TIME_INVALID },
   { "-1 s", -1.0, NRES_TIME_INVALID },
-  { "2^63 ns", TWO63 / 1e9, (nres_time_t) 1 << 63 },
+  { "2^63 ns", TWO63 / 1e9, NRES_TIME_NEVER },   /* 2^63 up: negatives wrap there */
   { "2^64 ns", 2 * TWO63 / 1e9, NRES_TIME_NEVER },
   { "18446744074 s", 18446744074.0, NRES_TIME_NEVER },   /* wrapped to 0.29 s */
   { "1e300 s", 1e300, NRES_TIME_NEVER },
@@ -192,6 +194,31 @@ static void every_policy_duration_saturates_or_is_refused(void **state) {
         acts_saturated(f, v, inputs[j].name);
       }
     }
+  }
+}
+
+/* A negative number assigned to a duration field wraps to 2^63 ns or more
+ * (-1 to NRES_TIME_NEVER, which stays "never"): refused, the field named,
+ * where it used to build as a duration of centuries. */
+static void wrapped_negatives_are_refused_by_name(void **state) {
+  static const nres_time_t wrapped[] = {
+    (nres_time_t) -5 * NRES_SEC, (nres_time_t) -3, NRES_TIME_WRAPPED,
+  };
+  nres_policy_t p;
+  (void) state;
+
+  for (size_t i = 0; i < N_FIELDS; i++) {
+    const field_t *f = &policy_fields[i];
+    for (size_t j = 0; j < sizeof(wrapped) / sizeof(wrapped[0]); j++) {
+      base_policy(&p, f);
+      *field_of(&p, f) = wrapped[j];
+      assert_int_equal(nres_policy_build(&p), NRES_EINVAL);
+      assert_names(nres_policy_error(&p), f->name, "a wrapped negative");
+      assert_non_null(strstr(nres_policy_error(&p), "negative"));
+    }
+    base_policy(&p, f);   /* just below: a duration of 292 years */
+    *field_of(&p, f) = NRES_TIME_WRAPPED - 1;
+    assert_int_equal(nres_policy_build(&p), 0);
   }
 }
 
@@ -677,6 +704,7 @@ int main(void) {
     cmocka_unit_test(ceiling_floor_saturates),
     cmocka_unit_test(slow_threshold_saturates),
     cmocka_unit_test(limit_wait_saturates),
+    cmocka_unit_test(wrapped_negatives_are_refused_by_name),
     cmocka_unit_test(backoff_delays_stay_within_max_whatever_the_durations),
     cmocka_unit_test(breaker_durations_saturate_or_are_refused),
     cmocka_unit_test(bulkhead_durations_saturate_or_are_refused),

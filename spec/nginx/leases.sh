@@ -5,7 +5,8 @@
 # (break_for 3 s) opened by a dead peer, then a probe that never ends:
 #   1. Lua balancer, no crash: the probe times out and its 504 goes to an
 #      `error_page 500 502 503 504 /50x.html` location that runs no gw.log
-#      (Debian's default shape): the call is never ended;
+#      (Debian's default shape): the call is never ended; then the probe's
+#      worker is killed with -9 while it waits on a slow peer;
 #   2. module mode (MODULE given): the probe is in flight on a slow peer
 #      when every worker is killed with -9; then again, and nginx is
 #      stopped and started (the region file keeps the breaker);
@@ -90,6 +91,16 @@ recovers() {
   recovered_ms=$t
 }
 
+# kill_workers: kill -9 every worker of the gateway's master.
+kill_workers() {
+  local master pids
+  master=$(cat "$work/gw/nginx.pid")
+  pids=$(ps -o pid= --ppid "$master" | tr -s ' \n' ' ')
+  [ -n "${pids// /}" ] || fail "no workers under master $master"
+  # shellcheck disable=SC2086
+  kill -9 $pids
+}
+
 # ------------------------------ 1. Lua balancer: a probe's error_page location runs no gw.log
 policy='{ base = "gateway", attempts = 1, attempt_timeout = 1, deadline = 5,
           breaker = { consecutive = 3, break_for = 3, break_max = 3, jitter = 0 } }'
@@ -117,6 +128,14 @@ prom=$(curl -sf "$gw/nres/status?format=prometheus")
 grep -q '^nres_leases_expired_total{.*key="backend"} [1-9]' <<<"$prom" ||
   fail "Lua balancer: no nres_leases_expired_total for backend in the Prometheus output"
 pass "Lua balancer: a probe ending in error_page /50x.html (no gw.log) held the breaker for its lease only: 200 again ${recovered_ms} ms after it began (lease 2 s), leases_expired $n"
+
+open_breaker "Lua balancer, kill -9"
+probe_after_break "Lua balancer, kill -9" 3000 5
+kill_workers
+wait "$probe_pid" || true   # its connection died with the worker
+nres_wait_http "$gw/nres/status"
+recovers "Lua balancer, the probe's worker killed with -9" 2
+pass "Lua balancer: the probe's worker killed with -9: 200 again ${recovered_ms} ms after the probe began (lease 2 s)"
 stop_gateway
 
 # ------------------------------------------- 2. module mode: kill -9 the probe's worker
@@ -134,16 +153,6 @@ nres_render "$here/cbalancer.conf.in" "$work/gw/nginx.conf" \
   POLICY="$policy" CHOICE=p2c PEERS="$peers"
 nres_nginx_start "$work/gw" "$work/gw/nginx.conf"
 nres_wait_http "$gw/nres/status"
-
-# kill_workers: kill -9 every worker of the gateway's master.
-kill_workers() {
-  local master pids
-  master=$(cat "$work/gw/nginx.pid")
-  pids=$(ps -o pid= --ppid "$master" | tr -s ' \n' ' ')
-  [ -n "${pids// /}" ] || fail "no workers under master $master"
-  # shellcheck disable=SC2086
-  kill -9 $pids
-}
 
 open_breaker "module"
 probe_after_break "module" 15000 30

@@ -42,7 +42,10 @@
 -- counted per worker. Choice: power of two choices (default; two random
 -- admitted peers, the lower latency x (in-flight + 1) wins, as Finagle's
 -- and Linkerd's balancers) or round-robin. An ejected peer gets only the
--- half-open probes its breaker admits. Panic: when fewer than `panic`
+-- half-open probes its breaker admits; a probe whose request never ends
+-- (a worker killed, an error_page without gw.log) lapses after
+-- `eject.lease` (default: break_for) and the next request probes
+-- (docs/leases.md). Panic: when fewer than `panic`
 -- (default 0.5) of the peers are closed, ejection is ignored and every
 -- peer is eligible (Envoy's panic threshold): the gateway never makes a
 -- total outage of its own.

@@ -2,8 +2,9 @@
 -- peer (its ejection breaker) as one error.log line - [warn] when it opens
 -- or is ejected, with why and the counts; [notice] when it closes, is
 -- restored, or probes (half-open). One worker (worker 0) looks every
--- 0.5 s (gw.init_worker starts it), so each change is logged once for the
--- whole nginx, and nothing runs on a request. Rate-limited: at most one
+-- second (gw.init_worker starts it), so each change is logged once for the
+-- whole nginx, and nothing runs on a request; a look at breakers that did
+-- not change makes no garbage. Rate-limited: at most one
 -- line per breaker every `every` s (5) - the changes between are counted
 -- in the next line - and at most `burst` (20) lines a look, the rest
 -- counted in one line.
@@ -13,18 +14,24 @@ local config = require "nres.ngx.config"
 local keytext = require "nres.ngx.keytext"
 
 local C = cdef.C
-local tonumber, tostring, pairs, format = tonumber, tostring, pairs, string.format
+local tonumber, pairs, format = tonumber, pairs, string.format
 local stats = ffi.new("nres_breaker_stats_t")
 local counts = ffi.new("nres_shm_counts_t")
 
-local _M = { every = 5, burst = 20, period = 0.5 }
+local _M = { every = 5, burst = 20, period = 1 }
 
 local STATES = { [0] = "closed", "open", "half-open", "isolated" }
 local STOP_OK = 1
 
--- What is known of each breaker (by its name): state, trips, changes not
--- yet logged, when its last line was written (s).
-local seen = {}
+-- What is known of each breaker, per upstream (by peer index) and per
+-- scope (by slot): state code, trips, the slot's key generation, changes
+-- not yet logged, when its last line was written (s). Numbers in flat
+-- tables: a look at a breaker that did not change makes no garbage.
+local function new_seen() return { state = {}, trips = {}, gen = {}, changes = {}, at = {} } end
+local seen = {}   -- by the upstream's or scope's table (nres.ngx.config)
+
+local gen_box = ffi.new("uint32_t[1]")
+local key_buf = ffi.new("char[1]")
 
 -- The line for breaker `what` now in state `st` (a table of its figures).
 local function line(what, kind, st, changes)
@@ -47,30 +54,34 @@ local function line(what, kind, st, changes)
                           kind == "peer" and "restored" or "breaker closed", counts_text, more)
 end
 
--- One breaker looked at: a line to write (level, text), or nil.
-local function look(key, what, kind, breaker, slot, now, t, by)
-  local state = STATES[C.nres_breaker_state(breaker, now)] or "closed"
+-- Breaker i of table `e` (seen[...]) looked at: true when a line is due.
+-- gen: its slot's key generation (a new key starts fresh).
+local function changed(e, i, breaker, gen, now, t)
+  local state = C.nres_breaker_state(breaker, now)
   C.nres_breaker_stats(breaker, stats)
   local trips = tonumber(stats.trips)
-  local e = seen[key]
-  if e == nil then   -- first look (start, reload): no line for a closed one
-    e = { state = "closed", trips = trips, changes = 0, at = -1 / 0 }
-    seen[key] = e
-    if state == "closed" then return nil end
-    e.changes = 1
-  elseif state ~= e.state or trips ~= e.trips then
+  if e.gen[i] ~= gen then   -- first look (start, reload, a new key): no line if closed
+    e.gen[i], e.state[i], e.trips[i], e.at[i] = gen, state, trips, -1 / 0
+    e.changes[i] = state ~= 0 and 1 or 0
+  elseif state ~= e.state[i] or trips ~= e.trips[i] then
     -- reopened between two looks (open -> half-open -> open): one more
     -- change per trip
-    e.changes = e.changes + math.max(state ~= e.state and 1 or 0, trips - e.trips)
+    e.changes[i] = e.changes[i] + math.max(state ~= e.state[i] and 1 or 0, trips - e.trips[i])
+    e.state[i], e.trips[i] = state, trips
   end
-  e.state, e.trips = state, trips
-  if e.changes == 0 or t - e.at < _M.every then return nil end
+  return e.changes[i] > 0 and t - e.at[i] >= _M.every
+end
+
+-- The line of breaker i of e (changed said one is due): level, text. by:
+-- who isolated it, if not the control API.
+local function describe(e, i, what, kind, slot, t, by)
   C.nres_shm_slot_counts(slot, counts)
   local tries = tonumber(counts.calls)
   local level, text = line(what, kind, {
-    state = state, trips = trips, by = by, consecutive = tonumber(stats.consecutive),
-    tries = tries, failures = tries - tonumber(counts.stops[STOP_OK]) }, e.changes)
-  e.changes, e.at = 0, t
+    state = STATES[e.state[i]] or "closed", trips = e.trips[i], by = by,
+    consecutive = tonumber(stats.consecutive),
+    tries = tries, failures = tries - tonumber(counts.stops[STOP_OK]) }, e.changes[i])
+  e.changes[i], e.at[i] = 0, t
   return level, text
 end
 
@@ -79,7 +90,6 @@ end
 function _M.poll(log, now, t)
   local n, dropped = 0, 0
   local function emit(level, text)
-    if not level then return end
     if n < _M.burst then
       n = n + 1
       log(level, text)
@@ -89,23 +99,28 @@ function _M.poll(log, now, t)
   end
   for name, u in pairs(config.upstreams) do
     if u.balancer then
+      local e = seen[u]
+      if e == nil then e = new_seen(); seen[u] = e end
       for i = 1, u.n do
-        local slot = C.nres_shm_slot(u.ptr, u.idx[i])
-        emit(look("peer\0" .. name .. "\0" .. u.peer[i], u.peer[i] .. " of upstream " .. name,
-                  "peer", u.br[i], slot, now, t, require("nres.ngx.health").held(u, i)
-                  and "the health checks" or nil))
+        if changed(e, i, u.br[i], 0, now, t) then
+          emit(describe(e, i, u.peer[i] .. " of upstream " .. name, "peer",
+                        C.nres_shm_slot(u.ptr, u.idx[i]), t,
+                        require("nres.ngx.health").held(u, i) and "the health checks" or nil))
+        end
       end
     end
   end
   for name, s in pairs(config.scopes) do
     if s.breaker then
+      local e = seen[s]
+      if e == nil then e = new_seen(); seen[s] = e end
       for i = 0, s.shm.slots - 1 do
-        local key, gen = s.shm:key(i)
-        if key then
-          local slot = s.shm:slot(i)
-          emit(look("scope\0" .. name .. "\0" .. i .. "\0" .. tostring(gen),
-                    format('"%s" of scope %s', keytext.key(key), name), "key", slot.breaker,
-                    slot, now, t))
+        if C.nres_shm_key(s.ptr, i, key_buf, 0, gen_box, nil) >= 0 then
+          local slot = C.nres_shm_slot(s.ptr, i)
+          if changed(e, i, slot.breaker, tonumber(gen_box[0]), now, t) then
+            emit(describe(e, i, format('"%s" of scope %s', keytext.key(s.shm:key(i) or ""),
+                                       name), "key", slot, t))
+          end
         end
       end
     end

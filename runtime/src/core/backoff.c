@@ -36,9 +36,9 @@ void nres_backoff_init(nres_backoff_t *backoff) {
   backoff->throttled_base = 1 * NRES_SEC;
 }
 
-/* From here on a duration is what a negative number becomes when it is
- * assigned to the unsigned nres_time_t (2^63 ns is 292 years). */
-#define WRAPPED ((nres_time_t) 1 << 63)
+/* A duration that is a wrapped negative number (nres.h,
+ * NRES_TIME_WRAPPED); NRES_TIME_NEVER (-1 too) is "never". */
+#define WRAPPED(t) ((t) >= NRES_TIME_WRAPPED && (t) != NRES_TIME_NEVER)
 
 const char *nres_backoff_error(const nres_backoff_t *backoff) {
   if (backoff == NULL)
@@ -51,19 +51,19 @@ const char *nres_backoff_error(const nres_backoff_t *backoff) {
    * factor nobody validated. */
   if (!(backoff->factor >= 1.0) || !isfinite(backoff->factor))
     return "backoff.factor: must be finite and >= 1";
-  if (backoff->base == NRES_TIME_INVALID)
+  if (backoff->base == NRES_TIME_INVALID || WRAPPED(backoff->base))
     return "backoff.base: not a number or negative";
-  if (backoff->max == NRES_TIME_INVALID)
+  if (backoff->max == NRES_TIME_INVALID || WRAPPED(backoff->max))
     return "backoff.max: not a number or negative";
-  if (backoff->throttled_base == NRES_TIME_INVALID)
+  if (backoff->throttled_base == NRES_TIME_INVALID ||
+      WRAPPED(backoff->throttled_base))
     return "backoff.throttled_base: not a number or negative";
   /* A negative base assigned to the unsigned field wraps to a huge one
    * (-1 is NRES_TIME_NEVER): name base, the field that is wrong, rather
    * than a max that is fine. */
   if (backoff->kind != NRES_BACKOFF_NONE && backoff->max < backoff->base)
-    return backoff->base >= WRAPPED
-               ? "backoff.base: above backoff.max (from 2^63 ns on: a "
-                 "negative number wraps to this)"
+    return backoff->base == NRES_TIME_NEVER
+               ? "backoff.base: never (or -1, wrapped), above backoff.max"
                : "backoff.max: below backoff.base";
   if (backoff->kind == NRES_BACKOFF_DECORRELATED &&
       backoff->jitter != NRES_JITTER_NONE)

@@ -13,6 +13,16 @@
  * threads and processes. It is separate from the rate limiter because it
  * bounds work in progress, not arrivals per second.
  *
+ * The queue is first come, first served when waiters use tickets
+ * (nres_bulkhead_join / turn / leave, as the executor does): a slot freed
+ * while anyone waits is the oldest waiter's (the head's), kept from later
+ * waiters and from new arrivals until it looks again (at most one poll).
+ * A queue place has a lease: a head that leaves a free slot untaken for two
+ * polls is passed over (its holder died, hung or gave up without leave)
+ * and counted in leases_expired; a waiter passed over that is alive still
+ * goes before every later ticket. So a vanished waiter delays the line by
+ * two polls at most, and never blocks it.
+ *
  * `refused` counts refusals that end a call as far as the bulkhead can see:
  * acquire refusals of new arrivals when there is no queue (queue == 0; with
  * a queue the caller goes on to enqueue, so counting both would count one
@@ -106,6 +116,11 @@ int nres_bulkhead_init(nres_bulkhead_t *bulkhead,
   nres__store(&bulkhead->probe_left, 0);
   for (int i = 0; i < NRES_CLASS_COUNT; i++)
     nres__store(&bulkhead->refused_class[i], 0);
+  nres__store(&bulkhead->tickets, 0);
+  nres__store(&bulkhead->head, 0);
+  nres__store(&bulkhead->free_at, 0);
+  nres__store(&bulkhead->leases_expired, 0);
+  nres__store(&bulkhead->holes, 0);
   return 0;
 }
 
@@ -124,11 +139,27 @@ static uint64_t class_cap(uint64_t fp, double reserve, int cls) {
   return fp - (uint64_t) ((double) fp * reserve);
 }
 
+/* Is there a slot for one more attempt of class cls, with cur in flight?
+ * The limit is read afresh on every call. An adaptive decrease between
+ * this read and the caller's CAS can leave inflight above the new limit
+ * for a moment; running attempts are never evicted anyway. A fixed limit
+ * is exact: the CAS only succeeds while inflight is below it. */
+static int room(nres_bulkhead_t *bulkhead, int cls, uint32_t cur) {
+  uint64_t cap;
+
+  cap = class_cap(nres__load(&bulkhead->limit_fp), bulkhead->config.reserve,
+                  cls);
+  if (__builtin_expect(bulkhead->config.adaptive == NRES_ADAPTIVE_GRADIENT, 0) &&
+      cls != NRES_CLASS_CRITICAL && nres__load(&bulkhead->probe_left) > 0 &&
+      cap > ((uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT))
+    cap = (uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT;   /* probe */
+  return ((uint64_t) cur << FP_SHIFT) + ((uint64_t) 1 << FP_SHIFT) <= cap ||
+         (cur == 0 && cap > 0);   /* a class with any share gets one slot */
+}
+
 int nres_bulkhead_acquire_class(nres_bulkhead_t *bulkhead, int queued,
                                 int cls) {
   uint32_t cur;
-  uint64_t cap;
-  double reserve = bulkhead->config.reserve;
 
   if (cls < 0 || cls >= NRES_CLASS_COUNT)
     cls = NRES_CLASS_DEFAULT;
@@ -137,17 +168,7 @@ int nres_bulkhead_acquire_class(nres_bulkhead_t *bulkhead, int queued,
 
   cur = nres__load(&bulkhead->inflight);
   do {
-    /* The limit is read afresh on every try. An adaptive decrease between
-     * this read and the CAS can leave inflight above the new limit for a
-     * moment; running attempts are never evicted anyway. A fixed limit is
-     * exact: the CAS only succeeds while inflight is below it. */
-    cap = class_cap(nres__load(&bulkhead->limit_fp), reserve, cls);
-    if (__builtin_expect(bulkhead->config.adaptive == NRES_ADAPTIVE_GRADIENT, 0) &&
-        cls != NRES_CLASS_CRITICAL && nres__load(&bulkhead->probe_left) > 0 &&
-        cap > ((uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT))
-      cap = (uint64_t) floor_limit(&bulkhead->config) << FP_SHIFT;   /* probe */
-    if (((uint64_t) cur << FP_SHIFT) + ((uint64_t) 1 << FP_SHIFT) > cap &&
-        !(cur == 0 && cap > 0))   /* a class with any share gets one slot */
+    if (!room(bulkhead, cls, cur))
       goto full;
   } while (!nres__cas(&bulkhead->inflight, &cur, cur + 1));
   return 0;
@@ -185,6 +206,113 @@ int nres_bulkhead_enqueue_class(nres_bulkhead_t *bulkhead, int cls) {
 
 int nres_bulkhead_enqueue(nres_bulkhead_t *bulkhead) {
   return nres_bulkhead_enqueue_class(bulkhead, NRES_CLASS_DEFAULT);
+}
+
+/* Decrement without wrapping (below). */
+static void decrement(NRES_ATOMIC(uint32_t) *counter);
+
+/* The head moves on from h (served, gone or lapsed): the next ticket gets
+ * its two polls from when a slot is first seen free for it. */
+static int advance(nres_bulkhead_t *bulkhead, uint64_t h) {
+  if (!nres__cas(&bulkhead->head, &h, h + 1))
+    return 0;
+  nres__store(&bulkhead->free_at, 0);
+  /* The line is empty: no hole is left in it. (lapse_head cannot tell a
+   * hole from a vanished waiter's place, so it may have counted one for
+   * the other; here the count starts afresh.) */
+  if (h + 1 == nres__load(&bulkhead->tickets))
+    nres__store(&bulkhead->holes, 0);
+  return 1;
+}
+
+/* The head's place lapses if a slot has been free for it two polls (from
+ * when a later waiter or an arrival first saw it so): its holder died,
+ * hung or left without leave, or it is a hole (a waiter that gave up
+ * behind the head, counted out of the queue already). Holes are taken
+ * first: while there are any, a lapse is counted as one; else as the
+ * place's own, out of the queue's count and into leases_expired. 1 if it
+ * lapsed. */
+static int lapse_head(nres_bulkhead_t *bulkhead, int cls, nres_time_t now) {
+  uint64_t h = nres__load(&bulkhead->head), seen;
+  uint32_t holes;
+
+  if (h == nres__load(&bulkhead->tickets) ||
+      !room(bulkhead, cls, nres__load(&bulkhead->inflight)))
+    return 0;
+  seen = nres__load(&bulkhead->free_at);
+  if (seen == 0) {
+    nres__cas(&bulkhead->free_at, &seen, now > 0 ? now : 1);
+    return 0;
+  }
+  if (now < seen ||
+      now - seen < nres_time_add(bulkhead->config.poll, bulkhead->config.poll))
+    return 0;
+  if (!advance(bulkhead, h))
+    return 1;   /* moved meanwhile: look again */
+  holes = nres__load(&bulkhead->holes);
+  do {
+    if (holes == 0) {   /* a waiter's place, not a hole: its lease ran out */
+      decrement(&bulkhead->waiting);
+      nres__add(&bulkhead->leases_expired, 1);
+      break;
+    }
+  } while (!nres__cas(&bulkhead->holes, &holes, holes - 1));
+  return 1;
+}
+
+int nres_bulkhead_join(nres_bulkhead_t *bulkhead, int cls, nres_time_t now,
+                       uint64_t *ticket) {
+  int rc;
+
+  if (cls < 0 || cls >= NRES_CLASS_COUNT)
+    cls = NRES_CLASS_DEFAULT;
+  while (lapse_head(bulkhead, cls, now))
+    ;
+  rc = nres_bulkhead_enqueue_class(bulkhead, cls);
+  if (rc == 0)
+    *ticket = nres__add(&bulkhead->tickets, 1);
+  return rc;
+}
+
+int nres_bulkhead_turn(nres_bulkhead_t *bulkhead, int cls, uint64_t ticket,
+                       nres_time_t now) {
+  uint64_t h;
+
+  if (cls < 0 || cls >= NRES_CLASS_COUNT)
+    cls = NRES_CLASS_DEFAULT;
+  for (;;) {
+    h = nres__load(&bulkhead->head);
+    if (ticket <= h)
+      break;   /* its turn, or passed over and still here: first served */
+    /* Behind the head: a slot free now is the head's, for two polls. */
+    if (!lapse_head(bulkhead, cls, now))
+      return NRES_EFULL;
+  }
+  if (nres_bulkhead_acquire_class(bulkhead, 1, cls) != 0)
+    return NRES_EFULL;
+  /* Out of the queue with its slot; a place that lapsed (ticket < h, or
+   * the head's place lapsing meanwhile) was counted out already. */
+  if (ticket == h && advance(bulkhead, h))
+    decrement(&bulkhead->waiting);
+  else
+    nres__store(&bulkhead->free_at, 0);   /* the slot seen free is taken */
+  return 0;
+}
+
+void nres_bulkhead_leave(nres_bulkhead_t *bulkhead, uint64_t ticket) {
+  uint64_t h = nres__load(&bulkhead->head);
+
+  if (ticket < h)
+    return;   /* its place lapsed: counted out already */
+  if (ticket == h) {
+    if (advance(bulkhead, h))
+      decrement(&bulkhead->waiting);   /* else it lapsed meanwhile */
+    return;
+  }
+  /* Behind the head: its ticket stays in the line, a hole its turn will
+   * pass over; the place is free for others now. */
+  nres__add(&bulkhead->holes, 1);
+  decrement(&bulkhead->waiting);
 }
 
 /* Decrement without wrapping: a release or dequeue without its match would
@@ -374,4 +502,5 @@ void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead,
   out->baseline = load_double(&b->baseline);
   for (int i = 0; i < NRES_CLASS_COUNT; i++)
     out->refused_class[i] = nres__load(&b->refused_class[i]);
+  out->leases_expired = nres__load(&b->leases_expired);
 }

@@ -160,7 +160,8 @@ nres_time_t nres_clock_now(void) {
  * the edge cases are decided once: NaN and negatives are marked invalid
  * (refused where they are used) rather than read as 0, which means "none"
  * for a deadline; a positive amount never rounds down to 0; and anything
- * from 2^64 ns up saturates instead of wrapping. */
+ * from 2^63 ns up saturates instead of wrapping (the values between 2^63
+ * and never are what negative numbers wrap to: builders refuse them). */
 nres_time_t nres_time_from_sec(double seconds) {
   double ns;
 
@@ -171,5 +172,7 @@ nres_time_t nres_time_from_sec(double seconds) {
   ns = seconds * 1e9;
   if (ns < 1)
     return 1;
+  if (ns >= 9223372036854775808.0)   /* 2^63 */
+    return NRES_TIME_NEVER;
   return nres__time_from_double(ns);
 }

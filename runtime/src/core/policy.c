@@ -77,6 +77,15 @@ int nres_policy_init(nres_policy_t *policy, int preset) {
   return 0;
 }
 
+/* A duration that is no duration: NaN or a negative number converted
+ * (NRES_TIME_INVALID), or a negative number assigned as it is, which wraps
+ * to 2^63 ns or more (NRES_TIME_WRAPPED; NRES_TIME_NEVER, -1 too, is
+ * "never"). */
+static int invalid(nres_time_t t) {
+  return t == NRES_TIME_INVALID ||
+         (t >= NRES_TIME_WRAPPED && t != NRES_TIME_NEVER);
+}
+
 /* The rules nres.h states for nres_policy_build, in its order; the first
  * broken one is the answer. Durations are only compared with each other
  * here: huge ones saturate where they are used, so only the value that
@@ -90,9 +99,9 @@ const char *nres_policy_error(const nres_policy_t *policy) {
   hedge = &policy->hedge;
   if (policy->attempts < 1 || policy->attempts > UINT16_MAX)
     return "attempts: must be 1..65535";
-  if (policy->deadline == NRES_TIME_INVALID)
+  if (invalid(policy->deadline))
     return "deadline: not a number or negative";
-  if (policy->attempt_timeout == NRES_TIME_INVALID)
+  if (invalid(policy->attempt_timeout))
     return "attempt_timeout: not a number or negative";
   if (policy->deadline && policy->attempt_timeout > policy->deadline)
     return "attempt_timeout: exceeds deadline";
@@ -100,21 +109,21 @@ const char *nres_policy_error(const nres_policy_t *policy) {
     return why;
   if (!isfinite(policy->ceiling_factor) || policy->ceiling_factor < 0)
     return "ceiling_factor: must be finite and >= 0";
-  if (policy->ceiling_floor == NRES_TIME_INVALID)
+  if (invalid(policy->ceiling_floor))
     return "ceiling_floor: not a number or negative";
   if (policy->ceiling_factor > 0 && !ratio_ok(policy->ceiling_quantile, 0))
     return "ceiling_quantile: must be in (0, 1] with ceiling_factor";
   if (policy->ceiling_factor > 0 && policy->estimator == NULL)
     return "estimator: needed by ceiling_factor";
-  if (policy->slow_threshold == NRES_TIME_INVALID)
+  if (invalid(policy->slow_threshold))
     return "slow_threshold: not a number or negative";
-  if (policy->limit_wait == NRES_TIME_INVALID)
+  if (invalid(policy->limit_wait))
     return "limit_wait: not a number or negative";
   if (hedge->max > NRES_MAX_INFLIGHT)
     return "hedge.max: above NRES_MAX_INFLIGHT (4)";
   if (!ratio_ok(hedge->suppress_ratio, 1))
     return "hedge.suppress_ratio: must be in [0, 1]";
-  if (hedge->delay == NRES_TIME_INVALID)
+  if (invalid(hedge->delay))
     return "hedge.delay: not a number or negative";
   if (hedge->max > 1 && hedge->delay == 0 && !ratio_ok(hedge->quantile, 0))
     return "hedge.quantile: must be in (0, 1] with hedge.delay 0";

@@ -186,7 +186,7 @@ static NRES__COLD void release_all(nres_call_t *call, nres_time_t now,
       abandon(call, slot, now);
     }
   if (call->queued) {
-    nres_bulkhead_dequeue(p->bulkhead);
+    nres_bulkhead_leave(p->bulkhead, call->ticket);
     call->queued = 0;
   }
 }
@@ -456,14 +456,18 @@ static int pass_limits(nres_call_t *call, nres_time_t now, int hedge,
   }
 
   if (p->bulkhead != NULL) {
-    if (nres_bulkhead_acquire_class(p->bulkhead, call->queued,
-                                    call->criticality) != 0) {
+    if ((call->queued
+             ? nres_bulkhead_turn(p->bulkhead, call->criticality,
+                                  call->ticket, now)
+             : nres_bulkhead_acquire_class(p->bulkhead, 0,
+                                           call->criticality)) != 0) {
       const nres_bulkhead_config_t *bc = &p->bulkhead->config;
       if (hedge)
         return *refusal = skip(call, skipped), 0;
       if (!call->queued) {
         if (bc->queue == 0 ||
-            nres_bulkhead_enqueue_class(p->bulkhead, call->criticality) != 0)
+            nres_bulkhead_join(p->bulkhead, call->criticality, now,
+                               &call->ticket) != 0)
           return *refusal = reject(call, now, NRES_REJECT_CONCURRENCY,
                                    NRES_STOP_LIMITED), 0;
         call->queued = 1;
@@ -479,10 +483,7 @@ static int pass_limits(nres_call_t *call, nres_time_t now, int hedge,
                                  NRES_STOP_LIMITED), 0;
       return *refusal = wait_until(call, NRES__PHASE_ADMIT, wake), 0;
     }
-    if (call->queued) {
-      nres_bulkhead_dequeue(p->bulkhead);
-      call->queued = 0;
-    }
+    call->queued = 0;   /* nres_bulkhead_turn took it out of the queue */
   }
 
   return 1;

@@ -176,6 +176,9 @@ int nres_breaker_state(const nres_breaker_t *breaker, nres_time_t now);
 void nres_breaker_isolate(nres_breaker_t *breaker);
 void nres_breaker_reset(nres_breaker_t *breaker);
 void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
+int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now, uint32_t *permit);
+int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now, uint32_t permit, int outcome,
+                        int slow, nres_rng_t *rng);
 void nres_shard_set(unsigned index);
 int nres_ratelimit_init(nres_ratelimit_t *limit, double rate, uint32_t burst);
 int nres_throttle_init(nres_throttle_t *throttle, double k, nres_time_t window, uint32_t buckets);

@@ -106,6 +106,7 @@ function _M.init_worker()
   balancer.seed()
   files.init_worker()
   require("nres.ngx.watch").start()
+  require("nres.ngx.health").start()   -- active health checks (one worker runs them)
 end
 
 return _M

@@ -13,6 +13,7 @@
 
 #define MS 1000000ull
 #define SEC 1000000000ull
+#define MSEC 1000000ull
 
 typedef struct {
   nres_shm_t *scope, *peers;
@@ -668,6 +669,36 @@ static void test_limiter(void **state) {
 /* The control API's changes: a limiter's dry-run admits and counts, its
  * new rate reaches a key made before; a scope's dry-run lets a request
  * through an open breaker; a drained peer gets no try, in panic too. */
+/* The health checks' lease: one holder; another takes it only once the
+ * holder's lease has run out (a killed worker); ms times wrap. */
+static void test_lease(void **state) {
+  (void)state;
+  nres_gw_lease_t l;
+  memset(&l, 0, sizeof l);
+  nres_time_t t0 = 5 * SEC;
+  assert_int_equal(nres_gw_lease_holder(&l, t0), 0);
+  assert_int_equal(nres_gw_lease_take(&l, 0, t0, SEC), NRES_EINVAL);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0, 0), NRES_EINVAL);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0, 2 * SEC), 1);
+  assert_int_equal(nres_gw_lease_holder(&l, t0), 7);
+  assert_int_equal(nres_gw_lease_take(&l, 8, t0 + SEC, 2 * SEC), 0);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0 + SEC, 2 * SEC), 1);   /* renewed */
+  assert_int_equal(nres_gw_lease_take(&l, 8, t0 + 2900 * MSEC, 2 * SEC), 0);
+  assert_int_equal(nres_gw_lease_holder(&l, t0 + 3 * SEC), 0);         /* lapsed */
+  assert_int_equal(nres_gw_lease_take(&l, 8, t0 + 3 * SEC, 2 * SEC), 1);
+  assert_int_equal(nres_gw_lease_holder(&l, t0 + 3 * SEC), 8);
+  nres_gw_lease_drop(&l, 7);   /* not its holder: nothing */
+  assert_int_equal(nres_gw_lease_holder(&l, t0 + 3 * SEC), 8);
+  nres_gw_lease_drop(&l, 8);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0 + 3 * SEC, 2 * SEC), 1);
+  /* across the 2^32 ms wrap of the word's clock */
+  nres_gw_lease_drop(&l, 7);
+  nres_time_t w = ((nres_time_t) 1 << 32) * MSEC - 500 * MSEC;
+  assert_int_equal(nres_gw_lease_take(&l, 9, w, 2 * SEC), 1);
+  assert_int_equal(nres_gw_lease_take(&l, 7, w + SEC, 2 * SEC), 0);
+  assert_int_equal(nres_gw_lease_take(&l, 7, w + 2500 * MSEC, 2 * SEC), 1);
+}
+
 static void test_control(void **state) {
   (void)state;
   nres_shm_t *t = limiter_table();
@@ -764,6 +795,7 @@ int main(void) {
     cmocka_unit_test(test_long_keys),
     cmocka_unit_test(test_limiter),
     cmocka_unit_test(test_control),
+    cmocka_unit_test(test_lease),
     cmocka_unit_test(test_class),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -179,12 +179,14 @@ end
 function _M.declare(name, opts)
   for k in pairs(opts) do
     if k ~= "peers" and k ~= "scope" and k ~= "choice" and k ~= "panic" and k ~= "eject"
-       and k ~= "key" then
+       and k ~= "key" and k ~= "health" then
       error("nres.ngx.upstream: " .. tostring(k) .. ": expected one of peers, scope, choice,"
-            .. " panic, eject, key, got an unknown field", 0)
+            .. " panic, eject, key, health, got an unknown field", 0)
     end
   end
   if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
+  local health = require("nres.ngx.health")
+  local checks = health.settings(opts.health)   -- active checks, if asked (nil: none)
   local list = opts.peers
   if type(list) ~= "table" or #list < 1 or #list > 256 then
     error(bad("upstream", "peers", "a list of 1..256 \"host:port\"",
@@ -278,6 +280,7 @@ function _M.declare(name, opts)
   u.deadline_left = floor(u.deadline / 1e6)   -- X-Deadline-Ms, nothing inbound
   u.deadline_ms = tostring(u.deadline_left)
   u.gw = register(u, s, ests)
+  health.attach(u, checks)
   return u
 end
 
@@ -650,6 +653,7 @@ function _M.status(now)
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
                     panicking = g.panicking ~= 0, peers = peers,
                     request_seconds = histogram(u.hist) }
+      require("nres.ngx.health").annotate(u, out[name], now)   -- ejected_by, checks
     end
   end
   return out

@@ -59,6 +59,8 @@ typedef struct nres_gw_hist_s {
                                    finish) */
 #define NRES_GW_RATE_SET 4u     /* a limiter's: rate and burst below replace
                                    the declared ones */
+#define NRES_GW_HEALTH 8u       /* a peer's: its breaker isolated by the
+                                   active health checks (not an operator) */
 enum { NRES_GW_WOULD_CIRCUIT = 0, NRES_GW_WOULD_RATE = 1, NRES_GW_WOULD_MAX = 4 };
 typedef struct nres_gw_control_s {
   NRES_ATOMIC(uint32_t) flags;  /* NRES_GW_DRY_RUN | NRES_GW_DRAIN | ... */
@@ -331,6 +333,23 @@ NRES_EXTERN void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r
  * back, the call counted as NRES_STOP_CANCELED. */
 NRES_EXTERN void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
                                      nres_time_t now, int status);
+
+/* ------------------------------------------------------------- lease */
+
+/* One holder at a time for a job run once for the whole nginx (the active
+ * health checks): a word in shared memory, zeroed is "nobody". */
+typedef struct nres_gw_lease_s {
+  NRES_ATOMIC(uint64_t) word;   /* holder id << 32 | lease end (ms, mod 2^32) */
+} nres_gw_lease_t;
+/* Take or renew l for holder id (!= 0) until now + lease (0 < lease <
+ * 2^31 ms): 1 if id holds it now, 0 if another holder's lease has not
+ * ended, NRES_EINVAL on misuse. */
+NRES_EXTERN int nres_gw_lease_take(nres_gw_lease_t *l, uint32_t id, nres_time_t now,
+                                   nres_time_t lease);
+/* Let l go if id holds it (a worker that exits). */
+NRES_EXTERN void nres_gw_lease_drop(nres_gw_lease_t *l, uint32_t id);
+/* The holder of l at now, or 0 when nobody's lease is running. */
+NRES_EXTERN uint32_t nres_gw_lease_holder(nres_gw_lease_t *l, nres_time_t now);
 
 #ifdef __cplusplus
 }

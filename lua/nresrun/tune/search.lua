@@ -99,7 +99,20 @@ function _M.evaluate(model, obj, spec, seeds)
     local m = tournament.measure(r, sc, info)
     local s, p = objective.score(obj, m, model.duration)
     total = total + s
-    if i == 1 then first, parts = m, p end
+    if i == 1 then
+      first, parts = m, p
+      -- The most the dependency got in a window against what the trace
+      -- shows it served then: beyond that, the model's capacity is a guess.
+      local dep, width, most = r.series.dep_requests, model.window, 0
+      for wi, w in ipairs(model.windows) do
+        if w.tries >= 50 then
+          local n = 0
+          for sec = (wi - 1) * width + 1, math.min(wi * width, #dep) do n = n + dep[sec] end
+          if n / w.tries > most then most = n / w.tries end
+        end
+      end
+      m.most_vs_trace = most
+    end
   end
   return total / #seeds, first, parts
 end

@@ -10,6 +10,10 @@ local format, concat = string.format, table.concat
 
 local _M = { _VERSION = "0.1.0" }
 
+-- A policy sending more than this x the trace's requests in a window goes
+-- beyond what the trace proves the dependency can serve.
+_M.UNPROVEN = 1.05
+
 local num
 function num(v)
   if type(v) == "boolean" then return tostring(v) end
@@ -134,6 +138,14 @@ function _M.report(result, obj, model)
       require("nresrun.tune.search").MARGIN)
   end
   w("")
+  local m = best.measure
+  if not model.dependency.capacity and m.most_vs_trace and m.most_vs_trace > _M.UNPROVEN then
+    w("**Caution:** %s sends the dependency up to %.2f x the requests the trace shows it serving in the same window, "
+      .. "and the trace has no refusal, so nothing bounds its capacity in the model. If the dependency was near its "
+      .. "capacity, that load costs more than the replay says: check its headroom before adopting it.",
+      best.name, m.most_vs_trace)
+    w("")
+  end
   if #model.warnings > 0 then
     w("Warnings about the trace:")
     w("")

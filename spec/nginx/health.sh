@@ -26,6 +26,8 @@
 #   5. kill -9 of the worker holding the checks' lease: another takes over
 #      and the checks reach the peers again within the lease (2 x interval)
 #      + a look (interval / 4) (+ slack);
+#   5b. (the Lua balancer) after nginx -s reload a new worker checks, still
+#      once per interval;
 #   6. error.log has no [error], [crit], [alert] or [emerg] line.
 # First, once: TCP checks (health = { tcp = true }) eject a fourth peer
 # where nothing listens, with no try sent to it.
@@ -182,6 +184,22 @@ run_mode() {   # MODE TEMPLATE PREFIX [nres_render ARGS...]
   n=$(health_of "$p2")
   [ "$n" -ge 3 ] || fail "$mode: $n checks of $p2 in the 2 s after the takeover"
   pass "$mode: checker $pid killed (-9): checks resumed in $e s (bound $lim s) from $newpid"
+
+  # 5b. nginx -s reload: the old checker lets its lease go as it exits,
+  # a new worker checks, still once per interval (the Lua balancer's run)
+  if [ "$prefix" = "$work/gw" ]; then
+    gw_master=$(cat "$prefix/nginx.pid")
+    reload_gateway
+    sleep 1.5
+    t=$(now); admin "$p1" "reset=1" >/dev/null
+    sleep 3
+    n=$(health_of "$p1"); e=$(elapsed "$t")
+    newpid=$(status | json "j.upstreams.backend.health.checker_pid")
+    case " $old_pids " in *" $newpid "*) fail "$mode: the checker after the reload is an old worker ($newpid)" ;; esac
+    lim=$(awk -v w="$e" -v i="$INTERVAL" 'BEGIN { print int(w / i) + 1 }')
+    [ "$n" -ge 4 ] && [ "$n" -le "$lim" ] || fail "$mode: $n checks of $p1 in $e s after a reload"
+    pass "$mode: after nginx -s reload, new worker $newpid checks: $n checks of $p1 in $e s"
+  fi
 
   # 6.
   # (lua-nginx-module logs a cosocket's timeout at [error]: the hanging

@@ -570,6 +570,50 @@ static void test_deadline_header(void **state) {
   assert_true(isnan(nres_gw_deadline_ms("300", 0)));
 }
 
+/* One refusal table for every adapter (nres_gw_refusal): the status of
+ * each stop, its reason NRES_STOP_MAP's text; admission's refusals are
+ * stops it answers. */
+static void test_refusal_table(void **state) {
+  (void)state;
+  static const struct { int stop, client, status; } rows[] = {
+    { NRES_STOP_DEADLINE, 0, 504 }, { NRES_STOP_CIRCUIT, 0, 503 },
+    { NRES_STOP_BUDGET, 0, 503 },   { NRES_STOP_DRAINING, 0, 503 },
+    { NRES_STOP_THROTTLED, 0, 503 }, { NRES_STOP_LIMITED, 0, 503 },
+    { NRES_STOP_LIMITED, 1, 429 },  { NRES_STOP_ATTEMPTS, 0, 502 },
+    { NRES_STOP_PERMANENT, 0, 502 }, { NRES_STOP_CANCELED, 0, 502 },
+    { NRES_STOP_OK, 0, 0 },         { NRES_STOP_NONE, 0, 0 }, { 99, 0, 0 } };
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    const char *reason = NULL;
+    assert_int_equal(nres_gw_refusal(rows[k].stop, rows[k].client, &reason), rows[k].status);
+    assert_string_equal(reason, nres_stop_name(rows[k].stop));
+  }
+  assert_int_equal(nres_gw_refusal(NRES_GW_CIRCUIT, 0, NULL), 503);
+  assert_int_equal(nres_gw_refusal(NRES_GW_DEADLINE, 0, NULL), 504);
+}
+
+/* A long key shortened once for every adapter (nres_gw_key): up to 64
+ * bytes as it is, longer under the hex MD5 nginx's ngx.md5 gives (vectors
+ * from another MD5: one block, two, a tail needing its own block). */
+static void test_long_keys(void **state) {
+  (void)state;
+  char buf[NRES_GW_KEY_HASHED], k[200];
+  const char *out;
+  memset(k, 'k', 64);
+  assert_int_equal(nres_gw_key(k, 64, buf, &out), 64);
+  assert_ptr_equal(out, k);
+  memset(k, 'a', 65);
+  assert_int_equal(nres_gw_key(k, 65, buf, &out), 32);
+  assert_ptr_equal(out, buf);
+  assert_memory_equal(buf, "c743a45e0d2e6a95cb859adae0248435", 32);
+  memset(k, 'x', 120);
+  nres_gw_key(k, 120, buf, &out);
+  assert_memory_equal(buf, "fb98667f98096de92620b64f46e1c5b5", 32);
+  for (int i = 0; i < 200; i++)
+    k[i] = (char)(32 + i % 90);
+  nres_gw_key(k, 200, buf, &out);
+  assert_memory_equal(buf, "d7e7b837ec77e9932824002e2f73ffa5", 32);
+}
+
 /* A client limiter: one admission a second per key (burst 1), an empty
  * key unlimited, a full table admitting; found by name until cleared. */
 /* A limiter's table: 8 keys of one admission a second (burst 1). */
@@ -747,6 +791,8 @@ int main(void) {
     cmocka_unit_test(test_ratio_breaker_counts_successes),
     cmocka_unit_test(test_client_abort_is_no_success),
     cmocka_unit_test(test_deadline_header),
+    cmocka_unit_test(test_refusal_table),
+    cmocka_unit_test(test_long_keys),
     cmocka_unit_test(test_limiter),
     cmocka_unit_test(test_control),
     cmocka_unit_test(test_lease),

@@ -610,6 +610,65 @@ describe("nres.ngx region files and balancer mode", function()
       .. ' is for, got "10.0.0.1"')
   end)
 
+  -- lua-nginx-module 0.10.27 added host, host_len to set_current_peer:
+  -- calling it with 0.10.23's 5 arguments failed the first balanced
+  -- request of a newer OpenResty (issue 26). The signature is chosen by
+  -- version; a version it cannot call fails the declaration (init_by_lua:
+  -- the start), never a request. Stubbed version numbers: one build here.
+  it("choose set_current_peer's signature by lua-nginx-module's version, refuse older ones at start", function()
+    local request = require "nres.ngx.request"
+    for version, host in pairs { [10023] = false, [10026] = false, [10027] = true,
+                                 [10030] = true, [20001] = true } do
+      expect.eq(request.peer_host_args(version), host)
+    end
+    for _, bad in ipairs { 10022, 9999, "10027", 10027.5 } do
+      local ok, why = request.peer_host_args(bad)
+      expect.eq(ok, nil)
+      expect.truthy(why:find("0.10.23 or newer", 1, true), why)
+    end
+    gw.scope("vers", { policy = "gateway", slots = 8 })
+    local saved = rawget(_G, "ngx")
+    ngx = { config = { ngx_lua_version = 10019 } }   -- luacheck: ignore
+    local ok, err = pcall(gw.upstream, "old", { scope = "vers", peers = { "127.0.0.1:1" } })
+    ngx = { config = { ngx_lua_version = 10027 } }   -- luacheck: ignore
+    local ok2, err2 = pcall(gw.upstream, "new", { scope = "vers", peers = { "127.0.0.1:1" } })
+    ngx = saved   -- luacheck: ignore
+    expect.eq(ok, false)
+    expect.eq(err, "nres.ngx.upstream: old: expected lua-nginx-module 0.10.23 or newer"
+      .. " (ngx_lua_version 10023), got 10019")
+    expect.truthy(ok2, err2)
+    -- and the balancer calls the signature chosen: a stubbed binding (no
+    -- nginx here) bound for each version counts set_current_peer's arguments
+    local real = require "nres.ngx.request"
+    local req = ffi.new("char[1]")   -- a request's address
+    for version, nargs in pairs { [10023] = 5, [10027] = 7 } do
+      local seen
+      local stub = setmetatable({}, { __index = real })
+      function stub.bind()
+        stub.peer_host = real.peer_host_args(version)
+        stub.exdata = function() return req end
+        stub.start_time = function() return version end
+        stub.var_get = function() return real.NGX_DECLINED end
+        stub.set_peer = function(...)
+          seen = select("#", ...)
+          return real.NGX_OK
+        end
+        stub.set_timeouts = function() return real.NGX_OK end
+        stub.set_more_tries = function() return real.NGX_OK end
+        stub.status = function() return 200 end
+        return stub
+      end
+      package.loaded["nres.ngx.request"] = stub
+      package.loaded["nres.ngx.balancer"] = nil   -- a fresh one binds anew
+      local balancer = require "nres.ngx.balancer"
+      local ok3, err3 = pcall(balancer.balance, "new")
+      balancer.log()
+      package.loaded["nres.ngx.request"] = real
+      expect.truthy(ok3, err3)
+      expect.eq(seen, nargs)
+    end
+  end)
+
   it("refuse bad health checks by field, and show them per peer", function()
     local function bad(h, msg)
       expect.error(function() gw.upstream("hb", { scope = "ups", peers = { "h:1" }, health = h }) end,

@@ -69,6 +69,8 @@ uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_tim
                            int i, uint32_t permit, int has_permit);
 int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, int cls);
 double nres_gw_deadline_ms(const char *value, size_t len);
+int nres_gw_refusal(int stop, int client, const char **reason);
+size_t nres_gw_key(const char *key, size_t len, char *buf, const char **out);
 int nres_gw_class(const char *value, size_t len);
 int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
                     int failed, int timed_out);

@@ -163,8 +163,10 @@ typedef struct nres_gw_request_s {
   nres_time_t begun;            /* admission (or nres_gw_unadmitted) */
 } nres_gw_request_t;
 
-/* Admission refusals (nres_gw_admit). */
-enum { NRES_GW_ADMITTED = 0, NRES_GW_DEADLINE = 504, NRES_GW_CIRCUIT = 503 };
+/* Admission refusals (nres_gw_admit): stop reasons (nres_stop_t), answered
+ * with nres_gw_refusal's status. */
+enum { NRES_GW_ADMITTED = 0, NRES_GW_DEADLINE = NRES_STOP_DEADLINE,
+       NRES_GW_CIRCUIT = NRES_STOP_CIRCUIT };
 /* nginx's status for a request whose client closed the connection before
  * it was answered: nres_gw_request_end judges such a call neither way. */
 #define NRES_GW_CLIENT_CLOSED 499
@@ -224,6 +226,15 @@ struct nres_gw_limiter_s {
   nres_gw_control_t *control;   /* in the table's memory (dry-run, rate),
                                    or NULL */
 };
+
+/* A key (len bytes) for a shared table: the key itself when it fits a
+ * slot (at most NRES_SHM_KEY_MAX bytes), else the lowercase hex of its MD5
+ * (NRES_GW_KEY_HASHED bytes), written into buf (that many bytes), as
+ * nginx's ngx.md5 gives it. *out is the key or buf; the key's length is
+ * returned. Every adapter shortens keys with it, so both balancer modes
+ * and the cosocket proxy find one client under one key. */
+#define NRES_GW_KEY_HASHED 32
+NRES_EXTERN size_t nres_gw_key(const char *key, size_t len, char *buf, const char **out);
 
 /* A limiter on `table` (NULL: bad arguments, or no memory), registered
  * by nres_gw_limiter_register; freeing unregisters it. */
@@ -291,6 +302,14 @@ NRES_EXTERN int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r,
  * spaces or tabs around them, any length; anything else is NaN (no
  * deadline). */
 NRES_EXTERN double nres_gw_deadline_ms(const char *value, size_t len);
+/* The answer to a call the gateway stops itself with `stop` (nres_stop_t):
+ * its HTTP status, and its reason (nres_stop_name: NRES_STOP_MAP's text,
+ * for X-Nres-Reason and the body) in *reason (if not NULL). 504 out of
+ * time; 503 circuit open, budget exhausted, draining, throttled locally,
+ * rate limited by a scope's limiter; 429 rate limited by a client limiter
+ * (client != 0); 502 attempts exhausted, permanent, canceled; 0 for OK and
+ * anything else (no refusal). */
+NRES_EXTERN int nres_gw_refusal(int stop, int client, const char **reason);
 /* The class (nres_class_t) of an X-Criticality value (len bytes; NULL: no
  * header): critical or critical_plus, default, sheddable or
  * sheddable_plus, in any case; anything else is NRES_CLASS_DEFAULT. */

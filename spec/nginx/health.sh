@@ -26,7 +26,11 @@
 #   5. kill -9 of the worker holding the checks' lease: another takes over
 #      and the checks reach the peers again within the lease (2 x interval)
 #      + a look (interval / 4) (+ slack);
+#   5b. (the Lua balancer) after nginx -s reload a new worker checks, still
+#      once per interval;
 #   6. error.log has no [error], [crit], [alert] or [emerg] line.
+# First, once: TCP checks (health = { tcp = true }) eject a fourth peer
+# where nothing listens, with no try sent to it.
 # About 40 s. Skipped (exit 0) when nginx or its Lua module is missing.
 set -euo pipefail
 
@@ -37,8 +41,9 @@ repo=$(cd "$here/../.." && pwd)
 module=${2:-}
 nres_spec_begin health "${1:-${NRES_LIB:-}}"   # sets $work
 
-mapfile -t ports < <(nres_free_ports 4)
+mapfile -t ports < <(nres_free_ports 5)
 p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
+dead=${ports[4]}   # nothing listens there (the TCP check's failing peer)
 gw="http://127.0.0.1:$gw_port"
 # shellcheck source=spec/nginx/peers.sh
 . "$here/peers.sh"
@@ -180,6 +185,22 @@ run_mode() {   # MODE TEMPLATE PREFIX [nres_render ARGS...]
   [ "$n" -ge 3 ] || fail "$mode: $n checks of $p2 in the 2 s after the takeover"
   pass "$mode: checker $pid killed (-9): checks resumed in $e s (bound $lim s) from $newpid"
 
+  # 5b. nginx -s reload: the old checker lets its lease go as it exits,
+  # a new worker checks, still once per interval (the Lua balancer's run)
+  if [ "$prefix" = "$work/gw" ]; then
+    gw_master=$(cat "$prefix/nginx.pid")
+    reload_gateway
+    sleep 1.5
+    t=$(now); admin "$p1" "reset=1" >/dev/null
+    sleep 3
+    n=$(health_of "$p1"); e=$(elapsed "$t")
+    newpid=$(status | json "j.upstreams.backend.health.checker_pid")
+    case " $old_pids " in *" $newpid "*) fail "$mode: the checker after the reload is an old worker ($newpid)" ;; esac
+    lim=$(awk -v w="$e" -v i="$INTERVAL" 'BEGIN { print int(w / i) + 1 }')
+    [ "$n" -ge 4 ] && [ "$n" -le "$lim" ] || fail "$mode: $n checks of $p1 in $e s after a reload"
+    pass "$mode: after nginx -s reload, new worker $newpid checks: $n checks of $p1 in $e s"
+  fi
+
   # 6.
   # (lua-nginx-module logs a cosocket's timeout at [error]: the hanging
   # peer's checks; lua_socket_log_errors off silences them)
@@ -190,6 +211,31 @@ run_mode() {   # MODE TEMPLATE PREFIX [nres_render ARGS...]
   fi
   nres_stop_pid "$(cat "$prefix/nginx.pid")"
 }
+
+# 0. TCP checks (the Lua balancer): a fourth peer where nothing listens is
+# ejected (last "error") with no try sent to it; the others stay closed.
+tcp_check() {
+  local prefix=$work/gwt
+  mode=tcp
+  mkdir -p "$prefix" && chmod 777 "$prefix"
+  nres_render "$here/balancer.conf.in" "$prefix/nginx.conf" PREFIX="$prefix" PORT="$gw_port" \
+    LUA="$repo/lua/?.lua" POLICY='"gateway"' CHOICE=round-robin \
+    PEERS="{ \"127.0.0.1:$p1\", \"127.0.0.1:$p2\", \"127.0.0.1:$p3\", \"127.0.0.1:$dead\" },
+      health = { tcp = true, interval = 0.5, timeout = 0.25, unhealthy = 2 }"
+  NRES_JITV="" nres_nginx_start "$prefix" "$prefix/nginx.conf"
+  nres_wait_http "$gw/nres/status"
+  wait_peer "$dead" "p.ejected_by == 'active' and p.health.last == 'error'"
+  [ "$(peer_field "$(status)" "$dead" tries)" = 0 ] || fail "tcp: tries sent to the dead peer"
+  for p in "$p1" "$p2" "$p3"; do
+    [ "$(peer_field "$(status)" "$p" "health.last")" = ok ] &&
+      [ "$(peer_field "$(status)" "$p" state)" = closed ] || fail "tcp: peer $p: $(status)"
+  done
+  [ "$(health_of "$p1")" = 0 ] || fail "tcp: a TCP check sent an HTTP request"
+  nres_stop_pid "$(cat "$prefix/nginx.pid")"
+  pass "tcp: the peer with nothing listening ejected by TCP checks, no try sent to it; the others closed"
+}
+admin_all "mode=healthy&reset=1"
+tcp_check
 
 run_mode lua "$here/balancer.conf.in" "$work/gw"
 if [ -n "$module" ] && [ -f "$module" ]; then

@@ -29,6 +29,7 @@
 #include "core/shard.h"
 #include "core/throttle.h"
 #include "exec/call.h"
+#include "exec/shadow.h"
 
 
 #define NRES__ABANDONED 0xff   /* log flags of an attempt never classified */
@@ -140,6 +141,11 @@ static inline uint64_t quantile(nres_policy_t *p, nres_time_t now,
   return nres__load(word);
 }
 
+NRES__COLD uint64_t nres__call_quantile(nres_policy_t *p, nres_time_t now,
+                                        NRES_ATOMIC(uint64_t) *word) {
+  return quantile(p, now, word);
+}
+
 /* ----------------------------------------------------------- bookkeeping */
 
 static nres_attempt_rec_t *log_of(nres_call_t *call, unsigned number) {
@@ -235,6 +241,8 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
   if (__builtin_expect(call->inflight | call->queued | call->charged, 0))
     release_all(call, now, stop);
   mark_done(call, stop);
+  if (__builtin_expect(p->private_flags & NRES__F_SHADOW, 0))
+    nres__shadow_done(call, stop);
   if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
       stop != NRES_STOP_CANCELED && stop != NRES_STOP_CALLBACK) {
     mark_fallback(call);
@@ -548,6 +556,17 @@ static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
   return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 
+/* start_attempt on a policy with a shadow, which is asked next. */
+static NRES__COLD nres_action_t shadowed_start(nres_call_t *call,
+                                               nres_time_t now, int hedge,
+                                               uint32_t permit,
+                                               nres_time_t ceiling) {
+  nres_action_t a = start_attempt(call, now, hedge, permit, ceiling);
+
+  nres__shadow_admit(call, now, a.slot, hedge);
+  return a;
+}
+
 /* admit, once the call's deadline is known not to have passed. */
 static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
                                            int hedge, int *skipped) {
@@ -578,6 +597,8 @@ static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
   }
 
   ceiling = attempt_ceiling(p, now, call->deadline);
+  if (__builtin_expect(p->private_flags & NRES__F_SHADOW, 0))
+    return shadowed_start(call, now, hedge, permit, ceiling);
   return start_attempt(call, now, hedge, permit, ceiling);
 }
 
@@ -617,6 +638,8 @@ static NRES__COLD nres_action_t begin_general(nres_call_t *call,
   call->criticality = (uint8_t) cls;
   call->deadline = call_deadline(policy, now, inbound);
   nres_backoff_state_reset(&call->backoff);
+  if (policy->private_flags & NRES__F_SHADOW)
+    nres__shadow_begin(call);
 
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
     return reject(call, now, NRES_REJECT_DRAINING, NRES_STOP_DRAINING);
@@ -639,7 +662,8 @@ static NRES__HOT int begin_first(nres_call_t *call, nres_policy_t *policy,
   nres_time_t deadline = call_deadline(policy, now, inbound);
   unsigned flags = policy->private_flags;
 
-  if (__builtin_expect((flags & (NRES__F_LIMITED | NRES__F_HEDGE)) ||
+  if (__builtin_expect((flags & (NRES__F_LIMITED | NRES__F_HEDGE |
+                                 NRES__F_SHADOW)) ||
                            now >= deadline ||
                            atomic_load_explicit(&policy->draining,
                                                 memory_order_acquire) ||
@@ -960,6 +984,8 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
   end_attempt(call, slot, number, now, v);
   if (records)
     record(call, slot, now, v);
+  if (__builtin_expect(p->private_flags & NRES__F_SHADOW, 0))
+    nres__shadow_report(call, slot, now, v);
   /* An OK verdict always ends its call with stop OK: done's count of the
    * stop (n_ok[].stops) serves for both. */
   if (kind != NRES_OK)
@@ -1036,7 +1062,8 @@ NRES__HOT int nres__call_report_ok(nres_call_t *call, nres_time_t now) {
     return -1;
   p = call->policy;
   flags = p->private_flags;
-  if (__builtin_expect((flags & NRES__F_PASSTHROUGH) || p->on_event != NULL ||
+  if (__builtin_expect((flags & (NRES__F_PASSTHROUGH | NRES__F_SHADOW)) ||
+                           p->on_event != NULL ||
                            ((flags & (NRES__F_TELEMETRY | NRES__F_RECORDS)) &&
                             k >= NRES_SHARDS) ||
                            ((flags & NRES__F_RECORDS) &&

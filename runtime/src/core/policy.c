@@ -217,7 +217,10 @@ int nres_policy_build(nres_policy_t *policy) {
       policy->estimator != NULL || policy->throttle != NULL ||
       (flags & NRES__F_HEDGE))
     flags |= NRES__F_RECORDS;
-  if (policy->bulkhead == NULL && !(flags & (NRES__F_SLOW | NRES__F_HEDGE)))
+  if (policy->shadow != NULL)   /* exec/shadow.c: record_any tells it */
+    flags |= NRES__F_RECORDS;
+  if (policy->bulkhead == NULL && policy->shadow == NULL &&
+      !(flags & (NRES__F_SLOW | NRES__F_HEDGE)))
     flags |= NRES__F_SHORT_RECORD;
   if (policy->breaker != NULL && nres__breaker_windowed(policy->breaker))
     flags |= NRES__F_BREAKER_WINDOW;

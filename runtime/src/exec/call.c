@@ -195,6 +195,8 @@ static NRES__COLD void release_all(nres_call_t *call, nres_time_t now,
     nres_bulkhead_leave(p->bulkhead, call->ticket);
     call->queued = 0;
   }
+  if (p->private_flags & NRES__F_SHADOW)
+    nres__shadow_done(call, stop);
 }
 
 /* A failed call of a policy with a fallback: marked for the driver. */
@@ -241,12 +243,16 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
   if (__builtin_expect(call->inflight | call->queued | call->charged, 0))
     release_all(call, now, stop);
   mark_done(call, stop);
-  if (__builtin_expect(p->private_flags & NRES__F_SHADOW, 0))
-    nres__shadow_done(call, stop);
-  if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
-      stop != NRES_STOP_CANCELED && stop != NRES_STOP_CALLBACK) {
-    mark_fallback(call);
-    a.fallback = 1;
+  if (__builtin_expect(stop != NRES_STOP_OK, 0)) {
+    /* A shadow candidate still following the call counts its stop (an OK
+     * one it counted at the report, exec/shadow.c). */
+    if (p->private_flags & NRES__F_SHADOW)
+      nres__shadow_done(call, stop);
+    if (p->fallback && stop != NRES_STOP_CANCELED &&
+        stop != NRES_STOP_CALLBACK) {
+      mark_fallback(call);
+      a.fallback = 1;
+    }
   }
   count_end(p, call, stop,
             (p->private_flags & NRES__F_TELEMETRY) && stop == NRES_STOP_OK
@@ -809,6 +815,8 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
   unsigned k = nres__shard_if_taken();
   nres_rng_t rng;
 
+  if (p->private_flags & NRES__F_SHADOW)   /* before a shed's THROTTLED */
+    nres__shadow_report(call, slot, now, v);
   if (call->slot[slot].held) {
     nres_bulkhead_release(p->bulkhead, latency, self ? -1 : kind);
     call->slot[slot].held = 0;
@@ -984,8 +992,6 @@ static NRES__HOT nres_action_t report(nres_call_t *call, unsigned slot,
   end_attempt(call, slot, number, now, v);
   if (records)
     record(call, slot, now, v);
-  if (__builtin_expect(p->private_flags & NRES__F_SHADOW, 0))
-    nres__shadow_report(call, slot, now, v);
   /* An OK verdict always ends its call with stop OK: done's count of the
    * stop (n_ok[].stops) serves for both. */
   if (kind != NRES_OK)

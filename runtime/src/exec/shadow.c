@@ -185,8 +185,12 @@ void nres__shadow_report(nres_call_t *call, unsigned slot, nres_time_t now,
   nres_policy_t *c = call->policy->shadow;
   int kind = v->kind, stop;
 
-  if (!(call->shadow & NRES__SHADOW_RUNNING) || slot != call->shadow_slot)
+  if (!(call->shadow & NRES__SHADOW_RUNNING) || slot != call->shadow_slot) {
+    /* Another attempt (a hedge) ends the live call OK: so would it. */
+    if ((call->shadow & NRES__SHADOW_FOLLOW) && kind == NRES_OK)
+      finish(call, c, NRES_STOP_OK);
     return;
+  }
   call->shadow &= (uint8_t) ~NRES__SHADOW_RUNNING;
   learn(call, c, now, nres_time_sub(now, call->slot[slot].start), v);
   if (kind != NRES_OK)

@@ -227,8 +227,8 @@ int nres_policy_build(nres_policy_t *policy) {
   if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
       ((flags & NRES__F_HEDGE) && hedge->delay == 0))
     flags |= NRES__F_QUANTILES;
-  if (policy->shadow != NULL)
-    flags |= NRES__F_SHADOW;   /* its calls take the general ways */
+  if (policy->shadow != NULL)   /* its calls take the general ways, and */
+    flags |= NRES__F_SHADOW | NRES__F_GATED;   /* admission asks it */
   if (!(flags & (NRES__F_BOUNDED | NRES__F_HEDGE | NRES__F_GATED |
                  NRES__F_SHADOW)) &&
       policy->budget == NULL && policy->estimator == NULL &&

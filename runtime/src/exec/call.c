@@ -243,16 +243,10 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
   if (__builtin_expect(call->inflight | call->queued | call->charged, 0))
     release_all(call, now, stop);
   mark_done(call, stop);
-  if (__builtin_expect(stop != NRES_STOP_OK, 0)) {
-    /* A shadow candidate still following the call counts its stop (an OK
-     * one it counted at the report, exec/shadow.c). */
-    if (p->private_flags & NRES__F_SHADOW)
-      nres__shadow_done(call, stop);
-    if (p->fallback && stop != NRES_STOP_CANCELED &&
-        stop != NRES_STOP_CALLBACK) {
-      mark_fallback(call);
-      a.fallback = 1;
-    }
+  if (__builtin_expect(stop != NRES_STOP_OK, 0) && p->fallback &&
+      stop != NRES_STOP_CANCELED && stop != NRES_STOP_CALLBACK) {
+    mark_fallback(call);
+    a.fallback = 1;
   }
   count_end(p, call, stop,
             (p->private_flags & NRES__F_TELEMETRY) && stop == NRES_STOP_OK
@@ -263,12 +257,24 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
   return a;
 }
 
+/* done, for a call that ends before an attempt's report could end it
+ * (a refusal, attempts or time used up, a cancel): a shadow candidate
+ * still following it counts the stop (exec/shadow.c; the ends an attempt's
+ * report makes, it sees at the report). Apart from done, whose every extra
+ * test the success path pays. */
+static NRES__COLD nres_action_t end_early(nres_call_t *call, nres_time_t now,
+                                          int stop) {
+  if (call->policy->private_flags & NRES__F_SHADOW)
+    nres__shadow_done(call, stop);
+  return done(call, now, stop);
+}
+
 static nres_action_t reject(nres_call_t *call, nres_time_t now, int source,
                             int stop) {
   COUNT(call->policy, n_rejects[source]);
   COUNT(call->policy, n_class_rejects[call->criticality]);
   EMIT(call->policy, call, NRES_EV_REJECT, source, call->attempts, now, 0);
-  return done(call, now, stop);
+  return end_early(call, now, stop);
 }
 
 static nres_action_t wait_until(nres_call_t *call, int phase,
@@ -562,17 +568,6 @@ static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
   return wait_until(call, NRES__PHASE_BACKOFF, nres_time_add(now, delay));
 }
 
-/* start_attempt on a policy with a shadow, which is asked next. */
-static NRES__COLD nres_action_t shadowed_start(nres_call_t *call,
-                                               nres_time_t now, int hedge,
-                                               uint32_t permit,
-                                               nres_time_t ceiling) {
-  nres_action_t a = start_attempt(call, now, hedge, permit, ceiling);
-
-  nres__shadow_admit(call, now, a.slot, hedge);
-  return a;
-}
-
 /* admit, once the call's deadline is known not to have passed. */
 static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
                                            int hedge, int *skipped) {
@@ -592,6 +587,11 @@ static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
     if (p->breaker != NULL &&
         nres__breaker_acquire(p->breaker, now, &permit) != 0)
       return breaker_refused(call, now, hedge, skipped);
+    /* Admitted (nothing after refuses a first attempt or a retry, which
+     * start in slot 0): would a shadow candidate be? (A shadowed policy
+     * is gated.) */
+    if (p->private_flags & NRES__F_SHADOW)
+      nres__shadow_admit(call, now, hedge);
   }
 
   if (hedge && p->budget != NULL && spend(call, now) != 0) {
@@ -603,15 +603,13 @@ static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
   }
 
   ceiling = attempt_ceiling(p, now, call->deadline);
-  if (__builtin_expect(p->private_flags & NRES__F_SHADOW, 0))
-    return shadowed_start(call, now, hedge, permit, ceiling);
   return start_attempt(call, now, hedge, permit, ceiling);
 }
 
 static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now,
                                      int hedge, int *skipped) {
   if (now >= call->deadline)
-    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+    return hedge ? skip(call, skipped) : end_early(call, now, NRES_STOP_DEADLINE);
   return admit_gates(call, now, hedge, skipped);
 }
 
@@ -754,9 +752,9 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
   nres_time_t delay;
 
   if (call->attempts >= p->attempts)
-    return done(call, now, NRES_STOP_ATTEMPTS);
+    return end_early(call, now, NRES_STOP_ATTEMPTS);
   if (now >= call->deadline)
-    return done(call, now, NRES_STOP_DEADLINE);
+    return end_early(call, now, NRES_STOP_DEADLINE);
   if (p->backoff.kind == NRES_BACKOFF_NONE &&
       !(v->flags & NRES_VF_RETRY_AFTER)) {
     call->backoff.prev = 0;   /* nres_backoff_next's answer for kind NONE */
@@ -770,7 +768,7 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
                                      ? call_rng(call) : NULL);
   }
   if (delay > 0 && nres_time_add(now, delay) >= call->deadline)
-    return done(call, now, NRES_STOP_DEADLINE);
+    return end_early(call, now, NRES_STOP_DEADLINE);
   /* Self-imposed refusals neither spend nor deposit. The token is taken
    * now, before the wait, so an empty budget ends the call at once; it is
    * given back if the retry never starts. */
@@ -1138,13 +1136,13 @@ nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {
 nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
   if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
-  return done(call, now, NRES_STOP_CANCELED);
+  return end_early(call, now, NRES_STOP_CANCELED);
 }
 
 nres_action_t nres_call_abort(nres_call_t *call, nres_time_t now) {
   if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
-  return done(call, now, NRES_STOP_CALLBACK);
+  return end_early(call, now, NRES_STOP_CALLBACK);
 }
 
 nres_time_t nres_call_remaining(const nres_call_t *call, nres_time_t now) {

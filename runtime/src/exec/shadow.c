@@ -70,8 +70,7 @@ void nres__shadow_begin(nres_call_t *call) {
   call->shadow_permit = 0;
 }
 
-void nres__shadow_admit(nres_call_t *call, nres_time_t now, unsigned slot,
-                        int hedge) {
+void nres__shadow_admit(nres_call_t *call, nres_time_t now, int hedge) {
   nres_policy_t *c = call->policy->shadow;
   nres_time_t retry_after;
   uint32_t permit = 0;
@@ -100,7 +99,7 @@ void nres__shadow_admit(nres_call_t *call, nres_time_t now, unsigned slot,
     call->shadow &= (uint8_t) ~NRES__SHADOW_CHARGED;   /* the token is used */
   }
   call->shadow_attempts++;
-  call->shadow_slot = (uint8_t) slot;
+  call->shadow_slot = 0;   /* a first attempt or a retry: slot 0 */
   call->shadow_permit = permit;
   call->shadow |= NRES__SHADOW_RUNNING;
 }
@@ -186,9 +185,13 @@ void nres__shadow_report(nres_call_t *call, unsigned slot, nres_time_t now,
   int kind = v->kind, stop;
 
   if (!(call->shadow & NRES__SHADOW_RUNNING) || slot != call->shadow_slot) {
-    /* Another attempt (a hedge) ends the live call OK: so would it. */
-    if ((call->shadow & NRES__SHADOW_FOLLOW) && kind == NRES_OK)
-      finish(call, c, NRES_STOP_OK);
+    /* Another attempt (a hedge) whose answer ends the live call: the
+     * candidate still following counts that end. */
+    if ((call->shadow & NRES__SHADOW_FOLLOW) && kind != NRES_TRANSIENT &&
+        kind != NRES_THROTTLED)
+      finish(call, c, kind == NRES_OK          ? NRES_STOP_OK
+                      : kind == NRES_CANCELED  ? NRES_STOP_CANCELED
+                                               : NRES_STOP_PERMANENT);
     return;
   }
   call->shadow &= (uint8_t) ~NRES__SHADOW_RUNNING;

@@ -15,9 +15,9 @@ enum {
 
 /* A call begins: the candidate follows it. */
 void nres__shadow_begin(nres_call_t *call);
-/* The live call started attempt `slot` at now: would the candidate? */
-void nres__shadow_admit(nres_call_t *call, nres_time_t now, unsigned slot,
-                        int hedge);
+/* The live call admitted an attempt at now (hedge: a hedge; else it is to
+ * start in slot 0): would the candidate? */
+void nres__shadow_admit(nres_call_t *call, nres_time_t now, int hedge);
 /* The attempt in `slot` ended with v: the candidate learns, then decides. */
 void nres__shadow_report(nres_call_t *call, unsigned slot, nres_time_t now,
                          const nres_verdict_t *v);

@@ -1170,9 +1170,16 @@ NRES_EXTERN int nres_policy_isolate(nres_policy_t *policy, int on);
  * nres_policy_counters(candidate). It follows a call until it would have
  * ended it; a call the policy ends first counts the policy's stop. The
  * candidate must not be the policy, nor have a shadow of its own, nor run
- * calls itself (its counters would mix). Attach before the policy takes
- * calls, or while none runs. 0, or NRES_EINVAL (nres_policy_error says
- * why: "shadow: ...") and the policy is left as it was. */
+ * calls itself (its counters would mix); it gets each outcome as the
+ * policy's classifier judged it. Attach before the policy takes calls, or
+ * while none runs. 0, or NRES_EINVAL and the policy is left as it was
+ * (with the field set by hand instead, nres_policy_error names the rule:
+ * "shadow: expected another policy, got the policy itself", "... a built
+ * policy ...", "... a policy without a shadow ..."). Where the candidate
+ * would have waited (a rate limiter within limit_wait, a bulkhead queue)
+ * it is taken as admitted; a throttle refusal ends its call; the policy's
+ * hedges are not followed, and a hedge it would have sent is counted when
+ * a followed attempt outlives its hedge delay (exec/shadow.c). */
 NRES_EXTERN int nres_policy_shadow(nres_policy_t *policy,
                                    nres_policy_t *candidate);
 /* Copy the counters out; relaxed reads, no locks. */

@@ -131,6 +131,40 @@ static void shadow_refuses_what_a_live_copy_refuses(void **state) {
   }
 }
 
+/* Refusals of a rate limiter (no wait allowed) too: 20 calls a second
+ * against 12 allowed, every retry asking again. */
+static void shadow_rate_refusals_match_a_live_copy(void **state) {
+  nres_policy_t a, b, bl;
+  nres_breaker_t bbr, blbr;
+  nres_ratelimit_t brl, blrl;
+  nres_counters_t s, l;
+  unsigned i;
+  (void) state;
+
+  live(&a, 3);
+  candidate(&b, &bbr);
+  candidate(&bl, &blbr);
+  assert_int_equal(nres_ratelimit_init(&brl, 12, 2), 0);
+  assert_int_equal(nres_ratelimit_init(&blrl, 12, 2), 0);
+  b.ratelimit = &brl;
+  bl.ratelimit = &blrl;
+  assert_int_equal(nres_policy_build(&b), 0);
+  assert_int_equal(nres_policy_build(&bl), 0);
+  assert_int_equal(nres_policy_shadow(&a, &b), 0);
+  for (i = 0; i < 200; i++) {
+    drive(&a, 5, i, (nres_time_t) i * 50 * MS);
+    drive(&bl, 5, i, (nres_time_t) i * 50 * MS);
+  }
+  s = counters(&b);
+  l = counters(&bl);
+  assert_true(l.rejects[NRES_REJECT_RATE] > 0);
+  for (i = 0; i < NRES_REJECT_COUNT; i++)
+    assert_int_equal(s.rejects[i], l.rejects[i]);
+  for (i = 0; i < NRES_STOP_COUNT; i++)
+    assert_int_equal(s.stops[i], l.stops[i]);
+  assert_int_equal(s.retries, l.retries);
+}
+
 /* A shadow changes nothing the live calls do: the same stops with and
  * without it, and it allocates nothing. */
 static void live_calls_are_unchanged(void **state) {
@@ -208,6 +242,7 @@ static void bad_candidates_are_refused_by_name(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(shadow_refuses_what_a_live_copy_refuses),
+    cmocka_unit_test(shadow_rate_refusals_match_a_live_copy),
     cmocka_unit_test(live_calls_are_unchanged),
     cmocka_unit_test(passthrough_policy_can_be_shadowed),
     cmocka_unit_test(bad_candidates_are_refused_by_name),

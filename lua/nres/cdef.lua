@@ -17,7 +17,7 @@ local ffi = require "ffi"
 
 -- The library's ABI this binding matches: the one place it is written
 -- (CMakeLists.txt reads this line into nres/version.h's NRES_ABI_VERSION).
-local ABI_VERSION = 8
+local ABI_VERSION = 9
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -102,7 +102,7 @@ typedef struct nres_policy_s {
   nres_hedge_t hedge;
   nres_budget_t *budget; nres_breaker_t *breaker; nres_ratelimit_t *ratelimit;
   nres_bulkhead_t *bulkhead; nres_estimator_t *estimator; nres_throttle_t *throttle;
-  void *on_event; void *event_data;
+  void *on_event; void *event_data; struct nres_policy_s *shadow;
   struct { nres_budget_t budget; nres_breaker_t breaker; nres_estimator_t estimator;
            nres_throttle_t throttle; } own;
   uint32_t private_flags, private_magic, draining;
@@ -121,7 +121,9 @@ typedef struct nres_attempt_rec_s {
 typedef struct nres_call_s {
   nres_policy_t *policy; nres_time_t start, deadline, resume_at;
   uint8_t phase, stop, inflight, fallback; uint16_t attempts, retries, hedges;
-  uint8_t queued, seeded, charged, throttled, criticality, deferred; nres_time_t queue_end; uint64_t ticket;
+  uint8_t queued, seeded, charged, throttled, criticality, deferred;
+  uint8_t shadow, shadow_slot; uint16_t shadow_attempts; uint32_t shadow_permit;
+  nres_time_t queue_end; uint64_t ticket;
   nres_verdict_t last; nres_backoff_state_t backoff; nres_rng_t rng;
   struct { nres_time_t start, deadline; uint32_t permit; uint16_t number;
            uint8_t hedge, held; } slot[4];
@@ -200,6 +202,7 @@ int nres_policy_build(nres_policy_t *policy);
 const char *nres_policy_error(const nres_policy_t *policy);
 void nres_policy_drain(nres_policy_t *policy, int on);
 int nres_policy_isolate(nres_policy_t *policy, int on);
+int nres_policy_shadow(nres_policy_t *policy, nres_policy_t *candidate);
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out);
 void nres_policy_counters_reset(nres_policy_t *policy);
 const nres_attempt_rec_t *nres_call_log(const nres_call_t *call, unsigned i);

@@ -691,6 +691,19 @@ describe("nres.ngx region files and balancer mode", function()
     expect.eq(res.state, "isolated")
     expect.eq(gw.snapshot().upstreams.ctl.peers[2].state, "isolated")
     gw.apply { action = "restore", upstream = "ctl", peer = "10.8.0.2:80" }
+    -- issue 25: a peer's weight at run time, read by every worker's view
+    bad({ action = "weight", upstream = "ctl", peer = "10.8.0.2:80", weight = 0 }, 400,
+        "weight: expected an integer 1..10000, got 0")
+    bad({ action = "weight", upstream = "ctl", peer = "10.8.0.2:80" }, 400,
+        "weight: expected an integer 1..10000, got nil")
+    res = gw.apply { action = "weight", upstream = "ctl", peer = "10.8.0.2:80", weight = 4 }
+    expect.eq(res.changed, "upstream ctl peer 10.8.0.2:80: weight 4 (was 1)")
+    expect.eq(require("nres.ngx.control").snapshot().upstreams.ctl.weights["10.8.0.2:80"], 4)
+    local g = gw.upstreams.ctl.gw
+    C.nres_gw_refresh(g, C.nres_step_now())
+    expect.eq(g.peer[1].weight, 4)
+    expect.eq(g.weighted, 1)
+    gw.apply { action = "weight", upstream = "ctl", peer = "10.8.0.2:80", weight = 1 }
     local control = require "nres.ngx.control"
     control.configure { allow = { "10.1.0.0/16", "2001:db8::7" } }
     for addr, want in pairs { ["127.0.0.1"] = true, ["127.9.9.9"] = true, ["::1"] = true,

@@ -640,6 +640,8 @@ function _M.status(now)
           drained = control.flag(control.block(u.controls + u.idx[i] * control.BYTES),
                                  control.DRAIN),
           peer = u.peer[i],
+          weight = tonumber(gp.weight), backup = u.backup[i] or nil,
+          share = g.weighted ~= 0 and tonumber(gp.share) or nil,
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
           ejections = tonumber(breaker_stats.trips),
           refused = tonumber(breaker_stats.rejected),

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# spec/nginx/weights.sh LIBNRES - peer weights and a backup peer in a real
-# nginx (issue 25; docs/gateway-peers.md), about 10 s.
+# spec/nginx/weights.sh LIBNRES [MODULE] - peer weights and a backup peer
+# in a real nginx (issue 25; docs/gateway-peers.md), about 10 s; with
+# MODULE (ngx_http_nres_module.so) through the module's nres_balancer
+# (spec/nginx/cbalancer.conf.in), else the Lua balancer.
 #
 # Three peers (one test upstream nginx on three ports, each port its own
 # peer, /admin counts its requests) behind the gateway in balancer mode
@@ -22,6 +24,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 # shellcheck source=spec/nginx/lib.sh
 . "$here/lib.sh"
+module=${2:-}
+conf=(balancer.conf.in)
+if [ -n "$module" ]; then
+  [ -f "$module" ] || { echo "skipped: no ngx_http_nres_module.so (got '$module')"; exit 0; }
+  conf=(cbalancer.conf.in MODULE="$(cd "$(dirname "$module")" && pwd)/$(basename "$module")")
+fi
 nres_spec_begin weights "${1:-${NRES_LIB:-}}"   # sets $work
 
 mapfile -t ports < <(nres_free_ports 4)
@@ -32,7 +40,7 @@ nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
   PREFIX="$work/up" PORT="$p1" SPEC="$here" EXTRA_LISTEN="
     listen 127.0.0.1:$p2 reuseport;
     listen 127.0.0.1:$p3 reuseport;"
-nres_render "$here/balancer.conf.in" "$work/gw/nginx.conf" \
+nres_render "$here/${conf[0]}" "$work/gw/nginx.conf" "${conf[@]:1}" \
   PREFIX="$work/gw" PORT="$gw_port" LUA="$repo/lua/?.lua;${jit_dir}?.lua" \
   POLICY='"gateway"' CHOICE=round-robin \
   PEERS="{ { \"127.0.0.1:$p1\", weight = 3 }, \"127.0.0.1:$p2\",
@@ -108,4 +116,4 @@ if grep -E "\[(error|crit|alert|emerg)\]" "$work/gw/error.log"; then
 fi
 pass "error.log clean"
 failed=0
-echo "nginx weights: all checks passed"
+echo "nginx weights (${conf[0]}): all checks passed"

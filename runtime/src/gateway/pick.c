@@ -117,6 +117,28 @@ static int admit(nres_gw_upstream_t *u, int i, nres_time_t now, uint32_t *permit
   return 1;
 }
 
+/* Of candidates a and b (maybe a == b), the admitted one with the lower
+ * score, or -1. A peer whose break is over is probed before the cheaper
+ * one: its cost dates from before its ejection (a peer that hung scores
+ * seconds), so by score alone it could go unpicked, and half-open, for as
+ * long as that estimate takes to fade. */
+static inline int two_choices(nres_gw_upstream_t *u, nres_time_t now, int a, int b,
+                              uint32_t *permit, int *has_permit) {
+  if (score(u, b) < score(u, a)) {
+    int t = a;
+    a = b;
+    b = t;
+  }
+  if (u->peer[b].state != NRES_BREAKER_CLOSED && admit(u, b, now, permit, has_permit) &&
+      *has_permit)
+    return b;
+  if (admit(u, a, now, permit, has_permit))
+    return a;
+  if (b != a && admit(u, b, now, permit, has_permit))
+    return b;
+  return -1;
+}
+
 /* Nobody admitted but `avoid` (or nobody at all): `avoid` if it is,
  * else the cheapest peer, unasked. */
 static int last_resort(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *permit,
@@ -192,20 +214,9 @@ static int pick_weighted(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint
     int a = draw(u, tier, avoid, -1);
     if (a >= 0) {
       int b = draw(u, tier, avoid, a);
-      if (b < 0)
-        b = a;
-      if (score(u, b) < score(u, a)) {
-        int t = a;
-        a = b;
-        b = t;
-      }
-      if (u->peer[b].state != NRES_BREAKER_CLOSED && admit(u, b, now, permit, has_permit) &&
-          *has_permit)
-        return b;
-      if (admit(u, a, now, permit, has_permit))
-        return a;
-      if (b != a && admit(u, b, now, permit, has_permit))
-        return b;
+      int i = two_choices(u, now, a, b < 0 ? a : b, permit, has_permit);
+      if (i >= 0)
+        return i;
     }
   } else {
     int i = smooth(u, tier, avoid);
@@ -253,22 +264,9 @@ int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *pe
       if (b == avoid)
         b = a;
     }
-    if (score(u, b) < score(u, a)) {
-      int t = a;
-      a = b;
-      b = t;
-    }
-    /* A peer whose break is over is probed before the cheaper one: its
-     * cost dates from before its ejection (a peer that hung scores
-     * seconds), so by score alone it could go unpicked, and half-open,
-     * for as long as that estimate takes to fade. */
-    if (u->peer[b].state != NRES_BREAKER_CLOSED && admit(u, b, now, permit, has_permit) &&
-        *has_permit)
-      return b;
-    if (admit(u, a, now, permit, has_permit))
-      return a;
-    if (b != a && admit(u, b, now, permit, has_permit))
-      return b;
+    int i = two_choices(u, now, a, b, permit, has_permit);
+    if (i >= 0)
+      return i;
   }
   /* Round robin (or both choices ejected): the next admitted peer. */
   for (int k = 0; k < n; k++) {

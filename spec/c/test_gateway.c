@@ -822,7 +822,7 @@ static double share0(nres_gw_upstream_t *u, nres_time_t now, int n) {
   return (double)counts[0] / n;
 }
 
-/* Issue 25: slow start. A peer restored from ejection (or undrained)
+/* Issue 25: slow start. A peer restored from ejection, or undrained,
  * comes back at a tenth of its weight and ramps linearly to it over
  * slow_start: with three peers of weight 1, its share is r / (r + 2) at
  * ramp r; it ramps again after each restoration. */
@@ -849,6 +849,15 @@ static void test_slow_start(void **state) {
       assert_in_range(at100 * 1000, 333 - 30, 333 + 30);
       now = t0 + 20 * SEC;
     }
+    nres_gw_control_t pc[8];   /* undrained: it ramps as well */
+    memset(pc, 0, sizeof pc);
+    u->peer[0].control = &pc[u->peer[0].slot];
+    nres_gw_control_flag(&pc[u->peer[0].slot], NRES_GW_DRAIN, 1);
+    nres_gw_refresh(u, now);
+    assert_true(share0(u, now, 300) == 0);
+    nres_gw_control_flag(&pc[u->peer[0].slot], NRES_GW_DRAIN, 0);
+    nres_gw_refresh(u, now + SEC);
+    assert_in_range(share0(u, now + 6 * SEC, 3000) * 1000, 200 - 30, 200 + 30);
     unmake(&f);
   }
 }

@@ -24,9 +24,9 @@ typedef struct {
 
 /* An upstream of npeers peers whose breakers are made by `peer_breaker`
  * (NULL: 2 failures in a row), its scope's by the defaults. */
-static nres_gw_upstream_t *make_with(fixture_t *f, uint32_t npeers,
-                                     uint32_t attempts, int choice,
-                                     const nres_breaker_config_t *peer_breaker) {
+static nres_gw_upstream_t *make_weighted(fixture_t *f, uint32_t npeers, uint32_t attempts,
+                                         int choice, const nres_breaker_config_t *peer_breaker,
+                                         const nres_gw_config_t *weights) {
   nres_shm_config_t sc;
   nres_shm_config_init(&sc);
   sc.slots = 8;
@@ -40,8 +40,9 @@ static nres_gw_upstream_t *make_with(fixture_t *f, uint32_t npeers,
   else
     pc.breaker.consecutive = 2;
   assert_int_equal(nres_shm_new(&pc, &f->peers), 0);
-  static const char *names[] = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80" };
-  uint32_t slots[3];
+  static const char *names[] = { "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80",
+                                 "10.0.0.4:80" };
+  uint32_t slots[4];
   for (uint32_t i = 0; i < npeers; i++) {
     int idx = nres_shm_acquire(f->peers, names[i], strlen(names[i]), 1, NRES_TIME_NEVER, NULL);
     assert_true(idx >= 0);
@@ -56,9 +57,19 @@ static nres_gw_upstream_t *make_with(fixture_t *f, uint32_t npeers,
     .attempts = attempts, .deadline = 10 * SEC, .attempt_timeout = 2 * SEC,
     .hold = 60 * SEC, .choice = choice, .panic = 0.5, .budget = 1, .breaker = 1,
     .try_hists = f->hists, .request_hist = &f->hists[8] };
+  if (weights != NULL) {
+    cfg.peer_weights = weights->peer_weights;
+    cfg.peer_backup = weights->peer_backup;
+    cfg.slow_start = weights->slow_start;
+  }
   f->u = nres_gw_upstream_new(&cfg);
   assert_non_null(f->u);
   return f->u;
+}
+
+static nres_gw_upstream_t *make_with(fixture_t *f, uint32_t npeers, uint32_t attempts,
+                                     int choice, const nres_breaker_config_t *peer_breaker) {
+  return make_weighted(f, npeers, attempts, choice, peer_breaker, NULL);
 }
 
 static nres_gw_upstream_t *make(fixture_t *f, uint32_t npeers, uint32_t attempts,
@@ -759,6 +770,173 @@ static void test_control(void **state) {
   unmake(&f);
 }
 
+/* n picks at `now` (no try made: every score alike), counted per peer. */
+static void count_picks(nres_gw_upstream_t *u, nres_time_t now, int n, int *counts) {
+  for (int k = 0; k < n; k++) {
+    uint32_t permit;
+    int has;
+    counts[nres_gw_pick(u, now, -1, &permit, &has)]++;
+  }
+}
+
+/* Issue 25: weights. P2C draws its candidates in proportion to them
+ * (equal scores: the shares follow); round robin is exact; a weight set
+ * through the control block replaces the declared one at the next look;
+ * an upstream without weights is not weighed at all. */
+static void test_weights(void **state) {
+  (void)state;
+  fixture_t f;
+  static const uint32_t w[] = { 1, 2, 5 };
+  nres_gw_config_t wc = { .peer_weights = w };
+  nres_gw_upstream_t *u = make_weighted(&f, 3, 1, NRES_GW_P2C, NULL, &wc);
+  nres_gw_seed(u, 7);
+  assert_true(u->weighted);
+  nres_time_t now = 100 * SEC;
+  int counts[4] = { 0 };
+  count_picks(u, now, 8000, counts);
+  assert_in_range(counts[0], 1000 - 150, 1000 + 150);
+  assert_in_range(counts[1], 2000 - 200, 2000 + 200);
+  assert_in_range(counts[2], 5000 - 250, 5000 + 250);
+  unmake(&f);
+
+  u = make_weighted(&f, 3, 1, NRES_GW_ROUND_ROBIN, NULL, &wc);
+  nres_gw_control_t pc[8];
+  memset(pc, 0, sizeof pc);
+  for (uint32_t i = 0; i < 3; i++)
+    u->peer[i].control = &pc[u->peer[i].slot];
+  memset(counts, 0, sizeof counts);
+  count_picks(u, now, 800, counts);
+  assert_int_equal(counts[0], 100);
+  assert_int_equal(counts[1], 200);
+  assert_int_equal(counts[2], 500);
+  pc[u->peer[0].slot].weight = 5;   /* 5:2:5 from the next look */
+  now += SEC;
+  memset(counts, 0, sizeof counts);
+  count_picks(u, now, 1200, counts);
+  assert_int_equal(counts[0], 500);
+  assert_int_equal(counts[1], 200);
+  assert_int_equal(counts[2], 500);
+  unmake(&f);
+
+  u = make(&f, 3, 1, NRES_GW_P2C);
+  assert_false(u->weighted);
+  unmake(&f);
+}
+
+/* Issue 25: a backup peer gets nothing while a primary is up; all the
+ * tries when every primary is ejected or drained (with its permit: no
+ * panic); and a primary whose break is over is probed before it. */
+static void test_backup(void **state) {
+  (void)state;
+  fixture_t f;
+  static const uint8_t b[] = { 0, 0, 1 };
+  nres_gw_config_t wc = { .peer_backup = b };
+  for (int choice = NRES_GW_P2C; choice <= NRES_GW_ROUND_ROBIN; choice++) {
+    nres_gw_upstream_t *u = make_weighted(&f, 3, 1, choice, NULL, &wc);
+    nres_gw_control_t pc[8];
+    memset(pc, 0, sizeof pc);
+    for (uint32_t i = 0; i < 3; i++)
+      u->peer[i].control = &pc[u->peer[i].slot];
+    nres_time_t now = 100 * SEC;
+    int counts[4] = { 0 };
+    count_picks(u, now, 300, counts);
+    assert_int_equal(counts[2], 0);
+    assert_true(counts[0] > 50 && counts[1] > 50);
+    nres_breaker_isolate(u->peer[0].breaker);   /* one primary left */
+    now += SEC;
+    memset(counts, 0, sizeof counts);
+    count_picks(u, now, 300, counts);
+    assert_int_equal(counts[1], 300);
+    nres_gw_control_flag(&pc[u->peer[1].slot], NRES_GW_DRAIN, 1);   /* none */
+    now += SEC;
+    memset(counts, 0, sizeof counts);
+    for (int k = 0; k < 300; k++) {
+      uint32_t permit;
+      int has;
+      counts[nres_gw_pick(u, now, -1, &permit, &has)]++;
+      assert_int_equal(has, 1);
+    }
+    assert_int_equal(counts[2], 300);
+    assert_false(u->panicking);
+    /* peer 0's break ends: it is probed before the backup is chosen */
+    nres_breaker_reset(u->peer[0].breaker);
+    nres_breaker_open_until(u->peer[0].breaker, now, now + 30 * SEC);
+    now += SEC;
+    uint32_t permit;
+    int has;
+    assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 2);
+    now += 600 * SEC;
+    assert_int_equal(nres_gw_pick(u, now, -1, &permit, &has), 0);
+    assert_int_equal(has, 1);
+    unmake(&f);
+  }
+  static const uint8_t all[] = { 1, 1 };
+  nres_shm_config_t sc;
+  nres_shm_config_init(&sc);
+  nres_shm_t *t;
+  assert_int_equal(nres_shm_new(&sc, &t), 0);
+  nres_estimator_t est;
+  nres_estimator_init(&est, SEC);
+  static const char *names[] = { "a:1", "b:1" };
+  static const uint32_t slots[] = { 0, 1 }, zero[] = { 1, 0 };
+  nres_gw_config_t bad = { .name = "x", .key = "x", .scope = t, .peers = t, .estimators = &est,
+                           .peer_names = names, .peer_slots = slots, .npeers = 2,
+                           .attempts = 1, .deadline = SEC, .attempt_timeout = SEC,
+                           .peer_backup = all };
+  assert_null(nres_gw_upstream_new(&bad));   /* no primary */
+  bad.peer_backup = NULL;
+  bad.peer_weights = zero;
+  assert_null(nres_gw_upstream_new(&bad));   /* a weight of 0 */
+  nres_shm_free(t);
+}
+
+/* Share of peer 0 among n picks at now. */
+static double share0(nres_gw_upstream_t *u, nres_time_t now, int n) {
+  int counts[4] = { 0 };
+  count_picks(u, now, n, counts);
+  return (double)counts[0] / n;
+}
+
+/* Issue 25: slow start. A peer restored from ejection, or undrained,
+ * comes back at a tenth of its weight and ramps linearly to it over
+ * slow_start: with three peers of weight 1, its share is r / (r + 2) at
+ * ramp r; it ramps again after each restoration. */
+static void test_slow_start(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_config_t wc = { .slow_start = 10 * SEC };
+  for (int choice = NRES_GW_P2C; choice <= NRES_GW_ROUND_ROBIN; choice++) {
+    nres_gw_upstream_t *u = make_weighted(&f, 3, 1, choice, NULL, &wc);
+    nres_gw_seed(u, 11);
+    nres_time_t now = 100 * SEC;
+    assert_in_range(share0(u, now, 3000) * 1000, 333 - 30, 333 + 30);   /* all new */
+    for (int round = 0; round < 2; round++) {
+      nres_breaker_isolate(u->peer[0].breaker);
+      now += 60 * SEC;
+      assert_true(share0(u, now, 300) == 0);
+      nres_breaker_reset(u->peer[0].breaker);
+      nres_time_t t0 = now + 60 * MS;
+      nres_gw_refresh(u, t0);   /* seen restored (at most 50 ms later) */
+      double at10 = share0(u, t0 + SEC, 3000), at50 = share0(u, t0 + 5 * SEC, 3000);
+      double at100 = share0(u, t0 + 10 * SEC, 3000);
+      assert_in_range(at10 * 1000, 48 - 20, 48 + 20);
+      assert_in_range(at50 * 1000, 200 - 30, 200 + 30);
+      assert_in_range(at100 * 1000, 333 - 30, 333 + 30);
+      now = t0 + 20 * SEC;
+    }
+    nres_gw_control_t pc[8];   /* undrained: it ramps as well */
+    memset(pc, 0, sizeof pc);
+    u->peer[0].control = &pc[u->peer[0].slot];
+    nres_gw_control_flag(&pc[u->peer[0].slot], NRES_GW_DRAIN, 1);
+    nres_gw_refresh(u, now);
+    assert_true(share0(u, now, 300) == 0);
+    nres_gw_control_flag(&pc[u->peer[0].slot], NRES_GW_DRAIN, 0);
+    nres_gw_refresh(u, now + SEC);
+    assert_in_range(share0(u, now + 6 * SEC, 3000) * 1000, 200 - 30, 200 + 30);
+    unmake(&f);
+  }
+}
+
 static void test_class(void **state) {
   (void)state;
   assert_int_equal(nres_gw_class("critical", 8), NRES_CLASS_CRITICAL);
@@ -797,6 +975,9 @@ int main(void) {
     cmocka_unit_test(test_control),
     cmocka_unit_test(test_lease),
     cmocka_unit_test(test_class),
+    cmocka_unit_test(test_weights),
+    cmocka_unit_test(test_backup),
+    cmocka_unit_test(test_slow_start),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

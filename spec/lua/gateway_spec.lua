@@ -591,6 +591,32 @@ describe("nres.ngx region files and balancer mode", function()
       "nres.ngx.upstream: eject: breaker.failure_ratio: must be in [0, 1]")
     expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "h:1" }, panic = 1.5 }) end,
       "nres.ngx.upstream: panic: expected a share of healthy peers 0..1, got 1.5")
+    -- issue 25: weights, backups, slow start
+    local wb = gw.upstream("bw", { scope = "ups", slow_start = "30s", peers = {
+      { "10.0.0.1:80", weight = 3 }, "10.0.0.2:80", { "10.0.0.3:80", backup = true } } })
+    expect.eq(wb.gw.weighted, 1)
+    expect.eq(wb.gw.peer[0].declared, 3)
+    expect.eq(wb.gw.peer[1].declared, 1)
+    expect.eq(wb.gw.peer[2].backup, 1)
+    expect.eq(tonumber(wb.gw.slow_start), 30e9)
+    expect.eq(gw.upstream("bu", { scope = "ups", peers = { "h:1", { "h:2" } } }).gw.weighted, 0)
+    for _, c in ipairs {
+      { { { "h:1", weight = 0 } }, 'peers[1].weight: expected an integer 1..10000, got 0' },
+      { { { "h:1", weight = 1.5 } }, 'peers[1].weight: expected an integer 1..10000, got 1.5' },
+      { { "h:1", { "h:2", weight = "2" } }, 'peers[2].weight: expected an integer 1..10000, got "2"' },
+      { { { "h:1", backup = "yes" } }, 'peers[1].backup: expected true or false, got "yes"' },
+      { { { "h:1", wieght = 2 } }, 'peers[1].wieght: expected one of [1] ("host:port"), weight,'
+        .. ' backup, got an unknown field' },
+      { { { weight = 2 } }, 'peers[1]: expected "host:port" or "[IPv6]:port", got nil' },
+      { { { "h:1", backup = true } }, 'peers: expected at least one peer that is not a backup,'
+        .. ' got "only backups"' },
+    } do
+      expect.error(function() gw.upstream("bx", { scope = "ups", peers = c[1] }) end,
+        "nres.ngx.upstream: " .. c[2])
+    end
+    expect.error(function() gw.upstream("bx", { scope = "ups", peers = { "h:1" }, slow_start = "1 fortnight" }) end,
+      'nres.ngx.upstream: slow_start: expected seconds (a number 0..1e6, or with a unit: "90s",'
+      .. ' "2m"), got "1 fortnight"')
     -- admission names what it was given wrong before it needs nginx
     gw.upstream("b9", { scope = "ups", peers = { "h:1" } })
     expect.error(function() gw.admit("nope") end,
@@ -779,6 +805,19 @@ describe("nres.ngx region files and balancer mode", function()
     expect.eq(res.state, "isolated")
     expect.eq(gw.snapshot().upstreams.ctl.peers[2].state, "isolated")
     gw.apply { action = "restore", upstream = "ctl", peer = "10.8.0.2:80" }
+    -- issue 25: a peer's weight at run time, read by every worker's view
+    bad({ action = "weight", upstream = "ctl", peer = "10.8.0.2:80", weight = 0 }, 400,
+        "weight: expected an integer 1..10000, got 0")
+    bad({ action = "weight", upstream = "ctl", peer = "10.8.0.2:80" }, 400,
+        "weight: expected an integer 1..10000, got nil")
+    res = gw.apply { action = "weight", upstream = "ctl", peer = "10.8.0.2:80", weight = 4 }
+    expect.eq(res.changed, "upstream ctl peer 10.8.0.2:80: weight 4 (was 1)")
+    expect.eq(require("nres.ngx.control").snapshot().upstreams.ctl.weights["10.8.0.2:80"], 4)
+    local g = gw.upstreams.ctl.gw
+    C.nres_gw_refresh(g, C.nres_step_now())
+    expect.eq(g.peer[1].weight, 4)
+    expect.eq(g.weighted, 1)
+    gw.apply { action = "weight", upstream = "ctl", peer = "10.8.0.2:80", weight = 1 }
     local control = require "nres.ngx.control"
     control.configure { allow = { "10.1.0.0/16", "2001:db8::7" } }
     for addr, want in pairs { ["127.0.0.1"] = true, ["127.9.9.9"] = true, ["::1"] = true,

@@ -11,7 +11,7 @@ local C = cdef.C
 ffi.cdef [[
 typedef struct nres_gw_control_s {
   uint32_t flags; uint32_t burst; double rate; nres_time_t interval, tolerance;
-  uint64_t would_refuse[4]; uint64_t reserved_[2];
+  uint64_t would_refuse[4]; uint32_t weight, reserved32_; uint64_t reserved_[1];
 } nres_gw_control_t;
 typedef struct nres_gw_config_s {
   const char *name; const char *key; nres_shm_t *scope; nres_shm_t *peers;
@@ -19,11 +19,13 @@ typedef struct nres_gw_config_s {
   uint32_t npeers, attempts; nres_time_t deadline, attempt_timeout, hold;
   int choice; double panic; int budget, breaker;
   void *try_hists; void *request_hist; void *control; void *peer_controls;
+  const uint32_t *peer_weights; const uint8_t *peer_backup; nres_time_t slow_start;
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; void *hist;
   void *control; uint32_t slot, inflight;
-  double cost; int state, drained, windowed; char name[65];
+  double cost; int state, drained, windowed; uint32_t declared, weight; int backup, up;
+  nres_time_t since; double share, current; char name[65];
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
   struct nres_gw_upstream_s *next; char name[65]; char key[65];
@@ -31,6 +33,7 @@ typedef struct nres_gw_upstream_s {
   uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
   uint64_t overflow; nres_rng_t rng; void *hist; void *control;
+  nres_time_t slow_start; int weighted, tier;
   nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
 typedef struct nres_gw_request_s {

@@ -89,7 +89,7 @@ local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
 local gw_class, gw_deadline_ms = C.nres_gw_class, C.nres_gw_deadline_ms
 local gw_refusal = C.nres_gw_refusal
 local est_quantile = C.nres_estimator_quantile
-local bad, scopes, new_table = config.bad, config.scopes, config.new_table
+local bad, scopes, new_table, seconds = config.bad, config.scopes, config.new_table, config.seconds
 local limit = require("nres.ngx.limiter").limit
 
 local _M = {}
@@ -157,7 +157,11 @@ end
 local function register(u, s, ests)
   local names = ffi_new("const char *[?]", u.n)
   local slots = ffi_new("uint32_t[?]", u.n)
-  for i = 1, u.n do names[i - 1], slots[i - 1] = u.peer[i], u.idx[i] end
+  local weights, backup = ffi_new("uint32_t[?]", u.n), ffi_new("uint8_t[?]", u.n)
+  for i = 1, u.n do
+    names[i - 1], slots[i - 1] = u.peer[i], u.idx[i]
+    weights[i - 1], backup[i - 1] = u.weight[i], u.backup[i] and 1 or 0
+  end
   local cfg = ffi_new("nres_gw_config_t", {
     name = u.name, key = u.key, scope = s.ptr, peers = u.ptr, estimators = ests,
     peer_names = names, peer_slots = slots, npeers = u.n, attempts = u.attempts,
@@ -165,7 +169,8 @@ local function register(u, s, ests)
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
     budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
     try_hists = u.hists, request_hist = u.hist, control = s.control,
-    peer_controls = u.controls })
+    peer_controls = u.controls, peer_weights = weights, peer_backup = backup,
+    slow_start = u.slow_start * 1e9 })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)
@@ -173,15 +178,37 @@ local function register(u, s, ests)
   return g
 end
 
--- gw.upstream(name, { peers = { "host:port", ... }, scope = "upstreams",
---   choice = "p2c" | "round-robin", panic = 0.5, eject = { ... },
+-- A peer entry: "host:port", or { "host:port", weight = 1..10000,
+-- backup = true } (docs/gateway-peers.md): its address, weight, backup.
+local function peer_entry(i, p)
+  local field = "peers[" .. i .. "]"
+  if type(p) ~= "table" then return p, 1, false end
+  for k in pairs(p) do
+    if k ~= 1 and k ~= "weight" and k ~= "backup" then
+      error("nres.ngx.upstream: " .. field .. "." .. tostring(k) .. ": expected one of"
+            .. ' [1] ("host:port"), weight, backup, got an unknown field', 0)
+    end
+  end
+  local w = p.weight == nil and 1 or p.weight
+  if type(w) ~= "number" or w < 1 or w > 10000 or w % 1 ~= 0 then
+    error(bad("upstream", field .. ".weight", "an integer 1..10000", p.weight), 0)
+  end
+  if p.backup ~= nil and type(p.backup) ~= "boolean" then
+    error(bad("upstream", field .. ".backup", "true or false", p.backup), 0)
+  end
+  return p[1], w, p.backup == true
+end
+
+-- gw.upstream(name, { peers = { "host:port" or { "host:port", weight = 3,
+--   backup = true }, ... }, scope = "upstreams", choice = "p2c" |
+--   "round-robin", panic = 0.5, slow_start = 0 (s), eject = { ... },
 --   key = name (the upstream's key in the scope) }), from nres.ngx.config.
 function _M.declare(name, opts)
   for k in pairs(opts) do
     if k ~= "peers" and k ~= "scope" and k ~= "choice" and k ~= "panic" and k ~= "eject"
-       and k ~= "key" and k ~= "health" then
+       and k ~= "key" and k ~= "health" and k ~= "slow_start" then
       error("nres.ngx.upstream: " .. tostring(k) .. ": expected one of peers, scope, choice,"
-            .. " panic, eject, key, health, got an unknown field", 0)
+            .. " panic, slow_start, eject, key, health, got an unknown field", 0)
     end
   end
   if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
@@ -216,10 +243,15 @@ function _M.declare(name, opts)
   local n = #list
   local u = {
     name = name, key = key, scope = s, n = n, choice = choice, panic = panic,
+    slow_start = seconds("upstream", "slow_start", opts.slow_start, 0),
     hosts = {}, ports = {}, peer = {}, idx = {}, br = {}, est = {}, balancer = true,
+    weight = {}, backup = {},
   }
-  local seen = {}
-  for i, p in ipairs(list) do
+  local seen, primaries = {}, 0
+  for i, entry in ipairs(list) do
+    local p, w, backup = peer_entry(i, entry)
+    u.weight[i], u.backup[i] = w, backup
+    primaries = primaries + (backup and 0 or 1)
     local host, port
     if type(p) == "string" then
       -- an IPv6 address keeps its brackets: set_current_peer parses it so
@@ -233,6 +265,9 @@ function _M.declare(name, opts)
     if seen[p] then error(bad("upstream", "peers[" .. i .. "]", "a peer listed once", p), 0) end
     seen[p] = true
     u.hosts[i], u.ports[i], u.peer[i] = host, port, p
+  end
+  if primaries == 0 then
+    error(bad("upstream", "peers", "at least one peer that is not a backup", "only backups"), 0)
   end
   -- The peers' table: two slots per peer (room to add a few without a new
   -- layout), each key leased for ever; after it an estimator and a
@@ -630,6 +665,8 @@ function _M.status(now)
           drained = control.flag(control.block(u.controls + u.idx[i] * control.BYTES),
                                  control.DRAIN),
           peer = u.peer[i],
+          weight = tonumber(gp.weight), backup = u.backup[i] or nil,
+          share = g.weighted ~= 0 and tonumber(gp.share) or nil,
           state = BREAKER_STATES[br_state(u.br[i], now)] or "unknown",
           ejections = tonumber(breaker_stats.trips),
           refused = tonumber(breaker_stats.rejected),

@@ -13,13 +13,15 @@
 --   { "action": "isolate" | "close" | "reset", "scope": S, "key": K }
 --   { "action": "isolate" | "close" | "reset", "upstream": U }   (its key)
 --   { "action": "eject" | "restore" | "drain", "upstream": U, "peer": "host:port" }
+--   { "action": "weight", "upstream": U, "peer": "host:port", "weight": 1..10000 }
 --   { "action": "rate", "limiter": L, "rate": R, "burst": B }
 --   { "action": "dry_run", "scope": S | "limiter": L, "on": true | false }
 -- isolate holds a breaker open until closed; close ends an open or
 -- isolated state; reset closes and clears its counts. eject isolates a
 -- peer's breaker; drain gives a peer no new tries (in-flight ones finish;
 -- draining the last peer that is not drained is refused); restore undoes
--- both. A dry-run decides as usual but lets the request through, counting
+-- both. weight replaces a peer's declared weight (docs/gateway-peers.md)
+-- in every worker within 50 ms. A dry-run decides as usual but lets the request through, counting
 -- `would_refuse` by reason ("circuit open" for a scope's breaker in
 -- balancer mode, "rate limited" for a limiter). Bad input gets a 4xx and
 -- the reason; nothing is changed by a request that is refused.
@@ -70,7 +72,7 @@ local ACTIONS = {
   isolate = { "scope", "key", "upstream" }, close = { "scope", "key", "upstream" },
   reset = { "scope", "key", "upstream" },
   eject = { "upstream", "peer" }, restore = { "upstream", "peer" },
-  drain = { "upstream", "peer" },
+  drain = { "upstream", "peer" }, weight = { "upstream", "peer", "weight" },
   rate = { "limiter", "rate", "burst" },
   dry_run = { "scope", "limiter", "on" },
 }
@@ -138,7 +140,7 @@ local function apply(op, now)
   local allowed = ACTIONS[op.action]
   if allowed == nil then
     return fail(400, "action", "one of close, drain, dry_run, eject, isolate, rate, reset,"
-                .. " restore", op.action)
+                .. " restore, weight", op.action)
   end
   for k in pairs(op) do
     local ok = k == "action"
@@ -187,6 +189,18 @@ local function apply(op, now)
                   action == "eject" and "ejected" or action == "drain" and "drained"
                   or "restored", before, after, flag(c, DRAIN) and ", drained" or ""),
            { state = after, was = before, drained = flag(c, DRAIN) }
+  elseif action == "weight" then
+    local u, i, reason = peer_target(op)
+    if u == nil then return nil, i, reason end
+    local w = op.weight
+    if type(w) ~= "number" or w < 1 or w > 10000 or w % 1 ~= 0 then
+      return fail(400, "weight", "an integer 1..10000", w)
+    end
+    local c = _M.block(u.controls + (u.idx[i]) * _M.BYTES)
+    local was = c.weight ~= 0 and tonumber(c.weight) or u.weight[i]
+    c.weight = w   -- an aligned 32-bit store: each worker reads it whole
+    return format("upstream %s peer %s: weight %d (was %d)", u.name, u.peer[i], w, was),
+           { weight = w, was = was }
   elseif action == "rate" then
     local s = config.limiters[op.limiter]
     if s == nil then return fail(404, "limiter", "one of " .. names(config.limiters), op.limiter) end
@@ -243,13 +257,13 @@ function _M.snapshot()
   for name, s in pairs(config.limiters) do out.limiters[name] = _M.state(s.control) end
   for name, u in pairs(config.upstreams) do
     if u.balancer then
-      local drained = {}
+      local drained, weights = {}, {}
       for i = 1, u.n do
-        if flag(_M.block(u.controls + u.idx[i] * _M.BYTES), DRAIN) then
-          drained[#drained + 1] = u.peer[i]
-        end
+        local c = _M.block(u.controls + u.idx[i] * _M.BYTES)
+        if flag(c, DRAIN) then drained[#drained + 1] = u.peer[i] end
+        weights[u.peer[i]] = c.weight ~= 0 and tonumber(c.weight) or u.weight[i]
       end
-      out.upstreams[name] = { drained = drained }
+      out.upstreams[name] = { drained = drained, weights = weights }
     end
   end
   return out

@@ -33,6 +33,7 @@ extern "C" {
 
 #define NRES_GW_NAME_MAX 64     /* bytes of an upstream's name, key, peer */
 #define NRES_GW_PEERS_MAX 256
+#define NRES_GW_WEIGHT_MAX 10000   /* a peer's weight: 1..this */
 
 enum { NRES_GW_P2C = 0, NRES_GW_ROUND_ROBIN = 1 };
 
@@ -69,7 +70,10 @@ typedef struct nres_gw_control_s {
   nres_time_t interval, tolerance;   /* rate and burst as nres_ratelimit_t's */
   NRES_ATOMIC(uint64_t) would_refuse[NRES_GW_WOULD_MAX];   /* dry-run's
                                    refusals by reason (NRES_GW_WOULD_*) */
-  uint64_t reserved_[2];
+  NRES_ATOMIC(uint32_t) weight; /* a peer's: its weight set at run time
+                                   (1..NRES_GW_WEIGHT_MAX), 0: the declared */
+  uint32_t reserved32_;
+  uint64_t reserved_[1];
 } nres_gw_control_t;
 
 /* What nres_gw_upstream_new copies (every pointer stays the caller's to
@@ -100,6 +104,13 @@ typedef struct nres_gw_config_s {
   nres_gw_control_t *control;   /* the scope's (dry-run), or NULL */
   nres_gw_control_t *peer_controls;   /* one per slot of the peers' table
                                    (drain), or NULL */
+  const uint32_t *peer_weights; /* each peer's weight (1..NRES_GW_WEIGHT_MAX),
+                                   or NULL: all 1 */
+  const uint8_t *peer_backup;   /* nonzero: a backup peer, tried only when
+                                   no other is admitted; or NULL: none (at
+                                   least one peer is not a backup) */
+  nres_time_t slow_start;       /* ns over which a new or recovered peer's
+                                   share ramps up to its weight (0: none) */
 } nres_gw_config_t;
 
 typedef struct nres_gw_peer_s {
@@ -117,6 +128,14 @@ typedef struct nres_gw_peer_s {
                                    (the table's configuration, kept here
                                    so that a try's end reads no line of
                                    it) */
+  uint32_t declared;            /* its declared weight (1 by default) */
+  uint32_t weight;              /* the control API's, else the declared */
+  int backup;                   /* a backup peer */
+  int up;                       /* closed and not drained at the last
+                                   refresh (weighted upstreams only) */
+  nres_time_t since;            /* when it last came up (slow start) */
+  double share;                 /* its weight x slow start's ramp */
+  double current;               /* smooth weighted round robin's */
   char name[NRES_GW_NAME_MAX + 1];
 } nres_gw_peer_t;
 
@@ -143,6 +162,12 @@ struct nres_gw_upstream_s {
   nres_rng_t rng;
   nres_gw_hist_t *hist;         /* the requests' durations, or NULL */
   nres_gw_control_t *control;   /* the scope's, or NULL */
+  nres_time_t slow_start;
+  int weighted;                 /* a peer has a weight, a backup, or slow
+                                   start is on: nres_gw_pick weighs (else
+                                   every peer is alike) */
+  int tier;                     /* 0: the primaries are chosen from, 1:
+                                   the backups (no primary is up) */
   nres_gw_peer_t peer[];
 };
 

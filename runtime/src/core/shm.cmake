@@ -36,6 +36,10 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   add_test(NAME nginx_balancer
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/balancer.sh $<TARGET_FILE:nres>)
   set_tests_properties(nginx_balancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  # peer weights and a backup peer (spec/nginx/weights.sh, issue 25)
+  add_test(NAME nginx_weights
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/weights.sh $<TARGET_FILE:nres>)
+  set_tests_properties(nginx_weights PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
   # The operator's side (spec/nginx/ops.sh): scrapes from binary client
   # keys (promtool), latency histograms, transitions in error.log, the
   # control API, the status page in headless Chromium (its screenshot in

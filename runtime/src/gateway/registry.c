@@ -31,13 +31,25 @@ static int windowed(nres_shm_t *table) {
          nres__breaker_config_windowed(&c->breaker);
 }
 
+/* Weights in 1..NRES_GW_WEIGHT_MAX, at least one peer not a backup. */
+static int weights_ok(const nres_gw_config_t *cfg) {
+  int primary = 0;
+  for (uint32_t i = 0; i < cfg->npeers && i < NRES_GW_PEERS_MAX; i++) {
+    if (cfg->peer_weights != NULL &&
+        (cfg->peer_weights[i] < 1 || cfg->peer_weights[i] > NRES_GW_WEIGHT_MAX))
+      return 0;
+    primary |= cfg->peer_backup == NULL || cfg->peer_backup[i] == 0;
+  }
+  return primary;
+}
+
 nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
   if (cfg == NULL || !name_ok(cfg->name) || !name_ok(cfg->key) || cfg->scope == NULL ||
       cfg->peers == NULL || cfg->estimators == NULL || cfg->peer_names == NULL ||
       cfg->peer_slots == NULL || cfg->npeers < 1 || cfg->npeers > NRES_GW_PEERS_MAX ||
       cfg->attempts < 1 || cfg->deadline == 0 || cfg->attempt_timeout == 0 ||
       (cfg->choice != NRES_GW_P2C && cfg->choice != NRES_GW_ROUND_ROBIN) ||
-      !(cfg->panic >= 0 && cfg->panic <= 1))
+      !(cfg->panic >= 0 && cfg->panic <= 1) || !weights_ok(cfg))
     return NULL;
   nres_gw_upstream_t *u =
       nres__calloc(1, sizeof *u + cfg->npeers * sizeof(nres_gw_peer_t));
@@ -59,6 +71,8 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
   u->windowed = windowed(cfg->scope);
   u->hist = cfg->request_hist;
   u->control = cfg->control;
+  u->slow_start = cfg->slow_start;
+  u->weighted = cfg->slow_start > 0;
   u->sidx = -1;
   u->checked = 0;
   u->lookup_at = 0;
@@ -77,6 +91,10 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
     p->hist = cfg->try_hists != NULL ? cfg->try_hists + cfg->peer_slots[i] : NULL;
     p->control = cfg->peer_controls != NULL ? cfg->peer_controls + cfg->peer_slots[i] : NULL;
     p->windowed = windowed(cfg->peers);
+    p->declared = p->weight = cfg->peer_weights != NULL ? cfg->peer_weights[i] : 1;
+    p->backup = cfg->peer_backup != NULL && cfg->peer_backup[i] != 0;
+    p->share = p->weight;
+    u->weighted |= p->declared != 1 || p->backup;
     strcpy(p->name, cfg->peer_names[i]);
   }
   return u;

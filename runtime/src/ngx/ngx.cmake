@@ -94,6 +94,11 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/cbalancer.sh
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_cbalancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  # weights and a backup peer through the module (spec/nginx/weights.sh)
+  add_test(NAME nginx_cweights
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/weights.sh
+                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
+  set_tests_properties(nginx_cweights PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
   # spec/nginx/leases.sh: probe permits whose holder never reports (a
   # worker killed with -9, an error_page without gw.log) lapse (issue 28).
   add_test(NAME nginx_leases

@@ -73,10 +73,7 @@ run_mode() {
   mapfile -t ports < <(nres_free_ports 5)
   up_port=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}; redis_port=${ports[4]}
   local peers=("$up_port" "$p2" "$p3")
-  nres_render "$spec/upstream.conf.in" "$dir/up/nginx.conf" \
-    PREFIX="$dir/up" PORT="$up_port" SPEC="$spec" EXTRA_LISTEN="
-    listen 127.0.0.1:$p2 reuseport;
-    listen 127.0.0.1:$p3 reuseport;"
+  nres_render_upstream "$dir/up" "$up_port" "$p2" "$p3"
   local policy="{ base = \"gateway\", breaker = { break_for = $break_for, break_max = $break_for } }"
   local peer_list="{ \"127.0.0.1:$up_port\", \"127.0.0.1:$p2\", \"127.0.0.1:$p3\" }"
   if [ "$mode" = module ]; then

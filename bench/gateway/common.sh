@@ -66,8 +66,7 @@ gw_test_upstream() {
   mapfile -t ports < <(nres_free_ports 2)
   up=${ports[0]}; gw_port=${ports[1]}
   mkdir -p "$work/up" && chmod 777 "$work/up"
-  nres_render "$repo/spec/nginx/upstream.conf.in" "$work/up/nginx.conf" \
-    PREFIX="$work/up" PORT="$up" SPEC="$repo/spec/nginx" EXTRA_LISTEN=""
+  nres_render_upstream "$work/up" "$up"
   nres_nginx_start "$work/up" "$work/up/nginx.conf"
   nres_wait_http "http://127.0.0.1:$up/admin"
 }

@@ -54,10 +54,7 @@ mapfile -t ports < <(nres_free_ports 4)
 p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
 gw="http://127.0.0.1:$gw_port"
 
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$p1" SPEC="$here" EXTRA_LISTEN="
-    listen 127.0.0.1:$p2 reuseport;
-    listen 127.0.0.1:$p3 reuseport;"
+nres_render_upstream "$work/up" "$p1" "$p2" "$p3"
 policy='{ base = "gateway", breaker = { break_for = 4, break_max = 4 } }'
 render_gw() {   # OUT [POLICY [PEERS]]
   nres_render "$here/cbalancer.conf.in" "$1" \

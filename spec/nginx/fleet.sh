@@ -42,8 +42,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" \
   --save "" --appendonly no --daemonize no >"$work/redis/log" 2>&1 &
 pids+=($!)
 
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$up_port" SPEC="$here" EXTRA_LISTEN=""
+nres_render_upstream "$work/up" "$up_port"
 # Breaks of 4 s: the shared view is seen before any probe.
 policy='{ base = "gateway", breaker = { break_for = 4, break_max = 4 } }'
 render() {   # DIR PORT

@@ -49,10 +49,7 @@ gw="http://127.0.0.1:$gw_port"
 # shellcheck source=spec/nginx/peers.sh
 . "$here/peers.sh"
 
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$p1" SPEC="$here" EXTRA_LISTEN="
-    listen 127.0.0.1:$p2 reuseport;
-    listen 127.0.0.1:$p3 reuseport;"
+nres_render_upstream "$work/up" "$p1" "$p2" "$p3"
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_wait_http "http://127.0.0.1:$p1/admin"
 

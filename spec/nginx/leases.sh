@@ -31,8 +31,7 @@ p1=${ports[0]}; gw_port=${ports[1]}
 gw="http://127.0.0.1:$gw_port"
 peers="{ \"127.0.0.1:$p1\" }"
 
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$p1" SPEC="$here" EXTRA_LISTEN=""
+nres_render_upstream "$work/up" "$p1"
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_wait_http "http://127.0.0.1:$p1/admin"
 

@@ -4,6 +4,7 @@
 # by pid. Source it; nothing here starts anything by itself.
 
 NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+NRES_SPEC_NGINX=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NRES_STARTED_PIDS=${NRES_STARTED_PIDS:-}
 
 # nres_spec_begin NAME LIB: the opening of an nginx test script: exits 0
@@ -69,6 +70,19 @@ nres_free_ports() {
     case " ${out[*]:-} " in *" $p "*) ;; *) out+=("$p") ;; esac
   done
   printf '%s\n' "${out[@]}"
+}
+
+# nres_render_upstream DIR PORT [PORT...]: DIR/nginx.conf for the test
+# upstream (upstream.conf.in beside this file, nres_upstream.lua), listening
+# on every PORT given; each port is a peer of its own (its own mode and
+# counters, set and read through its /admin).
+nres_render_upstream() {
+  local dir=$1 port=$2 extra="" p
+  shift 2
+  for p in "$@"; do extra="$extra
+    listen 127.0.0.1:$p reuseport;"; done
+  nres_render "$NRES_SPEC_NGINX/upstream.conf.in" "$dir/nginx.conf" \
+    PREFIX="$dir" PORT="$port" SPEC="$NRES_SPEC_NGINX" EXTRA_LISTEN="$extra"
 }
 
 # nres_render TEMPLATE OUT KEY=VALUE...: replace @KEY@ with VALUE.

@@ -43,9 +43,7 @@ mkdir -p "$out"
 mapfile -t ports < <(nres_free_ports 3)
 p1=${ports[0]}; p2=${ports[1]}; gw_port=${ports[2]}
 gw="http://127.0.0.1:$gw_port"
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$p1" SPEC="$here" EXTRA_LISTEN="
-    listen 127.0.0.1:$p2 reuseport;"
+nres_render_upstream "$work/up" "$p1" "$p2"
 policy='{ base = "gateway", breaker = { break_for = 4, break_max = 4 } }'
 nres_render "$here/ops.conf.in" "$work/gw/nginx.conf" \
   PREFIX="$work/gw" PORT="$gw_port" LUA="$repo/lua/?.lua" POLICY="$policy" \

@@ -40,8 +40,7 @@ gw="http://127.0.0.1:$gw_port"
 
 # The gateway preset with short breaks, so an outage shows several breaks.
 policy='{ base = "gateway", breaker = { break_for = 1, break_max = 2 } }'
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$up_port" SPEC="$here" EXTRA_LISTEN=""
+nres_render_upstream "$work/up" "$up_port"
 nres_render "$here/gateway.conf.in" "$work/gw/nginx.conf" \
   PREFIX="$work/gw" PORT="$gw_port" UPSTREAM_PORT="$up_port" \
   LUA="$repo/lua/?.lua;${jit_dir}?.lua" POLICY="$policy" RATE=20 BURST=20

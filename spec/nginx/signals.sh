@@ -33,8 +33,7 @@ nres_spec_begin signals "${1:-${NRES_LIB:-}}"   # sets $work
 mapfile -t ports < <(nres_free_ports 2)
 up_port=${ports[0]}; gw_port=${ports[1]}
 gw="http://127.0.0.1:$gw_port"
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$up_port" SPEC="$here" EXTRA_LISTEN=""
+nres_render_upstream "$work/up" "$up_port"
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_wait_http "http://127.0.0.1:$up_port/admin"
 

@@ -37,10 +37,7 @@ mapfile -t ports < <(nres_free_ports 4)
 p1=${ports[0]}; p2=${ports[1]}; p3=${ports[2]}; gw_port=${ports[3]}
 gw="http://127.0.0.1:$gw_port"
 
-nres_render "$here/upstream.conf.in" "$work/up/nginx.conf" \
-  PREFIX="$work/up" PORT="$p1" SPEC="$here" EXTRA_LISTEN="
-    listen 127.0.0.1:$p2 reuseport;
-    listen 127.0.0.1:$p3 reuseport;"
+nres_render_upstream "$work/up" "$p1" "$p2" "$p3"
 nres_render "$here/${conf[0]}" "$work/gw/nginx.conf" "${conf[@]:1}" \
   PREFIX="$work/gw" PORT="$gw_port" LUA="$repo/lua/?.lua;${jit_dir}?.lua" \
   POLICY='"gateway"' CHOICE=round-robin \

@@ -87,6 +87,10 @@ run_mode() {
       PREFIX="$dir/gw" PORT="$gw_port" LUA="$repo/lua/?.lua;${jit_dir}?.lua" \
       POLICY="$policy" CHOICE=p2c PEERS="$peer_list"
   fi
+  # Peers' breaks do not grow here (by default an ejection's break doubles
+  # up to 30 s): the bound checked at the end is break_for + the lease.
+  sed -i "s|gw.upstream(\"backend\", { scope = \"upstreams\",|gw.upstream(\"backend\", { scope = \"upstreams\", eject = { break_for = $break_for, break_max = $break_for },|" "$dir/gw/nginx.conf"
+  grep -q "eject = { break_for" "$dir/gw/nginx.conf" || fail "$mode: could not set the peers' eject in $dir/gw/nginx.conf"
   if [ "$fleet" = 1 ]; then
     sed -i "s|gw.upstream(\"backend\"|gw.fleet(\"$dir/gw/fleet.json\")\n    gw.upstream(\"backend\"|" "$dir/gw/nginx.conf"
   fi
@@ -215,7 +219,9 @@ run_mode() {
   echo "$line"
   [ -n "$report" ] && echo "$line" >>"$report"
   nres_nginx_stop_all
-  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
+  done
   pids=()
   if [ -n "$bad" ]; then echo "FAIL: $mode:${bad#;}"; return 1; fi
   pass "$mode: ${requests:-?} requests, $kills kills, $reloads reloads, $((flaps + hangs + aborts + redis_kills + redis_stops)) other faults; every breaker closed ($lapsed probe permits given back by their lease), calls == sum(stops), no region file leaked, no [alert] beyond the kills"

@@ -1,4 +1,4 @@
--- nres.cdef: the one ffi.cdef of the binding, and the library it binds.
+-- nres.cdef: the ffi.cdef of nres.h (shm.h's: nres.cdef.shm), and the library.
 --
 -- The declarations mirror runtime/include/nres.h (atomics declared as their
 -- plain types: same size and alignment). Loading checks the library's ABI
@@ -15,7 +15,9 @@ if not jit then
 end
 local ffi = require "ffi"
 
-local ABI_VERSION = 8
+-- The library's ABI this binding matches: the one place it is written
+-- (CMakeLists.txt reads this line into nres/version.h's NRES_ABI_VERSION).
+local ABI_VERSION = 9
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;
@@ -100,7 +102,7 @@ typedef struct nres_policy_s {
   nres_hedge_t hedge;
   nres_budget_t *budget; nres_breaker_t *breaker; nres_ratelimit_t *ratelimit;
   nres_bulkhead_t *bulkhead; nres_estimator_t *estimator; nres_throttle_t *throttle;
-  void *on_event; void *event_data;
+  void *on_event; void *event_data; struct nres_policy_s *shadow;
   struct { nres_budget_t budget; nres_breaker_t breaker; nres_estimator_t estimator;
            nres_throttle_t throttle; } own;
   uint32_t private_flags, private_magic, draining;
@@ -119,7 +121,9 @@ typedef struct nres_attempt_rec_s {
 typedef struct nres_call_s {
   nres_policy_t *policy; nres_time_t start, deadline, resume_at;
   uint8_t phase, stop, inflight, fallback; uint16_t attempts, retries, hedges;
-  uint8_t queued, seeded, charged, throttled, criticality, deferred; nres_time_t queue_end; uint64_t ticket;
+  uint8_t queued, seeded, charged, throttled, criticality, deferred;
+  uint8_t shadow, shadow_slot; uint16_t shadow_attempts; uint32_t shadow_permit;
+  nres_time_t queue_end; uint64_t ticket;
   nres_verdict_t last; nres_backoff_state_t backoff; nres_rng_t rng;
   struct { nres_time_t start, deadline; uint32_t permit; uint16_t number;
            uint8_t hedge, held; } slot[4];
@@ -174,6 +178,9 @@ int nres_breaker_state(const nres_breaker_t *breaker, nres_time_t now);
 void nres_breaker_isolate(nres_breaker_t *breaker);
 void nres_breaker_reset(nres_breaker_t *breaker);
 void nres_breaker_release(nres_breaker_t *breaker, uint32_t permit);
+int nres_breaker_acquire(nres_breaker_t *breaker, nres_time_t now, uint32_t *permit);
+int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now, uint32_t permit, int outcome,
+                        int slow, nres_rng_t *rng);
 void nres_shard_set(unsigned index);
 int nres_ratelimit_init(nres_ratelimit_t *limit, double rate, uint32_t burst);
 int nres_throttle_init(nres_throttle_t *throttle, double k, nres_time_t window, uint32_t buckets);
@@ -195,6 +202,7 @@ int nres_policy_build(nres_policy_t *policy);
 const char *nres_policy_error(const nres_policy_t *policy);
 void nres_policy_drain(nres_policy_t *policy, int on);
 int nres_policy_isolate(nres_policy_t *policy, int on);
+int nres_policy_shadow(nres_policy_t *policy, nres_policy_t *candidate);
 void nres_policy_counters(const nres_policy_t *policy, nres_counters_t *out);
 void nres_policy_counters_reset(nres_policy_t *policy);
 const nres_attempt_rec_t *nres_call_log(const nres_call_t *call, unsigned i);
@@ -220,59 +228,9 @@ double nres_step_now(void);
 void nres_step_sleep(double ns);
 ]]
 
--- The shared-memory state of the nginx gateway (nres/shm.h; nres.shm).
-ffi.cdef [[
-typedef struct nres_shm_s nres_shm_t;
-
-typedef struct nres_shm_config_s {
-  uint32_t slots, flags;
-  double budget_ratio, budget_min_per_sec, budget_capacity;
-  nres_breaker_config_t breaker;
-  double rate; uint32_t burst, reserved_;
-  double throttle_k; nres_time_t throttle_window; uint32_t throttle_buckets, reserved2_;
-  double throttle_fast_failure;
-} nres_shm_config_t;
-
-typedef struct nres_shm_slot_s {
-  uint64_t key[8];
-  uint64_t ticket, created;
-  uint64_t stops[12];
-  nres_budget_t budget;
-  nres_breaker_t breaker;
-  nres_ratelimit_t ratelimit;
-  nres_throttle_t throttle;
-  struct { uint64_t calls, attempts, retries, ok, reserved_[12]; } shard[8];
-} nres_shm_slot_t;
-
-typedef struct nres_shm_counts_s {
-  uint64_t calls, attempts, retries;
-  uint64_t stops[12];
-} nres_shm_counts_t;
-
-typedef struct nres_shm_stats_s {
-  uint64_t slots, live, lookups, inserts, evictions, full, races;
-} nres_shm_stats_t;
-
-void nres_shm_config_init(nres_shm_config_t *config);
-size_t nres_shm_size(const nres_shm_config_t *config);
-int nres_shm_new(const nres_shm_config_t *config, nres_shm_t **out);
-void nres_shm_free(nres_shm_t *shm);
-int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len, uint64_t now,
-                     uint64_t hold, uint32_t *gen);
-nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index);
-int nres_shm_key(nres_shm_t *shm, uint32_t index, char *buf, size_t cap,
-                 uint32_t *gen, double *lease);
-void nres_shm_record(nres_shm_t *shm, uint32_t index, int stop, uint32_t attempts,
-                     uint32_t retries);
-int nres_shm_limit(nres_shm_t *shm, uint32_t index, uint64_t now, double *retry_after);
-void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
-void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out);
-size_t nres_shm_slot_size(void);
-int nres_shm_file_check(int fd, uint64_t size, char *why, size_t cap);
-int nres_shm_file_open(const char *path, uint64_t size, int *fd, char *why, size_t cap);
-int nres_shm_file_create(const char *path, uint64_t size, int *fd, char *why, size_t cap);
-int nres_shm_dir_private(const char *path, char *why, size_t cap);
-]]
+-- The shared-memory state of the nginx gateway (nres/shm.h): its own cdef
+-- module, declared with the rest before the library is checked.
+require "nres.cdef.shm"
 
 -- The library. In order: $NRES_LIB; a libnres already loaded into the
 -- process (nginx with ngx_http_nres_module: the module's own, found by

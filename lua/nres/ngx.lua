@@ -97,13 +97,16 @@ function _M.control(opts)
 end
 function _M.apply(op, from) return require("nres.ngx.control").apply(op, from) end
 
--- init_worker_by_lua: seed this worker's random peer choices and, in
--- worker 0, remove region files no declaration uses (nres.ngx.files) and
--- log every breaker's and peer's state changes (nres.ngx.watch).
+-- init_worker_by_lua: bind balancer mode's nginx functions, seed this
+-- worker's random peer choices and, in worker 0, remove region files no
+-- declaration uses (nres.ngx.files) and log every breaker's and peer's
+-- state changes (nres.ngx.watch).
 function _M.init_worker()
+  balancer.bind()
   balancer.seed()
   files.init_worker()
   require("nres.ngx.watch").start()
+  require("nres.ngx.health").start()   -- active health checks (one worker runs them)
 end
 
 return _M

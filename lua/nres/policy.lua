@@ -17,7 +17,7 @@ local run = require "nres.run"
 
 local C = cdef.C
 local ffi_new, ffi_string = ffi.new, ffi.string
-local type, pairs, error, setmetatable = type, pairs, error, setmetatable
+local type, pairs, error, setmetatable, getmetatable = type, pairs, error, setmetatable, getmetatable
 local format, concat = string.format, table.concat
 
 local _M = { _VERSION = "0.1.0" }
@@ -526,6 +526,9 @@ function _M.stats(self)
   -- A policy synced with a fleet (nres.sync's agent:add) says so: per
   -- entry whether it follows the fleet now, and the fleet's figures.
   if self.fleet_stats then s.fleet = self.fleet_stats() end
+  -- What a candidate in its shadow would have done (p:shadow).
+  local candidate = self.refs.shadow
+  if candidate and self.cp.shadow == candidate.cp then s.shadow = candidate:stats() end
   return s
 end
 
@@ -533,6 +536,46 @@ function _M.reset_stats(self)
   C.nres_policy_counters_reset(self.cp)
 end
 function _M.drain(self, on) C.nres_policy_drain(self.cp, on == false and 0 or 1) end
+
+-- p:shadow(candidate): run `candidate` (another nres.policy) in this
+-- policy's shadow: at each attempt of p's calls it is asked what it would
+-- have done (its own limiters and breaker admit or refuse, p's outcomes
+-- feed its own state, its attempts, backoff, deadline and budget decide
+-- whether it would retry) and counts it, acting on nothing; its counters
+-- are p:stats().shadow (exec/shadow.c). p:shadow(nil) detaches it. The
+-- candidate must be another policy without a shadow of its own, and run
+-- no calls itself; attach before p takes calls. Outcomes reach it as p's
+-- classifier judged them. Returns p.
+function _M.shadow(self, candidate)
+  local ccp
+  if candidate ~= nil then
+    if getmetatable(candidate) ~= mt then
+      error("bad argument #1 to 'shadow' (a policy from nres.policy expected, got "
+            .. schema.describe(candidate) .. ")", 2)
+    end
+    ccp = candidate.cp
+    if ccp == self.cp then
+      error("bad argument #1 to 'shadow' (expected another policy, got the policy itself)", 2)
+    end
+    if ccp.shadow ~= nil then
+      error("bad argument #1 to 'shadow' (expected a policy without a shadow, got one with"
+            .. " its own: a candidate's candidate would never be asked)", 2)
+    end
+  end
+  if C.nres_policy_shadow(self.cp, ccp) ~= 0 then
+    error("nres: p:shadow(): nres_policy_shadow refused the candidate", 2)
+  end
+  self.refs.shadow = candidate or nil   -- kept alive with the policy
+  local flags = self.cp.private_flags
+  self.passthrough = bit.band(flags, 1) ~= 0 and not self.admit and not self.on_event
+  self.timeless = bit.band(flags, 128) ~= 0
+  if self.variants then
+    for _, v in pairs(self.variants) do
+      v.passthrough, v.timeless = self.passthrough, self.timeless
+    end
+  end
+  return self
+end
 
 -- An operator's hand on the breaker, shared by every user of the policy's
 -- state: p:isolate() opens it until p:reset() (every call stops "circuit

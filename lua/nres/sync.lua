@@ -36,7 +36,8 @@ typedef struct nres_sync_config_s {
   double local_share; uint64_t seed;
   const char *fleet, *unix_path, *user, *password, *password_file;
   int db; double breaker_quorum; nres_time_t probe_lease;
-  const char *sentinels, *master;
+  const char *sentinels, *master, *cluster;
+  int tls; const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
   void (*log)(void *arg, const char *line); void *log_arg;
 } nres_sync_config_t;
 typedef struct nres_sync_info_s {
@@ -45,7 +46,7 @@ typedef struct nres_sync_info_s {
 } nres_sync_info_t;
 typedef struct nres_sync_stats_s {
   char scope[128]; uint32_t kind, synced, hosts, prober;
-  nres_time_t last_sync; double fleet, local, demand; uint64_t rounds;
+  nres_time_t last_sync; double fleet, local, demand; uint64_t rounds, leases_expired;
 } nres_sync_stats_t;
 void nres_sync_config_init(nres_sync_config_t *config);
 int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out);
@@ -96,12 +97,28 @@ local function name_ok(v, max)
   return type(v) == "string" and #v >= 1 and #v <= max
 end
 
+-- sentinels = { "host:port", ... } or cluster = { ... }: 1..8 addresses,
+-- as the C side takes them ("h:p,h:p"); raised at sync.new's caller.
+local function addr_list(field, list)
+  if type(list) ~= "table" or #list == 0 or #list > 8 then
+    error(bad(1, "new", field .. ": a list of 1..8 \"host:port\"", list), 3)
+  end
+  for i, a in ipairs(list) do
+    if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
+      error(format("nres.sync: %s[%d]: expected \"host:port\", got %s", field, i, tostring(a)), 3)
+    end
+  end
+  return table.concat(list, ",")
+end
+
 -- sync.new{ fleet = name (required), redis = "host:port" | "unix:/path",
 --           db = n, user = acl_user, password_file = path | password_env = VAR,
 --           interval = s, timeout = s, reconnect_max = s, ttl = s,
 --           prefix = "nres", node = name, local_share = 0..1,
 --           breaker_quorum = 0..<1, probe_lease = s,
---           sentinels = { "host:port", ... }, master = name }   -- instead of redis
+--           sentinels = { "host:port", ... }, master = name,   -- instead of redis
+--           cluster = { "host:port", ... },                    -- or a Cluster's seeds
+--           tls = true | { ca_file =, cert_file =, key_file =, server_name = } }
 -- Returns the agent, or nil and a reason (no library, refused settings).
 -- A password is read from a file or an environment variable, never given
 -- inline (it would sit in configuration text and process listings).
@@ -130,20 +147,35 @@ function _M.new(opts)
     cfg.host, cfg.port = keep[#keep], tonumber(port)
   end
   if opts.sentinels ~= nil or opts.master ~= nil then
-    local list = opts.sentinels
-    if type(list) ~= "table" or #list == 0 or #list > 8 then
-      error(bad(1, "new", "sentinels: a list of 1..8 \"host:port\"", list), 2)
-    end
-    for i, a in ipairs(list) do
-      if type(a) ~= "string" or not a:match("^[^,]+:%d+$") then
-        error(format("nres.sync: sentinels[%d]: expected \"host:port\", got %s", i, tostring(a)), 2)
-      end
-    end
-    if not name_ok(opts.master, 127) then error(bad(1, "new", "master: the Sentinel master's name", opts.master), 2) end
-    keep[#keep + 1] = table.concat(list, ",")
+    keep[#keep + 1] = addr_list("sentinels", opts.sentinels)
     cfg.sentinels = keep[#keep]
+    if not name_ok(opts.master, 127) then error(bad(1, "new", "master: the Sentinel master's name", opts.master), 2) end
     keep[#keep + 1] = opts.master
     cfg.master = keep[#keep]
+  end
+  if opts.cluster ~= nil then
+    if cfg.sentinels ~= nil or opts.db ~= nil then
+      error("nres.sync: cluster: expected neither sentinels nor db with it", 2)
+    end
+    keep[#keep + 1] = addr_list("cluster", opts.cluster)
+    cfg.cluster = keep[#keep]
+  end
+  local tls = opts.tls
+  if tls ~= nil and tls ~= false then
+    if tls ~= true and type(tls) ~= "table" then
+      error(bad(1, "new", "tls: true or a table { ca_file, cert_file, key_file, server_name }", tls), 2)
+    end
+    cfg.tls = 1
+    if type(tls) == "table" then
+      for k, v in pairs(tls) do
+        local field = ({ ca_file = "tls_ca_file", cert_file = "tls_cert_file",
+                         key_file = "tls_key_file", server_name = "tls_server_name" })[k]
+        if not field then error("nres.sync: tls." .. tostring(k) .. ": unknown field", 2) end
+        if not name_ok(v, 4096) then error(bad(1, "new", "tls." .. k .. ": a string", v), 2) end
+        keep[#keep + 1] = v
+        cfg[field] = keep[#keep]
+      end
+    end
   end
   keep[#keep + 1] = opts.prefix or "nres"
   cfg.prefix = keep[#keep]
@@ -162,6 +194,9 @@ function _M.new(opts)
     if not name_ok(opts.password_file, 4096) then
       error(bad(1, "new", "password_file: a path", opts.password_file), 2)
     end
+    local f, ferr = io.open(opts.password_file, "r")
+    if not f then error("nres.sync: password_file: expected a readable file, got " .. tostring(ferr), 2) end
+    f:close()
     keep[#keep + 1] = opts.password_file
     cfg.password_file = keep[#keep]
   elseif opts.password_env ~= nil then
@@ -286,6 +321,7 @@ function _M.entries_of(self, ids)
         scope = ffi_string(st.scope), kind = kinds[st.kind], synced = st.synced == 1,
         hosts = st.hosts, fleet = st.fleet, ["local"] = st["local"],
         demand = st.demand, prober = st.prober == 1, rounds = tonumber(st.rounds),
+        leases_expired = tonumber(st.leases_expired),
       }
     end
   end

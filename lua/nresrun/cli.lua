@@ -18,6 +18,7 @@ local format = string.format
 local USAGE = [[
 usage: nresrun FILE.lua [options]
        nresrun serve [--port N] [server options]
+       nresrun tune TRACE [options]    (nresrun tune --help)
        nresrun --help | --version
 
 nresrun runs the stress scenarios and simulations that compare resilience
@@ -215,6 +216,9 @@ local function load_scenario(path)
 end
 
 function _M.main(...)
+  if select(1, ...) == "tune" then   -- its own options: nresrun.tune.main
+    return require("nresrun.tune.main").main({ select(2, ...) })
+  end
   local opts, positional = parse({ ... })
   if not opts then return fail(positional) end
   if opts.help then print(USAGE) return 0 end

@@ -1089,6 +1089,10 @@ struct nres_policy_s {
   nres_throttle_t *throttle;    /* client-side throttling; NULL: off */
   nres_event_cb on_event;
   void *event_data;
+  /* A candidate policy run in the shadow of this one (NULL: none; see
+   * nres_policy_shadow): it acts on nothing, and counts in its own
+   * counters what it would have done with this policy's calls. */
+  nres_policy_t *shadow;
   struct {
     nres_budget_t budget;
     nres_breaker_t breaker;
@@ -1155,6 +1159,29 @@ NRES_EXTERN void nres_policy_drain(nres_policy_t *policy, int on);
  * in counters.isolations and counters.resets. 0, or NRES_EINVAL when the
  * policy has no breaker. Any thread. */
 NRES_EXTERN int nres_policy_isolate(nres_policy_t *policy, int on);
+/* Shadow `candidate` behind `policy` (candidate NULL: detach; either way
+ * the policy is built again). The candidate, built, gives no answer to
+ * any call: at each of the policy's attempts it is asked what it would
+ * have done - its own throttle, rate limiter, bulkhead and breaker admit
+ * or refuse, the attempt's outcome feeds its breaker, throttle, estimator
+ * and budget, its attempts, deadline, backoff and budget decide whether it
+ * would retry - and it counts that in its own counters (rejects, stops,
+ * retries, verdicts, hedges it would have sent): read them with
+ * nres_policy_counters(candidate). It follows a call until it would have
+ * ended it; a call the policy ends first counts the policy's stop. The
+ * candidate must not be the policy, nor have a shadow of its own, nor run
+ * calls itself (its counters would mix); it gets each outcome as the
+ * policy's classifier judged it. Attach before the policy takes calls, or
+ * while none runs. 0, or NRES_EINVAL and the policy is left as it was
+ * (with the field set by hand instead, nres_policy_error names the rule:
+ * "shadow: expected another policy, got the policy itself", "... a built
+ * policy ...", "... a policy without a shadow ..."). Where the candidate
+ * would have waited (a rate limiter within limit_wait, a bulkhead queue)
+ * it is taken as admitted; a throttle refusal ends its call; the policy's
+ * hedges are not followed, and a hedge it would have sent is counted when
+ * a followed attempt outlives its hedge delay (exec/shadow.c). */
+NRES_EXTERN int nres_policy_shadow(nres_policy_t *policy,
+                                   nres_policy_t *candidate);
 /* Copy the counters out; relaxed reads, no locks. */
 NRES_EXTERN void nres_policy_counters(const nres_policy_t *policy,
                                       nres_counters_t *out);
@@ -1246,6 +1273,11 @@ struct nres_call_s {
   uint8_t criticality;          /* nres_class_t, set by begin */
   uint8_t deferred;             /* attempts the throttle refused and the
                                    call waited out as throttled answers */
+  /* The shadow candidate's view of the call (policy->shadow): private. */
+  uint8_t shadow;               /* NRES__SHADOW_* bits; 0: not followed */
+  uint8_t shadow_slot;          /* the slot of the attempt it follows */
+  uint16_t shadow_attempts;     /* attempts it would have made */
+  uint32_t shadow_permit;       /* its breaker's probe permit */
   nres_time_t queue_end;        /* when an admission wait (the rate
                                    limiter's, then a queued one) gives up */
   uint64_t ticket;              /* its place in the queue (queued) */

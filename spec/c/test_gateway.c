@@ -13,6 +13,7 @@
 
 #define MS 1000000ull
 #define SEC 1000000000ull
+#define MSEC 1000000ull
 
 typedef struct {
   nres_shm_t *scope, *peers;
@@ -580,6 +581,50 @@ static void test_deadline_header(void **state) {
   assert_true(isnan(nres_gw_deadline_ms("300", 0)));
 }
 
+/* One refusal table for every adapter (nres_gw_refusal): the status of
+ * each stop, its reason NRES_STOP_MAP's text; admission's refusals are
+ * stops it answers. */
+static void test_refusal_table(void **state) {
+  (void)state;
+  static const struct { int stop, client, status; } rows[] = {
+    { NRES_STOP_DEADLINE, 0, 504 }, { NRES_STOP_CIRCUIT, 0, 503 },
+    { NRES_STOP_BUDGET, 0, 503 },   { NRES_STOP_DRAINING, 0, 503 },
+    { NRES_STOP_THROTTLED, 0, 503 }, { NRES_STOP_LIMITED, 0, 503 },
+    { NRES_STOP_LIMITED, 1, 429 },  { NRES_STOP_ATTEMPTS, 0, 502 },
+    { NRES_STOP_PERMANENT, 0, 502 }, { NRES_STOP_CANCELED, 0, 502 },
+    { NRES_STOP_OK, 0, 0 },         { NRES_STOP_NONE, 0, 0 }, { 99, 0, 0 } };
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    const char *reason = NULL;
+    assert_int_equal(nres_gw_refusal(rows[k].stop, rows[k].client, &reason), rows[k].status);
+    assert_string_equal(reason, nres_stop_name(rows[k].stop));
+  }
+  assert_int_equal(nres_gw_refusal(NRES_GW_CIRCUIT, 0, NULL), 503);
+  assert_int_equal(nres_gw_refusal(NRES_GW_DEADLINE, 0, NULL), 504);
+}
+
+/* A long key shortened once for every adapter (nres_gw_key): up to 64
+ * bytes as it is, longer under the hex MD5 nginx's ngx.md5 gives (vectors
+ * from another MD5: one block, two, a tail needing its own block). */
+static void test_long_keys(void **state) {
+  (void)state;
+  char buf[NRES_GW_KEY_HASHED], k[200];
+  const char *out;
+  memset(k, 'k', 64);
+  assert_int_equal(nres_gw_key(k, 64, buf, &out), 64);
+  assert_ptr_equal(out, k);
+  memset(k, 'a', 65);
+  assert_int_equal(nres_gw_key(k, 65, buf, &out), 32);
+  assert_ptr_equal(out, buf);
+  assert_memory_equal(buf, "c743a45e0d2e6a95cb859adae0248435", 32);
+  memset(k, 'x', 120);
+  nres_gw_key(k, 120, buf, &out);
+  assert_memory_equal(buf, "fb98667f98096de92620b64f46e1c5b5", 32);
+  for (int i = 0; i < 200; i++)
+    k[i] = (char)(32 + i % 90);
+  nres_gw_key(k, 200, buf, &out);
+  assert_memory_equal(buf, "d7e7b837ec77e9932824002e2f73ffa5", 32);
+}
+
 /* A client limiter: one admission a second per key (burst 1), an empty
  * key unlimited, a full table admitting; found by name until cleared. */
 /* A limiter's table: 8 keys of one admission a second (burst 1). */
@@ -635,6 +680,36 @@ static void test_limiter(void **state) {
 /* The control API's changes: a limiter's dry-run admits and counts, its
  * new rate reaches a key made before; a scope's dry-run lets a request
  * through an open breaker; a drained peer gets no try, in panic too. */
+/* The health checks' lease: one holder; another takes it only once the
+ * holder's lease has run out (a killed worker); ms times wrap. */
+static void test_lease(void **state) {
+  (void)state;
+  nres_gw_lease_t l;
+  memset(&l, 0, sizeof l);
+  nres_time_t t0 = 5 * SEC;
+  assert_int_equal(nres_gw_lease_holder(&l, t0), 0);
+  assert_int_equal(nres_gw_lease_take(&l, 0, t0, SEC), NRES_EINVAL);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0, 0), NRES_EINVAL);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0, 2 * SEC), 1);
+  assert_int_equal(nres_gw_lease_holder(&l, t0), 7);
+  assert_int_equal(nres_gw_lease_take(&l, 8, t0 + SEC, 2 * SEC), 0);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0 + SEC, 2 * SEC), 1);   /* renewed */
+  assert_int_equal(nres_gw_lease_take(&l, 8, t0 + 2900 * MSEC, 2 * SEC), 0);
+  assert_int_equal(nres_gw_lease_holder(&l, t0 + 3 * SEC), 0);         /* lapsed */
+  assert_int_equal(nres_gw_lease_take(&l, 8, t0 + 3 * SEC, 2 * SEC), 1);
+  assert_int_equal(nres_gw_lease_holder(&l, t0 + 3 * SEC), 8);
+  nres_gw_lease_drop(&l, 7);   /* not its holder: nothing */
+  assert_int_equal(nres_gw_lease_holder(&l, t0 + 3 * SEC), 8);
+  nres_gw_lease_drop(&l, 8);
+  assert_int_equal(nres_gw_lease_take(&l, 7, t0 + 3 * SEC, 2 * SEC), 1);
+  /* across the 2^32 ms wrap of the word's clock */
+  nres_gw_lease_drop(&l, 7);
+  nres_time_t w = ((nres_time_t) 1 << 32) * MSEC - 500 * MSEC;
+  assert_int_equal(nres_gw_lease_take(&l, 9, w, 2 * SEC), 1);
+  assert_int_equal(nres_gw_lease_take(&l, 7, w + SEC, 2 * SEC), 0);
+  assert_int_equal(nres_gw_lease_take(&l, 7, w + 2500 * MSEC, 2 * SEC), 1);
+}
+
 static void test_control(void **state) {
   (void)state;
   nres_shm_t *t = limiter_table();
@@ -894,8 +969,11 @@ int main(void) {
     cmocka_unit_test(test_ratio_breaker_counts_successes),
     cmocka_unit_test(test_client_abort_is_no_success),
     cmocka_unit_test(test_deadline_header),
+    cmocka_unit_test(test_refusal_table),
+    cmocka_unit_test(test_long_keys),
     cmocka_unit_test(test_limiter),
     cmocka_unit_test(test_control),
+    cmocka_unit_test(test_lease),
     cmocka_unit_test(test_class),
     cmocka_unit_test(test_weights),
     cmocka_unit_test(test_backup),

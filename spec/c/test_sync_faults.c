@@ -338,11 +338,12 @@ static void test_budget_replies(void **state) {
  * plus the lease, a prober flag of 7: refused, the breaker left closed. */
 static void test_breaker_replies(void **state) {
   static const char *const bad[] = {
-    "*7\r\n$5\r\nbogus\r\n:0\r\n:0\r\n:1\r\n:5000\r\n:1\r\n:1\r\n",
-    "*7\r\n$4\r\nopen\r\n:999999999999\r\n:0\r\n:1\r\n:5000\r\n:1\r\n:1\r\n",
-    "*7\r\n$4\r\nopen\r\n:6000\r\n:7\r\n:1\r\n:5000\r\n:1\r\n:1\r\n",
-    "*7\r\n$4\r\nopen\r\n:6000\r\n:0\r\n:1\r\n:5000\r\n:1\r\n:2\r\n",
+    "*8\r\n$5\r\nbogus\r\n:0\r\n:0\r\n:1\r\n:5000\r\n:1\r\n:1\r\n:0\r\n",
+    "*8\r\n$4\r\nopen\r\n:999999999999\r\n:0\r\n:1\r\n:5000\r\n:1\r\n:1\r\n:0\r\n",
+    "*8\r\n$4\r\nopen\r\n:6000\r\n:7\r\n:1\r\n:5000\r\n:1\r\n:1\r\n:0\r\n",
+    "*8\r\n$4\r\nopen\r\n:6000\r\n:0\r\n:1\r\n:5000\r\n:1\r\n:2\r\n:0\r\n",
     "*5\r\n$4\r\nopen\r\n:6000\r\n:0\r\n:1\r\n:5000\r\n",
+    "*8\r\n$4\r\nopen\r\n:6000\r\n:0\r\n:1\r\n:5000\r\n:1\r\n:1\r\n:9000\r\n",
   };
   nres_breaker_config_t c;
   nres_breaker_t br;
@@ -370,7 +371,7 @@ static void test_breaker_replies(void **state) {
   assert_int_equal(nres_breaker_init(&br, &c), 0);
   s = fake_agent(&log);
   assert_true(nres_sync_add_breaker(s, "api", &br) >= 0);
-  fake_set(3, "*7\r\n$4\r\nopen\r\n:6000\r\n:0\r\n:1\r\n:5000\r\n:2\r\n:1\r\n");
+  fake_set(3, "*8\r\n$4\r\nopen\r\n:6000\r\n:0\r\n:1\r\n:5000\r\n:2\r\n:1\r\n:0\r\n");
   assert_int_equal(nres_sync_tick(s, T0), 0);
   assert_int_equal(nres_breaker_state(&br, T0), NRES_BREAKER_OPEN);
   nres_sync_free(s);
@@ -447,7 +448,7 @@ static void test_syncd_once(void **state) {
   make_region(path, 8, 1000, &mem, &size);   /* GOOD_RATE: 250 of 1000/s */
   snprintf(port, sizeof(port), "127.0.0.1:%d", fake.port);
   fake_set(1, "*4\r\n:0\r\n:0\r\n:1\r\n$8\r\n1.000000\r\n");
-  fake_set(3, "*7\r\n$0\r\n\r\n:0\r\n:0\r\n:0\r\n:5000\r\n:0\r\n:0\r\n");
+  fake_set(3, "*8\r\n$0\r\n\r\n:0\r\n:0\r\n:0\r\n:5000\r\n:0\r\n:0\r\n:0\r\n");
   for (pass = 0; pass < 2; pass++) {
     fake_set(2, pass == 0 ? bad_rate[0].raw : GOOD_RATE);
     assert_int_equal(pipe(fds), 0);

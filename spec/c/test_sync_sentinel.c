@@ -29,6 +29,7 @@
 #include "nres.h"
 #include "nres/sync.h"
 #include "../sync/redis_server.h"
+#include "../sync/redis_admin.h"
 
 #define IVL (100 * NRES_MSEC)
 #define MASTER "fleetm"
@@ -36,31 +37,6 @@
 static redis_server_t node[2], sentinel[3];
 static char dir[64], conf[3][128];
 static char sentinel_bin[512];
-
-static void sleep_ms(int ms) {
-  struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000L };
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-    ;
-}
-
-static redisReply *ask(int port, const char *fmt, ...) {
-  struct timeval tv = { 0, 300000 };
-  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-  redisReply *r = NULL;
-  va_list ap;
-
-  if (c == NULL || c->err) {
-    if (c != NULL)
-      redisFree(c);
-    return NULL;
-  }
-  redisSetTimeout(c, tv);
-  va_start(ap, fmt);
-  r = redisvCommand(c, fmt, ap);
-  va_end(ap);
-  redisFree(c);
-  return r;
-}
 
 /* The primary's port as the first Sentinel names it, or -1. */
 static int primary_port(void) {
@@ -72,21 +48,6 @@ static int primary_port(void) {
   if (r != NULL)
     freeReplyObject(r);
   return port;
-}
-
-/* EVALSHA calls a node has run (INFO commandstats), -1 if it is down. */
-static long evalsha_calls(int port) {
-  redisReply *r = ask(port, "INFO commandstats");
-  const char *p;
-  long n = -1;
-
-  if (r != NULL && r->type == REDIS_REPLY_STRING) {
-    p = strstr(r->str, "cmdstat_evalsha:calls=");
-    n = p != NULL ? atol(p + strlen("cmdstat_evalsha:calls=")) : 0;
-  }
-  if (r != NULL)
-    freeReplyObject(r);
-  return n;
 }
 
 static int is_master(int port) {

@@ -56,6 +56,7 @@ static void check(int kind, uint32_t bound, const redisReply *r) {
       FUZZ_CHECK(a.prober == 0 || a.prober == 1);
       FUZZ_CHECK(a.live == 0 || a.live == 1);
       FUZZ_CHECK(a.open <= a.voters);
+      FUZZ_CHECK(a.lapsed_ms >= 0 && a.lapsed_ms <= a.now_ms);
     }
   }
   FUZZ_CHECK(rc == 0 || rc == NRES_ESTATE);

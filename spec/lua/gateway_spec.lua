@@ -636,6 +636,120 @@ describe("nres.ngx region files and balancer mode", function()
       .. ' is for, got "10.0.0.1"')
   end)
 
+  -- lua-nginx-module 0.10.27 added host, host_len to set_current_peer:
+  -- calling it with 0.10.23's 5 arguments failed the first balanced
+  -- request of a newer OpenResty (issue 26). The signature is chosen by
+  -- version; a version it cannot call fails the declaration (init_by_lua:
+  -- the start), never a request. Stubbed version numbers: one build here.
+  it("choose set_current_peer's signature by lua-nginx-module's version, refuse older ones at start", function()
+    local request = require "nres.ngx.request"
+    for version, host in pairs { [10023] = false, [10026] = false, [10027] = true,
+                                 [10030] = true, [20001] = true } do
+      expect.eq(request.peer_host_args(version), host)
+    end
+    for _, bad in ipairs { 10022, 9999, "10027", 10027.5 } do
+      local ok, why = request.peer_host_args(bad)
+      expect.eq(ok, nil)
+      expect.truthy(why:find("0.10.23 or newer", 1, true), why)
+    end
+    gw.scope("vers", { policy = "gateway", slots = 8 })
+    local saved = rawget(_G, "ngx")
+    ngx = { config = { ngx_lua_version = 10019 } }   -- luacheck: ignore
+    local ok, err = pcall(gw.upstream, "old", { scope = "vers", peers = { "127.0.0.1:1" } })
+    ngx = { config = { ngx_lua_version = 10027 } }   -- luacheck: ignore
+    local ok2, err2 = pcall(gw.upstream, "new", { scope = "vers", peers = { "127.0.0.1:1" } })
+    ngx = saved   -- luacheck: ignore
+    expect.eq(ok, false)
+    expect.eq(err, "nres.ngx.upstream: old: expected lua-nginx-module 0.10.23 or newer"
+      .. " (ngx_lua_version 10023), got 10019")
+    expect.truthy(ok2, err2)
+    -- and the balancer calls the signature chosen: a stubbed binding (no
+    -- nginx here) bound for each version counts set_current_peer's arguments
+    local real = require "nres.ngx.request"
+    local req = ffi.new("char[1]")   -- a request's address
+    for version, nargs in pairs { [10023] = 5, [10027] = 7 } do
+      local seen
+      local stub = setmetatable({}, { __index = real })
+      function stub.bind()
+        stub.peer_host = real.peer_host_args(version)
+        stub.exdata = function() return req end
+        stub.start_time = function() return version end
+        stub.var_get = function() return real.NGX_DECLINED end
+        stub.set_peer = function(...)
+          seen = select("#", ...)
+          return real.NGX_OK
+        end
+        stub.set_timeouts = function() return real.NGX_OK end
+        stub.set_more_tries = function() return real.NGX_OK end
+        stub.status = function() return 200 end
+        return stub
+      end
+      package.loaded["nres.ngx.request"] = stub
+      package.loaded["nres.ngx.balancer"] = nil   -- a fresh one binds anew
+      local balancer = require "nres.ngx.balancer"
+      local ok3, err3 = pcall(balancer.balance, "new")
+      balancer.log()
+      package.loaded["nres.ngx.request"] = real
+      expect.truthy(ok3, err3)
+      expect.eq(seen, nargs)
+    end
+  end)
+
+  it("refuse bad health checks by field, and show them per peer", function()
+    local function bad(h, msg)
+      expect.error(function() gw.upstream("hb", { scope = "ups", peers = { "h:1" }, health = h }) end,
+        "nres.ngx.upstream: " .. msg)
+    end
+    bad({ path = "/h", intervall = 1 }, "health.intervall: expected one of path, interval,"
+        .. " timeout, healthy, unhealthy, statuses, host, tcp, got an unknown field")
+    bad(5, "health: expected a table, got 5")
+    bad({}, 'health.path: expected a path such as "/health" (or tcp = true), got nil')
+    bad({ path = "health" }, 'health.path: expected a path such as "/health" (or tcp = true),'
+        .. ' got "health"')
+    bad({ tcp = true, path = "/h" }, 'health.path: expected nil with tcp = true (a connect sends'
+        .. ' nothing), got "/h"')
+    bad({ tcp = "yes" }, 'health.tcp: expected true (a TCP connect) or false, got "yes"')
+    bad({ path = "/h", interval = "2 s" }, 'health.interval: expected seconds (a number 0..1e6,'
+        .. ' or with a unit: "90s", "2m"), got "2 s"')
+    bad({ path = "/h", interval = 0 }, "health.interval: expected 0.01 s .. 1 h, got 0")
+    bad({ path = "/h", interval = "1s", timeout = "2s" }, 'health.timeout: expected more than 0'
+        .. ' and at most health.interval (1 s), got "2s"')
+    bad({ path = "/h", healthy = 0 }, "health.healthy: expected an integer 1..255, got 0")
+    bad({ path = "/h", unhealthy = 2.5 }, "health.unhealthy: expected an integer 1..255, got 2.5")
+    bad({ path = "/h", statuses = { 200, 700 } }, "health.statuses[2]: expected an HTTP status"
+        .. " 100..599, got 700")
+    bad({ path = "/h", statuses = {} }, 'health.statuses: expected a list of HTTP statuses,'
+        .. ' got "an empty list"')
+    local u = gw.upstream("hc", { scope = "ups", peers = { "10.9.0.1:80", "10.9.0.2:80" },
+      health = { path = "/h", interval = "1500ms", timeout = "0.5s", unhealthy = 4 } })
+    expect.eq(u.health.interval, 1.5)
+    expect.eq(u.health.timeout, 0.5)
+    expect.eq(u.health.unhealthy, 4)
+    expect.eq(u.health.healthy, 2)
+    expect.eq(u.health.lease, 3)
+    local t = gw.upstream("ht", { scope = "ups", peers = { "10.9.0.3:80" },
+                                  health = { tcp = true, interval = 2 } })
+    expect.eq(t.health.tcp, true)
+    expect.eq(t.health.timeout, 1)
+    -- status: the settings, nobody checking yet; an operator's ejection
+    -- says so, the health checks' says active
+    local ctl = require "nres.ngx.control"
+    local up = require("nres.ngx.balancer").status(C.nres_step_now()).hc
+    expect.eq(up.health.kind, "http")
+    expect.eq(up.health.checker_pid, nil)
+    expect.eq(up.peers[1].health.passed_in_a_row, 0)
+    expect.eq(up.peers[1].ejected_by, nil)
+    C.nres_breaker_isolate(u.br[1])
+    C.nres_breaker_isolate(u.br[2])
+    C.nres_gw_control_flag(ctl.block(u.controls + u.idx[2] * ctl.BYTES), 8, 1)
+    up = require("nres.ngx.balancer").status(C.nres_step_now()).hc
+    expect.eq(up.peers[1].ejected_by, "operator")
+    expect.eq(up.peers[2].ejected_by, "active")
+    local prom = gw.prometheus(gw.snapshot())
+    expect.truthy(prom:find('nres_peer_ejected_by{upstream="hc",peer="10.9.0.2:80",by="active"} 1',
+                            1, true))
+  end)
+
   it("log each peer state change once, rate-limited, with why and the counts", function()
     local watch = require "nres.ngx.watch"
     local u = gw.upstream("watched", { scope = "ups", peers = { "10.9.0.1:80" } })

@@ -22,7 +22,8 @@ describe("require \"nres\"", function()
     expect.eq(table.concat(loaded_since("nresrun"), ", "), "")
   end)
   it("loads only library modules", function()
-    local library = { nres = true, ["nres.cdef"] = true, ["nres.policy"] = true,
+    local library = { nres = true, ["nres.cdef"] = true, ["nres.cdef.shm"] = true,
+                      ["nres.policy"] = true,
                       ["nres.run"] = true, ["nres.classify"] = true, ["nres.driver"] = true,
                       ["nres.schema"] = true }
     for _, name in ipairs(loaded_since("nres")) do

@@ -12,7 +12,9 @@
 #      request; inbound X-Deadline-Ms 0 -> 504 + X-Nres-Reason on a kept
 #      connection, bad values ignored, 0.5 -> 504, 300 -> at most 300
 #      upstream; nres_admit's client limiter answers 429 + Retry-After (with
-#      nres_admit_dry_run on: 200, counted in would_refuse); two
+#      nres_admit_dry_run on: 200, counted in would_refuse; $nres_reason in
+#      the access log, one [warn] line a refusal at nres_admit_log_level
+#      warn, none at the default; a long key one bucket with Lua's); two
 #      locations' upstream confs (one hides a header) stay apart in the
 #      tries' timed copies; a location without nres_admit still balances;
 #      an internal redirect to a location that proxies keeps the first
@@ -155,6 +157,20 @@ r=$(curl -s -w '%{http_code} %header{retry-after} [%header{x-nres-reason}]\n' \
   -o /dev/null "$gw/limited")
 printf '%s\n' "$r" | grep -q '^200 ' || fail "/limited: no request admitted: $r"
 printf '%s\n' "$r" | grep -Eq '^429 [1-9][0-9]* \[rate limited\]$' || fail "/limited: no 429 with Retry-After: $r"
+# $nres_reason in the access log; each refusal one line at
+# nres_admit_log_level (warn there; the default, info, is below error.log's
+# notice: the X-Deadline-Ms: 0 refusals above left none)
+grep -qx '429 \[rate limited\]' "$work/gw/limited.log" && grep -qx '200 \[-\]' "$work/gw/limited.log" ||
+  fail "\$nres_reason: /limited's access log says: $(cat "$work/gw/limited.log")"
+grep -q '\[warn\].*nres_admit: refused, rate limited, upstream "backend" by limiter "tight"' \
+  "$work/gw/error.log" || fail "no [warn] line for /limited's refusals: $(tail -3 "$work/gw/error.log")"
+# a key longer than a slot, shortened alike by the module and Lua
+# (nres_gw_key): the Lua limiter's admission leaves the module's refused
+r=$(curl -s -w '%{http_code} ' -o /dev/null "$gw/lua-limited-long" -o /dev/null "$gw/limited-long")
+[ "$r" = "200 429 " ] || fail "one long key in Lua and the module: $r (expected 200 429: one bucket)"
+if grep -q 'nres_admit: refused, deadline exceeded' "$work/gw/error.log"; then
+  fail "a refusal logged above nres_admit_log_level's default (info)"
+fi
 # nres_admit_dry_run on: the same limiter's refusals counted, every request let through
 r=$(curl -s -w '%{http_code} ' -o /dev/null "$gw/dry" -o /dev/null "$gw/dry" -o /dev/null "$gw/dry")
 [ "$r" = "200 200 200 " ] || fail "/dry (nres_admit_dry_run on): $r"

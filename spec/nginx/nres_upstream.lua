@@ -16,8 +16,12 @@
 -- Each port the server listens on is its own upstream with its own mode and
 -- counters (the peers of a pool): /admin on that port sets and reads them.
 -- GET /admin (no mode) returns the counters as JSON; &reset=1 (also with a
--- mode) zeroes them. Every request to any other path counts as an upstream
--- request; those carrying a numeric X-Deadline-Ms header are counted too,
+-- mode) zeroes them. A request to a path under /_health (the gateway's
+-- active health checks) counts as `health`, not as a request, and is
+-- answered like any other (a failing mode fails it, a delay delays it)
+-- unless &health=pass (with a mode) says it always passes (&health= ends
+-- that): a peer whose health path lies.
+-- Every request to any other path counts as an upstream request; those carrying a numeric X-Deadline-Ms header are counted too,
 -- unless the environment says NRES_UPSTREAM_DEADLINES=off (the benchmarks:
 -- that bookkeeping is the tests', not a cost of the header, and the
 -- upstream shares the gateway's cores; callgrind, this upstream alone,
@@ -50,6 +54,7 @@ local function stats()
     delay = dict:get(P .. "delay"),
     n = dict:get(P .. "n"),
     requests = dict:get(P .. "requests") or 0,
+    health = dict:get(P .. "health") or 0,
     failed = dict:get(P .. "failed") or 0,
     with_deadline = (dict:get(P .. "with_deadline") or 0) % EPOCH,
     deadline_min = dict:get(P .. "deadline_min"),
@@ -61,7 +66,7 @@ local function stats()
 end
 
 local function reset()
-  for _, k in ipairs { "requests", "failed", "seq" } do dict:set(P .. k, 0) end
+  for _, k in ipairs { "requests", "health", "failed", "seq" } do dict:set(P .. k, 0) end
   local epoch = floor((dict:get(P .. "with_deadline") or 0) / EPOCH)
   dict:set(P .. "with_deadline", (epoch + 1) * EPOCH)
   dict:delete(P .. "deadline_min")
@@ -86,6 +91,7 @@ function _M.admin()
       ngx.say("status: expected a whole number 400..599, got ", tostring(args.status))
       return
     end
+    if args.health ~= nil then dict:set(P .. "health_pass", args.health == "pass") end
     dict:set(P .. "seq", 0)
     dict:set(P .. "n", tonumber(args.n) or 2)
     dict:set(P .. "delay", tonumber(args.delay) or 0)
@@ -104,7 +110,12 @@ end
 
 function _M.serve()
   P = ngx.var.server_port .. ":"
-  dict:incr(P .. "requests", 1, 0)
+  if ngx.var.uri:find("^/_health") then
+    dict:incr(P .. "health", 1, 0)
+    if dict:get(P .. "health_pass") then return ngx.print("ok\n") end
+  else
+    dict:incr(P .. "requests", 1, 0)
+  end
   local d = count_deadlines and tonumber(ngx.var.http_x_deadline_ms)
   if d then
     local key = wd_key[P]

@@ -54,7 +54,7 @@ static int redis_server_find(redis_server_t *r) {
 }
 
 /* A free port on 127.0.0.1 (free when asked), or -1. */
-static int redis_server_free_port(void) {
+static __attribute__((unused)) int redis_server_free_port(void) {
   struct sockaddr_in a;
   socklen_t len = sizeof(a);
   int fd, port;

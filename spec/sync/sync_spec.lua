@@ -49,8 +49,8 @@ local pidfile = dir .. "/redis.pid"
 assert(os.execute(string.format("redis-server --port %d --bind 127.0.0.1 --dir %s --save '' "
   .. "--appendonly no --daemonize yes --pidfile %s >/dev/null", port, dir, pidfile)) == 0)
 local function stop_redis()
-  os.execute(string.format("kill $(cat %s) $(cat %s/auth.pid 2>/dev/null) 2>/dev/null; sleep 0.2; rm -rf %s",
-    pidfile, dir, dir))
+  os.execute(string.format("kill $(cat %s) $(cat %s/auth.pid 2>/dev/null) $(cat %s/tls.pid 2>/dev/null) "
+    .. "2>/dev/null; sleep 0.2; rm -rf %s", pidfile, dir, dir, dir))
 end
 for _ = 1, 100 do   -- until it answers
   if sync.new{ fleet = "t", redis = "127.0.0.1:" .. port }:tick() then break end
@@ -138,6 +138,16 @@ describe("nres.sync", function()
     expect.truthy(not ok and err:find("user", 1, true), err)
     ok, err = pcall(sync.new, { fleet = "t", password_env = "NRES_SURELY_UNSET_VAR" })
     expect.truthy(not ok and err:find("password_env", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", password_file = "/nonexistent/pw" })
+    expect.truthy(not ok and err:find("password_file", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinels = { "a:1", "nope" }, master = "m" })
+    expect.truthy(not ok and err:find("sentinels[2]", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinels = { "a:1" } })
+    expect.truthy(not ok and err:find("master", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", cluster = {} })
+    expect.truthy(not ok and err:find("cluster", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", cluster = { "a:1" }, db = 1 })
+    expect.truthy(not ok and err:find("cluster", 1, true), err)
     ok, err = pcall(sync.new, { fleet = "t", breaker_quorum = 1 })
     expect.truthy(not ok and err:find("breaker_quorum", 1, true), err)
     -- Two fleets on one Redis keep apart records.
@@ -179,6 +189,50 @@ describe("nres.sync", function()
     local st = a:stats()
     expect.truthy(st.error and st.error:find("NOAUTH", 1, true), tostring(st.error))
     os.execute(string.format("kill $(cat %s/auth.pid) 2>/dev/null", dir))
+  end)
+
+  it("reaches a TLS-only Redis, verified against a CA made here", function()
+    if os.execute("command -v openssl >/dev/null 2>&1") ~= 0 then return end
+    local t = dir .. "/tls"
+    local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    local sh = table.concat({
+      "set -e", "mkdir -p " .. t, "cd " .. t,
+      "openssl req -x509 -new " .. ec .. " -keyout ca.key -out ca.crt -days 1 -subj /CN=nres-test-ca",
+      "openssl req -x509 -new " .. ec .. " -keyout other.key -out other.crt -days 1 -subj /CN=other-ca",
+      "openssl req -new " .. ec .. " -keyout server.key -out server.csr -subj /CN=redis",
+      "printf 'subjectAltName=IP:127.0.0.1' > ext",
+      "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile ext",
+      "openssl req -new " .. ec .. " -keyout client.key -out client.csr -subj /CN=nres-agent",
+      "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 1",
+    }, " && ") .. " >/dev/null 2>&1"
+    expect.eq(os.execute(sh), 0, "test CA and certificates made")
+    local tport = free_port()
+    assert(os.execute(string.format("redis-server --port 0 --tls-port %d --bind 127.0.0.1 --dir %s "
+      .. "--save '' --appendonly no --daemonize yes --pidfile %s/tls.pid --tls-cert-file %s/server.crt "
+      .. "--tls-key-file %s/server.key --tls-ca-cert-file %s/ca.crt >/dev/null", tport, dir, dir, t, t, t)) == 0)
+    local function agent(ca)
+      local a = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. tport, timeout = 0.5,
+        tls = { ca_file = t .. "/" .. ca, cert_file = t .. "/client.crt", key_file = t .. "/client.key" } })
+      a:add("tls", nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } })
+      return a
+    end
+    local up
+    for _ = 1, 100 do
+      up = agent("ca.crt"):tick()
+      if up then break end
+      os.execute("sleep 0.05")
+    end
+    expect.truthy(up, "synced over TLS")
+    -- A server whose certificate another CA signed is refused, and said.
+    local a = agent("other.crt")
+    expect.truthy(not a:tick())
+    local st = a:stats()
+    expect.truthy(st.error and st.error:find("certificate", 1, true), tostring(st.error))
+    -- Plain text to the TLS port is no answer either.
+    a = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. tport, timeout = 0.3 })
+    a:add("plain", nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } })
+    expect.truthy(not a:tick())
+    os.execute(string.format("kill $(cat %s/tls.pid) 2>/dev/null", dir))
   end)
 
   it("falls back to local protection without Redis", function()

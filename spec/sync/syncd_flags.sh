@@ -49,4 +49,5 @@ done
 check 2 "--db: expected a number from 0 to 1e+06, got \"-1\"" --db -1 --fleet t --region /nonexistent
 check 2 "--sentinel and --master: expected both" --sentinel 127.0.0.1:1 --fleet t --region /nonexistent
 check 2 "--sentinel and --master: expected both" --master m --fleet t --region /nonexistent
+check 2 "--cluster: expected no --sentinel, --db" --cluster 127.0.0.1:7000 --db 2 --fleet t --region /nonexistent
 exit $failed

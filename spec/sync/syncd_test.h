@@ -23,7 +23,7 @@ static nres_shm_slot_t *make_region(const char *path, uint32_t slots,
                                     double rate, void **mem, size_t *size) {
   nres_shm_config_t c;
   nres_shm_t *shm;
-  char tmp[300];
+  char tmp[320];
   int fd, idx;
 
   nres_shm_config_init(&c);

@@ -72,6 +72,8 @@ uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_tim
                            int i, uint32_t permit, int has_permit);
 int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, int cls);
 double nres_gw_deadline_ms(const char *value, size_t len);
+int nres_gw_refusal(int stop, int client, const char **reason);
+size_t nres_gw_key(const char *key, size_t len, char *buf, const char **out);
 int nres_gw_class(const char *value, size_t len);
 int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now,
                     int failed, int timed_out);
@@ -82,6 +84,14 @@ uint64_t nres_gw_hist_bound(int i);
 uint64_t nres_gw_hist_read(const void *h, uint64_t *counts, uint64_t *sum);
 
 void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
+typedef struct nres_gw_lease_s { uint64_t word; } nres_gw_lease_t;
+int nres_gw_lease_take(nres_gw_lease_t *l, uint32_t id, nres_time_t now, nres_time_t lease);
+void nres_gw_lease_drop(nres_gw_lease_t *l, uint32_t id);
+uint32_t nres_gw_lease_holder(nres_gw_lease_t *l, nres_time_t now);
+typedef struct nres_gw_health_peer_s {   /* Lua's only: nres.ngx.health's record of a peer */
+  double at, took; uint32_t ok_run, fail_run, last, status;
+  uint32_t by_result[4];
+} nres_gw_health_peer_t;
 int nres_gw_control_rate(nres_gw_control_t *c, nres_shm_t *table, double rate, uint32_t burst,
                          nres_time_t now);
 ]]

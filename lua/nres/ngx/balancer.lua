@@ -87,13 +87,14 @@ local gw_pick, gw_try_begin, gw_grant = C.nres_gw_pick, C.nres_gw_try_begin, C.n
 local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
   C.nres_gw_request_end
 local gw_class, gw_deadline_ms = C.nres_gw_class, C.nres_gw_deadline_ms
+local gw_refusal = C.nres_gw_refusal
 local est_quantile = C.nres_estimator_quantile
 local bad, scopes, new_table, seconds = config.bad, config.scopes, config.new_table, config.seconds
 local limit = require("nres.ngx.limiter").limit
 
 local _M = {}
 
-local STOP_OK, STOP_DEADLINE = 1, 4
+local STOP_OK, STOP_DEADLINE, STOP_LIMITED = 1, 4, 7   -- nres_stop_t
 local EST_SIZE = ffi_sizeof("nres_estimator_t")
 local HIST_SIZE = tonumber(C.nres_gw_struct_size(4))   -- nres_gw_hist_t, C's to lay out
 local HIST_BUCKETS = 14                                 -- NRES_GW_HIST_BUCKETS
@@ -106,6 +107,7 @@ local permit_box = ffi_new("uint32_t[1]")
 local has_box = ffi_new("int[1]")
 local gen_box = ffi_new("uint32_t[1]")
 local samples_box = ffi_new("uint64_t[1]")
+local reason_box = ffi_new("const char *[1]")   -- nres_gw_refusal's reason
 local hist_counts = ffi_new("uint64_t[?]", HIST_BUCKETS + 1)
 local hist_sum = ffi_new("uint64_t[1]")
 
@@ -204,12 +206,14 @@ end
 function _M.declare(name, opts)
   for k in pairs(opts) do
     if k ~= "peers" and k ~= "scope" and k ~= "choice" and k ~= "panic" and k ~= "eject"
-       and k ~= "key" and k ~= "slow_start" then
+       and k ~= "key" and k ~= "health" and k ~= "slow_start" then
       error("nres.ngx.upstream: " .. tostring(k) .. ": expected one of peers, scope, choice,"
-            .. " panic, slow_start, eject, key, got an unknown field", 0)
+            .. " panic, slow_start, eject, key, health, got an unknown field", 0)
     end
   end
   if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
+  local health = require("nres.ngx.health")
+  local checks = health.settings(opts.health)   -- active checks, if asked (nil: none)
   local list = opts.peers
   if type(list) ~= "table" or #list < 1 or #list > 256 then
     error(bad("upstream", "peers", "a list of 1..256 \"host:port\"",
@@ -231,6 +235,10 @@ function _M.declare(name, opts)
   local key = opts.key or name
   if type(key) ~= "string" or #key < 1 or #key > 64 then
     error(bad("upstream", "key", "a string of 1..64 bytes", key), 0)
+  end
+  if type(ngx) == "table" and ngx.config then   -- in nginx: a lua-nginx-module this binding cannot call fails the start
+    local ok, why = require("nres.ngx.request").peer_host_args(ngx.config.ngx_lua_version)
+    if ok == nil then error("nres.ngx.upstream: " .. name .. ": " .. why, 0) end
   end
   local n = #list
   local u = {
@@ -307,6 +315,7 @@ function _M.declare(name, opts)
   u.deadline_left = floor(u.deadline / 1e6)   -- X-Deadline-Ms, nothing inbound
   u.deadline_ms = tostring(u.deadline_left)
   u.gw = register(u, s, ests)
+  health.attach(u, checks)
   return u
 end
 
@@ -348,7 +357,7 @@ local ngx = ngx
 local ffi_str = ffi.string
 local R   -- nres.ngx.request, bound on the first request
 local exdata, var_get, set_header, resp_status, start_time
-local set_peer, set_timeouts, set_more_tries
+local set_peer, peer_host, set_timeouts, set_more_tries
 local NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t
 local reqs = {}             -- request address -> state record (this worker)
 local free, nfree = {}, 0   -- state records to reuse
@@ -358,6 +367,7 @@ local function bind()
   exdata, var_get, set_header, resp_status, start_time =
     R.exdata, R.var_get, R.set_header, R.status, R.start_time
   set_peer, set_timeouts, set_more_tries = R.set_peer, R.set_timeouts, R.set_more_tries
+  peer_host = R.peer_host
   NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t =
     R.NGX_OK, R.NGX_DECLINED, R.value_ptr, R.size_ptr, R.errmsg, R.lowcase, R.uintptr_t
 end
@@ -385,12 +395,22 @@ local function new_state(key, stamp, u)
   return r
 end
 
--- A refusal for request record r: the record gw.refused answers from (the
--- error_page 599 location; a config without the `if` line lets the
--- request reach the balancer, which fails it: nginx's 500).
+-- A refusal for request record r (stop: nres_stop_t; client: a client
+-- limiter's): the record gw.refused answers from (the error_page 599
+-- location; a config without the `if` line lets the request reach the
+-- balancer, which fails it: nginx's 500). Its status and reason are
+-- nres_gw_refusal's, the table the nginx module answers from.
 -- Returns "" (set_by_lua's value: no X-Deadline-Ms header).
-local function refuse(r, status, reason, wait)
-  r.refused, r.reason, r.wait = status, reason, wait
+local refusals = {}   -- stop * 2 + client -> { status, reason }
+local function refuse(r, stop, client, wait)
+  local k = stop * 2 + (client and 1 or 0)
+  local answer = refusals[k]
+  if answer == nil then
+    local status = tonumber(gw_refusal(stop, client and 1 or 0, reason_box))
+    answer = { status, ffi_str(reason_box[0]) }
+    refusals[k] = answer
+  end
+  r.refused, r.reason, r.wait = answer[1], answer[2], wait
   return ""
 end
 
@@ -444,7 +464,7 @@ function _M.admit(uname, lname, lkey)
   local r = new_state(tonumber(ffi_cast(uintptr_t, req)), start_time(req), u)
   if lname ~= nil then
     local ok, wait = limit(lname, lkey)
-    if not ok then return refuse(r, 429, "rate limited", wait) end
+    if not ok then return refuse(r, STOP_LIMITED, true, wait) end
   end
   local now = step_now()
   local ms = NAN
@@ -455,8 +475,7 @@ function _M.admit(uname, lname, lkey)
     error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
   end
   local verdict = gw_admit(u.gw, r.req, now, ms)
-  if verdict == 504 then return refuse(r, 504, "deadline exceeded") end
-  if verdict == 503 then return refuse(r, 503, "circuit open") end
+  if verdict ~= 0 then return refuse(r, verdict, false) end   -- a stop reason
   local left = tonumber(gw_left_ms(r.req, now))
   -- without an inbound deadline the time left is the policy's: its string
   -- is made once (a number's tostring is a format and an interning)
@@ -549,7 +568,13 @@ end
 function try(u, g, r, req, now, i)
   local permit, has = permit_box[0], has_box[0]
   local host = u.hosts[i + 1]
-  if set_peer(req, host, #host, u.ports[i + 1], errmsg) ~= NGX_OK then
+  local rc   -- the signature bind() chose by lua-nginx-module's version
+  if peer_host then
+    rc = set_peer(req, host, #host, u.ports[i + 1], nil, 0, errmsg)
+  else
+    rc = set_peer(req, host, #host, u.ports[i + 1], errmsg)
+  end
+  if rc ~= NGX_OK then
     if has ~= 0 then br_release(u.br[i + 1], permit) end
     ngx.log(ngx.ERR, "nres: set_current_peer ", u.peer[i + 1], ": ", ffi_str(errmsg[0]))
     return ngx.exit(ngx.ERROR)
@@ -665,6 +690,7 @@ function _M.status(now)
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
                     panicking = g.panicking ~= 0, peers = peers,
                     request_seconds = histogram(u.hist) }
+      require("nres.ngx.health").annotate(u, out[name], now)   -- ejected_by, checks
     end
   end
   return out
@@ -676,6 +702,18 @@ end
 -- up to 8 workers never write one line, whatever their pids (workers n and
 -- n + 8 share one, as do an old and a new worker of one number while a
 -- reload drains).
+-- init_worker: the nginx functions bound now, in every worker, when a
+-- balancer upstream is declared (an unsupported lua-nginx-module was
+-- refused when it was declared).
+function _M.bind()
+  for _, u in pairs(config.upstreams) do
+    if u.balancer then
+      if not R then bind() end
+      return
+    end
+  end
+end
+
 function _M.seed()
   local pid = ngx and ngx.worker.pid() or 1
   local id = ngx and ngx.worker.id()

@@ -18,7 +18,9 @@ local sub, find, lower, match = string.sub, string.find, string.lower, string.ma
 
 local step_begin, step_report, step_resume = C.nres_step_begin_class, C.nres_step_report, C.nres_step_resume
 local step_now = C.nres_step_now
-local deadline_ms = C.nres_gw_deadline_ms
+local deadline_ms, gw_key = C.nres_gw_deadline_ms, C.nres_gw_key
+local key_buf = ffi.new("char[32]")          -- nres_gw_key's MD5 of a long key
+local key_out = ffi.new("const char *[1]")
 local sh_record = C.nres_shm_record
 local bad, scopes, upstreams = config.bad, config.scopes, config.upstreams
 local policy_for = region.acquire
@@ -28,6 +30,8 @@ local _M = {}
 local ATTEMPT, DONE = 0, 2
 local STOP_OK = 1
 local reasons = run.reasons
+local stop_of = {}   -- a stop reason's text -> its nres_stop_t
+for stop, text in pairs(reasons) do stop_of[text] = stop end
 
 -- Out-parameters, one per module: read before anything can yield.
 local step = ffi_new("nres_step_t")
@@ -326,7 +330,7 @@ function _M.request(sname, uname, key, method, path, body)
   if s == nil then error(bad("request", "scope", "a scope declared with gw.scope", sname), 2) end
   if u == nil then error(bad("request", "upstream", "an upstream declared with gw.upstream", uname), 2) end
   key = key or u.key
-  if #key > 64 then key = ngx.md5(key) end
+  if gw_key(key, #key, key_buf, key_out) ~= #key then key = ffi.string(key_buf, 32) end
   method = method or ngx.req.get_method()
   path = path or ngx.var.request_uri
 
@@ -397,10 +401,10 @@ function _M.request(sname, uname, key, method, path, body)
 end
 
 -- Content handler: request() and send the answer. A failure with an
--- upstream response passes that response on; one without gets 503 (the
--- gateway refused: circuit open, budget exhausted, rate limited, throttled
--- locally), 504 (out
--- of time) or 502 (the upstream could not be reached). X-Nres-Reason says
+-- upstream response passes that response on; one without gets the status
+-- of nres_gw_refusal's table: 503 (the gateway refused: circuit open,
+-- budget exhausted, rate limited, throttled locally), 504 (out of time) or
+-- 502 (the upstream could not be reached). X-Nres-Reason says
 -- why a call failed.
 function _M.proxy(sname, uname, key)
   local method = ngx.req.get_method()
@@ -427,14 +431,12 @@ function _M.proxy(sname, uname, key)
     ngx.print(data)
     return
   end
-  if reason == "deadline exceeded" or err == "timeout" then
-    ngx.status = 504
-  elseif reason == "circuit open" or reason == "budget exhausted"
-      or reason == "rate limited" or reason == "draining" or reason == "throttled locally" then
-    ngx.status = 503
-  else
-    ngx.status = 502
-  end
+  -- the status of nres_gw_refusal's table (the balancers answer from it
+  -- too); an attempt that timed out is a 504 whatever stopped the call
+  local stop = stop_of[reason]
+  local status = stop and tonumber(C.nres_gw_refusal(stop, 0, nil)) or 0
+  if err == "timeout" then status = 504 elseif status == 0 then status = 502 end
+  ngx.status = status
   ngx.print(reason, "\n")
 end
 

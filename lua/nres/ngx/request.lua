@@ -13,12 +13,26 @@
 -- the compiler inlines) and nres.ngx.balancer makes the calls in its phase
 -- functions themselves, so each phase compiles into one trace.
 --
--- bind() runs in the first request phase (resty.core is loaded by then;
--- this module loads outside nginx too, for the specs).
+-- One of them changed its arguments: lua-nginx-module 0.10.27 (and
+-- lua-resty-core 0.1.29, which declares it) added `host, host_len` to
+-- ngx_http_lua_ffi_balancer_set_current_peer, and LuaJIT refuses a call
+-- with too few. The signature is chosen from ngx.config.ngx_lua_version
+-- (peer_host_args), as lua-resty-core's base.lua pins it: when a balancer
+-- upstream is declared (init_by_lua: an unsupported version fails the
+-- start) and when binding (gw.init_worker), never on a request.
+--
+-- bind() runs in init_worker (gw.init_worker), or else in the first
+-- request phase (resty.core is loaded by then; this module loads outside
+-- nginx too, for the specs).
 local ffi = require "ffi"
 
 local C = ffi.C
 local ffi_new = ffi.new
+local type, tostring, format = type, tostring, string.format
+
+-- lua-nginx-module versions (ngx_lua_version: 0.10.23 is 10023)
+local OLDEST = 10023      -- the oldest this binding was tested with
+local HOST_ARGS = 10027   -- set_current_peer takes host, host_len from here
 
 local _M = {
   NGX_OK = 0, NGX_DECLINED = -5,
@@ -32,7 +46,29 @@ local _M = {
   FAILURE = { [1] = "keepalive", [2] = "next", [4] = "failed" },
 }
 
-function _M.bind()
+-- Does set_current_peer of lua-nginx-module `version` (ngx_lua_version)
+-- take host and host_len (7 arguments) or not (5)? true or false; nil and
+-- the reason for a version this binding does not support.
+function _M.peer_host_args(version)
+  if type(version) ~= "number" or version % 1 ~= 0 then
+    return nil, "ngx.config.ngx_lua_version: expected lua-nginx-module's version number"
+      .. " (0.10.23 or newer), got " .. tostring(version)
+  end
+  if version < OLDEST then
+    return nil, format("expected lua-nginx-module 0.10.23 or newer (ngx_lua_version %d),"
+      .. " got %d", OLDEST, version)
+  end
+  return version >= HOST_ARGS
+end
+
+-- The binding for lua-nginx-module `version` (default: the running one's,
+-- ngx.config.ngx_lua_version); an unsupported version is an error naming
+-- it. peer_host: set_peer takes (r, addr, len, port, host, host_len, err)
+-- rather than (r, addr, len, port, err).
+function _M.bind(version)
+  local host, why = _M.peer_host_args(version or ngx.config.ngx_lua_version)
+  if host == nil then error("nres.ngx: balancer mode: " .. why, 0) end
+  _M.peer_host = host
   require "resty.core.var"
   require "resty.core.request"
   require "resty.core.misc"

@@ -254,6 +254,12 @@ local FAMILIES = {
     "upstream", function(u) return flag(u.panicking) end },
   { "nres_peer_state", "gauge", "0 closed, 1 ejected (open), 2 half-open", "peer",
     function(p) return state_code(p.state) end },
+  { "nres_peer_ejected_by", "gauge", "1 while the peer is ejected, by whom: active (health"
+    .. " checks), passive (its tries) or operator", "peer",
+    function(p) return p.ejected_by and { [p.ejected_by] = 1 } end, by = "by" },
+  { "nres_peer_health_checks_total", "counter", "active health checks of the peer, by result"
+    .. " (ok, status, timeout, error)", "peer", function(p) return p.health and p.health.checks end,
+    by = "result" },
   { "nres_peer_drained", "gauge", "1 while the control API drains the peer (no new tries)",
     "peer", function(p) return flag(p.drained) end },
   { "nres_peer_ejections_total", "counter", "times the peer was ejected", "peer", "ejections" },

@@ -44,8 +44,9 @@ local function line(what, kind, st, changes)
     return "warn", format("nres: %s %s %s: %s; %s%s", kind, what,
                           kind == "peer" and "ejected" or "breaker opened", why, counts_text, more)
   elseif st.state == "isolated" then
-    return "warn", format("nres: %s %s %s by the control API; %s%s", kind, what,
-                          kind == "peer" and "ejected" or "breaker isolated", counts_text, more)
+    return "warn", format("nres: %s %s %s by %s; %s%s", kind, what,
+                          kind == "peer" and "ejected" or "breaker isolated",
+                          st.by or "the control API", counts_text, more)
   elseif st.state == "half-open" then
     return "notice", format("nres: %s %s probing (half-open); %s%s", kind, what, counts_text, more)
   end
@@ -71,12 +72,13 @@ local function changed(e, i, breaker, gen, now, t)
   return e.changes[i] > 0 and t - e.at[i] >= _M.every
 end
 
--- The line of breaker i of e (changed said one is due): level, text.
-local function describe(e, i, what, kind, slot, t)
+-- The line of breaker i of e (changed said one is due): level, text. by:
+-- who isolated it, if not the control API.
+local function describe(e, i, what, kind, slot, t, by)
   C.nres_shm_slot_counts(slot, counts)
   local tries = tonumber(counts.calls)
   local level, text = line(what, kind, {
-    state = STATES[e.state[i]] or "closed", trips = e.trips[i],
+    state = STATES[e.state[i]] or "closed", trips = e.trips[i], by = by,
     consecutive = tonumber(stats.consecutive),
     tries = tries, failures = tries - tonumber(counts.stops[STOP_OK]) }, e.changes[i])
   e.changes[i], e.at[i] = 0, t
@@ -102,7 +104,8 @@ function _M.poll(log, now, t)
       for i = 1, u.n do
         if changed(e, i, u.br[i], 0, now, t) then
           emit(describe(e, i, u.peer[i] .. " of upstream " .. name, "peer",
-                        C.nres_shm_slot(u.ptr, u.idx[i]), t))
+                        C.nres_shm_slot(u.ptr, u.idx[i]), t,
+                        require("nres.ngx.health").held(u, i) and "the health checks" or nil))
         end
       end
     end

@@ -53,7 +53,11 @@ end
 --        arrivals = "poisson" | "fixed", duration = s, seed = n,
 --        max_inflight = n, grace = s, slo_s = s (optional: successes
 --        within it count as goodput, totals.good and series.good),
---        ok_quantile = q (optional: totals.ok_quantile_ms) }
+--        ok_quantile = q (optional: totals.ok_quantile_ms),
+--        times = { s, ... } (optional: the arrivals, in seconds from the
+--        start, ascending, instead of rate and arrivals: a replayed trace),
+--        trace = function(sent_s, latency_s, ok, reason) (optional: told
+--        every call's outcome, to record a trace) }
 -- Returns { series = { per-second arrays }, transitions, totals }.
 function _M.run(cfg)
   local D = cfg.duration_s
@@ -131,8 +135,10 @@ function _M.run(cfg)
 
   local slo_ns = cfg.slo_s and cfg.slo_s * 1e9 or -1
   local good = S.good
+  local on_call = cfg.trace
   local function record(started, t, ok, reason)
     observe(t)
+    if on_call then on_call((started - t0) / 1e9, (t - started) / 1e9, ok, reason) end
     local sec = sec_of(t)
     if sec ~= hist_sec then flush(hist_sec); hist_sec = sec end
     local i = hist_index(t - started)
@@ -168,11 +174,16 @@ function _M.run(cfg)
   end, cfg.max_inflight)
 
   local poisson = cfg.arrivals ~= "fixed"
-  local interval = 1e9 / cfg.rate
+  local interval = cfg.rate and 1e9 / cfg.rate
+  local times = cfg.times
   local function pacer()
     local t, n = t0, 0
     while true do
-      if poisson then
+      if times then
+        local at = times[n + 1]
+        if not at then return end
+        t = t0 + at * 1e9
+      elseif poisson then
         t = t - interval * log(arrival_rand())
       else
         t = t0 + n * interval

@@ -60,6 +60,8 @@ typedef struct nres_gw_hist_s {
                                    finish) */
 #define NRES_GW_RATE_SET 4u     /* a limiter's: rate and burst below replace
                                    the declared ones */
+#define NRES_GW_HEALTH 8u       /* a peer's: its breaker isolated by the
+                                   active health checks (not an operator) */
 enum { NRES_GW_WOULD_CIRCUIT = 0, NRES_GW_WOULD_RATE = 1, NRES_GW_WOULD_MAX = 4 };
 typedef struct nres_gw_control_s {
   NRES_ATOMIC(uint32_t) flags;  /* NRES_GW_DRY_RUN | NRES_GW_DRAIN | ... */
@@ -186,8 +188,10 @@ typedef struct nres_gw_request_s {
   nres_time_t begun;            /* admission (or nres_gw_unadmitted) */
 } nres_gw_request_t;
 
-/* Admission refusals (nres_gw_admit). */
-enum { NRES_GW_ADMITTED = 0, NRES_GW_DEADLINE = 504, NRES_GW_CIRCUIT = 503 };
+/* Admission refusals (nres_gw_admit): stop reasons (nres_stop_t), answered
+ * with nres_gw_refusal's status. */
+enum { NRES_GW_ADMITTED = 0, NRES_GW_DEADLINE = NRES_STOP_DEADLINE,
+       NRES_GW_CIRCUIT = NRES_STOP_CIRCUIT };
 /* nginx's status for a request whose client closed the connection before
  * it was answered: nres_gw_request_end judges such a call neither way. */
 #define NRES_GW_CLIENT_CLOSED 499
@@ -247,6 +251,15 @@ struct nres_gw_limiter_s {
   nres_gw_control_t *control;   /* in the table's memory (dry-run, rate),
                                    or NULL */
 };
+
+/* A key (len bytes) for a shared table: the key itself when it fits a
+ * slot (at most NRES_SHM_KEY_MAX bytes), else the lowercase hex of its MD5
+ * (NRES_GW_KEY_HASHED bytes), written into buf (that many bytes), as
+ * nginx's ngx.md5 gives it. *out is the key or buf; the key's length is
+ * returned. Every adapter shortens keys with it, so both balancer modes
+ * and the cosocket proxy find one client under one key. */
+#define NRES_GW_KEY_HASHED 32
+NRES_EXTERN size_t nres_gw_key(const char *key, size_t len, char *buf, const char **out);
 
 /* A limiter on `table` (NULL: bad arguments, or no memory), registered
  * by nres_gw_limiter_register; freeing unregisters it. */
@@ -314,6 +327,14 @@ NRES_EXTERN int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r,
  * spaces or tabs around them, any length; anything else is NaN (no
  * deadline). */
 NRES_EXTERN double nres_gw_deadline_ms(const char *value, size_t len);
+/* The answer to a call the gateway stops itself with `stop` (nres_stop_t):
+ * its HTTP status, and its reason (nres_stop_name: NRES_STOP_MAP's text,
+ * for X-Nres-Reason and the body) in *reason (if not NULL). 504 out of
+ * time; 503 circuit open, budget exhausted, draining, throttled locally,
+ * rate limited by a scope's limiter; 429 rate limited by a client limiter
+ * (client != 0); 502 attempts exhausted, permanent, canceled; 0 for OK and
+ * anything else (no refusal). */
+NRES_EXTERN int nres_gw_refusal(int stop, int client, const char **reason);
 /* The class (nres_class_t) of an X-Criticality value (len bytes; NULL: no
  * header): critical or critical_plus, default, sheddable or
  * sheddable_plus, in any case; anything else is NRES_CLASS_DEFAULT. */
@@ -337,6 +358,23 @@ NRES_EXTERN void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r
  * back, the call counted as NRES_STOP_CANCELED. */
 NRES_EXTERN void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
                                      nres_time_t now, int status);
+
+/* ------------------------------------------------------------- lease */
+
+/* One holder at a time for a job run once for the whole nginx (the active
+ * health checks): a word in shared memory, zeroed is "nobody". */
+typedef struct nres_gw_lease_s {
+  NRES_ATOMIC(uint64_t) word;   /* holder id << 32 | lease end (ms, mod 2^32) */
+} nres_gw_lease_t;
+/* Take or renew l for holder id (!= 0) until now + lease (0 < lease <
+ * 2^31 ms): 1 if id holds it now, 0 if another holder's lease has not
+ * ended, NRES_EINVAL on misuse. */
+NRES_EXTERN int nres_gw_lease_take(nres_gw_lease_t *l, uint32_t id, nres_time_t now,
+                                   nres_time_t lease);
+/* Let l go if id holds it (a worker that exits). */
+NRES_EXTERN void nres_gw_lease_drop(nres_gw_lease_t *l, uint32_t id);
+/* The holder of l at now, or 0 when nobody's lease is running. */
+NRES_EXTERN uint32_t nres_gw_lease_holder(nres_gw_lease_t *l, nres_time_t now);
 
 #ifdef __cplusplus
 }

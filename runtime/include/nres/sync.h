@@ -47,16 +47,25 @@
  *   round by round until it refuses, and from then on its demand is
  *   exact, so a load that moves between hosts faster than a few intervals
  *   is followed late (bench/README.md "Fleet" has the figures).
- * - Breaker (opt-in: nres_sync_add_breaker). A host whose breaker opens by
- *   itself publishes "open until T" (T on Redis's clock) and becomes the
- *   break's prober. Other hosts open theirs (nres_breaker_open_until) at
- *   their next sync, until T plus two intervals, extended at each sync
- *   while the prober is alive, so they send no probes of their own: the
- *   prober's half-open probes are the fleet's one probe per break. When the
- *   prober's breaker closes it publishes "closed" and the others close the
- *   break they were given (nres_breaker_close_if; a break of their own is
- *   left to run). A prober silent for three intervals is replaced by the
- *   next host whose own breaker is open or half-open.
+ * - Breaker (opt-in: nres_sync_add_breaker). A quorum decides: the fleet
+ *   opens a scope's breaker only when more than breaker_quorum (a strict
+ *   majority by default) of its voters are open, voters being the hosts
+ *   that saw the dependency lately (calls in their breaker's window, or
+ *   open) and reported within three intervals. Below the quorum a host
+ *   whose breaker opens protects itself only. At the quorum, a host whose
+ *   breaker opened by itself publishes "open until T" (T on Redis's clock)
+ *   and becomes the break's prober. Other hosts open theirs
+ *   (nres_breaker_open_until) at their next sync, until T plus two
+ *   intervals, extended at each sync while the prober's claim lives, so
+ *   they send no probes of their own: the prober's half-open probes are
+ *   the fleet's one probe per break. When the prober's breaker closes it
+ *   publishes "closed" and the others close the break they were given
+ *   (nres_breaker_close_if; a break of their own is left to run). The
+ *   claim has a lease: it lapses when the prober is silent for three
+ *   intervals, or probe_lease after its break ends unless it opens again
+ *   (a failed probe) or closes, so a prober wedged half-open cannot hold
+ *   the fleet; the next host whose own breaker is open or half-open takes
+ *   over.
  *
  * Failure handling. A round or probe that fails (refused, reset, no answer
  * within `timeout`: a stopped Redis) drops the connection and every scope
@@ -68,25 +77,33 @@
  * budget keeps at most local_share of the capacity and earns local_share
  * of its floor, given breaks run out. Reconnection
  * waits by an nres backoff (exponential, full jitter, from `interval` up to
- * `reconnect_max`); the first round after it starts from a fresh baseline
+ * `reconnect_max`), whatever failed: a refused connection, an error reply
+ * (NOAUTH, READONLY, NOSCRIPT) or a reply refused by its checks (reply.c:
+ * types, finite values, ranges). Each trouble is said in one line when it
+ * starts or changes (the log callback, or stderr), and its end in one
+ * more; the first round after it starts from a fresh baseline
  * (activity while apart is not replayed into the fleet). A Redis that comes
  * back empty starts every record again (a full fleet bucket, no break); a
- * missing script is loaded again. Keys carry the scope as a hash tag
- * ({scope}: Redis Cluster would put a scope's keys in one slot) and expire
+ * missing script is loaded again. Keys are prefix:fleet:{scope}:kind: the
+ * fleet's name is required, so two fleets on one Redis never share a
+ * record, and the scope is a hash tag (Redis Cluster would put a scope's
+ * keys in one slot). They expire
  * when no host has written them for `ttl` (10 s by default), so an
  * abandoned scope disappears; a host silent for three intervals no longer
  * counts in the shares.
  *
- * One Redis. The agent talks to one Redis node (hiredis 0.14 has neither
- * a cluster nor a Sentinel client). Losing it costs accuracy, never
- * availability: every host falls back to local shares and comes back when
- * it returns (its records start again: a full budget, no break). For a
- * Redis that must survive a machine, point `host` at an address that
- * follows the primary (a Sentinel-managed primary behind a virtual IP or
- * a TCP proxy such as HAProxy checking `role:master`); a failover is then
- * one failed round, local shares, and a reconnection. Fleet records need
- * no persistence (save "" and appendonly no are fine): they are rebuilt
- * within a few intervals.
+ * One Redis. The agent talks to one Redis node: host:port or a unix
+ * socket, with AUTH (a password, or an ACL user), SELECT and TLS as
+ * configured, or the primary that Redis Sentinel names (asked at every
+ * connection, ROLE checked before the first write, +switch-master
+ * followed at once), or, on a Redis Cluster, the node serving each
+ * scope's slot (a connection per node, MOVED and ASK followed). Losing
+ * Redis costs
+ * accuracy, never availability: every host falls back to local shares and
+ * comes back when it returns (its records start again: a full budget, no
+ * break). Fleet records need no persistence (save "" and appendonly no
+ * are fine): they are rebuilt within a few intervals.
+ * docs/fleet-production.md says how to run it against such a Redis.
  *
  * Threads. nres_sync_start runs the agent on a thread of its own;
  * nres_sync_tick runs one round on the caller's thread (a program with its
@@ -132,9 +149,9 @@ typedef struct nres_sync_config_s {
   nres_time_t interval;         /* between rounds. 100 ms */
   nres_time_t timeout;          /* connect, and each answer; 0 = interval/2 */
   nres_time_t reconnect_max;    /* longest wait between reconnections;
-                                   0 = interval (full jitter below it), so
-                                   a host is back in the fleet within about
-                                   two intervals of Redis returning */
+                                   0 = 1 s (or the interval if longer): a
+                                   host is back in the fleet within about
+                                   that and an interval of Redis returning */
   nres_time_t ttl;              /* a record no host writes for this long
                                    expires; 0 = max(10 s, 20 * interval) */
   double local_share;           /* share of the fleet's rate and capacity a
@@ -167,6 +184,19 @@ typedef struct nres_sync_config_s {
                                    find the primary through Redis Sentinel
                                    (host and port are then unused) */
   const char *master;           /* the Sentinel master's name */
+  const char *cluster;          /* "host:port,..." (at most 8): seeds of a
+                                   Redis Cluster; each scope's calls go to
+                                   the node serving its slot (MOVED and ASK
+                                   followed). Not with sentinels, db or
+                                   unix_path */
+  int tls;                      /* 1: TLS to Redis (not to Sentinels) */
+  const char *tls_ca_file;      /* CAs to verify Redis with; NULL: the
+                                   system's */
+  const char *tls_cert_file;    /* a client certificate (PEM), if Redis
+                                   asks for one (tls-auth-clients) */
+  const char *tls_key_file;     /* its key; NULL: in tls_cert_file */
+  const char *tls_server_name;  /* the name (or IP) Redis's certificate
+                                   must carry; NULL: host */
   nres_sync_log_cb log;         /* one line per change of error; NULL:
                                    stderr, "nres-sync: " first */
   void *log_arg;
@@ -203,6 +233,9 @@ typedef struct nres_sync_stats_s {
                                    asked per s, rate admissions + refusals
                                    per s */
   uint64_t rounds;              /* good rounds of this entry */
+  uint64_t leases_expired;      /* breaker: prober claims seen lapse by
+                                   their lease (a prober wedged half-open),
+                                   each counted once */
 } nres_sync_stats_t;
 
 /* Defaults as above. */

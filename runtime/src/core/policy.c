@@ -90,6 +90,21 @@ static int invalid(nres_time_t t) {
  * broken one is the answer. Durations are only compared with each other
  * here: huge ones saturate where they are used, so only the value that
  * stands for NaN or a negative number needs refusing. */
+/* What is wrong with a policy's shadow candidate (nres_policy_shadow). */
+static const char *shadow_error(const nres_policy_t *policy) {
+  const nres_policy_t *c = policy->shadow;
+
+  if (c == NULL)
+    return NULL;
+  if (c == policy)
+    return "shadow: expected another policy, got the policy itself";
+  if (c->private_magic != NRES__POLICY_MAGIC)
+    return "shadow: expected a built policy, got one not built";
+  if (c->shadow != NULL)
+    return "shadow: expected a policy without a shadow, got one with its own";
+  return NULL;
+}
+
 const char *nres_policy_error(const nres_policy_t *policy) {
   const nres_hedge_t *hedge;
   const char *why;
@@ -164,7 +179,7 @@ const char *nres_policy_error(const nres_policy_t *policy) {
       (policy->estimator->period == 0 ||
        policy->estimator->period == NRES_TIME_INVALID))
     return "estimator.period: must be > 0";
-  return NULL;
+  return shadow_error(policy);
 }
 
 int nres_policy_build(nres_policy_t *policy) {
@@ -202,14 +217,20 @@ int nres_policy_build(nres_policy_t *policy) {
       policy->estimator != NULL || policy->throttle != NULL ||
       (flags & NRES__F_HEDGE))
     flags |= NRES__F_RECORDS;
-  if (policy->bulkhead == NULL && !(flags & (NRES__F_SLOW | NRES__F_HEDGE)))
+  if (policy->shadow != NULL)   /* exec/shadow.c: record_any tells it */
+    flags |= NRES__F_RECORDS;
+  if (policy->bulkhead == NULL && policy->shadow == NULL &&
+      !(flags & (NRES__F_SLOW | NRES__F_HEDGE)))
     flags |= NRES__F_SHORT_RECORD;
   if (policy->breaker != NULL && nres__breaker_windowed(policy->breaker))
     flags |= NRES__F_BREAKER_WINDOW;
   if ((flags & (NRES__F_CEILING | NRES__F_SLOW)) ||
       ((flags & NRES__F_HEDGE) && hedge->delay == 0))
     flags |= NRES__F_QUANTILES;
-  if (!(flags & (NRES__F_BOUNDED | NRES__F_HEDGE | NRES__F_GATED)) &&
+  if (policy->shadow != NULL)   /* its calls take the general ways, and */
+    flags |= NRES__F_SHADOW | NRES__F_GATED;   /* admission asks it */
+  if (!(flags & (NRES__F_BOUNDED | NRES__F_HEDGE | NRES__F_GATED |
+                 NRES__F_SHADOW)) &&
       policy->budget == NULL && policy->estimator == NULL &&
       policy->throttle == NULL && policy->on_event == NULL) {
     flags |= NRES__F_TIMELESS;
@@ -233,6 +254,20 @@ int nres_policy_build(nres_policy_t *policy) {
 
 void nres_policy_drain(nres_policy_t *policy, int on) {
   atomic_store_explicit(&policy->draining, on ? 1u : 0u, memory_order_release);
+}
+
+int nres_policy_shadow(nres_policy_t *policy, nres_policy_t *candidate) {
+  nres_policy_t *was;
+
+  if (policy == NULL)
+    return NRES_EINVAL;
+  was = policy->shadow;
+  policy->shadow = candidate;
+  if (nres_policy_error(policy) != NULL) {
+    policy->shadow = was;
+    return NRES_EINVAL;
+  }
+  return nres_policy_build(policy);
 }
 
 int nres_policy_isolate(nres_policy_t *policy, int on) {

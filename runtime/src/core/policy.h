@@ -28,8 +28,10 @@ enum {
   NRES__F_SHORT_RECORD = 4096,   /* an OK outcome may take record()'s short
                                     way: no bulkhead place, no slow-call or
                                     hedge accounting */
-  NRES__F_BREAKER_WINDOW = 8192  /* the breaker counts calls in its window
+  NRES__F_BREAKER_WINDOW = 8192, /* the breaker counts calls in its window
                                     (nres__breaker_windowed) */
+  NRES__F_SHADOW = 16384         /* a candidate runs in its shadow
+                                    (exec/shadow.c) */
 };
 
 /* How often the quantiles the executor uses are recomputed. */

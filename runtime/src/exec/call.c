@@ -29,6 +29,7 @@
 #include "core/shard.h"
 #include "core/throttle.h"
 #include "exec/call.h"
+#include "exec/shadow.h"
 
 
 #define NRES__ABANDONED 0xff   /* log flags of an attempt never classified */
@@ -140,6 +141,11 @@ static inline uint64_t quantile(nres_policy_t *p, nres_time_t now,
   return nres__load(word);
 }
 
+NRES__COLD uint64_t nres__call_quantile(nres_policy_t *p, nres_time_t now,
+                                        NRES_ATOMIC(uint64_t) *word) {
+  return quantile(p, now, word);
+}
+
 /* ----------------------------------------------------------- bookkeeping */
 
 static nres_attempt_rec_t *log_of(nres_call_t *call, unsigned number) {
@@ -189,6 +195,8 @@ static NRES__COLD void release_all(nres_call_t *call, nres_time_t now,
     nres_bulkhead_leave(p->bulkhead, call->ticket);
     call->queued = 0;
   }
+  if (p->private_flags & NRES__F_SHADOW)
+    nres__shadow_done(call, stop);
 }
 
 /* A failed call of a policy with a fallback: marked for the driver. */
@@ -249,12 +257,24 @@ static NRES__HOT nres_action_t done(nres_call_t *call, nres_time_t now,
   return a;
 }
 
+/* done, for a call that ends before an attempt's report could end it
+ * (a refusal, attempts or time used up, a cancel): a shadow candidate
+ * still following it counts the stop (exec/shadow.c; the ends an attempt's
+ * report makes, it sees at the report). Apart from done, whose every extra
+ * test the success path pays. */
+static NRES__COLD nres_action_t end_early(nres_call_t *call, nres_time_t now,
+                                          int stop) {
+  if (call->policy->private_flags & NRES__F_SHADOW)
+    nres__shadow_done(call, stop);
+  return done(call, now, stop);
+}
+
 static nres_action_t reject(nres_call_t *call, nres_time_t now, int source,
                             int stop) {
   COUNT(call->policy, n_rejects[source]);
   COUNT(call->policy, n_class_rejects[call->criticality]);
   EMIT(call->policy, call, NRES_EV_REJECT, source, call->attempts, now, 0);
-  return done(call, now, stop);
+  return end_early(call, now, stop);
 }
 
 static nres_action_t wait_until(nres_call_t *call, int phase,
@@ -567,6 +587,11 @@ static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
     if (p->breaker != NULL &&
         nres__breaker_acquire(p->breaker, now, &permit) != 0)
       return breaker_refused(call, now, hedge, skipped);
+    /* Admitted (nothing after refuses a first attempt or a retry, which
+     * start in slot 0): would a shadow candidate be? (A shadowed policy
+     * is gated.) */
+    if (p->private_flags & NRES__F_SHADOW)
+      nres__shadow_admit(call, now, hedge);
   }
 
   if (hedge && p->budget != NULL && spend(call, now) != 0) {
@@ -584,7 +609,7 @@ static NRES__HOT nres_action_t admit_gates(nres_call_t *call, nres_time_t now,
 static NRES__HOT nres_action_t admit(nres_call_t *call, nres_time_t now,
                                      int hedge, int *skipped) {
   if (now >= call->deadline)
-    return hedge ? skip(call, skipped) : done(call, now, NRES_STOP_DEADLINE);
+    return hedge ? skip(call, skipped) : end_early(call, now, NRES_STOP_DEADLINE);
   return admit_gates(call, now, hedge, skipped);
 }
 
@@ -617,6 +642,8 @@ static NRES__COLD nres_action_t begin_general(nres_call_t *call,
   call->criticality = (uint8_t) cls;
   call->deadline = call_deadline(policy, now, inbound);
   nres_backoff_state_reset(&call->backoff);
+  if (policy->private_flags & NRES__F_SHADOW)
+    nres__shadow_begin(call);
 
   if (atomic_load_explicit(&policy->draining, memory_order_acquire))
     return reject(call, now, NRES_REJECT_DRAINING, NRES_STOP_DRAINING);
@@ -639,7 +666,8 @@ static NRES__HOT int begin_first(nres_call_t *call, nres_policy_t *policy,
   nres_time_t deadline = call_deadline(policy, now, inbound);
   unsigned flags = policy->private_flags;
 
-  if (__builtin_expect((flags & (NRES__F_LIMITED | NRES__F_HEDGE)) ||
+  if (__builtin_expect((flags & (NRES__F_LIMITED | NRES__F_HEDGE |
+                                 NRES__F_SHADOW)) ||
                            now >= deadline ||
                            atomic_load_explicit(&policy->draining,
                                                 memory_order_acquire) ||
@@ -724,9 +752,9 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
   nres_time_t delay;
 
   if (call->attempts >= p->attempts)
-    return done(call, now, NRES_STOP_ATTEMPTS);
+    return end_early(call, now, NRES_STOP_ATTEMPTS);
   if (now >= call->deadline)
-    return done(call, now, NRES_STOP_DEADLINE);
+    return end_early(call, now, NRES_STOP_DEADLINE);
   if (p->backoff.kind == NRES_BACKOFF_NONE &&
       !(v->flags & NRES_VF_RETRY_AFTER)) {
     call->backoff.prev = 0;   /* nres_backoff_next's answer for kind NONE */
@@ -740,7 +768,7 @@ static NRES__HOT nres_action_t retry(nres_call_t *call, nres_time_t now,
                                      ? call_rng(call) : NULL);
   }
   if (delay > 0 && nres_time_add(now, delay) >= call->deadline)
-    return done(call, now, NRES_STOP_DEADLINE);
+    return end_early(call, now, NRES_STOP_DEADLINE);
   /* Self-imposed refusals neither spend nor deposit. The token is taken
    * now, before the wait, so an empty budget ends the call at once; it is
    * given back if the retry never starts. */
@@ -785,6 +813,8 @@ static __attribute__((noinline)) void record_any(nres_call_t *call,
   unsigned k = nres__shard_if_taken();
   nres_rng_t rng;
 
+  if (p->private_flags & NRES__F_SHADOW)   /* before a shed's THROTTLED */
+    nres__shadow_report(call, slot, now, v);
   if (call->slot[slot].held) {
     nres_bulkhead_release(p->bulkhead, latency, self ? -1 : kind);
     call->slot[slot].held = 0;
@@ -1036,7 +1066,8 @@ NRES__HOT int nres__call_report_ok(nres_call_t *call, nres_time_t now) {
     return -1;
   p = call->policy;
   flags = p->private_flags;
-  if (__builtin_expect((flags & NRES__F_PASSTHROUGH) || p->on_event != NULL ||
+  if (__builtin_expect((flags & (NRES__F_PASSTHROUGH | NRES__F_SHADOW)) ||
+                           p->on_event != NULL ||
                            ((flags & (NRES__F_TELEMETRY | NRES__F_RECORDS)) &&
                             k >= NRES_SHARDS) ||
                            ((flags & NRES__F_RECORDS) &&
@@ -1105,13 +1136,13 @@ nres_action_t nres_call_resume(nres_call_t *call, nres_time_t now) {
 nres_action_t nres_call_cancel(nres_call_t *call, nres_time_t now) {
   if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
-  return done(call, now, NRES_STOP_CANCELED);
+  return end_early(call, now, NRES_STOP_CANCELED);
 }
 
 nres_action_t nres_call_abort(nres_call_t *call, nres_time_t now) {
   if (call->phase == NRES__PHASE_DONE || call->phase == NRES__PHASE_IDLE)
     return pending(call);
-  return done(call, now, NRES_STOP_CALLBACK);
+  return end_early(call, now, NRES_STOP_CALLBACK);
 }
 
 nres_time_t nres_call_remaining(const nres_call_t *call, nres_time_t now) {

@@ -117,6 +117,11 @@ static inline void nres__call_reset(nres_call_t *call, nres_policy_t *policy,
                    NRES_CLASS_DEFAULT);
 }
 
+/* A cached quantile word of p (&p->quantile_*), refreshed first if
+ * stale: exec/shadow.c's way to read its candidate's. */
+NRES__COLD uint64_t nres__call_quantile(nres_policy_t *p, nres_time_t now,
+                                        NRES_ATOMIC(uint64_t) *word);
+
 /* The attempt every passthrough call runs. */
 extern const nres_attempt_t nres__passthrough_attempt;
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -89,7 +90,36 @@ int nres__sync_read_secret(const char *path, char *out, size_t cap,
   return 0;
 }
 
+int nres__sync_parse_addrs(const char *list, nres__sync_addr_t *out, int max) {
+  const char *p = list, *comma, *colon;
+  size_t len;
+  char *end;
+  long port;
+  int n = 0;
+
+  while (p != NULL && *p != '\0') {
+    comma = strchr(p, ',');
+    len = comma != NULL ? (size_t) (comma - p) : strlen(p);
+    colon = memrchr(p, ':', len);
+    if (colon == NULL || colon == p ||
+        (size_t) (colon - p) >= sizeof(out[0].host) || n == max)
+      return -1;
+    port = strtol(colon + 1, &end, 10);
+    if (end != p + len || port <= 0 || port > 65535)
+      return -1;
+    memcpy(out[n].host, p, (size_t) (colon - p));
+    out[n].host[colon - p] = '\0';
+    out[n].port = (int) port;
+    n++;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return n;
+}
+
 void nres__sync_drop(nres_sync_t *s) {
+  nres__sync_tls_close(s);
   if (s->rc != NULL)
     redisFree(s->rc);
   s->rc = NULL;
@@ -102,7 +132,7 @@ static int command(nres_sync_t *s, const char *what, int argc,
   char at[300];
   redisReply *r;
 
-  r = redisCommandArgv(s->rc, argc, argv, NULL);
+  r = nres__sync_call(s, argc, argv);
   if (r == NULL) {
     nres__sync_say(s, "%s: %s: %s", nres__sync_where(s, at, sizeof(at)), what,
                    s->rc->errstr[0] ? s->rc->errstr : "no answer");
@@ -177,6 +207,11 @@ int nres__sync_connect(nres_sync_t *s) {
   if (redisSetTimeout(s->rc, tv) != REDIS_OK)
     return NRES_EAGAIN;
   s->rc->reader->fn = nres__sync_reply_functions();   /* bounded arrays */
+  if (s->tls_ctx != NULL) {
+    rc = nres__sync_tls_start(s);
+    if (rc != 0)
+      return rc;
+  }
   if (s->cfg.password != NULL) {
     argv[0] = "AUTH";
     if (s->cfg.user != NULL) {

@@ -179,7 +179,8 @@ int nres__sync_rate_reply(const redisReply *r, double fleet_rate,
   return integer(r, why, cap, "rate", 3, "now", 0, INT64_MAX / 2, &v);
 }
 
-/* { state, until_ms, me_prober, prober_live, now_ms, voters, open }. The
+/* { state, until_ms, me_prober, prober_live, now_ms, voters, open,
+ * lapsed }. The
  * break left (until - now) is at most `max_ms`, the local breaker's
  * longest break and the claim's lease. */
 int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
@@ -188,9 +189,9 @@ int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
   const redisReply *s;
   long long v;
 
-  if (!is_array(r, 7))
+  if (!is_array(r, 8))
     return refuse(r, why, cap, "breaker", -1, NULL,
-                  "array[7]: bulk string, then 6 integers", "%s", "");
+                  "array[8]: bulk string, then 7 integers", "%s", "");
   s = r->element[0];
   if (s->type != REDIS_REPLY_STRING)
     return refuse(r, why, cap, "breaker", 0, "state",
@@ -223,6 +224,9 @@ int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
   if (integer(r, why, cap, "breaker", 6, "open", 0, out->voters, &v) != 0)
     return NRES_ESTATE;
   out->open = (uint32_t) v;
+  if (integer(r, why, cap, "breaker", 7, "lapsed", 0, out->now_ms, &v) != 0)
+    return NRES_ESTATE;
+  out->lapsed_ms = v;
   return 0;
 }
 
@@ -230,8 +234,9 @@ int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
 
 /* hiredis 0.14's reader allocates an array of whatever size the server
  * announces ("*510000000" asks for 4 GB of pointers) and has no limit of
- * its own. The agent's replies are arrays of at most 7 elements, so its
- * connection reads with these functions, hiredis's own except that an
+ * its own. The agent's largest reply is CLUSTER SLOTS (an element per
+ * range of slots), so its connection reads with these functions,
+ * hiredis's own except that an
  * array of more than NRES__SYNC_REPLY_ELEMENTS_MAX elements is refused
  * (the reader fails, the round fails). The objects are redisReply as
  * hiredis makes them, freed by freeReplyObject. */

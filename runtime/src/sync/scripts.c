@@ -107,7 +107,9 @@ const char nres__sync_rate_lua[] =
  * and until its break ends plus the lease; a failed probe (a new break)
  * renews the claim, a host stuck half-open does not, and the host that
  * held a lapsed claim cannot take it again while half-open.
- * Returns { state, until_ms, me_prober, claim_live, now_ms, voters, open }. */
+ * Returns { state, until_ms, me_prober, claim_live, now_ms, voters, open,
+ * lapsed } (lapsed: the until of a claim found lapsed by its lease while
+ * its prober still beats, else 0). */
 const char nres__sync_breaker_lua[] =
   "local t = redis.call('TIME')\n"
   "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -133,6 +135,8 @@ const char nres__sync_breaker_lua[] =
   "  redis.call('HSET', key, 'state', 'open', 'until', untl, 'prober', node, 'beat', now)\n"
   "end\n"
   "local live = held()\n"
+  "local lapsed = 0\n"
+  "if state == 'open' and prober and not live and (now - beat) <= stale then lapsed = untl end\n"
   "if broken then\n"
   "  if loc == 'open' and ((prober == node and live) or (quorate and not live)) then\n"
   "    claim(now + left)\n"
@@ -154,4 +158,4 @@ const char nres__sync_breaker_lua[] =
   "end\n"
   "redis.call('PEXPIRE', vk, keep)\n"
   "redis.call('PEXPIRE', ok, keep)\n"
-  "return { state or '', untl, prober == node and 1 or 0, live and 1 or 0, now, voters, opened }\n";
+  "return { state or '', untl, prober == node and 1 or 0, live and 1 or 0, now, voters, opened, lapsed }\n";

@@ -22,34 +22,12 @@
 
 int nres__sync_sentinel_parse(nres_sync_t *s, const char *list,
                               const char *master) {
-  const char *p = list, *comma, *colon;
-  size_t len;
-  char *end;
-  long port;
-
   if (list == NULL || master == NULL || master[0] == '\0' ||
       strlen(master) >= sizeof(s->master))
     return NRES_EINVAL;
   strcpy(s->master, master);
-  s->nsentinels = 0;
-  while (*p != '\0') {
-    comma = strchr(p, ',');
-    len = comma != NULL ? (size_t) (comma - p) : strlen(p);
-    colon = memrchr(p, ':', len);
-    if (colon == NULL || colon == p || (size_t) (colon - p) >= 256 ||
-        s->nsentinels == NRES__SYNC_SENTINELS_MAX)
-      return NRES_EINVAL;
-    port = strtol(colon + 1, &end, 10);
-    if (end != p + len || port <= 0 || port > 65535)
-      return NRES_EINVAL;
-    memcpy(s->sentinel[s->nsentinels].host, p, (size_t) (colon - p));
-    s->sentinel[s->nsentinels].host[colon - p] = '\0';
-    s->sentinel[s->nsentinels].port = (int) port;
-    s->nsentinels++;
-    p += len;
-    if (*p == ',')
-      p++;
-  }
+  s->nsentinels = nres__sync_parse_addrs(list, s->sentinel,
+                                         NRES__SYNC_SENTINELS_MAX);
   return s->nsentinels > 0 ? 0 : NRES_EINVAL;
 }
 
@@ -126,7 +104,7 @@ int nres__sync_sentinel_primary(nres_sync_t *s) {
 
 /* A connected node's ROLE: 0 if it says "master". */
 int nres__sync_sentinel_role(nres_sync_t *s) {
-  redisReply *r = redisCommand(s->rc, "ROLE");
+  redisReply *r = nres__sync_call(s, 1, (const char *[]) { "ROLE" });
   int ok;
 
   if (r == NULL)

@@ -108,11 +108,37 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
   s->cur_port = config->port;
   if ((config->sentinels != NULL || config->master != NULL) &&
       nres__sync_sentinel_parse(s, config->sentinels, config->master) != 0) {
+    memset(s->password, 0, sizeof(s->password));
     free(s);
     return NRES_EINVAL;
   }
+  if (config->cluster != NULL &&
+      (config->sentinels != NULL || config->db != 0 ||
+       config->unix_path != NULL ||
+       nres__sync_cluster_parse(s, config->cluster) != 0)) {
+    memset(s->password, 0, sizeof(s->password));
+    free(s);
+    return NRES_EINVAL;
+  }
+  s->cfg.cluster = NULL;     /* parsed: s->seed */
   s->cfg.sentinels = NULL;   /* parsed: s->sentinel */
   s->cfg.master = s->master;
+  if (config->tls_server_name != NULL) {
+    snprintf(s->tls_name, sizeof(s->tls_name), "%s", config->tls_server_name);
+    s->cfg.tls_server_name = s->tls_name;
+  }
+  if (config->tls) {
+    char why[NRES__SYNC_LINE_MAX];
+    int rc = nres__sync_tls_init(s, why, sizeof(why));
+
+    if (rc != 0) {
+      fprintf(stderr, "nres-sync: %s\n", why);
+      memset(s->password, 0, sizeof(s->password));
+      free(s);
+      return rc;
+    }
+  }
+  s->cfg.tls_ca_file = s->cfg.tls_cert_file = s->cfg.tls_key_file = NULL;
   if (config->unix_path != NULL) {
     strcpy(s->unix_path, config->unix_path);
     s->cfg.unix_path = s->unix_path;
@@ -179,7 +205,9 @@ void nres_sync_free(nres_sync_t *sync) {
     return;
   nres_sync_stop(sync);
   nres__sync_drop(sync);
+  nres__sync_cluster_drop(sync);
   nres__sync_sentinel_close(sync);
+  nres__sync_tls_free(sync);
   memset(sync->password, 0, sizeof(sync->password));
   pthread_mutex_destroy(&sync->mu);
   pthread_cond_destroy(&sync->cv);
@@ -239,6 +267,7 @@ static int add(nres_sync_t *s, const char *scope, int kind, void *state,
            s->fleet, scope, suffix[kind]);
   snprintf(e->key[2], sizeof(e->key[2]), "%s:%s:{%s}:%co", s->prefix,
            s->fleet, scope, suffix[kind]);
+  e->slot = nres__sync_key_slot(e->key[0]);
   if (kind == NRES_SYNC_BUDGET) {
     nres_budget_t *b = state;
     nres_budget_stats_t bs;
@@ -564,6 +593,10 @@ static int breaker_apply(nres_sync_t *s, entry_t *e, const redisReply *r,
   max_ms = (int64_t) (b->config.break_max / NRES_MSEC) + (int64_t) lease_ms(s, b);
   if (nres__sync_breaker_reply(r, max_ms, &a, why, cap) != 0)
     return NRES_ESTATE;
+  if (a.lapsed_ms != 0 && a.lapsed_ms != e->lapsed) {
+    e->lapsed = a.lapsed_ms;   /* each lapsed claim counted once */
+    e->st.leases_expired++;
+  }
   e->st.prober = (uint32_t) a.prober;
   e->st.fleet = a.state;
   e->st.hosts = a.voters;
@@ -613,6 +646,8 @@ static void local_only(nres_sync_t *s, nres_time_t now) {
  * connection. */
 static int fail(nres_sync_t *s, nres_time_t now, int rc) {
   nres__sync_drop(s);
+  if (s->nseeds > 0)
+    nres__sync_cluster_drop(s);
   s->info.failures++;
   s->info.connected = 0;
   s->attempt++;
@@ -625,19 +660,69 @@ static int fail(nres_sync_t *s, nres_time_t now, int rc) {
 
 static const char *const kind_name[] = { "", "budget", "rate", "breaker" };
 
-static int round_locked(nres_sync_t *s, nres_time_t now) {
-  char buf[8][32], why[NRES__SYNC_LINE_MAX], at[300];
+int nres__sync_argv(nres_sync_t *s, entry_t *e, const char **argv) {
+  int j, keys = e->kind == NRES_SYNC_BREAKER ? 3 : 2;
+
+  argv[0] = "EVALSHA";
+  argv[1] = s->sha[e->kind - 1];
+  argv[2] = keys == 3 ? "3" : "2";
+  for (j = 0; j < keys; j++)
+    argv[3 + j] = e->key[j];
+  argv[3 + keys] = s->node;
+  for (j = 0; j < e->nargs; j++)
+    argv[4 + keys + j] = e->args[j];
+  return 4 + keys + e->nargs;
+}
+
+/* One node: every entry's call in one pipeline, the replies in order. */
+static int exchange(nres_sync_t *s) {
   const char *argv[16];
+  char at[300];
+  entry_t *e;
+  int i;
+
+  for (i = 0; i < s->n; i++)
+    if (s->e[i].used &&
+        redisAppendCommandArgv(s->rc, nres__sync_argv(s, &s->e[i], argv),
+                               argv, NULL) != REDIS_OK)
+      return NRES_EAGAIN;
+  for (i = 0; i < s->n; i++) {
+    e = &s->e[i];
+    if (!e->used)
+      continue;
+    if (nres__sync_get_reply(s, &e->reply) != REDIS_OK) {
+      nres__sync_say(s, "%s: round: %s", nres__sync_where(s, at, sizeof(at)),
+                     s->rc->err == REDIS_ERR_OOM
+                         ? "reply refused: an array too long (or out of memory)"
+                         : s->rc->errstr[0] ? s->rc->errstr : "no answer");
+      return NRES_EAGAIN;   /* reset, or no answer in time */
+    }
+  }
+  return 0;
+}
+
+static void free_replies(nres_sync_t *s) {
+  int i;
+
+  for (i = 0; i < s->n; i++)
+    if (s->e[i].reply != NULL) {
+      freeReplyObject(s->e[i].reply);
+      s->e[i].reply = NULL;
+    }
+}
+
+static int round_locked(nres_sync_t *s, nres_time_t now) {
+  char why[NRES__SYNC_LINE_MAX];
   redisReply *r;
   entry_t *e;
-  int i, j, n, rc, kind, keys;
+  int i, rc;
 
   if (s->nsentinels > 0 && nres__sync_sentinel_switched(s)) {
     /* The primary moved: follow it now, no failure, no backoff. */
     nres__sync_drop(s);
     s->info.next_connect = now;
   }
-  if (s->rc == NULL) {
+  if (s->nseeds == 0 && s->rc == NULL) {
     if (now < s->info.next_connect) {
       local_only(s, now);
       return NRES_EAGAIN;
@@ -645,45 +730,35 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     rc = nres__sync_connect(s);
     if (rc != 0)
       return fail(s, now, rc);
+  } else if (s->nseeds > 0 && !s->info.connected &&
+             now < s->info.next_connect) {
+    local_only(s, now);
+    return NRES_EAGAIN;
   }
 
   for (i = 0; i < s->n; i++) {
     e = &s->e[i];
     if (!e->used)
       continue;
-    kind = e->kind;
-    if (kind == NRES_SYNC_BUDGET)
-      n = budget_args(s, e, now, buf);
-    else if (kind == NRES_SYNC_RATELIMIT)
-      n = rate_args(s, e, now, buf);
+    if (e->kind == NRES_SYNC_BUDGET)
+      e->nargs = budget_args(s, e, now, e->args);
+    else if (e->kind == NRES_SYNC_RATELIMIT)
+      e->nargs = rate_args(s, e, now, e->args);
     else
-      n = breaker_args(s, e, now, buf);
+      e->nargs = breaker_args(s, e, now, e->args);
     e->last_tick = now;
-    keys = kind == NRES_SYNC_BREAKER ? 3 : 2;
-    argv[0] = "EVALSHA";
-    argv[1] = s->sha[kind - 1];
-    argv[2] = keys == 3 ? "3" : "2";
-    for (j = 0; j < keys; j++)
-      argv[3 + j] = e->key[j];
-    argv[3 + keys] = s->node;
-    for (j = 0; j < n; j++)
-      argv[4 + keys + j] = buf[j];
-    if (redisAppendCommandArgv(s->rc, 4 + keys + n, argv, NULL) != REDIS_OK)
-      return fail(s, now, NRES_EAGAIN);
+  }
+  rc = s->nseeds > 0 ? nres__sync_cluster_exchange(s) : exchange(s);
+  if (rc != 0) {
+    free_replies(s);
+    return fail(s, now, rc);
   }
 
   for (i = 0; i < s->n; i++) {
     e = &s->e[i];
     if (!e->used)
       continue;
-    if (redisGetReply(s->rc, (void **) &r) != REDIS_OK) {
-      nres__sync_say(s, "%s: round: %s", nres__sync_where(s, at, sizeof(at)),
-                     s->rc->err == REDIS_ERR_OOM
-                         ? "reply refused: an array of more than 64 "
-                           "elements (or out of memory)"
-                         : s->rc->errstr[0] ? s->rc->errstr : "no answer");
-      return fail(s, now, NRES_EAGAIN);   /* reset, or no answer in time */
-    }
+    r = e->reply;
     if (r->type == REDIS_REPLY_ERROR) {
       /* READONLY (a demoted primary), NOSCRIPT (flushed), OOM...: said
        * once, and the next connection after the backoff loads the
@@ -702,11 +777,11 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     if (rc != 0 && r->type != REDIS_REPLY_ERROR)
       nres__sync_say(s, "scope %s: %s (round failed: local-only)",
                      e->st.scope, why);
-    freeReplyObject(r);
     if (rc != 0) {
       /* An answer we do not understand fails the whole round: nothing
        * more of it is trusted. */
       s->info.errors++;
+      free_replies(s);
       return fail(s, now, NRES_ESTATE);
     }
     e->st.synced = 1;
@@ -714,6 +789,7 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
     e->st.rounds++;
     e->st.demand = e->demand;
   }
+  free_replies(s);
   s->attempt = 0;
   s->info.rounds++;
   s->info.connected = 1;
@@ -735,12 +811,24 @@ static int probe_locked(nres_sync_t *s, nres_time_t now) {
     s->info.next_connect = now;
     local_only(s, now);
   }
+  if (s->nseeds > 0) {
+    if (!s->info.connected)
+      return NRES_EAGAIN;
+    for (i = 0; i < s->n; i++)
+      if (s->e[i].used && s->e[i].kind == NRES_SYNC_RATELIMIT)
+        rate_restart(&s->e[i], now);
+    if (nres__sync_cluster_ping(s) != 0) {
+      nres__sync_say(s, "cluster: probe: a node did not answer");
+      return fail(s, now, NRES_EAGAIN);
+    }
+    return 0;
+  }
   if (s->rc == NULL)
     return NRES_EAGAIN;   /* apart already: the next round reconnects */
   for (i = 0; i < s->n; i++)
     if (s->e[i].used && s->e[i].kind == NRES_SYNC_RATELIMIT)
       rate_restart(&s->e[i], now);
-  r = redisCommand(s->rc, "PING");
+  r = nres__sync_call(s, 1, (const char *[]) { "PING" });
   if (r == NULL) {
     nres__sync_say(s, "%s: probe: %s", nres__sync_where(s, at, sizeof(at)),
                    s->rc->errstr[0] ? s->rc->errstr : "no answer");

@@ -5,8 +5,9 @@
 # skipped when it is not installed). Without hiredis the component is left
 # out with a message.
 pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
-if(NOT HIREDIS_FOUND)
-  message(WARNING "sync: hiredis not found (Debian libhiredis-dev): fleet sync left out")
+pkg_check_modules(SYNC_OPENSSL IMPORTED_TARGET openssl)
+if(NOT HIREDIS_FOUND OR NOT SYNC_OPENSSL_FOUND)
+  message(WARNING "sync: hiredis or OpenSSL not found (Debian libhiredis-dev, libssl-dev): fleet sync left out")
   return()
 endif()
 
@@ -16,16 +17,18 @@ set(NRES_SYNC_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/reply.c
   ${CMAKE_CURRENT_LIST_DIR}/conn.c
   ${CMAKE_CURRENT_LIST_DIR}/sentinel.c
+  ${CMAKE_CURRENT_LIST_DIR}/tls.c
+  ${CMAKE_CURRENT_LIST_DIR}/cluster.c
 )
 foreach(lib nres_sync nres_sync_static)
   if(lib STREQUAL "nres_sync")
     add_library(${lib} SHARED ${NRES_SYNC_SOURCES})
-    target_link_libraries(${lib} PUBLIC nres PkgConfig::HIREDIS Threads::Threads)
+    target_link_libraries(${lib} PUBLIC nres PkgConfig::HIREDIS PkgConfig::SYNC_OPENSSL Threads::Threads)
     set_target_properties(${lib} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
                           VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
   else()
     add_library(${lib} STATIC ${NRES_SYNC_SOURCES})
-    target_link_libraries(${lib} PUBLIC nres_static PkgConfig::HIREDIS Threads::Threads)
+    target_link_libraries(${lib} PUBLIC nres_static PkgConfig::HIREDIS PkgConfig::SYNC_OPENSSL Threads::Threads)
     set_target_properties(${lib} PROPERTIES OUTPUT_NAME nres_sync
                           ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
     # Fat LTO objects, as libnres.a's (CMakeLists.txt): real code beside
@@ -49,6 +52,10 @@ set_target_properties(nres-syncd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BIN
 nres_add_c_test(sync 300 redis nres_sync_static)
 nres_add_c_test(sync_faults 120 sync nres_sync_static)
 nres_add_c_test(sync_sentinel 180 redis nres_sync_static)
+nres_add_c_test(sync_cluster 180 redis nres_sync_static)
+if(TARGET test_sync_cluster)
+  set_tests_properties(sync_cluster PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+endif()
 if(TARGET test_sync_sentinel)
   set_tests_properties(sync_sentinel PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL ON)
 endif()

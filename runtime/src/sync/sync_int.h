@@ -24,6 +24,21 @@ enum { NRES__SCRIPT_BUDGET, NRES__SCRIPT_RATE, NRES__SCRIPT_BREAKER,
 #define NRES__SYNC_KEY_MAX (NRES_SYNC_SCOPE_MAX + 160)
 #define NRES__SYNC_LINE_MAX NRES_SYNC_ERROR_MAX
 #define NRES__SYNC_SENTINELS_MAX 8
+#define NRES__SYNC_LINKS_MAX 32       /* Cluster nodes the agent talks to */
+
+typedef struct {
+  char host[256];
+  int port;
+} nres__sync_addr_t;
+
+/* A connection to one node of a Cluster (cluster.c swaps it in). */
+typedef struct {
+  char host[256];
+  int port;
+  redisContext *rc;
+  struct ssl_st *tls;
+  char sha[NRES__SCRIPTS][41];
+} nres__sync_link_t;
 
 typedef struct {
   int used;
@@ -50,6 +65,11 @@ typedef struct {
   nres_time_t since;            /* demand measured from here (a probe) */
   /* breaker */
   nres_time_t imposed;          /* the break we gave it (ns, to the ms) */
+  int64_t lapsed;               /* the lapsed claim last counted (its until) */
+  uint16_t slot;                /* Cluster: the slot of its hash tag */
+  char args[8][32];             /* this round's arguments, */
+  int nargs;                    /* kept for a redirected call */
+  redisReply *reply;            /* this round's answer */
   int bstate;                   /* state read for this round */
   nres_sync_stats_t st;
 } nres__sync_entry_t;
@@ -66,9 +86,19 @@ struct nres_sync_s {
   char cur_host[256];           /* the node connected to: host, or the */
   int cur_port;                 /* primary the Sentinels named */
   char master[128];             /* Sentinel: the master's name */
-  struct { char host[256]; int port; } sentinel[NRES__SYNC_SENTINELS_MAX];
+  nres__sync_addr_t sentinel[NRES__SYNC_SENTINELS_MAX];
   int nsentinels;               /* 0: no Sentinel */
   redisContext *sub;            /* subscribed to +switch-master */
+  /* Cluster (cluster.c): the seeds, a link per node, the slot map. */
+  nres__sync_addr_t seed[NRES__SYNC_SENTINELS_MAX];
+  int nseeds;                   /* 0: no Cluster */
+  nres__sync_link_t link[NRES__SYNC_LINKS_MAX];
+  int nlinks;
+  int map_ok;                   /* 0: CLUSTER SLOTS asked at the next round */
+  uint8_t slot_link[16384];     /* 0xff: no node known */
+  struct ssl_ctx_st *tls_ctx;   /* TLS: the context (tls.c), NULL: none */
+  struct ssl_st *tls;           /* the session on rc's socket */
+  char tls_name[256];
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t thread;
@@ -103,6 +133,7 @@ typedef struct {
   int64_t until_ms, now_ms;     /* Redis's clock */
   int prober, live;
   uint32_t voters, open;
+  int64_t lapsed_ms;            /* until of a claim seen lapsed, or 0 */
 } nres__breaker_reply_t;
 
 /* Each: 0 and *out filled, or NRES_ESTATE and `why` (one line: the
@@ -117,7 +148,7 @@ int nres__sync_breaker_reply(const redisReply *r, int64_t max_ms,
 /* Reply-object functions for hiredis's reader that refuse an array of
  * more than NRES__SYNC_REPLY_ELEMENTS_MAX elements (conn.c sets them on
  * every connection). */
-#define NRES__SYNC_REPLY_ELEMENTS_MAX 64
+#define NRES__SYNC_REPLY_ELEMENTS_MAX 4096   /* CLUSTER SLOTS' ranges */
 redisReplyObjectFunctions *nres__sync_reply_functions(void);
 /* "array[4]: integer, bulk string, ..." */
 void nres__sync_reply_shape(const redisReply *r, char *out, size_t cap);
@@ -129,6 +160,9 @@ void nres__sync_reply_shape(const redisReply *r, char *out, size_t cap);
  * reply: NOAUTH, WRONGPASS...), said with nres__sync_say. */
 int nres__sync_connect(nres_sync_t *s);
 void nres__sync_drop(nres_sync_t *s);
+/* "host:port,host:port,..." into out (at most `max`): how many, or -1
+ * if one is not host:port or there are more (Sentinels, Cluster seeds). */
+int nres__sync_parse_addrs(const char *list, nres__sync_addr_t *out, int max);
 /* "host:port" of the node (or the unix socket) for lines said. */
 const char *nres__sync_where(const nres_sync_t *s, char *buf, size_t cap);
 /* Say a line (to the log callback, or stderr) unless it is the last one
@@ -141,6 +175,22 @@ void nres__sync_said_ok(nres_sync_t *s);
  * a line in `why`. */
 int nres__sync_read_secret(const char *path, char *out, size_t cap,
                            char *why, size_t wcap);
+
+/* ------------------------------------------------------------- tls.c */
+
+/* The TLS context from the configuration (CA, client certificate): 0, or
+ * NRES_EINVAL / NRES_ENOMEM with a line in `why`. */
+int nres__sync_tls_init(nres_sync_t *s, char *why, size_t cap);
+void nres__sync_tls_free(nres_sync_t *s);
+/* The handshake on rc's socket, the peer verified: 0, or NRES_EAGAIN
+ * (said). */
+int nres__sync_tls_start(nres_sync_t *s);
+void nres__sync_tls_close(nres_sync_t *s);
+/* The next reply on the connection, plain or TLS: REDIS_OK or REDIS_ERR
+ * (rc->err, rc->errstr set). */
+int nres__sync_get_reply(nres_sync_t *s, redisReply **out);
+/* One command and its reply, or NULL (rc->errstr says why). */
+redisReply *nres__sync_call(nres_sync_t *s, int argc, const char **argv);
 
 /* -------------------------------------------------------- sentinel.c */
 
@@ -155,5 +205,24 @@ int nres__sync_sentinel_role(nres_sync_t *s);
 /* 1 if +switch-master for our master arrived since the last look. */
 int nres__sync_sentinel_switched(nres_sync_t *s);
 void nres__sync_sentinel_close(nres_sync_t *s);
+
+/* --------------------------------------------------------- cluster.c */
+
+uint16_t nres__sync_key_slot(const char *key);
+/* "host:port,..." seeds: 0, or NRES_EINVAL. */
+int nres__sync_cluster_parse(nres_sync_t *s, const char *seeds);
+/* Every used entry's call sent to the node serving its slot, redirections
+ * followed once; each entry's reply in e->reply: 0, or NRES_EAGAIN /
+ * NRES_ESTATE (said; the replies had are in e->reply). */
+int nres__sync_cluster_exchange(nres_sync_t *s);
+/* Every link dropped, the map asked again at the next round. */
+void nres__sync_cluster_drop(nres_sync_t *s);
+/* PING on every connected link: 0, or NRES_EAGAIN. */
+int nres__sync_cluster_ping(nres_sync_t *s);
+
+/* ------------------------------------------------------------ sync.c */
+
+/* An entry's EVALSHA (its keys, node, this round's arguments): argc. */
+int nres__sync_argv(nres_sync_t *s, nres__sync_entry_t *e, const char **argv);
 
 #endif /* NRES_SYNC_INT_H */

@@ -4,8 +4,10 @@
  *
  *   nres-syncd --fleet NAME --region FILE[=SCOPE] [--region FILE[=SCOPE]...]
  *              [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...
- *               --master NAME] [--db N] [--user NAME]
+ *               --master NAME | --cluster HOST:PORT...] [--db N] [--user NAME]
  *              [--password-file FILE | --password-env VAR]
+ *              [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]
+ *               [--tls-name NAME]]
  *              [--interval MS] [--breaker] [--quorum X] [--node NAME]
  *              [--local-share X] [--prefix P] [--status FILE] [--once]
  *
@@ -85,8 +87,11 @@ static void sleep_until(nres_time_t t) {
 #define USAGE \
   "usage: nres-syncd --fleet NAME --region FILE[=SCOPE]...\n" \
   "                  [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...\n" \
-  "                   --master NAME] [--db N] [--user NAME]\n" \
+  "                   --master NAME | --cluster HOST:PORT...] [--db N]\n" \
+  "                  [--user NAME]\n" \
   "                  [--password-file FILE | --password-env VAR]\n" \
+  "                  [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]\n" \
+  "                   [--tls-name NAME]]\n" \
   "                  [--interval MS] [--breaker] [--quorum X] [--node NAME]\n" \
   "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n" \
   "\n" \
@@ -113,12 +118,22 @@ static void sleep_until(nres_time_t t) {
   "  --sentinel HOST:PORT   a Redis Sentinel (repeat, up to 8): the primary\n" \
   "                         is asked of the Sentinels, with --master NAME\n" \
   "  --master NAME          the Sentinel master's name\n" \
+  "  --cluster HOST:PORT    a Redis Cluster node to learn the slots from\n" \
+  "                         (repeat, up to 8): each key's calls go to the\n" \
+  "                         node serving its slot, MOVED and ASK followed\n" \
   "  --db N                 SELECT this database after connecting\n" \
   "  --user NAME            the ACL user (default: AUTH with the password\n" \
   "                         alone, as requirepass wants)\n" \
   "  --password-file FILE   the password, from the file's first line\n" \
   "  --password-env VAR     the password, from this environment variable\n" \
   "                         (never on the command line: ps shows it)\n" \
+  "  --tls                  TLS to Redis (not to the Sentinels); the server's\n" \
+  "                         certificate is verified\n" \
+  "  --tls-ca FILE          the CAs to verify it with (default: the system's)\n" \
+  "  --tls-cert FILE        a client certificate (PEM), if Redis asks for one\n" \
+  "  --tls-key FILE         its key (default: in the --tls-cert file)\n" \
+  "  --tls-name NAME        the name or IP the certificate must carry\n" \
+  "                         (default: the host of --redis)\n" \
   "  --interval MS          milliseconds between rounds, 1 to 3600000\n" \
   "                         (default 100)\n" \
   "  --breaker              sync the breakers too, by quorum (--quorum)\n" \
@@ -233,9 +248,10 @@ static void write_status(nres_sync_t *sync, region_t *regions, int nregions,
         continue;
       fprintf(f, "%s{\"scope\":\"%s\",\"kind\":\"%s\",\"synced\":%u,"
               "\"hosts\":%u,\"fleet\":%.3f,\"local\":%.3f,\"demand\":%.3f,"
-              "\"prober\":%u}",
+              "\"prober\":%u,\"leases_expired\":%llu}",
               first ? "" : ",", st.scope, kinds[st.kind], st.synced, st.hosts,
-              st.fleet, st.local, st.demand, st.prober);
+              st.fleet, st.local, st.demand, st.prober,
+              (unsigned long long) st.leases_expired);
       first = 0;
     }
   }
@@ -370,7 +386,7 @@ static void look_again(nres_sync_t *sync, region_t *r) {
 int main(int argc, char **argv) {
   const char *redis = "127.0.0.1:6379", *status = NULL;
   region_t regions[MAX_REGIONS];
-  char host[256], sentinels[2048] = "";
+  char host[256], sentinels[2048] = "", seeds[2048] = "";
   nres_sync_config_t cfg;
   nres_sync_t *sync;
   struct sigaction sa;
@@ -387,6 +403,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[k], "--breaker") == 0) { breaker = 1; continue; }
     if (strcmp(argv[k], "--once") == 0) { once = 1; continue; }
+    if (strcmp(argv[k], "--tls") == 0) { cfg.tls = 1; continue; }
     if (k + 1 >= argc)
       usage();
     if (strcmp(argv[k], "--region") == 0) {
@@ -443,6 +460,16 @@ int main(int argc, char **argv) {
       cfg.sentinels = sentinels;
     }
     else if (strcmp(argv[k], "--master") == 0) cfg.master = argv[++k];
+    else if (strcmp(argv[k], "--cluster") == 0) {
+      size_t n = strlen(seeds);
+
+      snprintf(seeds + n, sizeof(seeds) - n, "%s%s", n ? "," : "", argv[++k]);
+      cfg.cluster = seeds;
+    }
+    else if (strcmp(argv[k], "--tls-ca") == 0) cfg.tls_ca_file = argv[++k];
+    else if (strcmp(argv[k], "--tls-cert") == 0) cfg.tls_cert_file = argv[++k];
+    else if (strcmp(argv[k], "--tls-key") == 0) cfg.tls_key_file = argv[++k];
+    else if (strcmp(argv[k], "--tls-name") == 0) cfg.tls_server_name = argv[++k];
     else if (strcmp(argv[k], "--db") == 0)
       cfg.db = (int) number_flag("--db", argv[++k], 0, 1000000);
     else if (strcmp(argv[k], "--quorum") == 0)
@@ -465,6 +492,12 @@ int main(int argc, char **argv) {
   if (cfg.password != NULL && cfg.password_file != NULL) {
     fprintf(stderr, "nres-syncd: --password-file and --password-env: expected "
             "one of them, got both\n");
+    return 2;
+  }
+  if (cfg.cluster != NULL && (cfg.sentinels != NULL || cfg.db != 0 ||
+                              strncmp(redis, "unix:", 5) == 0)) {
+    fprintf(stderr, "nres-syncd: --cluster: expected no --sentinel, --db or "
+            "unix socket with it (a Cluster has only database 0), got one\n");
     return 2;
   }
   if ((cfg.sentinels != NULL) != (cfg.master != NULL)) {

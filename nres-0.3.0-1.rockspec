@@ -1,4 +1,4 @@
--- nres-0.2.0-1.rockspec - the LuaRocks package of nres: `luarocks make` in
+-- nres-0.3.0-1.rockspec - the LuaRocks package of nres: `luarocks make` in
 -- a checkout builds libnres with CMake (only the library: no tests, no
 -- benchmarks, no nresrun executable) and installs the Lua modules, the
 -- library's face (require "nres", presets in nres/policies) and the
@@ -8,16 +8,16 @@
 -- The version is CMake's project version (spec/install/version.sh checks).
 rockspec_format = "3.0"
 package = "nres"
-version = "0.2.0-1"
+version = "0.3.0-1"
 source = {
   -- The release tarball made from the tree, read from /tmp so that
   -- `luarocks pack` and `luarocks build` work offline on any machine:
-  --   git archive --prefix=nres-0.2.0/ -o /tmp/nres-0.2.0.tar.gz HEAD
-  --   luarocks pack nres-0.2.0-1.rockspec     # nres-0.2.0-1.src.rock
+  --   git archive --prefix=nres-0.3.0/ -o /tmp/nres-0.3.0.tar.gz HEAD
+  --   luarocks pack nres-0.3.0-1.rockspec     # nres-0.3.0-1.src.rock
   -- Once the tarball is published, its https URL replaces this one.
   -- `luarocks make` in a checkout builds the checkout and ignores it.
-  url = "file:///tmp/nres-0.2.0.tar.gz",
-  dir = "nres-0.2.0",
+  url = "file:///tmp/nres-0.3.0.tar.gz",
+  dir = "nres-0.3.0",
 }
 description = {
   summary = "Resilience policies for LuaJIT and OpenResty on a C11 runtime",

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres-0.3.0-1.rockspec - the LuaRocks package of nres: `luarocks make` in
 -- a checkout builds libnres with CMake (only the library: no tests, no
 -- benchmarks, no nresrun executable) and installs the Lua modules, the

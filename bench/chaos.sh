@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/chaos.sh - the chaos soak: a gateway in front of three peers under
 # wrk while a seeded script breaks things, then a check that nothing stayed
 # broken. Usage:

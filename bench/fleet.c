@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fleet.c - bench_fleet: what sharing a retry budget and a rate limit
  * across a fleet costs and how accurate it is (bench/README.md, "Fleet").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fleet_scale.c - bench_fleet_scale: what a fleet of N hosts costs one
  * redis-server, and whether the fleet rate still holds (issue 29, "a
  * thousand hosts"; bench/README.md is another engineer's: the figures go to

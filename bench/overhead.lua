@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/overhead.lua - the five executor benchmarks of the second
 -- reference (../shared/reference/001_*.txt): handing work to background
 -- threads, chains, logging, parallel fan-out, file manipulation.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/overload-nresrun.lua - scenario 1 of bench/overload.lua (hedging
 -- against a heavy tail) in real time: nresrun cells on an in-process
 -- modelled dependency (lognormal latency, median 20 ms, sigma 1), open loop

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/overload.lua - overload control on the simulator's virtual clock:
 -- hedging against a heavy tail, gradient vs AIMD vs no concurrency limit
 -- through a capacity drop, and criticality-ordered shedding. Deterministic

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/saturation.lua - offered load above capacity: what nres sheds, why,
 -- and what the work it admits still gets.
 --

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/sim-outage.lua - policies against a dependency that goes down,
 -- browns out and saturates, on a virtual clock: five simulated minutes in
 -- about a second of real time, the same run for the same seed.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/stress.lua - the stress matrix, modelled on the reference suite
 -- (../shared/reference/000_*.txt): what a process sustains under load, and
 -- what the dependency feels from the other side.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/tail-at-scale.lua - the hedging example of Dean and Barroso's "The
 -- Tail at Scale" (2013) as a leaf dependency: a read of 1,000 keys waits
 -- for the slowest of 1,000 leaf calls, so its 99.9th percentile is a leaf

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/tournament.lua - every preset against ten standard scenarios over
 -- several seeds, on the simulator's virtual clock: does a policy ever cost
 -- availability against calling the dependency once (none) or three times

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # manpage.awk - a manual page (roff, man macros) from a program's --help
 # text, so the page and --help cannot drift: the help text is the one
 # source. cmake/manpage.cmake runs the built program and this script at

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # packaging.cmake - what `cmake --install` puts where, split into four
 # install components, and the Debian packages CPack makes of them
 # (`cpack -G DEB` in a build tree). Included at the end of CMakeLists.txt.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres: resilience policies for Lua, on the nres C runtime (LuaJIT FFI).
 --
 --   local nres = require "nres"

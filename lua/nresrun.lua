@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun: the harness's face - scenarios, modelled dependencies and
 -- simulations that `nresrun FILE.lua` runs to choose and prove policies.
 --

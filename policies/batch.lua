@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- batch: for background jobs that can wait. More attempts, long backoff,
 -- generous time bounds; the budget still caps retry load on a failing
 -- dependency, and the breaker stops the batch from hammering one that is

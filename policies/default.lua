@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- default: for calls to a dependency you do not own. Three attempts with
 -- exponential backoff and full jitter, a 30 s deadline over everything, a
 -- 10 s attempt timeout tightened to 5 x the measured p99, a retry budget

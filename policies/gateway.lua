@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- gateway: for a proxy in front of upstreams, where the client is waiting.
 -- The default's breaker and ceiling (an upstream that is down is skipped
 -- within ~50 ms and probed every ~0.55 s; a busy one is left alone) with

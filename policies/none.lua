@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- none: everything off. One attempt, no time bounds, no budget, no breaker,
 -- no telemetry: a passthrough that costs next to nothing.
 return {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_call.c - per-call cost of the executor against a raw call.
  *
  * Each arm runs the same tiny attempt function through a different path:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_http.c - what the HTTP client handler costs against a raw
  * hand-written keep-alive loop on the same dependency server.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_pool.c - the work pool against the five benchmarks of the second
  * reference document (Agents.Net's benchmark page, summarised in
  * ../shared/REFERENCE.md), each with its baseline measured in the same run.

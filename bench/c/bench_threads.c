@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_threads.c - what sharing one policy costs when threads fight over it.
  *
  * N pthreads call through ONE nres_policy_t (the way a multi-threaded C

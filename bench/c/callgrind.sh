@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/c/callgrind.sh - instructions per call for each arm of bench_call,
 # counted by valgrind --tool=callgrind: deterministic, unlike nanoseconds.
 # Each arm runs twice (N and 2N calls); the difference divided by N is the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/gateway/callgrind.sh - user-space instructions per request of a
 # gateway (issue 12), counted by valgrind's callgrind: unlike req/s on a
 # shared 2-core machine, nearly the same from run to run (spread about

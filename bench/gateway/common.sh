@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # bench/gateway/common.sh - what the gateway benchmarks (run.sh,
 # callgrind.sh, syscalls.sh) share: $repo and spec/nginx/lib.sh, the tools
 # and the library they need, their scratch directories, and the counting

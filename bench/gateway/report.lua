@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/gateway/report.lua TSV D REPS BLIP_D ELAPSED HREPS [healthy]: the
 -- Markdown report of bench/gateway/run.sh from its raw lines (kept beside
 -- it as .tsv); with "healthy" (run.sh --healthy) only the healthy

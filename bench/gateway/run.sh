@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/gateway/run.sh - gateways against failing upstreams and pools
 # (issues 7 and 12).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/gateway/syscalls.sh - a gateway worker's system calls per request
 # (issue 12): the kernel side of the gateway's cost, which callgrind.sh
 # does not count. Counts, not times: nearly the same from run to run.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/gateway/with-lua.sh - turns a rendered plain proxy_pass config
 # (bench/gateway/nginx.conf.in) into the "plain with Lua" control arm:
 # the module arm's lua-nginx-module lines added, no nres directive, so a

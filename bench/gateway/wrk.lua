@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/gateway/wrk.lua: wrk script counting 2xx and the rest per thread,
 -- and, when RECOVERY_AT (epoch seconds) is set, the first 2xx received at
 -- or after it and the first and last failure received (the outage as the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/lua/callgrind.sh - instructions per p:run for each arm of
 # bench/lua/run_cost.lua, counted by valgrind --tool=callgrind: deterministic,
 # unlike nanoseconds on this shared machine. Each arm runs twice (N and 2N

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/lua/clock_floor.sh - what p:run's two clock reads cost: the default
 # policy's success path timed with this build's libnres and with a copy of
 # it whose clock counts instead of reading the TSC (no rdtsc; time moves

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- bench/lua/run_cost.lua - what p:run costs over calling fn directly.
 --
 --   LUA_PATH="lua/?.lua;;" NRES_LIB=build/libnres.so luajit bench/lua/run_cost.lua

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: MIT
 // bench/peers/cockatiel.js - the peer driver of nresrun: one cell of a
 // scenario run by cockatiel (npm; the JavaScript port of Polly, the peer of
 // the reference suite) instead of nres, printing the same JSON line.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.cdef: the ffi.cdef of nres.h (shm.h's: nres.cdef.shm), and the library.
 --
 -- The declarations mirror runtime/include/nres.h (atomics declared as their

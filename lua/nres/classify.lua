@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.classify: turn what an attempt returned into a verdict.
 --
 -- compile(spec) returns one function (ok, r1, r2) -> kind, flags,

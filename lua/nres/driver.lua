@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.driver: where a Lua driver gets the time and how it waits.
 --
 -- A driver is a table { name, now = function() -> ns, sleep = function(ns) }.

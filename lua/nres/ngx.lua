@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx: nres inside nginx (lua-nginx-module) - the gateway driver.
 --
 -- In init_by_lua (the master, before the workers fork):

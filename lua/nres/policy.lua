@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.policy: declare a policy as a table, validate it, build it in C.
 --
 -- new(spec) resolves presets (policies/*.lua; `base` extends one, section

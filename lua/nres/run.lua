@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.run: the Lua driver loop - run a function under a policy.
 --
 -- The same pull loop as the C drivers: the C state machine answers each

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.schema: what a policy table may say, and every way it can be wrong.
 --
 -- check(t) walks a policy table against the schema below and returns the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.shm: keyed policy state in shared memory (runtime/include/nres/shm.h).
 --
 --   local shm = require "nres.shm"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.sync: fleet sync through Redis from Lua (runtime/include/nres/sync.h).
 --
 --   local sync = require "nres.sync"

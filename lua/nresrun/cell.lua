@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.cell: run one cell of a scenario in this process and measure it.
 --
 -- A cell is one arm against one dependency under one load, for a warm-up

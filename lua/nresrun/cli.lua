@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.cli: the command line of nresrun.
 --
 --   nresrun SCENARIO.lua [options]    run the scenario's matrix, write reports

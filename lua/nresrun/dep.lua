@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.dep: the dependencies a scenario calls, modelled in process.
 --
 --   nresrun.dep.flaky{ fail_every = 2 }            one shared counter

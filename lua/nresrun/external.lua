@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.external: a benchmark whose work is a C program, declared in Lua.
 --
 --   return nresrun.external{

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.hist: latency histograms on the runtime's log-linear buckets.
 --
 -- nresrun's cells and the simulator count latencies in the same buckets as

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.host: the services of the nresrun executable, through the FFI.
 --
 -- Only available inside nresrun (its functions are exported by the

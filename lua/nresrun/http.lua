@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.http: HTTP requests from nresrun's worker coroutines, on the C client.
 --
 --   local res, err = nresrun.http.request{ url = "http://127.0.0.1:8080/echo",

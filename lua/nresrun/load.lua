@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.load: the load kinds of a scenario, one module each.
 --
 -- A load kind is a module in nresrun/load/ (workers, open_rate, threads)

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.pool: blocking work on the work pool, awaited from nresrun's worker
 -- coroutines.
 --

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.report: nresrun's reports, JSON (every repetition) and Markdown.
 --
 -- The JSON keeps machine facts, versions, the seed, the settings and every

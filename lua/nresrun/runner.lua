@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.runner: run a scenario's matrix, one fresh process per cell.
 --
 -- The runs (cell × repetition) go in a fixed-seed shuffled order, so drift

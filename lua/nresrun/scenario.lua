@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.scenario: the scenario DSL of nresrun, its checks, and its matrix.
 --
 --   return nresrun.scenario{

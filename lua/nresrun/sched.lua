@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.sched: a coroutine scheduler for nresrun's cells, and its driver.
 --
 -- Workers are coroutines on one thread. A worker that waits (a policy's

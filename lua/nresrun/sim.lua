@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.sim: the simulation DSL of nresrun, checked at the file's line.
 --
 --   return nresrun.simulation{

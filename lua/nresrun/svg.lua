@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.svg: a small SVG line-chart writer, no dependencies.
 --
 --   local svg = require "nresrun.svg"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres.h - the public interface of libnres, the nres resilience runtime.
  *
  * nres decides, for every call a program makes to a dependency, whether to

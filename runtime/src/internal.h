@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* internal.h - helpers shared by the runtime's files, never installed.
  *
  * The allocator every allocation goes through, relaxed atomic shorthands and

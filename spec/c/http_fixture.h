@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* http_fixture.h - the dependency server on a thread of the test process,
  * and a blocking raw-socket HTTP helper, for test_depserver and test_http.
  *

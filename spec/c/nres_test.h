@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres_test.h - what every cmocka test of the runtime includes.
  *
  * cmocka's required headers in the required order, a counting allocator to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm_ops.h - a byte string as a script of shm table operations, checked.
  *
  * nres_test_shm_ops(data, size) reads the bytes as a table configuration

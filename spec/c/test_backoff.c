@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_backoff.c - the delay before each retry (core/backoff.c).
  *
  * Checks the defaults and validation, the exact nominal curves of every

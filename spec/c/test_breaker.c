@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_breaker.c - the circuit breaker (core/breaker.c) on a virtual clock.
  *
  * Walks the state machine one transition at a time: when CLOSED trips (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_budget.c - the retry budget (core/budget.c) on a virtual clock.
  *
  * Checks the token arithmetic one rule at a time (starts full, deposits of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_bulkhead.c - the concurrency limiter, its wait queue and its AIMD
  * limit.
  *

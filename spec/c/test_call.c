@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_call.c - the flat executor's state machine, on a virtual clock.
  *
  * Each test drives nres_call_begin/report/resume/cancel by hand, as a

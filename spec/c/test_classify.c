@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_classify.c - outcomes to verdicts (core/classify.c).
  *
  * Checks the default errno and HTTP tables code by code, the Retry-After

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_counters.c - a policy's counters stay exact when threads share it.
  *
  * The success counters live in per-thread shards (nres_policy_t.n_ok) so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_depserver.c - the dependency server: every endpoint and counter,
  * keep-alive and pipelining, the connection cap, a list of malformed and
  * hostile requests it must survive while it keeps serving, slowloris and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_durations.c - every configurable duration at its edges.
  *
  * Durations past 2^64 ns used to wrap (18446744074 s read as 0.29 s) and

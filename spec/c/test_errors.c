@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_errors.c - error codes, stop reasons, versions, sizes, time and PRNG.
  *
  * The small shared pieces every other module leans on: the X-macro error

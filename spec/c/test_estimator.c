@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_estimator.c - the log-linear histogram and the rotating-window
  * latency estimator.
  *

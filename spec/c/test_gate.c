@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_gate.c - fan-out/join: all, the first K, a timeout, a cancel.
  *
  * Each job's outcome is checked (OK, ERROR, TIMEOUT, CANCELED), that jobs

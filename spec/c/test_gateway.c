@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_gateway.c - the balancer's decisions (runtime/src/gateway): the
  * registry, admission (inbound deadline, the upstream's breaker), peer
  * choice (never the peer that just failed, ejection, panic), retries

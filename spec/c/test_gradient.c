@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_gradient.c - the gradient concurrency limit (bulkhead adaptive = 2)
  * on a virtual clock, against a modelled dependency.
  *

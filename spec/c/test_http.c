@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_http.c - the HTTP client handler against the dependency server (on a
  * thread of this process): verdicts end to end for every status family,
  * Retry-After, per-attempt timeouts against /slow, a reset mid-response,

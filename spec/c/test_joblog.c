@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_joblog.c - the execution log: JSON lines that add up.
  *
  * A pool with the log on runs plain jobs, chains (parent ids) and gates

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_policy.c - presets, build-time validation and counters of a policy.
  *
  * The presets must carry the documented defaults, nres_policy_build must

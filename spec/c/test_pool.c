@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_pool.c - the work pool: every job runs exactly once, where it should.
  *
  * Completion guarantees (every submitted job's fn and done_cb run once),

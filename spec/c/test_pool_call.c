@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_pool_call.c - a policy wrapping a pool job.
  *
  * Attempts run on workers and the executor's state machine decides: a

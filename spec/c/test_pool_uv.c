@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_pool_uv.c - pool jobs completing on a libuv loop.
  *
  * Jobs submitted through the bridge run on workers and call back on the

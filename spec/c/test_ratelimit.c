@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_ratelimit.c - the GCRA rate limiter on a virtual clock.
  *
  * Checks that a burst admits exactly `burst` callers at once, that a refusal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_retry_after.c - Retry-After parsing: delay-seconds and the three
  * HTTP-date forms, blanks, past dates, huge values that must saturate
  * rather than wrap, and a list of garbage that must be refused without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_run.c - the sync driver, and the executor's zero-allocation promise.
  *
  * nres_run runs real attempts and real (short) sleeps; timing is only ever

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_shadow.c - a candidate policy in the shadow of a live one
  * (nres_policy_shadow), on a virtual clock.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_shm.c - keyed policy state in shared memory (core/shm.c).
  *
  * Single-threaded first, on a virtual clock: sizes and argument checks,

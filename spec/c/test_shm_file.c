@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_shm_file.c - region files (runtime/src/core/shm_file.c): the checks
  * a file or directory passes before a table is mapped from it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_step.c - the binding steps of a synchronous driver
  * (nres_step_sync_begin, _report, _resume) against the general ones.
  *

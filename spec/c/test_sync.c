@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_sync.c - fleet sync through a real Redis (nres/sync.h).
  *
  * Each test starts its own redis-server on 127.0.0.1 (a free port, its own

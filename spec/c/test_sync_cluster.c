@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_sync_cluster.c - the fleet agent on a real Redis Cluster (issue
  * 29): six redis-servers on free loopback ports (three primaries, three
  * replicas, cluster-node-timeout 1 s) joined with redis-cli --cluster

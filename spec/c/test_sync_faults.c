@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_sync_faults.c - the fleet agent against a server that lies
  * (issue 28, defects 4, 5 and 8).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_sync_sentinel.c - the fleet agent behind Redis Sentinel (issue 29):
  * two real redis-servers (a primary and its replica) and three real
  * Sentinels on loopback ports of their own, one agent on its own thread

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_throttle.c - the client-side throttle (core/throttle.c) on a
  * virtual clock, alone and inside the executor.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_uv.c - the libuv driver: asynchronous attempts, timers, late
  * completions, hedges, cancellation, a clean close, and no allocation.
  *

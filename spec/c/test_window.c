@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_window.c - the sliding window of outcome counts (core/window.c).
  *
  * On a virtual clock: samples are counted into the right totals, leave the

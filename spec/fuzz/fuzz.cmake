@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # fuzz.cmake - the libFuzzer targets (spec/fuzz/fuzz_*.c), included from
 # CMakeLists.txt with -DNRES_FUZZ=ON after the components' fragments:
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_depserver.c - libFuzzer target for the dependency server's request
  * parser and handlers, without sockets (nres_depserver_parse_for_test).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_depserver_wire.c - libFuzzer target for the dependency server
  * (runtime/src/depserver) over a real socket: its request handling as in
  * fuzz_depserver.c, plus its reads, writes and closes, and what it sends.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_http_response.c - libFuzzer target for the HTTP client's response
  * parser (nres__http_parse in runtime/src/exec/http.c), without sockets:
  * status line, headers, bodies by length, chunked or by close, interim 1xx

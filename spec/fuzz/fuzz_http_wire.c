@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_http_wire.c - libFuzzer target for the HTTP client as a whole
  * request meets a server's answer (runtime/src/exec/http.c, http_pool.c):
  * the parsing of fuzz_http_response.c, plus reads cut anywhere, the close

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_input.h - a fuzzer's byte string read as typed values, for the
  * targets that build a structured input (a policy, a script of calls)
  * rather than parse the bytes as text.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_policy.c - libFuzzer target for nres_policy_build and the flat
  * executor it configures (nres_call_begin/report/resume/cancel).
  *

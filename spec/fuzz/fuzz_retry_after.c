@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_retry_after.c - libFuzzer target for nres_http_retry_after, the
  * Retry-After parser (delay-seconds and the three HTTP-date forms).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_shm.c - libFuzzer target for the shared-memory table (nres/shm.h).
  *
  * The bytes are a script of table operations (lookups with every kind of

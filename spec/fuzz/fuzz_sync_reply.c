@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_sync_reply.c - libFuzzer target for the fleet agent's reply checks
  * (runtime/src/sync/reply.c): what a Redis, a proxy or a foreign key under
  * the agent's name may answer to a round's script.

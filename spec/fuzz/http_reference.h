@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* http_reference.h - a reading of HTTP/1.1 bytes by http-parser alone,
  * for the fuzz targets to hold the client and the dependency server to.
  *

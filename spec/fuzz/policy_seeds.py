@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 # policy_seeds.py - writes the seed corpus of fuzz_policy
 # (spec/fuzz/corpus/fuzz_policy/): policies and call scripts in the byte
 # layout fuzz_policy.c reads, one file per scenario worth starting from.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* consumer.c - a program built against an installed libnres (headers and
  * nres.pc from `cmake --install` or the Debian packages), the way a C user
  * builds one: cc consumer.c $(pkg-config --cflags --libs nres).

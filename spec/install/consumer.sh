@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # consumer.sh BUILD_DIR VERSION - install a build into a temporary prefix
 # and build spec/install/consumer.c against it the way C users do, through
 # pkg-config, with gcc and with clang: linked with libnres.so, with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # deb.sh BUILD_DIR VERSION SOVERSION - the Debian packages of a build
 # (cpack -G DEB into a temporary directory), unpacked with dpkg-deb -x into
 # a temporary root, never installed: their names, versions and

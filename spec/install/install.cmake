@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # install.cmake - the install tests (label install), included by
 # CMakeLists.txt with NRES_TESTS: the installed library used from C
 # (gcc and clang, shared and static, through pkg-config), the LuaRocks

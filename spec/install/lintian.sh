@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # lintian.sh DEB_DIR PACKAGING_CMAKE - lintian on every .deb of DEB_DIR:
 # no error, and no warning but those that PACKAGING_CMAKE justifies, each
 # on a comment line "lintian-allow: PACKAGE TAG" where the package is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # man.sh BUILD_DIR - the manual pages: `cmake --install` into a temporary
 # prefix puts nresrun(1), nres-depserver(1) and nres-syncd(8) (those the
 # build has) under share/man; each page is what cmake/manpage.awk makes of

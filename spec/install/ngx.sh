@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # ngx.sh BUILD_DIR MODULEDIR - the installed nginx module: `cmake --install`
 # into a temporary prefix puts ngx_http_nres_module.so in MODULEDIR (under
 # the prefix), its rpath names the installed libnres ($ORIGIN-relative: it

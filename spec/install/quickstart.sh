@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # quickstart.sh BUILD_DIR - README.md's C quick start, run as a reader
 # runs it: the install line of "From source" (cmake --install build
 # --prefix "$HOME/nres"), then the two lines of "Quick start: C" (the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # rock.sh VERSION - `luarocks make` of the top-level rockspec into a
 # temporary tree, from a copy of the sources (the checkout is not written
 # to), then a fresh LuaJIT with only that tree's paths (`luarocks path`)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* sync_consumer.c - a program built against an installed libnres_sync
  * through libnres_sync.pc, as a C user builds one:
  * cc sync_consumer.c $(pkg-config --cflags --libs libnres_sync).

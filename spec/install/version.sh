@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # version.sh BUILD_DIR VERSION - the one version (CMake's project version,
 # VERSION here) is what every face reports: the generated nres/version.h,
 # nres_version_string() through the Lua face (nres._VERSION, nres.version),

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- cdef_spec: every nres_* function declared in an ffi.cdef of the Lua
 -- binding (lua/), the benchmarks (bench/) and the specs (spec/) against
 -- its prototype in runtime/include (nres.h, nres/*.h): the same return

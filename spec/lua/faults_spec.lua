@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- faults_spec.lua - user callbacks that throw or return junk, and calls
 -- that are abandoned, never leave anything held: every permit, half-open
 -- probe and budget token comes back, p:run answers nil, reason, info (or

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- garbage_spec.lua - bytes of Lua garbage per p:run, counted, on every path:
 -- success, failure (info reused per coroutine), every stop reason compiled
 -- and interpreted, admit refusals, fallback, and hedged calls on nresrun's

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- gateway_spec.lua - nres.shm and the shared-state side of nres.ngx,
 -- outside nginx (on a virtual clock; nginx itself is spec/nginx/run.sh):
 -- argument checking, one slot and one worker-local policy per key pointed

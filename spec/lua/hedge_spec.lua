@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- hedge_spec.lua - overload control in p:run, on virtual clocks. Hedging on
 -- nresrun's scheduler: the first good answer wins and the losers never run
 -- again, hedges spend the retry budget and stop when it is empty, hedging

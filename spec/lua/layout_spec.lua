@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- layout_spec.lua - the library and the harness are two namespaces:
 -- `require "nres"` loads the library only (nothing of nresrun), the
 -- harness is `require "nresrun"`, and the harness's old names under nres

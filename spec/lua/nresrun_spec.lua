@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun_spec.lua - the nresrun command: scenario errors with file:line,
 -- the matrix and its seeded shuffle, crashing and hanging cells, the
 -- accounting identity, the JSON report's schema, and a tiny end-to-end run.

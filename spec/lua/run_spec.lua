@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- run_spec.lua - p:run on a virtual clock: every stop reason, classifiers,
 -- thrown errors, fallback, admit, presets and overrides, a named budget
 -- shared by two policies, determinism under a seed, and fn's results

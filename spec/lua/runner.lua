@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- spec/lua/runner.lua - a small spec runner for the Lua face.
 --
 --   luajit spec/lua/runner.lua spec/lua/*_spec.lua

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- shadow_spec.lua - p:shadow(candidate) on a virtual clock: the candidate
 -- counts what it would have done (p:stats().shadow) and refuses exactly
 -- the calls a live copy of it refuses on the same fixed-seed outcomes;

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- sim_spec.lua - the virtual-clock simulator (nresrun.sim, nresrun.sim.dep,
 -- nresrun.sim.run, nresrun.sim.report, nresrun.svg): the capacity model on its own,
 -- determinism under a seed, the breaker opening in an outage and closing

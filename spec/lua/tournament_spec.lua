@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- tournament_spec.lua - the presets' availability targets (issue 16) as
 -- assertions: bench/tournament.lua's ten scenarios on seeds 1-3, and
 -- seed 5 in the three capacity scenarios (the benchmark runs ten), every target of nresrun.sim.tournament.targets for

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- tune_spec.lua - nresrun tune: its trace readers refuse or count bad
 -- input, and on the ground truth the tuned policy is at least as good as
 -- the best preset on the stated objective. For two tournament scenarios

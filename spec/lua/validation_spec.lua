@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- validation_spec.lua - every bad policy is refused with a message naming
 -- the field, what was expected and what was given, all problems at once,
 -- raised at the caller's line (error level 2).

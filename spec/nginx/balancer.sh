@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/balancer.sh LIBNRES - balancer mode in a real nginx (issue 12).
 #
 # Three peers (one test upstream nginx listening on three ports, each port

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/cbalancer.sh LIBNRES MODULE - balancer mode through the nginx
 # module (ngx_http_nres_module.so: nres_balancer, nres_admit,
 # $nres_deadline_ms; no Lua phase per request), what spec/nginx/balancer.sh

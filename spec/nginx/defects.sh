@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/defects.sh LIBNRES [MODULE] - issue 28's gateway defects, each
 # checked in both balancer modes: the Lua balancer (balancer.conf.in) and,
 # when MODULE is given, the nginx module (cbalancer.conf.in); about 15 s a

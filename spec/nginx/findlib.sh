@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/findlib.sh BUILD_DIR - finding libnres (issue 26): each nginx
 # block of docs/gateway-regions.md and docs/gateway.md marked
 # `<!-- readme-test: nginx -->`

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/fleet.sh LIBNRES NRES_SYNCD - two nginx gateways, one breaker
 # view, through Redis (issue 13, in a real nginx).
 #

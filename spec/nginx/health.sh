@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/health.sh LIBNRES [MODULE] - active health checks (issue 25)
 # in a real nginx, with the Lua balancer (spec/nginx/balancer.conf.in) and,
 # when MODULE (ngx_http_nres_module.so) is given, the nginx module

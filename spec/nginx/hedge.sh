@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/hedge.sh LIBNRES [N] - hedging in the gateway's cosocket mode,
 # in a real nginx in front of nres-depserver (issue 15).
 #

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- json.lua EXPR: read JSON on stdin and print the value of the Lua
 -- expression EXPR, in which `j` is the decoded document and
 -- `key(scope, name)` the entry of key `name` in j.scopes[scope].keys.

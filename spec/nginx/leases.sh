@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/leases.sh LIBNRES [MODULE] - a probe permit whose holder
 # never reports is given back by its lease (issue 28, docs/leases.md), in
 # about 40 s. One peer (the test upstream), the upstream's breaker

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # spec/nginx/lib.sh - shared by spec/nginx/run.sh and bench/gateway/run.sh:
 # render an nginx.conf template, start nginx under its own prefix, stop it
 # by pid. Source it; nothing here starts anything by itself.

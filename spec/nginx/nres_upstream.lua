@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres_upstream: the upstream the gateway tests and benchmarks run against,
 -- served by a second nginx with Lua (spec/nginx/upstream.conf.in).
 --

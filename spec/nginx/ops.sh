@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/ops.sh LIBNRES - the gateway as an operator runs it (issue
 # 26), the Lua balancer in a real nginx (spec/nginx/ops.conf.in, 2 workers,
 # two peers), in about 15 s:

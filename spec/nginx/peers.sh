@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # peers.sh - the pool checks balancer.sh (the Lua balancer) and cbalancer.sh
 # (the nginx module) share: a client of the three-peer test upstream
 # (spec/nginx/nres_upstream.lua: its /admin modes and counts) and of the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/regions.sh LIBNRES [MODULE] - region files trust nothing
 # (issue 28), in a real nginx, in Lua balancer mode and (with MODULE, the
 # ngx_http_nres_module.so) in module mode:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/run.sh LIBNRES - the gateway in a real nginx (issue 7).
 #
 # Starts a test upstream (a second nginx with Lua, spec/nginx/nres_upstream.lua)

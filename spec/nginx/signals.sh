@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/signals.sh LIBNRES [MODULE] - nginx's own operator commands
 # with nres loaded (issue 26), in both balancer modes: the Lua balancer
 # (spec/nginx/balancer.conf.in) and, when MODULE is given, the nginx module

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/nginx/weights.sh LIBNRES [MODULE] - peer weights and a backup peer
 # in a real nginx (issue 25; docs/gateway-peers.md), about 10 s; with
 # MODULE (ngx_http_nres_module.so) through the module's nres_balancer

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- spec/readme/links.lua REPO - the link check of the project's pages:
 -- README.md, every page under docs/ and bench/README.md. Every relative
 -- link must name a file or folder inside the repository, and every #anchor

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/readme/run.sh BUILD_DIR - run the code blocks of README.md and of
 # every page under docs/ that a user would copy, extracted from the pages
 # themselves (not copied into a test), so a change to either side breaks

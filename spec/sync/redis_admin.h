@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* redis_admin.h - what the Sentinel and Cluster tests ask of their
  * redis-servers from the outside: one command on a fresh connection (a
  * second's timeout), a node's EVALSHA count (INFO commandstats: did the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* redis_server.h - a redis-server of a test's or benchmark's own: started on
  * 127.0.0.1 at a free port with its own directory and no persistence,
  * killed with the process that started it (PR_SET_PDEATHSIG), stopped,

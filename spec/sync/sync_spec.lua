@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- sync_spec.lua - nres.sync, the Lua face of fleet sync (runtime/include/
 -- nres/sync.h), against a redis-server of its own (127.0.0.1, a free port
 -- below the kernel's ephemeral range, or $NRES_SYNC_PORT; a temporary

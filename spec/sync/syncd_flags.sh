@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # syncd_flags.sh NRES_SYNCD - nres-syncd's flags as a hostile operator
 # types them: every bad value exits 2 with a line naming the flag before
 # anything is mapped or connected; --help exits 0.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* syncd_test.h - what the nres-syncd tests share: where the binary is, and
  * a gateway's region file made with the shm API (one table with a budget,
  * a rate limiter of `rate`/s, burst 5, and a breaker per slot, one key in

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.cdef.gateway: the ffi.cdef of runtime/include/nres/gateway.h (the
 -- gateway's balancer-mode decisions), once for every module that calls
 -- them (nres.ngx.balancer, nres.ngx.limiter, nres.ngx.cosocket). Pointers

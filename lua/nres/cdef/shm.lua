@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.cdef.shm: the ffi.cdef of runtime/include/nres/shm.h (the shared
 -- tables of the nginx gateway: nres.shm, nres.ngx), one module per public
 -- header. nres.cdef loads it with nres.h's declarations (the struct sizes

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.balancer: balancer mode - nginx's own proxy moves the bytes
 -- (proxy_pass to an upstream block with balancer_by_lua), nres decides.
 --

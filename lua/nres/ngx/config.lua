@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.config: the gateway's declarations made in init_by_lua - scopes
 -- (a policy per key in a shared table), limiters (a rate per key) and
 -- upstreams - kept in this module's registries for the request phases.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.control: the operator's hand on the shared tables, without a
 -- reload. Each change is in a table's shared memory (a control block,
 -- nres_gw_control_t, in its region file, or the breaker itself), so every

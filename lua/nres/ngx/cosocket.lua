@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.cosocket: the cosocket proxy path - nres's own call loop
 -- (nres_step_*) driving each attempt as a cosocket HTTP/1.1 request (or a
 -- subrequest to an internal location), with waits as ngx.sleep; request()

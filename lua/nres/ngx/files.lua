@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.files: where the gateway's shared tables live, so protection
 -- survives a reload.
 --

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.health: active health checks of a balancer upstream's peers.
 --
 --   gw.upstream("backend", { scope = "upstreams", peers = { ... },

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.keytext: a shared table's key (any bytes: a limiter keyed by
 -- $binary_remote_addr holds 4- or 16-byte addresses) as text that is
 -- valid UTF-8, for the JSON status, Prometheus label values and the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.limiter: admissions from a shared per-key rate limiter (e.g.
 -- one per client address) and the access-phase helper answering 429.
 local ffi = require "ffi"

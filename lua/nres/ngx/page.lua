@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.page: the status as one self-contained HTML page (no external
 -- asset, no script: it reloads itself every `refresh` s), for
 -- /nres/status?format=html or an Accept: text/html request. It shows each

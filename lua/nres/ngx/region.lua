@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.region: a worker's policy for a key of a scope - a copy of the
 -- scope's template pointed at the key's slot in the shared table, remade
 -- when the slot changes key.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.request: the lua-nginx-module C functions balancer mode calls
 -- on every request, bound for direct FFI calls (the ones resty.core's
 -- wrappers call, with resty.core's own cdefs: this module only binds them,

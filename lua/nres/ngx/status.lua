@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.status: what the shared tables hold, as a Lua table (snapshot),
 -- JSON or Prometheus text (the /nres/status content handler).
 local ffi = require "ffi"

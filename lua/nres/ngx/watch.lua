@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nres.ngx.watch: every state change of a breaker (a scope's key's) or a
 -- peer (its ejection breaker) as one error.log line - [warn] when it opens
 -- or is ejected, with why and the counts; [notice] when it closes, is

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.load.open_rate: the open loop - arrivals at a fixed rate.
 --
 --   load = { open_rate = { 20000, 100000 } }      -- operations per second

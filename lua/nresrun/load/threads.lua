@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.load.threads: a closed loop on OS threads of the cell's process.
 --
 --   load = { threads = { 1, 2, 4, 8 }, workers = 1 }   -- workers per thread: one value

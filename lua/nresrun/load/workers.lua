@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.load.workers: the closed loop - N worker coroutines on the cell's
 -- thread, each calling back to back until the window ends.
 --

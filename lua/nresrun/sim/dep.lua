@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.sim.dep: the dependency a simulation calls, modelled on a virtual clock.
 --
 --   dependency = {

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.sim.report: a simulation's reports - Markdown, JSON and an SVG plot.
 --
 -- The JSON holds the settings and, per policy, every per-second series,

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.sim.run: one policy against one modelled dependency on a virtual clock.
 --
 -- The policy, the dependency (nresrun.sim.dep), an open-loop pacer and a

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.sim.tournament: every policy against several scenarios over
 -- several seeds, on the simulator's virtual clock, with the measures that
 -- say whether a policy ever costs availability and the targets the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.sim.verdict: a simulation's ranking and one sentence per policy.
 --
 -- Built only from the run's own figures (nresrun.sim.report.analyse must

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.tune.fit: a dependency model, as nresrun.sim.dep takes it, fitted
 -- to a trace (nresrun.tune.trace) over time windows.
 --

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.tune.main: `nresrun tune TRACE [options]`, from a recorded trace
 -- to a policy file.
 --

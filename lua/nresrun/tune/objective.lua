@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.tune.objective: what a user asks of a policy, and the score of
 -- one simulated run against it.
 --

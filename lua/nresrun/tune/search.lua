@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.tune.search: the presets and a search over the main knobs, each
 -- replayed on the simulator against a fitted model (nresrun.tune.fit) with
 -- the trace's own arrivals, scored by an objective (nresrun.tune.objective).

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.tune.trace: read a recorded trace of calls to one dependency.
 --
 -- Two formats, told apart by the first line that is not blank or a

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- nresrun.tune.write: what `nresrun tune` leaves in its output folder:
 -- policy.lua (the chosen policy, one comment per field naming the evidence
 -- that chose it), report.md (the verdict first), model.json (the fitted

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres/errno.h - the one list of nres error codes.
  *
  * Every code nres returns comes from NRES_ERRNO_MAP. The enum in nres.h and

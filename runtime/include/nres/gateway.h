@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres/gateway.h - the gateway's balancer-mode decisions, in C once.
  *
  * nginx's proxy moves the bytes; these functions decide: admit a request

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres/http.h - the HTTP client handler: HTTP/1.1 requests on libuv, each
  * one a call of the flat executor.
  *

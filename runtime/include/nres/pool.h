@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres/pool.h - the work pool: blocking work on background threads.
  *
  * A pool of T threads runs jobs: a function and its argument in a job

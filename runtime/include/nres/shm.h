@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres/shm.h - keyed policy state in memory shared between processes.
  *
  * A gateway runs several worker processes; a breaker that opens in one of

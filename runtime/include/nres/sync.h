@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres/sync.h - one retry budget, one rate limit and one breaker view for a
  * fleet of processes and gateways, shared through Redis.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nres/uv.h - the libuv driver of the flat executor.
  *
  * A caller-owned request runs one call at a time on a libuv loop. The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* allocator.c - the functions every allocation of libnres goes through.
  *
  * nres_replace_allocator swaps them (all four at once), so tests and the

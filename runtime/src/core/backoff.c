@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* backoff.c - how long to wait before retry number n.
  *
  * A pure function of the configuration, the retry number, the verdict, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* breaker.c - the circuit breaker: stop calling a dependency that is down.
  *
  * CLOSED admits everything and watches outcomes: a run of `consecutive`

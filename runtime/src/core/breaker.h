@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* breaker.h - the breaker's common cases, inline for the executor: acquire
  * while CLOSED (one load, no write) and a plain success of a call admitted
  * while CLOSED (one load, and the window's one-CAS add). Every other case

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* budget.c - the retry budget: a token bucket that caps retries and hedges.
  *
  * Retries are what turn a dependency's bad minute into an outage: every

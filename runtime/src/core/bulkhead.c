@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bulkhead.c - the concurrency limiter: at most `limit` attempts in flight,
  * a bounded count of callers waiting for a slot, and an optional adaptive
  * limit that follows the dependency's latency: AIMD, or a gradient of the

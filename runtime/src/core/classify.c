@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* classify.c - turning an errno or an HTTP status into a verdict.
  *
  * A verdict is the one judgement that retry, breaker, budget and telemetry

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* clock.c - the runtime's one clock, and seconds-to-ns conversion.
  *
  * The decision engine never reads a clock: time is passed in, so tests run

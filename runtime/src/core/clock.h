@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* clock.h - nres_clock_now's fast path, inline for the drivers.
  *
  * A sync call reads the clock twice (its start, its attempt's end): once

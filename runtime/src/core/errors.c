@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* errors.c - names and messages of error codes and stop reasons.
  *
  * Both tables are generated from the X-macro maps in the public headers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* estimator.c - latency quantiles from a log-linear histogram kept over two
  * rotating windows.
  *

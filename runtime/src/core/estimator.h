@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* estimator.h - the latency estimator's record for the executor, which
  * reads its thread's shard index once for every shared word a successful
  * attempt writes (estimator.c says what a record does). */

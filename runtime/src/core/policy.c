@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* policy.c - presets, validation and telemetry of a policy.
  *
  * A policy is configuration plus counters. nres_policy_init fills in a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* policy.h - what nres_policy_build derives, for the executor's eyes only.
  *
  * The executor branches on these flags instead of re-reading the

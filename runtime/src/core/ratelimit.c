@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ratelimit.c - the GCRA rate limiter: `rate` admissions per second with a
  * burst of `burst`.
  *

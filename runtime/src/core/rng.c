@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* rng.c - the small seedable PRNG behind jitter (splitmix64).
  *
  * One 64-bit word of state, so a call or a thread carries its own and a

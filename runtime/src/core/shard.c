@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shard.c - hands out the calling thread's shard index (see shard.h): the
  * one thread-local every sharded word of the runtime is indexed by; drawn
  * at the thread's first write, or set (nres_shard_set). */

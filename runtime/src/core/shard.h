@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shard.h - which of NRES_SHARDS copies of a hot word the calling thread
  * writes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm.c - a fixed table of keyed policy state that processes share.
  *
  * The region is position independent (offsets, no pointers): a header with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shm.cmake - keyed policy state in shared memory (runtime/src/core/shm.c),
 # its cmocka test (built with the protocol's kill hooks), the gateway's Lua
 # spec (nres.shm and nres.ngx outside nginx) and its integration test in a

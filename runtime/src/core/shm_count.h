@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm_count.h - a call counted into a shm slot (nres_shm_slot_record),
  * inline for the gateway, which writes several shared words per request
  * and reads its shard index once for all of them. */

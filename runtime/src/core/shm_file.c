@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm_file.c - region files: the checks a file or directory passes before
  * a shm table is mapped from it (nres/shm.h, "Region files").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* throttle.c - client-side adaptive throttling: refuse locally what an
  * overloaded dependency would refuse anyway.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* throttle.h - the client-side throttle's common cases, inline for the
  * executor: the first admission's test (one load and a compare while the
  * cached probability is 0 and fresh), the admission that refuses nothing

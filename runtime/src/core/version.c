@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* version.c - release and ABI versions, and the published struct sizes.
  *
  * Bindings (the Lua FFI face) compare these at load time with what they

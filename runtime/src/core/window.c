@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* window.c - outcome counts over a sliding time window.
  *
  * The breaker's ratios and hedging's suppression both ask "of the calls in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* window.h - the common case of nres_window_add, inline for the breaker's
  * success path: this thread's pending bucket already holds the current
  * slice and is not full, so the add is one CAS on the shard's own line.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* depserver.c - the dependency server: HTTP/1.1 keep-alive on libuv with
  * http-parser, and endpoints that fail, stall and throttle on request.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # depserver.cmake - the dependency server (a static library for nresrun
 # plus the nres-depserver executable), the tests of the server and of the
 # HTTP client against it, and the transport benchmark. Included after

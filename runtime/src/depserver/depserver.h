@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* depserver.h - the dependency server: a fault-injecting HTTP/1.1 server on
  * libuv for the http cells of nresrun and the HTTP client's tests.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* depserver_main.c - the nres-depserver executable: the dependency server
  * as a process of its own, so that its allocations never mix with the
  * client's figures. Everything is in depserver.c (nresrun exposes the same

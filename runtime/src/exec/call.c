@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* call.c - the flat executor: one per-call state machine, driven by pulls.
  *
  * Every driver (sync, libuv, Lua, nginx) runs this one machine, so they

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* call.h - the executor's internal entry points for the drivers.
  *
  * What every driver needs beside the public steps: the attempt description

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gate.c - fan-out/join: wait for N pool jobs, the first K, or a limit.
  *
  * A gate counts the jobs added to it, those that have an outcome

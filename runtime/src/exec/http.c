@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* http.c - the HTTP client handler: one request = one call of the executor,
  * each attempt one HTTP/1.1 exchange on a pooled keep-alive connection.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # http.cmake - the HTTP client of libnres (the handler on libuv and
 # http-parser, its pool and the Retry-After parser) and its parser test.
 # The dependency server it is tested against has its own fragment

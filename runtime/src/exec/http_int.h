@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* http_int.h - what the HTTP client's files share: the host entry (its
  * connection pool, waiters and derived policies) and the connection.
  *

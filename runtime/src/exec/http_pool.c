@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* http_pool.c - the HTTP client's per-host state: address, keep-alive
  * connection pool, waiters, and the policies derived for the host.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* http_retry_after.c - parsing the Retry-After header, both forms.
  *
  * A server may say "come back in 120 seconds" or "come back at this date"

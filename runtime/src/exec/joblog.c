@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* joblog.c - the execution log: job events as JSON lines, off the hot path.
  *
  * Producers (workers, or anyone calling nres_joblog_emit) put fixed-size

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pool.c - the work pool: threads, per-worker queues, stealing, parking.
  *
  * Each worker owns a Chase-Lev deque (fixed capacity, C11 atomics after Le

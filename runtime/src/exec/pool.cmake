@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # pool.cmake - the work pool's build fragment, included by CMakeLists.txt.
 #
 # Sources of the pool (threads and queues, gates, execution log, libuv

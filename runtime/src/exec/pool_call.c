@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pool_call.c - a policy wrapping a pool job: attempts on workers, waits on
  * the pool's timers.
  *

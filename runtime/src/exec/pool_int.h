@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pool_int.h - what the work pool's files share, never installed.
  *
  * The futex (or condvar-free fallback) the pool's sleepers use, the job

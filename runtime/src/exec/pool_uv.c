@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pool_uv.c - pool jobs completing on a libuv loop, through one uv_async_t.
  *
  * A job submitted with nres_pool_uv_submit runs on a worker like any other;

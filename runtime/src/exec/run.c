@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* run.c - the sync driver: a call run to its end on the calling thread.
  *
  * Attempts are the caller's blocking function; waits sleep with nanosleep

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shadow.c - a candidate policy in the shadow of a live one.
  *
  * A policy with a shadow (nres_policy_shadow) asks its candidate, at each

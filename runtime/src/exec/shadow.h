@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shadow.h - the executor's calls into a shadow candidate (exec/shadow.c),
  * made only for policies with NRES__F_SHADOW. */
 #ifndef NRES_EXEC_SHADOW_H

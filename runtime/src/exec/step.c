@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* step.c - the pull API again, shaped for bindings such as LuaJIT's FFI.
  *
  * LuaJIT boxes every 64-bit integer and every struct returned by value into

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* uv.c - the libuv driver: runs the flat executor's actions on a loop.
  *
  * Each action maps onto the request's embedded timers: ATTEMPT arms the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* control.c - what the control API changes (nres_gw_control_t, in a
  * table's shared memory): flags set and cleared atomically, and a
  * limiter's new rate and burst, applied to every key held now (the others

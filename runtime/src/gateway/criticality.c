@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* criticality.c - a request's class from its X-Criticality value, for the
  * retry budget's spend (nres_budget_spend_class): critical (and Google's
  * critical_plus) 0, default 1, sheddable (and sheddable_plus) 2, in any

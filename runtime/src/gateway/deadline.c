@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* deadline.c - the inbound X-Deadline-Ms value, read once for every
  * adapter: the nginx module's admission, the Lua balancer's and the
  * cosocket proxy's (through the FFI). They read it alike to the byte: a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # gateway.cmake - the gateway's balancer-mode decisions in libnres
 # (runtime/include/nres/gateway.h), shared by the Lua balancer
 # (lua/nres/ngx/balancer.lua registers its upstreams) and the nginx module

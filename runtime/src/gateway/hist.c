@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* hist.c - the gateway's latency histograms (nres_gw_hist_t): their
  * bucket bounds, chosen for a gateway (1 ms to 30 s: a local hop, a
  * typical API call, the attempt timeouts operators set), and their reading.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* hist.h - one observation into a gateway latency histogram
  * (nres_gw_hist_t), inline for the try's and the request's end: a short
  * linear search from the smallest bound (a healthy gateway's durations

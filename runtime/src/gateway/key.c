@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* key.c - a long key shortened for a shared table, once for every
  * adapter: a slot holds at most NRES_SHM_KEY_MAX bytes, so a longer key
  * (a client limiter's key=..., a cosocket scope's key) is kept under the

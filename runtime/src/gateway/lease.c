@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lease.c - one holder at a time for a job the whole nginx runs once (the
  * active health checks, lua/nres/ngx/health.lua): a 64-bit word in shared
  * memory, the holder's id (a worker's pid) in the high 32 bits and the

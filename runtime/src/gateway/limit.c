@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* limit.c - one admission from a named client limiter (gw.limiter): the
  * client's key leased in the limiter's shared table, its rate limiter
  * asked. An empty key (a header the client did not send) is not limited,

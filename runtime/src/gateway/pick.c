@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pick.c - which peer gets the next try.
  *
  * Power of two choices (two random peers, the lower latency x sqrt(in-

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* refusal.c - how the gateway answers a call it stops itself: the HTTP
  * status for each stop reason, the reason's text being NRES_STOP_MAP's
  * (nres_stop_name). The nginx module, the Lua balancer and the cosocket

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* registry.c - gateway upstreams and client limiters: made from a
  * declaration's figures, found by name.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* request.c - one request through the balancer: admission, each try's
  * start (timeouts from the time left) and end (recorded into its peer),
  * the grant of one more try, and the call's end.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # configure.sh NGINX_SRC TREE INCS LIBDIR [RPATH] - configure a copy of nginx's
 # source (Debian's nginx-dev: /usr/share/nginx/src, with its configure
 # flags in conf_flags, --with-compat among them) into TREE with this

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # ngx.cmake - ngx_http_nres_module.so, the gateway's balancer mode as an
 # nginx module (runtime/src/ngx), built when Debian's nginx-dev is
 # installed (nginx's headers and configure in /usr/share/nginx/src) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ngx_http_nres_module.c - the gateway's balancer mode without a Lua phase
  * per request: nginx's proxy moves the bytes, libnres decides
  * (nres/gateway.h), in C.

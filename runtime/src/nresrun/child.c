@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* child.c - run one child process with a time limit, capturing its output.
  *
  * The runner puts every cell in a fresh process: nresrun re-executing

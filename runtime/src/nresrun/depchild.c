@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* depchild.c - the dependency server of an http cell, as a child process.
  *
  * An http cell runs `nresrun serve --port 0` beside itself, so the server's

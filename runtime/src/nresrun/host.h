@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* host.h - what the nresrun executable offers its Lua code through the FFI.
  *
  * nresrun is a LuaJIT state with the nres modules on its path. These few

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* loop.c - the event loop of nresrun's cells: a libuv loop, the HTTP client
  * on it, request slots, and a ring of finished requests for Lua to drain.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* luahost.c - the LuaJIT state of nresrun, and the Lua allocation counter.
  *
  * The state is made with lua_newstate and an allocator that counts every

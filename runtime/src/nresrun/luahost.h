@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* luahost.h - making nresrun's Lua state (see luahost.c). */
 #ifndef NRES_HOST_LUAHOST_H
 #define NRES_HOST_LUAHOST_H

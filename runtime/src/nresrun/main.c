@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* main.c - nresrun: the scenario runner's executable.
  *
  * A thin C host: it counts libnres's allocations (so cells can report heap

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # nresrun.cmake - the nresrun executable: a LuaJIT host for the scenario
 # runner (the runner itself is Lua, in lua/nresrun/). Included by CMakeLists.txt.
 pkg_check_modules(LUAJIT REQUIRED IMPORTED_TARGET luajit)

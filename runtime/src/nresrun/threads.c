@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* threads.c - a cell's OS threads: N pthreads, each with a Lua state of its own.
  *
  * A scenario's `threads` load runs the cell's worker loop on several OS

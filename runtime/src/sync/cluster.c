@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cluster.c - the agent on a Redis Cluster. Each scope's keys share a hash
  * tag ({scope}), so one slot, so one node: the agent keeps one connection
  * per node it needs (a link), learns which node serves which slot from

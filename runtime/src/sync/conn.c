@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* conn.c - the fleet agent's connection to Redis and what it says about it.
  * A connection is a TCP address or a unix socket, a timeout on connect and
  * on every answer, AUTH (a password alone for requirepass, or an ACL user

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* reply.c - the fleet agent's scripts' answers, checked before anything is
  * applied. A Redis reply is input like a file: a proxy, a Redis-compatible
  * server or a foreign key under the same name can answer any shape and any

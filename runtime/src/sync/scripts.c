@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* scripts.c - the server-side half of fleet sync: three Lua scripts that
  * Redis runs atomically, one per kind of state (nres/sync.h has the
  * semantics). They are loaded once per connection (SCRIPT LOAD) and called

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* sentinel.c - finding the primary through Redis Sentinel. With
  * `sentinels` and `master` set, every connection starts by asking the
  * Sentinels in turn for the master's address (SENTINEL

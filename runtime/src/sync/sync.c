@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* sync.c - the fleet sync agent: local budgets, rate limiters and breakers
  * reconciled with one record per scope in Redis (nres/sync.h has the
  * semantics and the failure handling).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # sync.cmake - fleet sync through Redis (runtime/include/nres/sync.h): the
 # agent (libnres_sync, static and shared, on top of libnres and hiredis),
 # nres-syncd (the agent as a process, for a gateway's mapped shm region),

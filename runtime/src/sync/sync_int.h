@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* sync_int.h - what the fleet sync agent's files share (never installed):
  * the agent's and entries' structs (sync.c runs rounds over them), the
  * script texts (scripts.c), the reply checks (reply.c), the connection

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* syncd.c - nres-syncd: the fleet sync agent as a process of its own, for a
  * gateway whose policy state lives in shared-memory region files
  * (nres/shm.h; the nginx gateway's <dir>/<name>.<kind>.<table>.shm).

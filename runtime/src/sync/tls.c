@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tls.c - the agent's connection over TLS, for a Redis that only speaks
  * TLS (redis-server --tls-port, every managed Redis). Debian 12's hiredis
  * (0.14) has no TLS, so hiredis keeps doing what it does well and the

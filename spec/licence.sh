@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # spec/licence.sh - every source file git tracks carries the licence's SPDX
 # line (C, Lua, shell, CMake, templates), among its first five lines; names
 # the files that do not. Data (corpora, results, JSON) and prose are not

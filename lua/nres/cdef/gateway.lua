@@ -85,6 +85,7 @@ uint64_t nres_gw_hist_bound(int i);
 uint64_t nres_gw_hist_read(const void *h, uint64_t *counts, uint64_t *sum);
 
 void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
+void nres_gw_control_count(nres_gw_control_t *c, int reason);
 typedef struct nres_gw_lease_s { uint64_t word; } nres_gw_lease_t;
 int nres_gw_lease_take(nres_gw_lease_t *l, uint32_t id, nres_time_t now, nres_time_t lease);
 void nres_gw_lease_drop(nres_gw_lease_t *l, uint32_t id);

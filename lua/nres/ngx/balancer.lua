@@ -382,9 +382,20 @@ end
 
 -- A state record for request `key` (from the free list when it can): its
 -- upstream and its libnres state (nres_gw_request_t, reset by admission).
+-- A record still held at that address is one whose gw.log never ran: a
+-- subrequest (nginx logs none without log_subrequest), an internal
+-- redirect to a location without gw.log. Its request has ended (nginx
+-- gave its memory to this one) or left that upstream session: it is let
+-- go unjudged, as a call whose client left (its try's permit, in-flight
+-- count and held token given back, counted canceled), so such records
+-- are held at most until their address is reused, and their permits at
+-- most for a lease.
+local CLIENT_CLOSED = 499   -- NRES_GW_CLIENT_CLOSED
 local function new_state(key, stamp, u)
-  local r
-  if nfree > 0 then
+  local r = reqs[key]
+  if r ~= nil and r.u then
+    if not r.refused then gw_end(r.u.gw, r.req, step_now(), CLIENT_CLOSED) end
+  elseif nfree > 0 then
     r = free[nfree]
     free[nfree] = nil
     nfree = nfree - 1

@@ -106,6 +106,13 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/leases.sh
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_leases PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
+  # spec/nginx/closed-loop.sh: bench/gateway/closed-loop.sh's plumbing,
+  # --quick (record, nresrun tune, the gateway's JSON try log; ~20 s).
+  if(NRES_SANITIZE STREQUAL "")
+    add_test(NAME nginx_closed_loop
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/closed-loop.sh $<TARGET_FILE:nres>)
+    set_tests_properties(nginx_closed_loop PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+  endif()
 endif()
 
 # spec/nginx/signals.sh: nginx -t and nginx -s reload|reopen|quit|stop as

@@ -214,7 +214,10 @@ NRES_EXTERN void nres_shm_slot_counts(const nres_shm_slot_t *slot,
  * file owned by this process's effective user, no group or other access,
  * exactly size bytes long (fstat of fd: what is checked is what is
  * mapped)? Call it again before touching a mapping after a pause (a file
- * truncated in place faults every page past its new end). */
+ * truncated in place faults every page past its new end). size 0: any
+ * size but empty, for a program that attaches to a region it did not make
+ * (nres-syncd): it maps the file's size and nres_shm_attach checks that
+ * against the layout in the header. */
 NRES_EXTERN int nres_shm_file_check(int fd, uint64_t size, char *why,
                                     size_t cap);
 /* Open an existing region file without following a symbolic link

@@ -33,13 +33,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <hiredis/hiredis.h>
 
 #include "nres.h"
 #include "nres/sync.h"
+#include "sync/sync_int.h"
 #include "../spec/sync/redis_server.h"
 
 #define MAX_HOSTS 2000
@@ -58,7 +61,9 @@ typedef struct {
   nres_ratelimit_t limit[MAX_SCOPES];
   nres_time_t next_req[MAX_SCOPES];
   nres_time_t gap;              /* between requests, per scope */
-  nres_time_t next_tick;
+  nres_time_t next_tick;        /* the next round's slot */
+  nres_time_t sent;             /* the round in flight: sent at (0: none) */
+  int fd;                       /* registered with the driver's epoll, or -1 */
   uint64_t admitted;            /* in the window */
 } host_t;
 
@@ -70,7 +75,10 @@ typedef struct {
   int id;
   double *lat;                  /* round latencies (us) in the window */
   size_t nlat, cap;
-  uint64_t rounds;
+  uint64_t slots;               /* rounds due in the window */
+  uint64_t on_time;             /* sent within a tenth of an interval */
+  uint64_t done;                /* answered and applied */
+  uint64_t failed;              /* not sent or not answered */
 } driver_t;
 
 static void sleep_ns(nres_time_t d) {
@@ -78,27 +86,53 @@ static void sleep_ns(nres_time_t d) {
   nanosleep(&ts, NULL);
 }
 
+/* A round due: sent (nres__sync_round_send, the first half of
+ * nres_sync_tick) without waiting for the answer, the socket watched. */
+static void send_round(driver_t *d, int ep, int i, nres_time_t t) {
+  host_t *h = &hosts[i];
+  struct epoll_event ev;
+  int in = h->next_tick >= t_from && h->next_tick < t_to;
+
+  if (in) {
+    d->slots++;
+    d->on_time += t - h->next_tick <= interval / 10;
+  }
+  h->next_tick += interval;
+  if (h->next_tick < t)   /* behind: the missed slots count, not run */
+    while (h->next_tick < t) {
+      if (h->next_tick >= t_from && h->next_tick < t_to)
+        d->slots++;
+      h->next_tick += interval;
+    }
+  if (nres__sync_round_send(h->s, t) != 0) {
+    d->failed += in;
+    h->fd = -1;   /* dropped: the next connection is watched anew */
+    return;
+  }
+  h->sent = t;
+  if (h->fd != h->s->rc->fd) {   /* a new connection */
+    h->fd = h->s->rc->fd;
+    ev.events = EPOLLIN;
+    ev.data.u32 = (uint32_t) i;
+    epoll_ctl(ep, EPOLL_CTL_ADD, h->fd, &ev);
+  }
+}
+
+/* Each driver thread runs its share of the hosts as they would run: every
+ * round sent at its slot, whatever the other hosts' rounds are doing, its
+ * answer read when it comes (epoll over the hosts' sockets). */
 static void *drive(void *arg) {
   driver_t *d = arg;
-  nres_time_t t, a;
-  int i, k;
+  struct epoll_event ev[256];
+  nres_time_t t, sent;
+  int i, k, n, ep = epoll_create1(0);
+  host_t *h;
 
   while ((t = nres_clock_now()) < t_to) {
     for (i = d->id; i < nhosts; i += threads) {
-      host_t *h = &hosts[i];
-
-      if (t >= h->next_tick) {
-        a = nres_clock_now();
-        nres_sync_tick(h->s, a);
-        if (a >= t_from) {
-          if (d->nlat < d->cap)
-            d->lat[d->nlat++] = (double) (nres_clock_now() - a) / 1e3;
-          d->rounds++;
-        }
-        h->next_tick += interval;
-        if (h->next_tick < t)
-          h->next_tick = t + interval / 2;   /* behind: no catching up */
-      }
+      h = &hosts[i];
+      if (h->sent == 0 && t >= h->next_tick)
+        send_round(d, ep, i, t);
       for (k = 0; k < scopes; k++)
         while (h->next_req[k] <= t) {
           if (nres_ratelimit_acquire(&h->limit[k], h->next_req[k], NULL) == 0 &&
@@ -107,8 +141,30 @@ static void *drive(void *arg) {
           h->next_req[k] += h->gap;
         }
     }
-    sleep_ns(100 * NRES_USEC);
+    n = epoll_wait(ep, ev, 256, 0);
+    if (n == 0) {
+      sleep_ns(100 * NRES_USEC);
+      continue;
+    }
+    for (k = 0; k < n; k++) {
+      h = &hosts[ev[k].data.u32];
+      if (h->sent == 0)
+        continue;   /* nothing asked: a closed socket, seen next round */
+      sent = h->sent;
+      h->sent = 0;
+      if (nres__sync_round_recv(h->s, sent) != 0) {
+        d->failed += sent >= t_from;
+        h->fd = -1;
+        continue;
+      }
+      if (sent >= t_from) {
+        if (d->nlat < d->cap)
+          d->lat[d->nlat++] = (double) (nres_clock_now() - sent) / 1e3;
+        d->done++;
+      }
+    }
   }
+  close(ep);
   return NULL;
 }
 
@@ -141,6 +197,15 @@ static double redis_cpu(redisContext *c) {
   return info_field(c, "cpu", "used_cpu_user:") + info_field(c, "cpu", "used_cpu_sys:");
 }
 
+/* This process's CPU (every thread), seconds. */
+static double self_cpu(void) {
+  struct rusage ru;
+
+  getrusage(RUSAGE_SELF, &ru);
+  return (double) ru.ru_utime.tv_sec + (double) ru.ru_utime.tv_usec / 1e6 +
+         (double) ru.ru_stime.tv_sec + (double) ru.ru_stime.tv_usec / 1e6;
+}
+
 static int cmp(const void *a, const void *b) {
   double x = *(const double *) a, y = *(const double *) b;
   return x < y ? -1 : x > y;
@@ -154,9 +219,10 @@ static void fleet_arm(int n) {
   char node[32], scope[16], prefix[32];
   double cpu0, cpu1, cmd0, cmd1, usec, rate = RATE_PER_HOST * n, *all;
   double offered, share, present;
-  uint64_t admitted = 0, rounds = 0;
+  double self0, self1, wall;
+  uint64_t admitted = 0, slots = 0, on_time = 0, done = 0, failed = 0;
   size_t nall = 0;
-  nres_time_t start;
+  nres_time_t start, m0, m1;
   int i, k, g, group[3] = { 0, 0, 0 };
 
   if (redis_server_start(&redis) != 0) {
@@ -198,6 +264,7 @@ static void fleet_arm(int n) {
       h->next_req[k] = start + (nres_time_t) ((double) h->gap * (i % 7) / 7);
     }
     h->next_tick = start + interval * i / n;
+    h->fd = -1;
   }
   t_from = start + (nres_time_t) (warm_s * 1e9);
   t_to = t_from + (nres_time_t) (window_s * 1e9);
@@ -207,18 +274,23 @@ static void fleet_arm(int n) {
     d[i].cap = (size_t) (n * (window_s + 1) * 1e9 / interval) + 16;
     d[i].lat = malloc(d[i].cap * sizeof(double));
     d[i].nlat = 0;
-    d[i].rounds = 0;
+    d[i].slots = d[i].on_time = d[i].done = d[i].failed = 0;
     pthread_create(&th[i], NULL, drive, &d[i]);
   }
   while (nres_clock_now() < t_from)
     sleep_ns(NRES_MSEC);
   redisCommand(adm, "CONFIG RESETSTAT");
+  m0 = nres_clock_now();
   cpu0 = redis_cpu(adm);
+  self0 = self_cpu();
   cmd0 = info_field(adm, "stats", "total_commands_processed:");
   while (nres_clock_now() < t_to)
     sleep_ns(NRES_MSEC);
   cpu1 = redis_cpu(adm);
+  self1 = self_cpu();
   cmd1 = info_field(adm, "stats", "total_commands_processed:");
+  m1 = nres_clock_now();
+  wall = (double) (m1 - m0) / 1e9;
   {
     redisReply *r = redisCommand(adm, "INFO commandstats");
     const char *p = r != NULL && r->type == REDIS_REPLY_STRING
@@ -234,7 +306,10 @@ static void fleet_arm(int n) {
   for (i = 0; i < threads; i++) {
     memcpy(all + nall, d[i].lat, d[i].nlat * sizeof(double));
     nall += d[i].nlat;
-    rounds += d[i].rounds;
+    slots += d[i].slots;
+    on_time += d[i].on_time;
+    done += d[i].done;
+    failed += d[i].failed;
     free(d[i].lat);
   }
   qsort(all, nall, sizeof(double), cmp);
@@ -243,12 +318,13 @@ static void fleet_arm(int n) {
     nres_sync_free(hosts[i].s);
   }
   share = (double) admitted / (rate * scopes * window_s) - 1;
-  printf("%6d %6d %10.1f %8.1f %10.0f %8.1f %10.0f %9.0f %9.0f %+8.2f\n",
-         n, scopes, 100 * (cpu1 - cpu0) / window_s, usec,
-         (cmd1 - cmd0) / window_s, (double) rounds / window_s,
-         (double) n * 1e9 / (double) interval,
+  printf("%6d %6d %10.1f %8.1f %10.0f %9.0f %9.0f %8.2f %6llu %8.0f %8.0f %9.1f %+8.2f\n",
+         n, scopes, 100 * (cpu1 - cpu0) / wall, usec,
+         (cmd1 - cmd0) / wall, (double) done / window_s,
+         (double) slots / window_s, slots ? 100.0 * (double) on_time / (double) slots : 0,
+         (unsigned long long) failed,
          nall ? all[nall / 2] : 0, nall ? all[(size_t) (nall * 0.99)] : 0,
-         100 * share);
+         100 * (self1 - self0) / wall, 100 * share);
   fflush(stdout);
   free(all);
   free(hosts);
@@ -423,9 +499,10 @@ int main(int argc, char **argv) {
     printf("fleet: %d scopes per host, %.0f ms interval, %d driver threads, "
            "%.0f s window; rate %.0f/s per host per scope, offered 1.5x 60/30/10\n",
            scopes, (double) interval / 1e6, threads, window_s, RATE_PER_HOST);
-    printf("%6s %6s %10s %8s %10s %8s %10s %9s %9s %8s\n", "hosts", "scopes",
-           "redis cpu%", "us/call", "cmds/s", "rounds/s", "asked/s",
-           "p50 us", "p99 us", "rate err%");
+    printf("%6s %6s %10s %8s %10s %9s %9s %8s %6s %8s %8s %9s %8s\n",
+           "hosts", "scopes", "redis cpu%", "us/call", "cmds/s", "rounds/s",
+           "due/s", "on time%", "failed", "p50 us", "p99 us", "agents cpu%",
+           "rate err%");
     for (i = 0; i < nlist; i++)
       fleet_arm(list[i]);
   }

@@ -151,6 +151,27 @@ describe("nres.sync", function()
     expect.truthy(not ok and err:find("cluster", 1, true), err)
     ok, err = pcall(sync.new, { fleet = "t", breaker_quorum = 1 })
     expect.truthy(not ok and err:find("breaker_quorum", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinel_password = "secret" })
+    expect.truthy(not ok and err:find("sentinel_password: never inline", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinels = { "a:1" }, master = "m",
+                                sentinel_password_env = "NRES_SURELY_UNSET_VAR" })
+    expect.truthy(not ok and err:find("sentinel_password_env", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinels = { "a:1" }, master = "m", sentinel_user = "s" })
+    expect.truthy(not ok and err:find("sentinel_user: expected a password too", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinel_password_file = "/dev/null" })
+    expect.truthy(not ok and err:find("expected sentinels too", 1, true), err)
+    for _, v in ipairs { -0.1, 1.5, "x" } do
+      ok, err = pcall(sync.new, { fleet = "t", breaker_fleet_ratio = v })
+      expect.truthy(not ok and err:find("breaker_fleet_ratio", 1, true), err)
+    end
+    for _, v in ipairs { 0, 2.5, 2e9 } do
+      ok, err = pcall(sync.new, { fleet = "t", breaker_fleet_min_calls = v })
+      expect.truthy(not ok and err:find("breaker_fleet_min_calls", 1, true), err)
+    end
+    local fr = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port,
+                                breaker_fleet_ratio = 0.5, breaker_fleet_min_calls = 40 })
+    fr:add("ratio", nres.policy{ attempts = 1, breaker = { ratio = 0.5 } }, { breaker = true })
+    expect.truthy(fr:tick(), "a round with the fleet ratio on")
     -- Two fleets on one Redis keep apart records.
     local p1 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
     local p2 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }

@@ -201,6 +201,19 @@ typedef struct nres_sync_config_s {
   nres_sync_log_cb log;         /* one line per change of error; NULL:
                                    stderr, "nres-sync: " first */
   void *log_arg;
+  double breaker_fleet_ratio;   /* and the fleet opens it when at least
+                                   this share of the fleet's calls failed
+                                   (each host's breaker window, summed over
+                                   the hosts that report), with at least
+                                   breaker_fleet_min_calls calls; a host
+                                   must be open itself to claim the break.
+                                   In [0, 1]; 0 = off (default) */
+  uint32_t breaker_fleet_min_calls;   /* 1 .. 1e9; default 20 */
+  const char *sentinel_user;    /* the Sentinels' ACL user (NULL: AUTH with
+                                   the password alone) */
+  const char *sentinel_password;       /* the Sentinels' own password
+                                          (NULL: no AUTH to Sentinels) */
+  const char *sentinel_password_file;  /* or from this file's first line */
 } nres_sync_config_t;
 
 /* Agent-wide figures. */

@@ -112,9 +112,10 @@ for _, a in ipairs(order) do
     end
     local h = x["idle-hang"]
     if h then
-      say("- **A peer hangs while the upstream is idle, %s**: %d client requests reached it, %d failed,"
-          .. " p99 %s ms: %s (target: no client request to it).", a, h.hung_requests, h.failed,
-          ms(h.p99_ms), h.hung_requests == 0 and "**met**" or "**missed**")
+      say("- **A peer hangs while the upstream is idle, %s**: ejected by the checks after %s s;"
+          .. " %d client requests reached it, %d failed, p99 %s ms: %s (target: no client request"
+          .. " to it).", a, tostring(h.ejected_after), h.hung_requests, h.failed, ms(h.p99_ms),
+          h.hung_requests == 0 and "**met**" or "**missed**")
     end
   end
 end
@@ -207,8 +208,11 @@ if any("scale") then
   end
 end
 if any("idle-hang") then
-  wrk_table("A peer hangs while the upstream is idle", "client requests to the hung peer",
-            rows_of("idle-hang", function(_, r) return tostring(r.hung_requests) end))
+  wrk_table("A peer hangs while the upstream is idle",
+            "client requests to the hung peer; ejected by the checks after (s)",
+            rows_of("idle-hang", function(_, r)
+              return format("%d; %s", r.hung_requests, tostring(r.ejected_after))
+            end))
   say("")
   say("The peer answers nothing (30 s delay on every request and check) from 3 s before wrk starts."
       .. " nginx knows only passive checks: a request must time out (proxy_read_timeout 2 s) first.")

@@ -374,6 +374,15 @@ scale() {
   peer_stop "${!peer_pid[@]}"
 }
 
+ejected() {   # ARM PORT: 0 when the gateway's checks took the peer out
+  case $1 in
+    haproxy) hcmd "show stat" | grep -q "^upstream,p$2,.*,DOWN," ;;
+    nres-*) curl -s "http://127.0.0.1:$gw_port/nres/status?format=prometheus" |
+              grep -q "^nres_peer_ejected_by{.*127.0.0.1:$2.*by=\"active\"} 1" ;;
+    *) return 1 ;;   # nginx: passive checks only
+  esac
+}
+
 idle_hang() {
   local a=$1 ports
   mapfile -t ports < <(new_ports 3)
@@ -383,9 +392,14 @@ idle_hang() {
   sleep 1   # idle
   local hung=${ports[1]}
   peer_admin "$hung" "mode=healthy&delay=30000&reset=1" >/dev/null
-  sleep "$HANG_WAIT"
+  # the checks' ejection, watched for HANG_WAIT s; then the traffic
+  local t0 ej=never; t0=$(now)
+  while awk -v s="$(since "$t0")" -v w="$HANG_WAIT" 'BEGIN { exit !(s < w) }'; do
+    if [ "$ej" = never ] && ejected "$a" "$hung"; then ej=$(since "$t0"); fi
+    sleep 0.1
+  done
   local r; r=$(wrk_for "$HANG_D")
-  row "wrk $a idle-hang hung_requests=$(peer_requests "$hung") waited=$HANG_WAIT $r"
+  row "wrk $a idle-hang hung_requests=$(peer_requests "$hung") waited=$HANG_WAIT ejected_after=$ej $r"
   stop_gateway
   peer_stop "${!peer_pid[@]}"
 }

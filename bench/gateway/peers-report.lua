@@ -5,8 +5,8 @@
 -- 0 failed requests and a p99 within 1.5x the steady p99 of the same run;
 -- new peers at their fair share within slow_start + 1 s of being added,
 -- with 0 failed; a hung peer that gets no client request), then each arm's
--- figures. Exits 10 when an nres arm's rolling deploy failed a request (the
--- smoke test's check), 0 otherwise.
+-- figures. Exits 10 when an nres arm's rolling deploy through the membership
+-- actions failed a request (the smoke test's check), 0 otherwise.
 local cjson = require "cjson.safe"
 local tsv, ELAPSED, JSON_OUT, SLOW_START = arg[1], tonumber(arg[2]), arg[3], tonumber(arg[4])
 local format = string.format
@@ -78,6 +78,8 @@ local function shares(a)
   return { windows = windows, reached = reached, worst = worst, old = split(sc.old), new = new }
 end
 
+local function api(x) return (x.membership or ""):match("^control API %(") ~= nil end
+
 local out = {}
 local function say(...) out[#out + 1] = format(...) end
 local function ms(x) return x and format("%.1f", x) or "-" end
@@ -96,7 +98,9 @@ for _, a in ipairs(order) do
     if x.rolling and x.steady then
       local q = ratio(x.rolling, x.steady)
       local ok = x.rolling.failed == 0 and q <= 1.5
-      if x.rolling.failed > 0 then nres_rolling_failed = true end
+      -- the 0-failed check needs the membership actions: a reload drops
+      -- client connections that nres does not own
+      if x.rolling.failed > 0 and api(x) then nres_rolling_failed = true end
       say("- **Rolling deploy, %s**: %d failed of %d; p99 %s ms against %s ms steady (%.2fx): %s"
           .. " (target 0 failed, p99 within 1.5x).", a, x.rolling.failed, x.rolling.requests,
           ms(x.rolling.p99_ms), ms(x.steady.p99_ms), q, ok and "**met**" or "**missed**")

@@ -47,14 +47,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 
 lib="$repo/build/libnres.so"
-out="$repo/bench/results/peers-$(date +%Y-%m-%d).md"
+out_md="$repo/bench/results/peers-$(date +%Y-%m-%d).md"
 scenarios="" arms_given="" smoke=""
 SLOW_START=2   # s: nres slow_start and HAProxy slowstart
 STEADY=4; DRAIN_S=1; GAP_S=0.5; SCALE_HOLD=5; HANG_WAIT=3; HANG_D=3
 while [ $# -gt 0 ]; do
   case $1 in
     --rolling|--scale|--idle-hang) scenarios="$scenarios ${1#--}"; shift ;;
-    --out) out=$2; shift 2 ;;
+    --out) out_md=$2; shift 2 ;;
     --lib) lib=$2; shift 2 ;;
     --arms) arms_given=$2; shift 2 ;;
     --smoke) smoke=1; scenarios=" rolling"; STEADY=1; DRAIN_S=0.3; GAP_S=0.2; shift ;;
@@ -63,7 +63,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$scenarios" ] || scenarios=" rolling scale idle-hang"
-case $out in *.md) ;; *) echo "--out: expected a FILE.md, got '$out'" >&2; exit 2 ;; esac
+case $out_md in *.md) ;; *) echo "--out: expected a FILE.md, got '$out_md'" >&2; exit 2 ;; esac
 gw_need "$lib" wrk curl luajit
 [ -n "$smoke" ] || gw_need "$lib" haproxy
 nres_arm=nres-balancer; [ -n "$module" ] && nres_arm=nres-module
@@ -192,9 +192,7 @@ start_gateway() {   # ARM PORT...
 }
 
 stop_gateway() {
-  kill -TERM "$gw_pid" 2>/dev/null || true
-  for _ in $(seq 1 40); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.05; done
-  nres_stop_pid "$gw_pid"
+  gw_stop "$gw_pid"
   [ "$gw_pid" = "$haproxy_pid" ] && haproxy_pid=""
   gw_pid=""
 }
@@ -416,15 +414,15 @@ for a in $arms; do
 done
 elapsed=$(( $(date +%s) - started ))
 
-mkdir -p "$(dirname "$out")"
+mkdir -p "$(dirname "$out_md")"
 status=0
-luajit "$here/peers-report.lua" "$tsv" "$elapsed" "${out%.md}.json" "$SLOW_START" >"$out" || status=$?
-echo "wrote $out and ${out%.md}.json (${elapsed}s)" >&2
+luajit "$here/peers-report.lua" "$tsv" "$elapsed" "${out_md%.md}.json" "$SLOW_START" >"$out_md" || status=$?
+echo "wrote $out_md and ${out_md%.md}.json (${elapsed}s)" >&2
 # 10: an nres arm's rolling deploy failed a request (fails --smoke only)
 [ "$status" = 10 ] && [ -z "$smoke" ] && status=0
 if [ -n "$smoke" ]; then
-  sed -n '/^## Verdict/,/^One run/p' "$out" >&2
-  grep -q '^- nres[^:]*: control API (' "$out" ||
+  sed -n '/^## Verdict/,/^One run/p' "$out_md" >&2
+  grep -q '^- nres[^:]*: control API (' "$out_md" ||
     echo "peers.sh --smoke: no membership actions in this build (a reload per change):" \
          "the harness ran; the 0-failed check needs them and was not made" >&2
 fi

@@ -77,6 +77,18 @@ for a in $arms; do
   esac
 done
 
+# The membership actions (add, remove) come with the upstream's max_peers:
+# room for the peers added at run time (declared there when the Lua face
+# takes it; the control API is asked again once a gateway runs).
+max_peers=""
+if LUA_PATH="$repo/lua/?.lua;;" luajit -e '
+  local gw = require "nres.ngx"
+  gw.scope("s", { policy = "gateway" })
+  os.exit(pcall(gw.upstream, "b", { scope = "s", peers = { "127.0.0.1:1" }, max_peers = 16 })
+          and 0 or 1)' 2>/dev/null; then
+  max_peers=" max_peers = 16,"
+fi
+
 gw_scratch peers
 haproxy_pid="" wrk_pid="" sampler_pid=""
 cleanup() {
@@ -134,7 +146,7 @@ render_gateway() {
       # the upstream's declaration gets health checks and slow start after
       # its peer list, and the server a control location
       nres_render "$tpl" "$d/nginx.conf" PREFIX="$d" PORT="$gw_port" "${mod[@]}" \
-        LUA="$repo/lua/?.lua;${jit_dir}?.lua" PEERS="$(lua_peers), slow_start = $SLOW_START,
+        LUA="$repo/lua/?.lua;${jit_dir}?.lua" PEERS="$(lua_peers), slow_start = $SLOW_START,$max_peers
       health = { path = \"/_health\", interval = 0.5, timeout = 0.3, unhealthy = 2, healthy = 2 }"
       sed -i 's|^    location = /nres/status {|    location = /nres/control { content_by_lua_block { require("nres.ngx").control() } }\n&|' \
         "$d/nginx.conf"

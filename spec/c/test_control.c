@@ -233,6 +233,15 @@ static void test_refusals_change_nothing(void **state) {
          "on: expected true or false, got \"yes\"");
   EXPECT(400, "{\"action\":\"dry_run\",\"on\":true}", "scope: expected either scope or limiter, got nil");
   assert_string_equal(answer, "{\"error\":\"scope: expected either scope or limiter, got nil\"}");
+  /* a long value cut inside a character: the answer stays valid UTF-8
+   * JSON (found by fuzz_control_json) */
+  char longop[700] = "{\"action\":\"x";   /* the cut falls inside the 85th */
+  for (int i = 0; i < 200; i++)
+    strcat(longop, "\xe2\x82\xac");   /* U+20AC, 3 bytes each */
+  strcat(longop, "\"}");
+  assert_int_equal(op(longop), 400);
+  assert_int_equal(nres__json_read(&o, answer, strlen(answer)), 0);
+  assert_non_null(nres__json_get(&o, "error"));
   nres_gw_control_state(after, sizeof after);
   assert_string_equal(before, after);
   assert_int_equal(nres_breaker_state(&nres_shm_slot(F.scope, 0)->breaker, 2 * SEC) +

@@ -109,8 +109,19 @@ static void put(out_t *o, const char *fmt, ...) {
     o->len += (size_t)n;
 }
 
-/* s (n bytes, valid UTF-8) as a JSON string. */
+/* The longest prefix of s (n bytes) that is valid UTF-8: a text cut to a
+ * buffer's size may end inside a character. */
+static size_t utf8_prefix(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + n;
+  size_t k;
+  while (p < end && (k = nres__utf8_len(p, end)) > 0)
+    p += k;
+  return (size_t)(p - (const unsigned char *)s);
+}
+
+/* s (n bytes of UTF-8 text, maybe cut) as a JSON string. */
 static void put_json(out_t *o, const char *s, size_t n) {
+  n = utf8_prefix(s, n);
   put(o, "\"");
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -151,10 +162,11 @@ static void put_got(out_t *o, const nres__json_field_t *f) {
   if (f == NULL) {
     put(o, "nil");
   } else if (f->type == NRES__JSON_STRING) {
-    nres__key_text(f->str, f->len, NRES__KEY_TEXT, text, sizeof text);
+    size_t n = nres__key_text(f->str, f->len, NRES__KEY_TEXT, text, sizeof text);
+    n = utf8_prefix(text, n < sizeof text ? n : sizeof text - 1);
     put(o, "\"");
-    for (const char *p = text; *p; p++)
-      put(o, *p == '"' ? "\\\"" : "%c", *p);
+    for (size_t i = 0; i < n; i++)
+      put(o, text[i] == '"' ? "\\\"" : "%c", text[i]);
     put(o, "\"");
   } else if (f->type == NRES__JSON_NUMBER) {
     put_num(o, f->num);

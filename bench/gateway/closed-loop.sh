@@ -23,7 +23,8 @@
 #    fit's prediction for the tuned policy and for `default`
 #    (closed-loop.lua predict);
 # 3. replay: the same traffic through the nginx module's balancer mode
-#    with the tuned policy, then with `default` (closed-loop-gw.conf.in),
+#    with the tuned policy and with `default`, which goes first on even
+#    reps (closed-loop-gw.conf.in),
 #    each with fresh shared state, its access log the JSON try log of
 #    docs/tune.md, measured as the prediction is (closed-loop.lua measure;
 #    the prediction also as the balancer runs a policy: no waits between
@@ -109,6 +110,11 @@ serve() {
   local conf=$1 dir=$2 fault=$3
   nres_nginx_start "$dir" "$conf"
   nres_wait_http "http://127.0.0.1:$gw_port/"
+  # 1 s of healthy traffic first, not logged: the first arm after a tune
+  # was the slower one, whichever policy it had
+  fault_mode "$fault" off
+  RATE=$((RATE / 2)) wrk -t2 -c"$CONNS" -d1s -s "$here/wrk.lua" "http://127.0.0.1:$gw_port/" >/dev/null 2>&1
+  local log; for log in "$dir/access.log" "$dir/tries.log"; do [ -f "$log" ] && : >"$log"; done
   traffic "$fault" "$dir"
   nres_stop_pid "$(cat "$dir/nginx.pid")"   # this one; the upstream runs on
 }
@@ -129,7 +135,8 @@ for fault in $faults; do
     { cat "$d/tune.out" >&2; exit 1; }
   helper predict "$d/record/access.log" "$d/tune/policy.lua" "$SEEDS" "$fault" "$tsv" "$rep"
   slo=$(awk -F'\t' -v f="$fault" -v r="$rep" '$1 == f && $3 == "predicted" && $11 == r { print $8; exit }' "$tsv")
-  for arm in tuned default; do
+  arms="tuned default"; [ $((rep % 2)) = 0 ] && arms="default tuned"   # each first in turn
+  for arm in $arms; do
     echo "closed-loop: $fault, rep $rep: gateway, $arm" >&2
     policy='"default"'
     [ "$arm" = tuned ] && policy=$(helper policy "$d/tune/policy.lua")

@@ -328,6 +328,18 @@ NRES_EXTERN int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r,
  * spaces or tabs around them, any length; anything else is NaN (no
  * deadline). */
 NRES_EXTERN double nres_gw_deadline_ms(const char *value, size_t len);
+/* A request header as lua-nginx-module lists it (its
+ * ngx_http_lua_ffi_table_elt_t, the lowercase name nginx keeps). */
+typedef struct nres_gw_header_s {
+  int name_len;
+  const char *name;
+  int value_len;
+  const char *value;
+} nres_gw_header_t;
+/* The inbound deadline of a request's n headers h: the first named
+ * x-deadline-ms (lowercase, as the nginx module finds it), read by
+ * nres_gw_deadline_ms; NaN if there is none. */
+NRES_EXTERN double nres_gw_deadline_header(const nres_gw_header_t *h, size_t n);
 /* The answer to a call the gateway stops itself with `stop` (nres_stop_t):
  * its HTTP status, and its reason (nres_stop_name: NRES_STOP_MAP's text,
  * for X-Nres-Reason and the body) in *reason (if not NULL). 504 out of

@@ -52,8 +52,11 @@
  *   opens a scope's breaker only when more than breaker_quorum (a strict
  *   majority by default) of its voters are open, voters being the hosts
  *   that saw the dependency lately (calls in their breaker's window, or
- *   open) and reported within three intervals. Below the quorum a host
- *   whose breaker opens protects itself only. At the quorum, a host whose
+ *   open) and reported within three intervals, or, with
+ *   breaker_fleet_ratio, when that share of the fleet's calls failed (the
+ *   voters' breaker windows summed in Redis, at least
+ *   breaker_fleet_min_calls calls). Below the quorum a host whose breaker
+ *   opens protects itself only. At the quorum, a host whose
  *   breaker opened by itself publishes "open until T" (T on Redis's clock)
  *   and becomes the break's prober. Other hosts open theirs
  *   (nres_breaker_open_until) at their next sync, until T plus two

@@ -205,8 +205,8 @@ static void test_refusals_change_nothing(void **state) {
   nres_gw_control_state(before, sizeof before);
   EXPECT(400, "not json", "body: expected '{', got 'n' at byte 0");
   EXPECT(400, "{\"action\":\"explode\"}",
-         "action: expected one of close, drain, dry_run, eject, isolate, rate, reset, restore,"
-         " weight, got \"explode\"");
+         "action: expected one of add, close, drain, dry_run, eject, isolate, rate, remove,"
+         " reset, restore, weight, got \"explode\"");
   EXPECT(400, "{\"action\":\"isolate\",\"upstream\":\"backend\",\"color\":\"red\"}",
          "color: expected no such field for isolate (fields: scope, key, upstream), got \"red\"");
   EXPECT(404, "{\"action\":\"isolate\",\"upstream\":\"nope\"}",
@@ -282,13 +282,15 @@ static void test_operations(void **state) {
   assert_string_equal(st,
     "{\"scopes\":{\"upstreams\":{\"dry_run\":true,\"would_refuse\":{}}},"
     "\"limiters\":{\"clients\":{\"dry_run\":true,\"would_refuse\":{},\"rate\":0.5,\"burst\":50}},"
-    "\"upstreams\":{\"backend\":{\"drained\":[\"10.0.0.1:80\"],"
+    "\"upstreams\":{\"backend\":{\"peers\":[\"10.0.0.1:80\",\"10.0.0.2:80\"],"
+    "\"drained\":[\"10.0.0.1:80\"],"
     "\"weights\":{\"10.0.0.1:80\":1,\"10.0.0.2:80\":3}}}}");
   /* cut, never overrun; the full length told */
   assert_int_equal(nres_gw_control_state(st, 10), strlen(
     "{\"scopes\":{\"upstreams\":{\"dry_run\":true,\"would_refuse\":{}}},"
     "\"limiters\":{\"clients\":{\"dry_run\":true,\"would_refuse\":{},\"rate\":0.5,\"burst\":50}},"
-    "\"upstreams\":{\"backend\":{\"drained\":[\"10.0.0.1:80\"],"
+    "\"upstreams\":{\"backend\":{\"peers\":[\"10.0.0.1:80\",\"10.0.0.2:80\"],"
+    "\"drained\":[\"10.0.0.1:80\"],"
     "\"weights\":{\"10.0.0.1:80\":1,\"10.0.0.2:80\":3}}}}"));
   assert_int_equal(strlen(st), 9);
 }

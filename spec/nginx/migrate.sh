@@ -8,7 +8,7 @@
 #      budget is below its 10 tokens, peers are ejected;
 #   2. the configuration changes every layout: the scope's slots 64 -> 128
 #      and its breaker's window 5 s -> 10 s (a policy field), a fifth peer
-#      (the peers' table 8 -> 16 slots); `nginx -s reload` as systemd's
+#      (the peers' table 8 -> 24 slots); `nginx -s reload` as systemd's
 #      ExecReload runs it;
 #   3. after the reload the breaker is still open, with the rest of its
 #      break (break_left below what it was, trips still 1), so 20 requests
@@ -127,7 +127,7 @@ for mode in "${modes[@]}"; do
   # 4. one line per table: what moved, what was reset and why
   grep -q 'scope "upstreams": .*: a size of .*; made a new region there and moved the state into it (changed: slots 64 -> 128, breaker (window); moved the state of 1 of 1 keys; reset: breaker window counts (the window changed from 5 s in 5 buckets to 10 s in 5))' "$gwp/error.log" ||
     fail "$mode: no line for the scope's migration: $(grep 'nres:' "$gwp/error.log" | tail -3)"
-  grep -q 'peers "backend": .*moved the state into it (changed: slots 8 -> 16; moved the state of 4 of 4 keys; nothing reset)' "$gwp/error.log" ||
+  grep -q 'peers "backend": .*moved the state into it (changed: slots 8 -> 24; moved the state of 4 of 4 keys; nothing reset)' "$gwp/error.log" ||
     fail "$mode: no line for the peers' migration: $(grep 'nres:' "$gwp/error.log" | tail -3)"
   pass "$mode: one log line per table names what moved and what was reset and why"
   nres_stop_pid "$master"

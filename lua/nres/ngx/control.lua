@@ -15,6 +15,9 @@
 --   { "action": "isolate" | "close" | "reset", "upstream": U }   (its key)
 --   { "action": "eject" | "restore" | "drain", "upstream": U, "peer": "host:port" }
 --   { "action": "weight", "upstream": U, "peer": "host:port", "weight": 1..10000 }
+--   { "action": "add", "upstream": U, "peer": "ip:port" | "[v6]:port",
+--     "weight": 1..10000 (1), "backup": true | false (false) }
+--   { "action": "remove", "upstream": U, "peer": "host:port" }
 --   { "action": "rate", "limiter": L, "rate": R, "burst": B }
 --   { "action": "dry_run", "scope": S | "limiter": L, "on": true | false }
 -- isolate holds a breaker open until closed; close ends an open or
@@ -22,7 +25,10 @@
 -- peer's breaker; drain gives a peer no new tries (in-flight ones finish;
 -- draining the last peer that is not drained is refused); restore undoes
 -- both. weight replaces a peer's declared weight (docs/gateway-peers.md)
--- in every worker within 50 ms. A dry-run decides as usual but lets the request through, counting
+-- in every worker within 50 ms. add and remove change the upstream's
+-- members in every worker at its next pick: a removed peer gets no new
+-- try, its tries in flight finish (its slot is freed once they did); the
+-- last primary peer that is not drained is never removed. A dry-run decides as usual but lets the request through, counting
 -- `would_refuse` by reason ("circuit open" for a scope's breaker in
 -- balancer mode, "rate limited" for a limiter). Bad input gets a 4xx and
 -- the reason; nothing is changed by a request that is refused.
@@ -126,6 +132,8 @@ function _M.apply(op, from)
   if body == nil then return nil, 400, "body: expected a JSON object, got a table cjson cannot encode" end
   local res, what, reason = apply_json(body)
   if res == nil then return nil, what, reason end
+  local u = config.upstreams[op.upstream]
+  if u and u.balancer then require("nres.ngx.balancer").sync(u) end   -- add, remove
   if ngx and ngx.log then ngx.log(ngx.NOTICE, format("nres: control from %s: %s", from or "lua", what)) end
   return res
 end

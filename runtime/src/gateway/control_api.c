@@ -317,26 +317,47 @@ static int breaker_op(ctx_t *c, const char *action) {
   return 200;
 }
 
-/* Upstream and peer of op, or a refusal (NULL). */
-static nres_gw_upstream_t *peer_target(ctx_t *c, uint32_t *peer) {
-  const nres__json_field_t *fu = field(c, "upstream"), *fp = field(c, "peer");
+/* Upstream op.upstream, its view brought up to the membership; or a
+ * refusal (NULL). */
+static nres_gw_upstream_t *upstream_target(ctx_t *c) {
+  const nres__json_field_t *fu = field(c, "upstream");
   char names[REASON_MAX];
   nres_gw_upstream_t *u = str(fu) ? nres_gw_find(fu->str, fu->len) : NULL;
   if (u == NULL) {
     refuse(c, 404, "upstream", fu, "one of %s", upstream_names(names, sizeof names));
     return NULL;
   }
+  nres_gw_sync(u, c->now);
+  return u;
+}
+
+/* "a, b, c": the peers of u that are members now, or "none". */
+static const char *member_names(nres_gw_upstream_t *u, char *buf, size_t cap) {
+  out_t o = { buf, cap, 0 };
+  buf[0] = '\0';
+  for (uint32_t i = 0, k = 0; i < u->n && o.len < cap; i++)
+    if (!u->peer[i].removed)
+      put(&o, "%s%s", k++ ? ", " : "", u->peer[i].name);
+  if (o.len == 0)
+    put(&o, "none");
+  return buf;
+}
+
+/* Upstream and peer of op (a member now), or a refusal (NULL). */
+static nres_gw_upstream_t *peer_target(ctx_t *c, uint32_t *peer) {
+  const nres__json_field_t *fp = field(c, "peer");
+  char names[REASON_MAX];
+  nres_gw_upstream_t *u = upstream_target(c);
+  if (u == NULL)
+    return NULL;
   for (uint32_t i = 0; str(fp) != NULL && i < u->n; i++) {
-    if (strcmp(u->peer[i].name, fp->str) == 0 && strlen(fp->str) == fp->len) {
+    if (!u->peer[i].removed && strcmp(u->peer[i].name, fp->str) == 0 &&
+        strlen(fp->str) == fp->len) {
       *peer = i;
       return u;
     }
   }
-  out_t o = { names, sizeof names, 0 };
-  names[0] = '\0';
-  for (uint32_t i = 0; i < u->n && o.len < sizeof names; i++)
-    put(&o, "%s%s", i ? ", " : "", u->peer[i].name);
-  refuse(c, 404, "peer", fp, "one of %s", names);
+  refuse(c, 404, "peer", fp, "one of %s", member_names(u, names, sizeof names));
   return NULL;
 }
 
@@ -349,7 +370,7 @@ static int peer_op(ctx_t *c, const char *action) {
   if (strcmp(action, "drain") == 0 && !flag(p->control, NRES_GW_DRAIN)) {
     uint32_t left = 0;
     for (uint32_t j = 0; j < u->n; j++)
-      left += j != i && !flag(u->peer[j].control, NRES_GW_DRAIN);
+      left += j != i && !u->peer[j].removed && !flag(u->peer[j].control, NRES_GW_DRAIN);
     if (left == 0)
       return refuse(c, 409, "peer", field(c, "peer"),
                     "a peer whose upstream keeps another one not drained");
@@ -391,6 +412,88 @@ static int weight_op(ctx_t *c) {
   nres__store(&p->control->weight, w);   /* each worker reads it whole */
   put(&c->what, "upstream %s peer %s: weight %u (was %u)", u->name, p->name, w, was);
   put(&c->res, "\"weight\":%u,\"was\":%u", w, was);
+  return 200;
+}
+
+/* A refusal for a membership change's error rc (nres_gw_member_*). */
+static int member_refusal(ctx_t *c, nres_gw_upstream_t *u, int rc) {
+  const nres__json_field_t *fp = field(c, "peer"), *fu = field(c, "upstream");
+  char names[REASON_MAX];
+  switch (rc) {
+  case NRES_GW_MEMBER_DUPLICATE:
+    return refuse(c, 409, "peer", fp, "a peer not in the upstream yet");
+  case NRES_GW_MEMBER_UNKNOWN:
+    return refuse(c, 404, "peer", fp, "one of %s", member_names(u, names, sizeof names));
+  case NRES_GW_MEMBER_LAST_PRIMARY:
+    return refuse(c, 409, "peer", fp, "a peer whose upstream keeps another primary peer that"
+                  " is not drained");
+  case NRES_GW_MEMBER_FULL: {
+    uint32_t members = 0;
+    for (uint32_t s = 0; s < u->members->slots; s++)
+      members += nres__load(&nres_gw_member(u->members, s)->state) != NRES_GW_MEMBER_FREE;
+    return refuse(c, 409, "upstream", fu, "an upstream with room for another peer (max_peers"
+                  " %u; %u members, removed ones counted until their tries end)",
+                  u->members->capacity, members);
+  }
+  case NRES_EBUSY:
+    return refuse(c, 503, "upstream", fu, "an upstream no other change holds (try again)");
+  default:
+    return refuse(c, 500, "peer", fp, "a change the runtime makes");
+  }
+}
+
+static int add_op(ctx_t *c) {
+  const nres__json_field_t *fp = field(c, "peer"), *fw = field(c, "weight"),
+                           *fb = field(c, "backup");
+  union { uint8_t b[NRES_GW_SOCKADDR_MAX]; uint64_t a; } sa;
+  nres_gw_upstream_t *u = upstream_target(c);
+  if (u == NULL)
+    return c->status;
+  if (u->members == NULL)
+    return refuse(c, 400, "upstream", field(c, "upstream"), "an upstream with a membership");
+  if (str(fp) == NULL || nres_gw_parse_addr(fp->str, fp->len, sa.b) == 0)
+    return refuse(c, 400, "peer", fp, "\"a.b.c.d:port\" or \"[IPv6]:port\" (an address, port"
+                  " 1..65535)");
+  if (fw != NULL && (fw->type != NRES__JSON_NUMBER || !(fw->num >= 1 && fw->num <= 10000) ||
+                     fw->num != floor(fw->num)))
+    return refuse(c, 400, "weight", fw, "an integer 1..10000");
+  if (fb != NULL && fb->type != NRES__JSON_BOOL)
+    return refuse(c, 400, "backup", fb, "true or false");
+  uint32_t w = fw != NULL ? (uint32_t)fw->num : 1;
+  int backup = fb != NULL && fb->on;
+  int rc = nres_gw_member_add(u, fp->str, fp->len, w, backup, c->now);
+  if (rc < 0)
+    return member_refusal(c, u, rc);
+  nres_gw_sync(u, c->now);
+  put(&c->what, "upstream %s peer %s: added (weight %u%s", u->name, fp->str, w,
+      backup ? ", backup" : "");
+  if (u->slow_start > 0)
+    put(&c->what, ", slow start %gs", (double)u->slow_start / 1e9);
+  put(&c->what, ")");
+  put(&c->res, "\"added\":");
+  put_json(&c->res, fp->str, fp->len);
+  put(&c->res, ",\"weight\":%u,\"backup\":%s", w, backup ? "true" : "false");
+  return 200;
+}
+
+static int remove_op(ctx_t *c) {
+  const nres__json_field_t *fp = field(c, "peer");
+  nres_gw_upstream_t *u = upstream_target(c);
+  if (u == NULL)
+    return c->status;
+  if (u->members == NULL)
+    return refuse(c, 400, "upstream", field(c, "upstream"), "an upstream with a membership");
+  int rc = str(fp) != NULL ? nres_gw_member_remove(u, fp->str, fp->len, c->now)
+                           : NRES_GW_MEMBER_UNKNOWN;
+  if (rc < 0)
+    return member_refusal(c, u, rc);
+  uint32_t inflight = nres_gw_member_inflight(u->members, (uint32_t)rc);
+  nres_gw_sync(u, c->now);
+  put(&c->what, "upstream %s peer %s: removed (%u tries in flight finish there)", u->name,
+      fp->str, inflight);
+  put(&c->res, "\"removed\":");
+  put_json(&c->res, fp->str, fp->len);
+  put(&c->res, ",\"inflight\":%u", inflight);
   return 200;
 }
 
@@ -462,6 +565,8 @@ static int breaker_action(ctx_t *c, const char *action) { return breaker_op(c, a
 static int peer_action(ctx_t *c, const char *action) { return peer_op(c, action); }
 static int weight_action(ctx_t *c, const char *action) { (void)action; return weight_op(c); }
 static int rate_action(ctx_t *c, const char *action) { (void)action; return rate_op(c); }
+static int add_action(ctx_t *c, const char *action) { (void)action; return add_op(c); }
+static int remove_action(ctx_t *c, const char *action) { (void)action; return remove_op(c); }
 static int dry_run_action(ctx_t *c, const char *action) { (void)action; return dry_run_op(c); }
 
 /* The actions, their fields and what applies them (sorted by name: the
@@ -471,12 +576,14 @@ static const struct {
   const char *fields[4];
   int (*run)(ctx_t *c, const char *action);
 } actions[] = {
+  { "add", { "upstream", "peer", "weight", "backup" }, add_action },
   { "close", { "scope", "key", "upstream" }, breaker_action },
   { "drain", { "upstream", "peer" }, peer_action },
   { "dry_run", { "scope", "limiter", "on" }, dry_run_action },
   { "eject", { "upstream", "peer" }, peer_action },
   { "isolate", { "scope", "key", "upstream" }, breaker_action },
   { "rate", { "limiter", "rate", "burst" }, rate_action },
+  { "remove", { "upstream", "peer" }, remove_action },
   { "reset", { "scope", "key", "upstream" }, breaker_action },
   { "restore", { "upstream", "peer" }, peer_action },
   { "weight", { "upstream", "peer", "weight" }, weight_action },
@@ -490,8 +597,8 @@ static int apply(ctx_t *c) {
         strlen(fa->str) == fa->len)
       break;
   if (k == n)
-    return refuse(c, 400, "action", fa, "one of close, drain, dry_run, eject, isolate, rate,"
-                  " reset, restore, weight");
+    return refuse(c, 400, "action", fa, "one of add, close, drain, dry_run, eject, isolate,"
+                  " rate, remove, reset, restore, weight");
   for (size_t i = 0; i < c->op->n; i++) {
     const nres__json_field_t *f = &c->op->field[i];
     int ok = strcmp(f->name, "action") == 0;
@@ -587,21 +694,34 @@ size_t nres_gw_control_state(char *out, size_t cap) {
   for (nres_gw_upstream_t *u = nres__gw_upstreams(); u != NULL; u = u->next, first = 0) {
     put(&o, "%s", first ? "" : ",");
     put_json(&o, u->name, strlen(u->name));
-    put(&o, ":{\"drained\":[");
+    nres_gw_sync(u, nres_clock_now());
+    put(&o, ":{\"peers\":[");
     for (uint32_t i = 0, k = 0; i < u->n; i++) {
-      if (flag(u->peer[i].control, NRES_GW_DRAIN)) {
+      if (!u->peer[i].removed) {
+        put(&o, "%s", k++ ? "," : "");
+        put_json(&o, u->peer[i].name, strlen(u->peer[i].name));
+      }
+    }
+    put(&o, "],\"drained\":[");
+    for (uint32_t i = 0, k = 0; i < u->n; i++) {
+      if (!u->peer[i].removed && flag(u->peer[i].control, NRES_GW_DRAIN)) {
         put(&o, "%s", k++ ? "," : "");
         put_json(&o, u->peer[i].name, strlen(u->peer[i].name));
       }
     }
     put(&o, "],\"weights\":{");
-    for (uint32_t i = 0; i < u->n; i++) {
+    for (uint32_t i = 0, k = 0; i < u->n; i++) {
+      if (u->peer[i].removed)
+        continue;
       uint32_t w = u->peer[i].control != NULL ? nres__load(&u->peer[i].control->weight) : 0;
-      put(&o, "%s", i ? "," : "");
+      put(&o, "%s", k++ ? "," : "");
       put_json(&o, u->peer[i].name, strlen(u->peer[i].name));
       put(&o, ":%u", w != 0 ? w : u->peer[i].declared);
     }
-    put(&o, "}}");
+    put(&o, "}");
+    if (u->members != NULL)
+      put(&o, ",\"max_peers\":%u", u->members->capacity);
+    put(&o, "}");
   }
   put(&o, "}}");
   if (cap > 0)

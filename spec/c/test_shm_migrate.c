@@ -435,7 +435,7 @@ static void a_table_in_use_moves_no_key_under_another_name(void **state) {
   /* Nothing here may fail before the child is killed: a failure is kept
    * and reported after. */
   char bad[128] = "";
-  for (int round = 0; round < 20000 && bad[0] == '\0'; round++) {
+  for (int round = 0; round < 8000 && bad[0] == '\0'; round++) {
     if (nres_shm_init(to, nres_shm_size(&c), &c) != 0 ||
         nres_shm_migrate(from, to, 0, 0, NULL, &m) != 0 ||
         m.moved + m.full + m.changed != m.keys) {

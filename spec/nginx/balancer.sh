@@ -90,6 +90,15 @@ done
 [ "$(ups_all)" = 300 ] || fail "healthy: the peers saw $(ups_all) requests for 300"
 h=$(curl -s -o /dev/null -w '%{http_code} %header{x-nres-reason}' -H "X-Deadline-Ms: 0" "$gw/d0")
 [ "$h" = "504 deadline exceeded" ] || fail "X-Deadline-Ms: 0 gave '$h', expected 504 deadline exceeded"
+# The header is found whatever its case and place: after other headers,
+# and after more than the 100 headers gw.admit lists in place (then it
+# reads $http_x_deadline_ms); the first one counts.
+many=(); for i in $(seq 1 120); do many+=(-H "X-Filler-$i:$i"); done
+for args in "-H x-DEADLINE-ms:0" "-H X-Deadline-Ms:0 -H X-Deadline-Ms:5000" "${many[*]} -H X-Deadline-Ms:0"; do
+  # shellcheck disable=SC2086  # the headers split on purpose
+  h=$(curl -s -o /dev/null -w '%{http_code}' -H "A: b" $args "$gw/d0")
+  [ "$h" = 504 ] || fail "X-Deadline-Ms: 0 after $(wc -w <<<"$args") words of headers gave $h"
+done
 # A refusal keeps the client's connection (gw.refused answers a 599, not
 # nginx's 500, which would close it): two on one connection, one connect.
 h=$(curl -s -w '%{http_code} %{num_connects}\n' -H "X-Deadline-Ms: 0" \

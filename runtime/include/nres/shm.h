@@ -301,8 +301,12 @@ NRES_EXTERN uint32_t nres_shm_slots(nres_shm_t *shm);
 /* Is the open file fd fit to hold a region of `size` bytes: a regular
  * file owned by this process's effective user, no group or other access,
  * exactly size bytes long (fstat of fd: what is checked is what is
- * mapped; size 0: any size, for a file read to migrate its state)? Call it again before touching a mapping after a pause (a file
- * truncated in place faults every page past its new end). */
+ * mapped)? Call it again before touching a mapping after a pause (a file
+ * truncated in place faults every page past its new end). size 0: any
+ * size but empty, for a file read to migrate its state or for a program
+ * that attaches to a region it did not make (nres-syncd): it maps the
+ * file's size and nres_shm_attach checks that against the layout in the
+ * header. */
 NRES_EXTERN int nres_shm_file_check(int fd, uint64_t size, char *why,
                                     size_t cap);
 /* Open an existing region file without following a symbolic link

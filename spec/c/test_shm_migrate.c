@@ -12,11 +12,16 @@
  * limiter; the log line must name the setting and what was reset. A new
  * table too small for the old keys keeps the ones with the latest leases
  * and says how many were left out; with NRES_SHM_MIGRATE_PRESENT only the
- * keys already there get state. Bad tables are refused; a failed
- * allocation leaves nothing behind (ASan's leak check runs the rest).
+ * keys already there get state. An old table that another process keeps
+ * changing while it is read (a reload's old workers) never has a key moved
+ * with another key's state. Bad tables are refused; a failed allocation
+ * leaves nothing behind (ASan's leak check runs the rest).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "nres_test.h"
 #include "nres/shm.h"
@@ -390,6 +395,79 @@ static void bad_tables_are_refused(void **state) {
   free(b);
 }
 
+/* A child process evicts and refills the old table's keys without pause,
+ * each key k<N> signed with a budget of N + 100 tokens once it is in.
+ * Every key the migration moves must carry its own signature or a fresh
+ * budget, never another key's: a slot that changed key while it was read
+ * is left out (counted in `changed`), not moved under the wrong name. */
+#define SIGNED(n) ((int64_t) ((n) + 100) * 1000000)
+
+static void churn(nres_shm_t *shm) {
+  char key[16];
+  nres_time_t now = T0;
+
+  for (uint64_t n = 0;; n++) {
+    unsigned k = (unsigned) (n * 7919 % 512);
+    snprintf(key, sizeof(key), "k%u", k);
+    now += NRES_MSEC;
+    int i = nres_shm_acquire(shm, key, strlen(key), now, 1, NULL);
+    if (i >= 0)
+      atomic_store(&nres_shm_slot(shm, (uint32_t) i)->budget.tokens, SIGNED(k));
+  }
+}
+
+static void a_table_in_use_moves_no_key_under_another_name(void **state) {
+  nres_shm_config_t c = config(64, NRES_SHM_BUDGET);
+  nres_shm_t *from, *to;
+  nres_shm_migration_t m;
+  uint64_t changed = 0, moved = 0;
+  char key[NRES_SHM_KEY_MAX + 1];
+  pid_t pid;
+  (void) state;
+
+  c.budget_capacity = 1000;
+  assert_int_equal(nres_shm_new(&c, &from), 0);
+  to = test_shm_table(&c);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0)
+    churn(from);   /* until killed */
+  /* Nothing here may fail before the child is killed: a failure is kept
+   * and reported after. */
+  char bad[128] = "";
+  for (int round = 0; round < 8000 && bad[0] == '\0'; round++) {
+    if (nres_shm_init(to, nres_shm_size(&c), &c) != 0 ||
+        nres_shm_migrate(from, to, 0, 0, NULL, &m) != 0 ||
+        m.moved + m.full + m.changed != m.keys) {
+      snprintf(bad, sizeof(bad), "round %d: migrate failed or miscounted", round);
+      break;
+    }
+    changed += m.changed;
+    moved += m.moved;
+    for (uint32_t i = 0; i < 64; i++) {
+      int len = nres_shm_key(to, i, key, NRES_SHM_KEY_MAX, NULL, NULL);
+      if (len < 0)
+        continue;
+      key[len] = '\0';
+      int64_t tokens = atomic_load(&nres_shm_slot(to, i)->budget.tokens);
+      if (tokens != SIGNED(atoi(key + 1)) && tokens != 1000 * 1000000) {
+        snprintf(bad, sizeof(bad), "round %d: %s moved with %lld micro-tokens", round, key,
+                 (long long) tokens);
+        break;
+      }
+    }
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  if (bad[0] != '\0')
+    fail_msg("%s", bad);
+  print_message("%llu keys moved, %llu left out as changed while read\n",
+                (unsigned long long) moved, (unsigned long long) changed);
+  assert_true(moved > 0);
+  nres_shm_free(from);
+  free(to);
+}
+
 /* An allocator that fails: the migration says so and leaves nothing. */
 static void *fail_malloc(size_t n) { (void) n; return NULL; }
 static void *fail_realloc(void *p, size_t n) { (void) p; (void) n; return NULL; }
@@ -423,6 +501,7 @@ int main(void) {
     cmocka_unit_test(a_full_new_table_keeps_the_keys_used_last),
     cmocka_unit_test(present_moves_only_keys_already_there),
     cmocka_unit_test(a_kind_added_starts_fresh_one_removed_is_dropped),
+    cmocka_unit_test(a_table_in_use_moves_no_key_under_another_name),
     cmocka_unit_test(bad_tables_are_refused),
     cmocka_unit_test(no_memory_moves_nothing),
   };

@@ -99,7 +99,7 @@ typedef struct nres_policy_s {
   nres_time_t deadline, attempt_timeout;
   double ceiling_factor, ceiling_quantile; nres_time_t ceiling_floor;
   uint32_t min_samples, reserved0_; nres_time_t slow_threshold; double slow_factor;
-  nres_time_t limit_wait; uint32_t fallback, reserved1_; uint64_t seed;
+  nres_time_t limit_wait; uint32_t fallback, throttle_fail; uint64_t seed;
   nres_hedge_t hedge;
   nres_budget_t *budget; nres_breaker_t *breaker; nres_ratelimit_t *ratelimit;
   nres_bulkhead_t *bulkhead; nres_estimator_t *estimator; nres_throttle_t *throttle;

@@ -28,6 +28,10 @@
 -- (mode 0600, its blocks reserved with posix_fallocate, laid out, then
 -- renamed over the path, so an attacher never sees it half made and a
 -- full filesystem is an error, not a SIGBUS); t.replaced then says why.
+-- When the old file is a valid table of this build of another layout or
+-- configuration (a reload that changed the slots or a policy field), it
+-- stays mapped as t.old: t:migrate() moves its keys' state into the new
+-- table (nres_shm_migrate), t:release_old() lets it go.
 -- The file's descriptor is kept (t.fd) so t:verify() can find a file
 -- truncated after it was mapped. `extra = bytes` reserves zeroed memory
 -- after the table (t.extra, 64-byte aligned) for the caller's own state

@@ -20,6 +20,7 @@
 
 #include "nres_test.h"
 #include "nres/shm.h"
+#include "shm_table.h"
 
 #define T0 (1000 * NRES_SEC)
 #define HOLD (60 * NRES_SEC)
@@ -44,17 +45,6 @@ static nres_shm_config_t config(uint32_t slots, uint32_t flags) {
 
 #define ALL (NRES_SHM_BUDGET | NRES_SHM_BREAKER | NRES_SHM_RATELIMIT | \
              NRES_SHM_THROTTLE)
-
-static nres_shm_t *table(const nres_shm_config_t *c) {
-  size_t size = nres_shm_size(c);
-  void *mem;
-
-  assert_true(size > 0);
-  mem = aligned_alloc(64, (size + 63) / 64 * 64);
-  assert_non_null(mem);
-  assert_int_equal(nres_shm_init(mem, size, c), 0);
-  return mem;
-}
 
 static int slot_of(nres_shm_t *shm, const char *key, nres_time_t now,
                    nres_time_t hold) {
@@ -89,7 +79,7 @@ static void trip(nres_shm_slot_t *s, nres_time_t now) {
 
 static void every_kind_of_state_moves_as_it_was(void **state) {
   nres_shm_config_t oc = config(16, ALL), nc = config(64, ALL);
-  nres_shm_t *from = table(&oc), *to = table(&nc);
+  nres_shm_t *from = test_shm_table(&oc), *to = test_shm_table(&nc);
   nres_shm_migration_t m;
   nres_breaker_stats_t bs;
   nres_throttle_stats_t ts;
@@ -176,8 +166,8 @@ static void a_half_open_breaker_keeps_its_probe_and_its_lease(void **state) {
 
   oc.breaker.lease = 5 * NRES_SEC;
   nc.breaker.lease = 5 * NRES_SEC;
-  from = table(&oc);
-  to = table(&nc);
+  from = test_shm_table(&oc);
+  to = test_shm_table(&nc);
   nres_shm_slot_t *s = nres_shm_slot(from, (uint32_t) slot_of(from, "k", T0, HOLD));
   trip(s, T0);
   assert_int_equal(nres_breaker_acquire(&s->breaker, later, &permit), 0);
@@ -208,8 +198,8 @@ static void a_changed_meaning_resets_that_part_only(void **state) {
   nc.throttle_window = 600 * NRES_MSEC;
   nc.budget_capacity = 2;              /* a level above it is cut */
   nc.rate = 1;                         /* admissions ahead, at the new rate */
-  from = table(&oc);
-  to = table(&nc);
+  from = test_shm_table(&oc);
+  to = test_shm_table(&nc);
   nres_shm_slot_t *s = nres_shm_slot(from, (uint32_t) slot_of(from, "k", T0, HOLD));
   nres_shm_slot_t *w = nres_shm_slot(from, (uint32_t) slot_of(from, "w", T0, HOLD));
   trip(s, T0);
@@ -274,8 +264,8 @@ static void other_thresholds_keep_the_window(void **state) {
   nc.breaker.consecutive = 7;
   nc.breaker.break_for = 5 * NRES_SEC;
   nc.breaker.break_max = 5 * NRES_SEC;
-  from = table(&oc);
-  to = table(&nc);
+  from = test_shm_table(&oc);
+  to = test_shm_table(&nc);
   nres_shm_slot_t *s = nres_shm_slot(from, (uint32_t) slot_of(from, "k", T0, HOLD));
   for (int i = 0; i < 5; i++) {
     assert_int_equal(nres_breaker_acquire(&s->breaker, T0, &permit), 0);
@@ -297,7 +287,7 @@ static void other_thresholds_keep_the_window(void **state) {
 /* 40 keys into one set of 8: the 8 with the latest leases stay. */
 static void a_full_new_table_keeps_the_keys_used_last(void **state) {
   nres_shm_config_t oc = config(256, NRES_SHM_BUDGET), nc = config(8, NRES_SHM_BUDGET);
-  nres_shm_t *from = table(&oc), *to = table(&nc);
+  nres_shm_t *from = test_shm_table(&oc), *to = test_shm_table(&nc);
   nres_shm_migration_t m;
   uint32_t map[256];
   char key[16], line[512];
@@ -334,7 +324,7 @@ static void a_full_new_table_keeps_the_keys_used_last(void **state) {
 
 static void present_moves_only_keys_already_there(void **state) {
   nres_shm_config_t oc = config(8, NRES_SHM_BREAKER), nc = config(16, NRES_SHM_BREAKER);
-  nres_shm_t *from = table(&oc), *to = table(&nc);
+  nres_shm_t *from = test_shm_table(&oc), *to = test_shm_table(&nc);
   nres_shm_migration_t m;
   char line[512];
   (void) state;
@@ -360,7 +350,7 @@ static void present_moves_only_keys_already_there(void **state) {
 static void a_kind_added_starts_fresh_one_removed_is_dropped(void **state) {
   nres_shm_config_t oc = config(8, NRES_SHM_BUDGET | NRES_SHM_BREAKER);
   nres_shm_config_t nc = config(8, NRES_SHM_BREAKER | NRES_SHM_RATELIMIT);
-  nres_shm_t *from = table(&oc), *to = table(&nc);
+  nres_shm_t *from = test_shm_table(&oc), *to = test_shm_table(&nc);
   nres_shm_migration_t m;
   nres_time_t wait;
   char line[512];
@@ -381,7 +371,7 @@ static void a_kind_added_starts_fresh_one_removed_is_dropped(void **state) {
 
 static void bad_tables_are_refused(void **state) {
   nres_shm_config_t c = config(8, NRES_SHM_BUDGET);
-  nres_shm_t *a = table(&c), *b = table(&c);
+  nres_shm_t *a = test_shm_table(&c), *b = test_shm_table(&c);
   nres_shm_migration_t m;
   char line[64];
   (void) state;
@@ -407,7 +397,7 @@ static void *fail_calloc(size_t c, size_t n) { (void) c; (void) n; return NULL; 
 
 static void no_memory_moves_nothing(void **state) {
   nres_shm_config_t c = config(8, NRES_SHM_BUDGET);
-  nres_shm_t *a = table(&c), *b = table(&c);
+  nres_shm_t *a = test_shm_table(&c), *b = test_shm_table(&c);
   nres_shm_migration_t m;
   (void) state;
 

@@ -56,21 +56,12 @@ peer_states() {
 }
 # render MODE SLOTS WINDOW NPEERS
 render() {
-  local load="" balancer admit list="" i
+  local list="" i
   for i in $(seq 0 $(( $4 - 1 ))); do list="$list\"127.0.0.1:${peers[$i]}\", "; done
-  if [ "$1" = module ]; then
-    load="load_module $module;"
-    balancer="nres_balancer;"
-    admit="nres_admit backend;"
-  else
-    balancer='balancer_by_lua_block { require("nres.ngx").balance("backend") }'
-    admit='set_by_lua_block $nres_ms { return require("nres.ngx").admit("backend") }
-      if ($nres_ms = "") { return 503; }
-      log_by_lua_block { require("nres.ngx").log() }'
-  fi
+  nres_mode_lines "$1" "$module"
   nres_render "$here/migrate.conf.in" "$gwp/nginx.conf" PREFIX="$gwp" PORT="$gw_port" \
-    LUA="$repo/lua/?.lua" LOAD="$load" BALANCER="$balancer" ADMIT="$admit" SLOTS="$2" \
-    WINDOW="$3" PEERS="{ $list}"
+    LUA="$repo/lua/?.lua" LOAD="$nres_load" BALANCER="$nres_balancer" ADMIT="$nres_admit" \
+    SLOTS="$2" WINDOW="$3" PEERS="{ $list}"
 }
 # workers MASTER: its worker pids, sorted, on one line
 workers() { pgrep -P "$1" | sort | tr '\n' ' '; }

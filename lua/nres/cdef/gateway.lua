@@ -90,6 +90,14 @@ uint64_t nres_gw_hist_read(const void *h, uint64_t *counts, uint64_t *sum);
 
 void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
 void nres_gw_control_count(nres_gw_control_t *c, int reason);
+typedef struct nres_gw_scope_s nres_gw_scope_t;
+nres_gw_scope_t *nres_gw_scope_new(const char *name, nres_shm_t *table,
+                                   nres_gw_control_t *control, int breaker);
+void nres_gw_scope_register(nres_gw_scope_t *s);
+void nres_gw_scope_free(nres_gw_scope_t *s);
+int nres_gw_control_apply(const char *body, size_t len, nres_time_t now, char *answer,
+                          size_t cap, char *what, size_t wcap);
+size_t nres_gw_control_state(char *out, size_t cap);
 typedef struct nres_gw_lease_s { uint64_t word; } nres_gw_lease_t;
 int nres_gw_lease_take(nres_gw_lease_t *l, uint32_t id, nres_time_t now, nres_time_t lease);
 void nres_gw_lease_drop(nres_gw_lease_t *l, uint32_t id);

@@ -136,6 +136,7 @@ function _M.scope(name, opts)
     hedged = type(t.hedge) == "table", hedges_won = 0,
     control = ctl.block(tbl.extra),
   }
+  ctl.register_scope(s)   -- by name, for the control API (in C)
   scopes[name] = s
   return s
 end

@@ -372,6 +372,34 @@ NRES_EXTERN void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r
 NRES_EXTERN void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
                                      nres_time_t now, int status);
 
+/* ------------------------------------------------------- control API */
+
+/* A scope (gw.scope) by name, for the control API: its table, its control
+ * block and whether its policy keeps a breaker. Registered like the
+ * limiters; freed (and unregistered) by its declarer. */
+typedef struct nres_gw_scope_s nres_gw_scope_t;
+NRES_EXTERN nres_gw_scope_t *nres_gw_scope_new(const char *name, nres_shm_t *table,
+                                               nres_gw_control_t *control, int breaker);
+NRES_EXTERN void nres_gw_scope_register(nres_gw_scope_t *s);
+NRES_EXTERN void nres_gw_scope_free(nres_gw_scope_t *s);
+
+/* Room for any answer of nres_gw_control_apply. */
+#define NRES_GW_CONTROL_ANSWER_MAX 4096
+/* One control API operation, a JSON object of `len` bytes (docs/
+ * gateway-control.md: isolate, close, reset, eject, drain, restore,
+ * weight, rate, dry_run), found in the registries, checked fully, then
+ * applied (a refused one changes nothing). The answer (JSON: the result
+ * and `changed`, or `error`) goes to answer (cap bytes, at least
+ * NRES_GW_CONTROL_ANSWER_MAX); what (wcap bytes, may be NULL) gets the
+ * change for the log line, or the refusal's reason. Returns the HTTP
+ * status: 200, or 400, 404 or 409 with nothing changed. One thread. */
+NRES_EXTERN int nres_gw_control_apply(const char *body, size_t len, nres_time_t now,
+                                      char *answer, size_t cap, char *what, size_t wcap);
+/* The control state of every registered scope, limiter and upstream as
+ * JSON into out (cap bytes, cut and NUL-ended): its full length (call
+ * again with more room when it is cap or more). */
+NRES_EXTERN size_t nres_gw_control_state(char *out, size_t cap);
+
 /* ------------------------------------------------------------- lease */
 
 /* One holder at a time for a job run once for the whole nginx (the active

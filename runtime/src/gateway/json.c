@@ -14,6 +14,7 @@
 
 #include "nres.h"
 #include "json.h"
+#include "keytext.h"
 
 typedef struct {
   const unsigned char *p, *end, *start;
@@ -58,9 +59,7 @@ static int hex4(const unsigned char *p, unsigned *out) {
   return 0;
 }
 
-/* The length of the UTF-8 sequence at p (strict: no overlong form, no
- * surrogate, nothing past U+10FFFF), or 0. */
-static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
+size_t nres__utf8_len(const unsigned char *p, const unsigned char *end) {
   unsigned c = p[0], lo = 0x80, hi = 0xBF;
   size_t n;
   if (c < 0x80)
@@ -127,7 +126,7 @@ static int string(reader_t *r, const char **out, size_t *len) {
     if (c < 0x20)
       return fail(r, "a string without control characters");
     if (c != '\\') {
-      size_t n = utf8_len(r->p, r->end);
+      size_t n = nres__utf8_len(r->p, r->end);
       if (n == 0)
         return fail(r, "valid UTF-8");
       memcpy(d, r->p, n);

@@ -208,9 +208,11 @@ typedef struct nres_sync_config_s {
                                    this share of the fleet's calls failed
                                    (each host's breaker window, summed over
                                    the hosts that report), with at least
-                                   breaker_fleet_min_calls calls; a host
-                                   must be open itself to claim the break.
-                                   In [0, 1]; 0 = off (default) */
+                                   breaker_fleet_min_calls calls: an open
+                                   host claims the break, or else a closed
+                                   one with failures of its own, which
+                                   opens for break_for. In [0, 1]; 0 = off
+                                   (default) */
   uint32_t breaker_fleet_min_calls;   /* 1 .. 1e9; default 20 */
   const char *sentinel_user;    /* the Sentinels' ACL user (NULL: AUTH with
                                    the password alone) */

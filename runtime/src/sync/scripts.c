@@ -106,7 +106,10 @@ const char nres__sync_rate_lua[] =
  * window, or own break), quorum (the fleet opens when more than this share
  * of the voters are open; 0: any), calls and failures in the host's
  * window, ratio (the fleet opens when at least this share of the fleet's
- * calls failed; 0: off), min calls (for the ratio).
+ * calls failed; 0: off), min calls (for the ratio), break (ms: the break
+ * a closed host claims when the ratio is met and no claim lives, if calls
+ * of its own failed: hosts too quiet to trip their own breakers still open
+ * the fleet; the claimant opens its breaker for it, as its own).
  *
  * The fleet opens only on a quorum, of hosts or of calls: a host whose own
  * breaker opens below it protects itself and nobody else. A prober holds the fleet while it beats
@@ -125,7 +128,7 @@ const char nres__sync_breaker_lua[] =
   "local stale, keep, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])\n"
   "local voter, quorum = ARGV[8] == '1', tonumber(ARGV[9])\n"
   "local calls, fails = tonumber(ARGV[10]), tonumber(ARGV[11])\n"
-  "local ratio, minc = tonumber(ARGV[12]), tonumber(ARGV[13])\n"
+  "local ratio, minc, brk = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])\n"
   "local broken = own and (loc == 'open' or loc == 'half')\n"
   "local c = redis.call('HMGET', ck, 'calls', 'fails', 'c:' .. node, 'f:' .. node)\n"
   "local sc = tonumber(c[1] or 0) - tonumber(c[3] or 0)\n"
@@ -147,8 +150,8 @@ const char nres__sync_breaker_lua[] =
   "if redis.call('ZCARD', vk) <= 1 then sc, sf = calls, fails end\n"
   "redis.call('HSET', ck, 'c:' .. node, calls, 'f:' .. node, fails, 'calls', sc, 'fails', sf)\n"
   "local voters, opened = redis.call('ZCARD', vk), redis.call('ZCARD', ok)\n"
-  "local quorate = opened > 0 and (opened > quorum * voters or\n"
-  "  (ratio > 0 and sc >= minc and sf >= ratio * sc))\n"
+  "local by_calls = ratio > 0 and sc >= minc and sf >= ratio * sc\n"
+  "local quorate = opened > 0 and (opened > quorum * voters or by_calls)\n"
   "local r = redis.call('HMGET', key, 'state', 'until', 'prober', 'beat')\n"
   "local state, untl, prober, beat = r[1], tonumber(r[2] or 0), r[3], tonumber(r[4] or 0)\n"
   "local function held()\n"
@@ -173,6 +176,8 @@ const char nres__sync_breaker_lua[] =
   "elseif loc == 'closed' and prober == node and state == 'open' then\n"
   "  state = 'closed'\n"
   "  redis.call('HSET', key, 'state', 'closed', 'beat', now)\n"
+  "elseif loc == 'closed' and by_calls and fails > 0 and not live then\n"
+  "  claim(now + brk)\n"
   "end\n"
   "live = held()\n"
   "local ttl = keep\n"

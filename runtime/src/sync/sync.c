@@ -596,6 +596,15 @@ static uint64_t lease_ms(const nres_sync_t *s, const nres_breaker_t *b) {
   return (uint64_t) (l / NRES_MSEC);
 }
 
+/* A new break (ms): the breaker's break_for, as the lease is capped. */
+static uint64_t break_ms(const nres_breaker_t *b) {
+  nres_time_t l = b->config.break_for;
+
+  if (l > ((nres_time_t) 1 << 37) * NRES_MSEC)
+    l = ((nres_time_t) 1 << 37) * NRES_MSEC;
+  return (uint64_t) (l / NRES_MSEC);
+}
+
 static int breaker_args(nres_sync_t *s, entry_t *e, nres_time_t now,
                         char buf[][32]) {
   static const char *const names[] = { "closed", "open", "half", "isolated" };
@@ -628,7 +637,8 @@ static int breaker_args(nres_sync_t *s, entry_t *e, nres_time_t now,
   snprintf(buf[9], 32, "%u", failures);
   snprintf(buf[10], 32, "%.6f", s->cfg.breaker_fleet_ratio);
   snprintf(buf[11], 32, "%u", s->cfg.breaker_fleet_min_calls);
-  return 12;
+  snprintf(buf[12], 32, "%llu", (unsigned long long) break_ms(b));
+  return 13;
 }
 
 static int breaker_apply(nres_sync_t *s, entry_t *e, const redisReply *r,
@@ -660,6 +670,14 @@ static int breaker_apply(nres_sync_t *s, entry_t *e, const redisReply *r,
     if (nres_breaker_open_until(b, now, target) == 1)
       e->imposed = target;
     e->st.local = (double) (target - now) / 1e6;
+  } else if (a.state == 1 && a.live && a.prober && e->bstate == NRES_BREAKER_CLOSED) {
+    /* Our claim by the fleet's failure ratio, made while we were closed:
+     * our breaker opens for it as its own break (not e->imposed), so we
+     * renew the claim and probe, as a host that tripped would. */
+    left = a.until_ms > a.now_ms
+               ? (nres_time_t) (a.until_ms - a.now_ms) * NRES_MSEC : 0;
+    nres_breaker_open_until(b, now, to_ms(nres_time_add(now, left)));
+    e->st.local = (double) left / 1e6;
   } else if (a.state == 2 && e->imposed != 0) {
     nres_breaker_close_if(b, e->imposed);
     e->imposed = 0;

@@ -69,7 +69,7 @@ typedef struct {
   nres_time_t imposed;          /* the break we gave it (ns, to the ms) */
   int64_t lapsed;               /* the lapsed claim last counted (its until) */
   uint16_t slot;                /* Cluster: the slot of its hash tag */
-  char args[12][32];            /* this round's arguments, */
+  char args[13][32];            /* this round's arguments, */
   int nargs;                    /* kept for a redirected call */
   redisReply *reply;            /* this round's answer */
   int bstate;                   /* state read for this round */

@@ -152,8 +152,9 @@ static void sleep_until(nres_time_t t) {
   "                         strict majority; 0: the first host that opens)\n" \
   "  --fleet-ratio X        or when at least this share of the fleet's calls\n" \
   "                         (the breakers' windows, over every host) failed,\n" \
-  "                         0 to 1 (default 0: off); a host open itself\n" \
-  "                         claims the break for all\n" \
+  "                         0 to 1 (default 0: off); an open host, or a\n" \
+  "                         closed one whose own calls failed, claims the\n" \
+  "                         break for all\n" \
   "  --fleet-min-calls N    the fleet's calls the ratio needs, 1 to 1e9\n" \
   "                         (default 20)\n" \
   "  --node NAME            this host's name in the fleet, without quotes,\n" \

@@ -146,7 +146,8 @@ function _M.report(result, obj, model)
     w("")
     w("Checked on seeds %s, which the search never saw: %s %s points, %s %s: %s.", concat(ck.seeds, ", "),
       result.searched and result.searched.name or best.name, pts(ck.tuned), best.base, pts(ck.preset),
-      ck.held and "the gain holds" or format("within %g points, so the preset stays", require("nresrun.tune.search").MARGIN))
+      ck.held and "the gain holds" or format("within %g points there, so the preset stays",
+                                             require("nresrun.tune.search").MARGIN))
   end
   if #result.unproven > 0 or (result.unproven_moves or 0) > 0 then
     w("")

@@ -135,11 +135,12 @@ function _M.report(result, obj, model)
     w("**Verdict: %s**, %s points against %s, the best preset (%s vs %s), on the %s objective. The file: policy.lua.",
       best.name, pts(best.score - top.score), top.name, pts(best.score), pts(top.score), obj.use)
   else
-    local sr = result.searched
-    w("**Verdict: %s**, the best preset on the %s objective (%s points; next: %s, %s). The knob search reached %s points%s: within %g points, the same.",
+    local sr, ck = result.searched, result.check
+    w("**Verdict: %s**, the best preset on the %s objective (%s points; next: %s, %s). The knob search reached %s points%s: %s.",
       top.name, obj.use, pts(top.score), ranked[2] and ranked[2].name or "-", ranked[2] and pts(ranked[2].score) or "-",
       sr and pts(sr.score) or pts(top.score), sr and #sr.changes > 0 and format(" (%d changes)", #sr.changes) or "",
-      require("nresrun.tune.search").MARGIN)
+      ck and not ck.held and "more, but not on the seeds it never saw (below)"
+      or format("within %g points, the same", require("nresrun.tune.search").MARGIN))
   end
   local ck = result.check
   if ck then

@@ -3,7 +3,8 @@
 -- The default's breaker and ceiling (an upstream that is down is skipped
 -- within ~50 ms and probed every ~0.55 s; a busy one is left alone) with
 -- the default's backoff capped at 2 s (Retry-After honoured up to 2 s), a
--- tight deadline and the HTTP classifier. Held to
+-- tight deadline, the HTTP classifier, and http's fail fast when its
+-- throttle refuses. Held to
 -- bench/tournament.lua like the default (bench/results/tournament-2026-12-02.md).
 return {
   base = "http",

@@ -44,7 +44,8 @@ Options:
   --only PATTERN   Lua pattern: run only the cells whose "section/arm"
                    matches, or the simulation's policies whose name does
   --out DIR        where the reports go (default: see Reports)
-  --list           print the cells, or the simulation's policies, and exit
+  --list           print the cells, or the simulation's policies (and a
+                   tournament's scenarios), and exit
   --max-minutes M  refuse a matrix longer than M minutes (default 60)
   --cell I         internal: run cell I once and print one JSON line
   --rep R          internal: the repetition a --cell run belongs to

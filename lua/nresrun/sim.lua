@@ -406,6 +406,15 @@ end
 -- its accounting holds, 1 otherwise, 2 for bad usage.
 function _M.main(self, path, opts)
   opts = opts or {}
+  if opts.list then   -- the policies (and a tournament's scenarios); nothing runs
+    for _, e in ipairs(self.policies) do
+      if not opts.only or e.name:find(opts.only) then
+        print(format("%s  (%s)", e.name, type(e.spec) == "string" and "preset " .. e.spec or "nres.policy{...}"))
+      end
+    end
+    for _, sc in ipairs(self.scenarios or {}) do print(format("scenario %s  (%g s)", sc.name, sc.duration)) end
+    return 0
+  end
   if self.scenarios then return require("nresrun.sim.tournament").main(self, path, opts) end
   local report = require "nresrun.sim.report"
   local name = self.spec.name or path:match("([^/]+)%.lua$") or "simulation"
@@ -415,14 +424,6 @@ function _M.main(self, path, opts)
                       path, " runs each policy once on a virtual clock)\n")
       return 2
     end
-  end
-  if opts.list then
-    for _, e in ipairs(self.policies) do
-      if not opts.only or e.name:find(opts.only) then
-        print(format("%s  (%s)", e.name, type(e.spec) == "string" and "preset " .. e.spec or "nres.policy{...}"))
-      end
-    end
-    return 0
   end
   local started = os.time()
   local doc = self:run(opts)

@@ -141,6 +141,27 @@ describe("scenario errors name file:line and the field", function()
   end)
 end)
 
+describe("a tournament file", function()
+  -- --list lists its policies and scenarios and runs nothing (it ran the
+  -- whole tournament before).
+  it("--list prints the policies and the scenarios, and runs nothing", function()
+    local path = write("tour.lua", [[
+local nresrun = require "nresrun"
+local dep = { latency = { fixed = 0.01 } }
+return nresrun.simulation{ name = "tour", policies = { "none", "default" }, seeds = { 1, 2 },
+  scenarios = { { name = "calm", dependency = dep, load = { rate = 10 }, duration = 5 },
+                { name = "still", dependency = dep, load = { rate = 10 }, duration = 5 } } }
+]])
+    local code, out = run(path .. " --list --out " .. dir .. "/tour")
+    expect.eq(code, 0)
+    expect.truthy(out:find("none  (preset none)", 1, true), out)
+    expect.truthy(out:find("default  (preset default)", 1, true), out)
+    expect.truthy(out:find("scenario calm  (5 s)", 1, true), out)
+    expect.truthy(out:find("scenario still  (5 s)", 1, true), out)
+    expect.eq(out:find("nresrun tournament", 1, true), nil)
+  end)
+end)
+
 describe("the matrix", function()
   local sc = nresrun.scenario {
     name = "m",

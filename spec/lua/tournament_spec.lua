@@ -3,8 +3,9 @@
 -- assertions: bench/tournament.lua's ten scenarios on seeds 1-3, and
 -- seed 5 in the three capacity scenarios (the benchmark runs ten), every target of nresrun.sim.tournament.targets for
 -- default, http and gateway, on a virtual clock, so the same numbers every
--- run. In overload and overload-deep, success is at least none's on
--- every seed (a call the throttle refuses waits and asks again; the
+-- run. In overload and overload-deep, default's success is at least
+-- none's on every seed, http's and gateway's goodput within the SLO (they
+-- fail fast when their throttle refuses; default's call waits and asks again; the
 -- throttle's room brings sending back after the overload), overload-mute
 -- included (a plain error back in < 0.1 x the p50 of successes is a
 -- refusal that does not say so: throttle.fast_failure). Checks that the
@@ -196,6 +197,20 @@ describe("the blip", function()
                                        "gateway", "blip", 14)
     expect.truthy(round6.down_req_per_op > 0.05, "round 6: " .. round6.down_req_per_op)
     expect.truthy(now.down_req_per_op <= 0.05, "now: " .. now.down_req_per_op)
+  end)
+end)
+
+describe("the interactive presets under overload", function()
+  -- A call the throttle refuses waits a throttled backoff (1 s, doubling)
+  -- and asks again: served, but seconds late. http and gateway fail fast
+  -- instead (throttle.wait = false), and are held to none's goodput
+  -- within the SLO in a capacity phase, not its success
+  -- (bench/results/tournament-throttled-2026-12-07.md).
+  it("http fails fast: overload seed 1, p99 under 500 ms and more goodput than waiting, which takes 2 s", function()
+    local waiting, now = before_and_now(nres.policy{ base = "http", throttle = { wait = true } }, "http", "overload", 1)
+    expect.truthy(waiting.p99_ms > 2000, "waiting: " .. waiting.p99_ms)
+    expect.truthy(now.p99_ms < 500, "now: " .. now.p99_ms)
+    expect.truthy(now.goodput > waiting.goodput + 0.03, string.format("goodput %.4f vs %.4f", now.goodput, waiting.goodput))
   end)
 end)
 

@@ -13,7 +13,7 @@ local _M = { _VERSION = "0.1.0" }
 
 -- A policy sending more than this x the trace's requests in a window goes
 -- beyond what the trace proves the dependency can serve.
-_M.UNPROVEN = 1.05
+_M.UNPROVEN = require("nresrun.tune.search").UNPROVEN
 
 local num
 function num(v)
@@ -124,7 +124,10 @@ function _M.report(result, obj, model)
   local function w(fmt, ...) out[#out + 1] = select("#", ...) > 0 and format(fmt, ...) or fmt end
   local ranked = {}
   for _, p in ipairs(result.presets) do ranked[#ranked + 1] = p end
-  table.sort(ranked, function(a, b) return a.score > b.score end)
+  table.sort(ranked, function(a, b)   -- the presets set aside (unproven) last
+    if a.unproven ~= b.unproven then return not a.unproven end
+    return a.score > b.score
+  end)
   local top = ranked[1]
   w("# nresrun tune: %s", model.source)
   w("")
@@ -132,11 +135,27 @@ function _M.report(result, obj, model)
     w("**Verdict: %s**, %s points against %s, the best preset (%s vs %s), on the %s objective. The file: policy.lua.",
       best.name, pts(best.score - top.score), top.name, pts(best.score), pts(top.score), obj.use)
   else
-    local sr = result.searched
-    w("**Verdict: %s**, the best preset on the %s objective (%s points; next: %s, %s). The knob search reached %s points%s: within %g points, the same.",
+    local sr, ck = result.searched, result.check
+    w("**Verdict: %s**, the best preset on the %s objective (%s points; next: %s, %s). The knob search reached %s points%s: %s.",
       top.name, obj.use, pts(top.score), ranked[2] and ranked[2].name or "-", ranked[2] and pts(ranked[2].score) or "-",
       sr and pts(sr.score) or pts(top.score), sr and #sr.changes > 0 and format(" (%d changes)", #sr.changes) or "",
-      require("nresrun.tune.search").MARGIN)
+      ck and not ck.held and "more, but not on the seeds it never saw (below)"
+      or format("within %g points, the same", require("nresrun.tune.search").MARGIN))
+  end
+  local ck = result.check
+  if ck then
+    w("")
+    w("Checked on seeds %s, which the search never saw: %s %s points, %s %s: %s.", concat(ck.seeds, ", "),
+      result.searched and result.searched.name or best.name, pts(ck.tuned), best.base, pts(ck.preset),
+      ck.held and "the gain holds" or format("within %g points there, so the preset stays",
+                                             require("nresrun.tune.search").MARGIN))
+  end
+  if #result.unproven > 0 or (result.unproven_moves or 0) > 0 then
+    w("")
+    w("Set aside: %s%s. Each sends more than %g x the requests the trace shows in some window where the dependency "
+      .. "answered, and the trace has no refusal to bound its capacity.", concat(result.unproven, ", "),
+      (result.unproven_moves or 0) > 0 and format("%s%d moves of the search", #result.unproven > 0 and "; " or "",
+                                                  result.unproven_moves) or "", _M.UNPROVEN)
   end
   w("")
   local m = best.measure

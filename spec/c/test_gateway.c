@@ -580,6 +580,15 @@ static void test_deadline_header(void **state) {
     assert_true(isnan(nres_gw_deadline_ms(bad[k], strlen(bad[k]))));
   assert_true(isnan(nres_gw_deadline_ms(NULL, 0)));
   assert_true(isnan(nres_gw_deadline_ms("300", 0)));
+  /* among a request's headers (the Lua balancer's list of them): the first
+   * named x-deadline-ms, by its lowercase name; none: NaN */
+  nres_gw_header_t h[] = { { 4, "host", 9, "localhost" }, { 12, "x-deadline-m", 1, "5" },
+                           { 13, "x-deadline-ms", 3, "250" }, { 13, "x-deadline-ms", 1, "0" } };
+  assert_true(nres_gw_deadline_header(h, 4) == 250);
+  assert_true(isnan(nres_gw_deadline_header(h, 2)));
+  assert_true(isnan(nres_gw_deadline_header(NULL, 0)));
+  h[2].value_len = -1;   /* never read as a length */
+  assert_true(isnan(nres_gw_deadline_header(h, 3)));
 }
 
 /* One refusal table for every adapter (nres_gw_refusal): the status of

@@ -73,6 +73,7 @@ if(TARGET nres_depserver)   # the http component
 endif()
 if(";${NRES_COMPONENTS};" MATCHES ";shm;")
   nres_add_fuzz(fuzz_shm)   # spec/c/shm_ops.h, shared with test_shm
+  nres_add_fuzz(fuzz_control_json)   # the gateway (in the shm component)
 endif()
 if(TARGET nres_sync_static)   # the sync component, with hiredis
   target_compile_options(nres_sync_static PRIVATE -fsanitize=fuzzer-no-link)

@@ -20,12 +20,15 @@
 #      405 or 409 with the reason and changes nothing; a drained peer gets
 #      no new tries; an isolated breaker refuses in every worker, a
 #      dry-run lets the requests through and counts would_refuse (JSON,
-#      Prometheus); a limiter's new rate applies at once; dry-run and rate
+#      Prometheus), in the cosocket mode (gw.proxy) too; a limiter's new rate applies at once; dry-run and rate
 #      survive `nginx -s reload`; each change is one [notice] line;
 #   5. the status page (?format=html, Accept: text/html) in headless
 #      Chromium with an open breaker and an ejected peer: the rendered DOM
 #      shows both, the upstreams, scope and limiter; no external asset;
 #      it refreshes itself; the screenshot is kept (NRES_OPS_OUT);
+#   6. a balanced request whose gw.log never runs (/nolog: no log_by_lua)
+#      is let go when the next request reuses its address: 30 of them on
+#      one connection leave at most one try in flight;
 #   9. error.log has no [error], [crit], [alert] or [emerg] line.
 # Skipped (exit 0) without nginx's Lua module; without promtool (Debian
 # prometheus) section 1's promtool check fails the test (.ci/deps installs
@@ -46,7 +49,7 @@ gw="http://127.0.0.1:$gw_port"
 nres_render_upstream "$work/up" "$p1" "$p2"
 policy='{ base = "gateway", breaker = { break_for = 4, break_max = 4 } }'
 nres_render "$here/ops.conf.in" "$work/gw/nginx.conf" \
-  PREFIX="$work/gw" PORT="$gw_port" LUA="$repo/lua/?.lua" POLICY="$policy" \
+  PREFIX="$work/gw" PORT="$gw_port" LUA="$repo/lua/?.lua" POLICY="$policy" DIRECT="$p1" \
   PEERS="{ \"127.0.0.1:$p1\", \"127.0.0.1:$p2\" }"
 nres_nginx_start "$work/up" "$work/up/nginx.conf"
 nres_nginx_start "$work/gw" "$work/gw/nginx.conf"
@@ -207,11 +210,18 @@ expect_ctl 200 '{"action":"isolate","upstream":"backend"}'
 grep -q '"state":"isolated"' "$work/ctl.out" || fail "isolate: $(cat "$work/ctl.out")"
 r=$(codes 10 /free)
 [ "$r" = "503:10 " ] || fail "isolated breaker: expected 10 x 503, got $r"
+r=$(codes 4 /direct)
+[ "$r" = "503:4 " ] || fail "isolated breaker, cosocket mode: expected 4 x 503, got $r"
 expect_ctl 200 '{"action":"dry_run","scope":"upstreams","on":true}'
 r=$(codes 10 /free)
 [ "$r" = "200:10 " ] || fail "dry-run: expected 10 x 200, got $r"
 would=$(status | json 'j.scopes.upstreams.would_refuse["circuit open"]')
 [ "${would:-0}" -ge 10 ] || fail "dry-run counted $would would_refuse"
+r=$(codes 5 /direct)
+[ "$r" = "200:5 " ] || fail "dry-run, cosocket mode: expected 5 x 200, got $r"
+w2=$(status | json 'j.scopes.upstreams.would_refuse["circuit open"]')
+[ "$w2" = $((would + 5)) ] || fail "dry-run, cosocket mode: would_refuse $would then $w2 (5 more expected)"
+would=$w2
 curl -sf -o "$out/metrics.txt" "$gw/nres/status?format=prometheus"
 grep -q "^nres_would_refuse_total{scope=\"upstreams\",reason=\"circuit open\"} $would" "$out/metrics.txt" ||
   fail "no nres_would_refuse_total: $(grep would "$out/metrics.txt")"
@@ -221,7 +231,7 @@ expect_ctl 200 '{"action":"close","upstream":"backend"}'
 expect_ctl 200 '{"action":"dry_run","scope":"upstreams","on":false}'
 r=$(codes 5 /free)
 [ "$r" = "200:5 " ] || fail "closed again: $r"
-pass "isolate: 10 x 503 in every worker; dry-run: 10 x 200, would_refuse $would; closed"
+pass "isolate: 10 x 503 in every worker (4 in the cosocket mode); dry-run: 15 x 200 (5 cosocket), would_refuse $would; closed"
 # a limiter's rate, and its dry-run, kept across a reload
 expect_ctl 200 '{"action":"rate","limiter":"clients","rate":1000,"burst":50}'
 r=$(for _ in $(seq 1 20); do curl -s -o /dev/null -w '%{http_code}\n' --interface 127.0.0.9 "$gw/"; done | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')
@@ -282,6 +292,17 @@ expect_ctl 200 '{"action":"dry_run","limiter":"clients","on":false}'
 admin "$p1" "mode=healthy&reset=1"
 admin "$p2" "mode=healthy&reset=1"
 pass "status page: Chromium renders the open breaker, the ejected peer, upstreams, limiter (dry-run); screenshot $out/status.png"
+
+# ------------------------------- 6. a balanced request gw.log never sees
+# 30 requests through the balancer on one connection (one worker, nginx
+# gives each the memory of the one before), then the status on the same
+# connection: that worker's in-flight tries. A record held by a request
+# whose log phase never ran kept its try in flight for good (30 here).
+curl -s -o "$work/nolog#1" "$gw/nolog?[1-30]" -o "$work/nolog.json" "$gw/nres/status"
+n=$(json 'j.upstreams.backend.peers[1].inflight_this_worker + j.upstreams.backend.peers[2].inflight_this_worker' \
+      <"$work/nolog.json")
+[ "$n" -le 1 ] || fail "requests without gw.log: $n tries still in flight after 30 (at most 1)"
+pass "requests without gw.log: $n of 30 tries still in flight"
 
 # ------------------------------------------------------------ 9. error.log
 nres_nginx_stop_all

@@ -73,6 +73,10 @@ uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_tim
                            int i, uint32_t permit, int has_permit);
 int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now, int cls);
 double nres_gw_deadline_ms(const char *value, size_t len);
+typedef struct nres_gw_header_s {
+  int name_len; const char *name; int value_len; const char *value;
+} nres_gw_header_t;
+double nres_gw_deadline_header(const nres_gw_header_t *h, size_t n);
 int nres_gw_refusal(int stop, int client, const char **reason);
 size_t nres_gw_key(const char *key, size_t len, char *buf, const char **out);
 int nres_gw_class(const char *value, size_t len);
@@ -85,6 +89,15 @@ uint64_t nres_gw_hist_bound(int i);
 uint64_t nres_gw_hist_read(const void *h, uint64_t *counts, uint64_t *sum);
 
 void nres_gw_control_flag(nres_gw_control_t *c, uint32_t flag, int on);
+void nres_gw_control_count(nres_gw_control_t *c, int reason);
+typedef struct nres_gw_scope_s nres_gw_scope_t;
+nres_gw_scope_t *nres_gw_scope_new(const char *name, nres_shm_t *table,
+                                   nres_gw_control_t *control, int breaker);
+void nres_gw_scope_register(nres_gw_scope_t *s);
+void nres_gw_scope_free(nres_gw_scope_t *s);
+int nres_gw_control_apply(const char *body, size_t len, nres_time_t now, char *answer,
+                          size_t cap, char *what, size_t wcap);
+size_t nres_gw_control_state(char *out, size_t cap);
 typedef struct nres_gw_lease_s { uint64_t word; } nres_gw_lease_t;
 int nres_gw_lease_take(nres_gw_lease_t *l, uint32_t id, nres_time_t now, nres_time_t lease);
 void nres_gw_lease_drop(nres_gw_lease_t *l, uint32_t id);

@@ -88,6 +88,7 @@ local gw_pick, gw_try_begin, gw_grant = C.nres_gw_pick, C.nres_gw_try_begin, C.n
 local gw_try_end, gw_abandon, gw_end = C.nres_gw_try_end, C.nres_gw_try_abandon,
   C.nres_gw_request_end
 local gw_class, gw_deadline_ms = C.nres_gw_class, C.nres_gw_deadline_ms
+local gw_deadline_header = C.nres_gw_deadline_header
 local gw_refusal = C.nres_gw_refusal
 local est_quantile = C.nres_estimator_quantile
 local bad, scopes, new_table, seconds = config.bad, config.scopes, config.new_table, config.seconds
@@ -177,6 +178,55 @@ local function register(u, s, ests)
   g = ffi.gc(g, C.nres_gw_upstream_free)
   C.nres_gw_register(g)
   return g
+end
+
+-- Where a peers' table of `slots` keeps its extra memory: an estimator
+-- per slot at 0, then (64-aligned) a try histogram per slot and the
+-- request histogram, then a control block per slot. Returns the
+-- histograms' and the control blocks' offsets, and the bytes in all.
+local CONTROL_SIZE = require("nres.ngx.control").BYTES
+local function peers_layout(slots)
+  local hists_at = slots * EST_SIZE
+  hists_at = hists_at + (64 - hists_at % 64) % 64
+  local controls_at = hists_at + (slots + 1) * HIST_SIZE
+  return hists_at, controls_at, controls_at + slots * CONTROL_SIZE
+end
+
+-- A reload's new peers' table takes over each declared peer's own memory
+-- from the old table (report from nres.shm migrate, its map from old slot
+-- to new): its latency estimator (unless the estimators' period
+-- changed), its try histogram and its control block (drain, weight set
+-- at run time), and the upstream's request histogram.
+local NOT_MOVED = require("nres.shm").NOT_MOVED
+local function move_peers(tbl, r, notes)
+  local old = r.old
+  local ohists, ocontrols, obytes = peers_layout(r.slots)
+  if old.extra == nil or old.extra_bytes < obytes then
+    notes[#notes + 1] = "reset: latency estimators, histograms, drains and weights"
+      .. " (the old region has none)"
+    return
+  end
+  local hists_at, controls_at = peers_layout(tbl.slots)
+  local from, to = ffi_cast("char *", old.extra), ffi_cast("char *", tbl.extra)
+  local oest, nest = ffi_cast("nres_estimator_t *", from), ffi_cast("nres_estimator_t *", to)
+  local reset = 0
+  for i = 0, r.slots - 1 do
+    local j = r.map[i]
+    if j ~= NOT_MOVED then
+      if oest[i].period == nest[j].period then
+        ffi.copy(nest + j, oest + i, EST_SIZE)
+      else
+        reset = reset + 1
+      end
+      ffi.copy(to + hists_at + j * HIST_SIZE, from + ohists + i * HIST_SIZE, HIST_SIZE)
+      ffi.copy(to + controls_at + j * CONTROL_SIZE, from + ocontrols + i * CONTROL_SIZE,
+               CONTROL_SIZE)
+    end
+  end
+  ffi.copy(to + hists_at + tbl.slots * HIST_SIZE, from + ohists + r.slots * HIST_SIZE, HIST_SIZE)
+  if reset > 0 then
+    notes[#notes + 1] = "reset: " .. reset .. " peers' latency estimators (their period changed)"
+  end
 end
 
 -- A peer entry: "host:port", or { "host:port", weight = 1..10000,
@@ -273,25 +323,18 @@ function _M.declare(name, opts)
   -- The peers' table: two slots per peer (room to add a few without a new
   -- layout), each key leased for ever; after it an estimator and a
   -- histogram of try durations per slot, and the upstream's histogram of
-  -- request durations (zeroed memory: empty histograms).
+  -- request durations (zeroed memory: empty histograms), and a control
+  -- block per slot (peers_layout).
   local slots = max(8, 2 * n)
   slots = slots + (8 - slots % 8) % 8
-  local hists_at = slots * EST_SIZE
-  hists_at = hists_at + (64 - hists_at % 64) % 64
-  local CONTROL_SIZE = require("nres.ngx.control").BYTES
-  local controls_at = hists_at + (slots + 1) * HIST_SIZE
-  local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
-                                    budget = false, limiter = false,
-                                    extra = controls_at + slots * CONTROL_SIZE }, name)
-  u.shm, u.ptr = tbl, tbl.shm
-  local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
-  u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
-  u.hist = u.hists + slots * HIST_SIZE
-  u.controls = ffi_cast("char *", tbl.extra) + controls_at   -- slot i's (drain) at i * size
+  local hists_at, controls_at, bytes = peers_layout(slots)
+  local ests
   -- Estimators laid out and peers keyed, in order: a fresh table given
   -- the same keys in the same order puts each in the same slot, so a
   -- worker's table remade by verify() keeps every index and pointer
-  -- (its extra memory comes zeroed: empty histograms).
+  -- (its extra memory comes zeroed: empty histograms). A table that
+  -- replaced one of another layout is laid out so too, before the old
+  -- one's state moves into it (move_peers).
   local function lay_out(fresh)
     if fresh then
       for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
@@ -307,7 +350,16 @@ function _M.declare(name, opts)
       u.est[i] = ests + idx
     end
   end
-  lay_out(not tbl.reused)
+  local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
+                                    budget = false, limiter = false, extra = bytes }, name,
+                        { present = true, extra = move_peers, prepare = function(t)
+    u.shm, u.ptr = t, t.shm
+    ests = ffi_cast("nres_estimator_t *", t.extra)   -- kept alive by t
+    u.hists = ffi_cast("char *", t.extra) + hists_at        -- slot i's at i * HIST_SIZE
+    u.hist = u.hists + slots * HIST_SIZE
+    u.controls = ffi_cast("char *", t.extra) + controls_at   -- slot i's (drain) at i * size
+    lay_out(not t.reused)
+  end })
   tbl.on_fresh = function() lay_out(true) end
   local t = s.policy.spec
   u.attempts = t.attempts or 1
@@ -358,6 +410,7 @@ local ngx = ngx
 local ffi_str = ffi.string
 local R   -- nres.ngx.request, bound on the first request
 local exdata, var_get, set_header, resp_status, start_time
+local headers_count, get_headers, headers, headers_out, truncated, HEADERS_MAX
 local set_peer, peer_host, set_timeouts, set_more_tries
 local NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t
 local reqs = {}             -- request address -> state record (this worker)
@@ -369,6 +422,8 @@ local function bind()
     R.exdata, R.var_get, R.set_header, R.status, R.start_time
   set_peer, set_timeouts, set_more_tries = R.set_peer, R.set_timeouts, R.set_more_tries
   peer_host = R.peer_host
+  headers_count, get_headers, headers, headers_out, truncated, HEADERS_MAX =
+    R.headers_count, R.get_headers, R.headers, R.headers_out, R.truncated, R.HEADERS_MAX
   NGX_OK, NGX_DECLINED, value_ptr, size_ptr, errmsg, lowcase, uintptr_t =
     R.NGX_OK, R.NGX_DECLINED, R.value_ptr, R.size_ptr, R.errmsg, R.lowcase, R.uintptr_t
 end
@@ -382,9 +437,20 @@ end
 
 -- A state record for request `key` (from the free list when it can): its
 -- upstream and its libnres state (nres_gw_request_t, reset by admission).
+-- A record still held at that address is one whose gw.log never ran: a
+-- subrequest (nginx logs none without log_subrequest), an internal
+-- redirect to a location without gw.log. Its request has ended (nginx
+-- gave its memory to this one) or left that upstream session: it is let
+-- go unjudged, as a call whose client left (its try's permit, in-flight
+-- count and held token given back, counted canceled), so such records
+-- are held at most until their address is reused, and their permits at
+-- most for a lease.
+local CLIENT_CLOSED = 499   -- NRES_GW_CLIENT_CLOSED
 local function new_state(key, stamp, u)
-  local r
-  if nfree > 0 then
+  local r = reqs[key]
+  if r ~= nil and r.u then
+    if not r.refused then gw_end(r.u.gw, r.req, step_now(), CLIENT_CLOSED) end
+  elseif nfree > 0 then
     r = free[nfree]
     free[nfree] = nil
     nfree = nfree - 1
@@ -468,12 +534,23 @@ function _M.admit(uname, lname, lkey)
     if not ok then return refuse(r, STOP_LIMITED, true, wait) end
   end
   local now = step_now()
+  -- X-Deadline-Ms: the headers listed in place and the first of that name
+  -- found in C (a tenth of what $http_x_deadline_ms costs: a variable
+  -- lookup by name, then the same walk); past HEADERS_MAX headers, the
+  -- variable
   local ms = NAN
-  local rc = var_get(req, "http_x_deadline_ms", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
-  if rc == NGX_OK then
-    ms = gw_deadline_ms(value_ptr[0], size_ptr[0])
-  elseif rc ~= NGX_DECLINED then
-    error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
+  truncated[0] = 0
+  local n = headers_count(req, HEADERS_MAX, truncated)
+  if n > 0 and truncated[0] == 0 then
+    get_headers(req, headers_out, n, 0)
+    ms = gw_deadline_header(headers, n)
+  elseif n ~= 0 then
+    local rc = var_get(req, "http_x_deadline_ms", 18, lowcase, 0, value_ptr, size_ptr, errmsg)
+    if rc == NGX_OK then
+      ms = gw_deadline_ms(value_ptr[0], size_ptr[0])
+    elseif rc ~= NGX_DECLINED then
+      error("nres.ngx: $http_x_deadline_ms: " .. ffi_str(errmsg[0]))
+    end
   end
   local verdict = gw_admit(u.gw, r.req, now, ms)
   if verdict ~= 0 then return refuse(r, verdict, false) end   -- a stop reason

@@ -29,13 +29,11 @@
 local ffi = require "ffi"
 local cdef = require "nres.cdef"
 local config = require "nres.ngx.config"
-local keytext = require "nres.ngx.keytext"
 
 local C = cdef.C
 local type, tostring, tonumber, pairs, ipairs, format = type, tostring, tonumber, pairs,
   ipairs, string.format
-local concat, sort = table.concat, table.sort
-local band = require("bit").band
+local band, bnot = require("bit").band, require("bit").bnot
 
 require "nres.cdef.gateway"   -- nres_gw_control_t and its functions
 
@@ -43,7 +41,6 @@ local _M = {}
 
 local DRY_RUN, DRAIN, RATE_SET = 1, 2, 4
 local WOULD = { [0] = "circuit open", "rate limited" }
-local STATES = { [0] = "closed", "open", "half-open", "isolated" }
 _M.BYTES = ffi.sizeof("nres_gw_control_t")
 _M.DRY_RUN, _M.DRAIN = DRY_RUN, DRAIN
 
@@ -67,207 +64,79 @@ function _M.state(c)
   return st
 end
 
+-- A reload that replaced a scope's or limiter's table (another layout):
+-- the new table takes over the old one's control block (nres.ngx.config's
+-- moves.extra; report from nres.shm migrate): dry-run and its counts are
+-- kept; a limiter's rate set through the control API is kept unless the
+-- declaration's own rate changed (the operator's new word), then dropped,
+-- said in the notes.
+function _M.migrate(tbl, report, notes)
+  local old = report.old
+  if old.extra == nil or old.extra_bytes < _M.BYTES then return end
+  local c = _M.block(tbl.extra)
+  ffi.copy(c, old.extra, _M.BYTES)
+  local was, now = C.nres_shm_config(old.shm), C.nres_shm_config(tbl.shm)
+  if flag(c, RATE_SET) and (was.rate ~= now.rate or was.burst ~= now.burst) then
+    c.flags = band(c.flags, bnot(RATE_SET))
+    notes[#notes + 1] = format("reset: the rate set through the control API (%s/s burst %d;"
+      .. " the declared rate changed)", tostring(c.rate), tonumber(c.burst))
+  end
+end
+
 -- ------------------------------------------------------------ operations
+--
+-- The operations are libnres's (runtime/src/gateway/control_api.c): the
+-- nginx module's nres_control runs the same C on the same JSON, so both
+-- doors check, apply and answer alike. Here: the scopes registered for it
+-- (gw.scope), a table encoded as that JSON, and the answers decoded.
 
-local ACTIONS = {
-  isolate = { "scope", "key", "upstream" }, close = { "scope", "key", "upstream" },
-  reset = { "scope", "key", "upstream" },
-  eject = { "upstream", "peer" }, restore = { "upstream", "peer" },
-  drain = { "upstream", "peer" }, weight = { "upstream", "peer", "weight" },
-  rate = { "limiter", "rate", "burst" },
-  dry_run = { "scope", "limiter", "on" },
-}
+local cjson = require "cjson.safe"
+local ANSWER_MAX = 4096   -- NRES_GW_CONTROL_ANSWER_MAX
+local answer_buf = ffi.new("char[?]", ANSWER_MAX)
+local what_buf = ffi.new("char[?]", 1024)
 
-local function fail(status, field, expected, got)
-  local g = type(got) == "string" and format("%q", keytext.text(got)) or tostring(got)
-  return nil, status, format("%s: expected %s, got %s", field, expected, g)
+-- Scope s (nres.ngx.config) registered for the control API by name.
+-- Freed (and unregistered) with this Lua state.
+function _M.register_scope(s)
+  local g = C.nres_gw_scope_new(s.name, s.ptr, s.control, s.breaker and 1 or 0)
+  if g == nil then error("nres.ngx.scope: " .. s.name .. ": the runtime refused it", 3) end
+  s.named = ffi.gc(g, C.nres_gw_scope_free)   -- (s.gw: a limiter's)
+  C.nres_gw_scope_register(g)
 end
 
-local function names(map, pred)
-  local t = {}
-  for k, v in pairs(map) do if not pred or pred(v) then t[#t + 1] = k end end
-  sort(t)
-  return #t > 0 and concat(t, ", ") or "none declared"
+-- One operation, a JSON object (body): the answer (a table) and what
+-- changed, or nil, the HTTP status and the reason; nothing changed then.
+local function apply_json(body)
+  local status = C.nres_gw_control_apply(body, #body, C.nres_step_now(), answer_buf,
+                                         ANSWER_MAX, what_buf, 1024)
+  local what = ffi.string(what_buf)
+  if status ~= 200 then return nil, status, what end
+  return cjson.decode(ffi.string(answer_buf)), what
 end
 
--- The slot of `key` in scope s (its text as the status shows it, or its
--- bytes), or nil: never inserted.
-local function find_key(s, key)
-  for i = 0, s.shm.slots - 1 do
-    local k = s.shm:key(i)
-    if k and (k == key or keytext.key(k) == key) then return i end
-  end
-  return nil
-end
-
-local function breaker_target(op)
-  local s, key = op.scope, op.key
-  if op.upstream ~= nil then
-    if s ~= nil or key ~= nil then
-      return fail(400, "upstream", "either upstream or scope and key", op.upstream)
-    end
-    local u = config.upstreams[op.upstream]
-    if u == nil or not u.balancer then
-      return fail(404, "upstream", "one of " .. names(config.upstreams,
-                  function(x) return x.balancer end), op.upstream)
-    end
-    s, key = u.scope.name, u.key
-  end
-  local sc = config.scopes[s]
-  if sc == nil then return fail(404, "scope", "one of " .. names(config.scopes), s) end
-  if not sc.breaker then return fail(400, "scope", "a scope whose policy has a breaker", s) end
-  if type(key) ~= "string" then return fail(400, "key", "a key of the scope (a string)", key) end
-  local i = find_key(sc, key)
-  if i == nil then return fail(404, "key", "a key scope " .. s .. " holds now", key) end
-  return sc.shm:slot(i).breaker, format("scope %s key %s", s, keytext.key(key))
-end
-
-local function peer_target(op)
-  local u = config.upstreams[op.upstream]
-  if u == nil or not u.balancer then
-    return fail(404, "upstream", "one of " .. names(config.upstreams,
-                function(x) return x.balancer end), op.upstream)
-  end
-  for i = 1, u.n do
-    if u.peer[i] == op.peer then return u, i end
-  end
-  return fail(404, "peer", "one of " .. concat(u.peer, ", "), op.peer)
-end
-
--- Check op fully, then change: (what changed, result table) or (nil,
--- status, reason) with nothing changed.
-local function apply(op, now)
-  if type(op) ~= "table" then return fail(400, "body", "a JSON object", type(op)) end
-  local allowed = ACTIONS[op.action]
-  if allowed == nil then
-    return fail(400, "action", "one of close, drain, dry_run, eject, isolate, rate, reset,"
-                .. " restore, weight", op.action)
-  end
-  for k in pairs(op) do
-    local ok = k == "action"
-    for _, a in ipairs(allowed) do ok = ok or k == a end
-    if not ok then
-      return fail(400, tostring(k), "no such field for " .. op.action .. " (fields: "
-                  .. concat(allowed, ", ") .. ")", op[k])
-    end
-  end
-  local action = op.action
-  if action == "isolate" or action == "close" or action == "reset" then
-    local b, what, reason = breaker_target(op)
-    if b == nil then return nil, what, reason end
-    local before = STATES[C.nres_breaker_state(b, now)]
-    if action == "isolate" then C.nres_breaker_isolate(b)
-    elseif action ~= "close" or before ~= "closed" then C.nres_breaker_reset(b) end
-    local after = STATES[C.nres_breaker_state(b, now)]
-    return format("%s: breaker %s (was %s, now %s)", what, action, before, after),
-           { state = after, was = before }
-  elseif action == "eject" or action == "restore" or action == "drain" then
-    local u, i, reason = peer_target(op)
-    if u == nil then return nil, i, reason end
-    local c = _M.block(u.controls + (u.idx[i]) * _M.BYTES)
-    if action == "drain" and not flag(c, DRAIN) then
-      local left = 0
-      for j = 1, u.n do
-        if j ~= i and not flag(_M.block(u.controls + u.idx[j] * _M.BYTES), DRAIN) then
-          left = left + 1
-        end
-      end
-      if left == 0 then
-        return fail(409, "peer", "a peer whose upstream keeps another one not drained", op.peer)
-      end
-    end
-    local before = STATES[C.nres_breaker_state(u.br[i], now)]
-    if action == "eject" then
-      C.nres_breaker_isolate(u.br[i])
-    elseif action == "drain" then
-      C.nres_gw_control_flag(c, DRAIN, 1)
-    else
-      C.nres_gw_control_flag(c, DRAIN, 0)
-      if before ~= "closed" then C.nres_breaker_reset(u.br[i]) end
-    end
-    local after = STATES[C.nres_breaker_state(u.br[i], now)]
-    return format("upstream %s peer %s: %s (was %s, now %s%s)", u.name, u.peer[i],
-                  action == "eject" and "ejected" or action == "drain" and "drained"
-                  or "restored", before, after, flag(c, DRAIN) and ", drained" or ""),
-           { state = after, was = before, drained = flag(c, DRAIN) }
-  elseif action == "weight" then
-    local u, i, reason = peer_target(op)
-    if u == nil then return nil, i, reason end
-    local w = op.weight
-    if type(w) ~= "number" or w < 1 or w > 10000 or w % 1 ~= 0 then
-      return fail(400, "weight", "an integer 1..10000", w)
-    end
-    local c = _M.block(u.controls + (u.idx[i]) * _M.BYTES)
-    local was = c.weight ~= 0 and tonumber(c.weight) or u.weight[i]
-    c.weight = w   -- an aligned 32-bit store: each worker reads it whole
-    return format("upstream %s peer %s: weight %d (was %d)", u.name, u.peer[i], w, was),
-           { weight = w, was = was }
-  elseif action == "rate" then
-    local s = config.limiters[op.limiter]
-    if s == nil then return fail(404, "limiter", "one of " .. names(config.limiters), op.limiter) end
-    local rate, burst = op.rate, op.burst
-    if type(rate) ~= "number" or not (rate > 0 and rate <= 1e9) then
-      return fail(400, "rate", "admissions per second, > 0 and at most 1e9", rate)
-    end
-    local c = s.control
-    local was_rate, was_burst = s.rate, s.burst
-    if flag(c, RATE_SET) then was_rate, was_burst = tonumber(c.rate), tonumber(c.burst) end
-    if burst == nil then burst = was_burst end
-    if type(burst) ~= "number" or burst < 1 or burst > 1e6 or burst % 1 ~= 0 then
-      return fail(400, "burst", "an integer 1..1e6", burst)
-    end
-    if C.nres_gw_control_rate(c, s.ptr, rate, burst, now) ~= 0 then
-      return fail(400, "rate", "a rate the limiter can keep", rate)
-    end
-    return format("limiter %s: rate %s/s burst %d (was %s/s burst %d)", s.name,
-                  tostring(rate), burst, tostring(was_rate), was_burst),
-           { rate = rate, burst = burst }
-  end
-  -- dry_run
-  if (op.scope == nil) == (op.limiter == nil) then
-    return fail(400, "scope", "either scope or limiter", op.scope or op.limiter)
-  end
-  if type(op.on) ~= "boolean" then return fail(400, "on", "true or false", op.on) end
-  local s = op.scope and config.scopes[op.scope] or config.limiters[op.limiter]
-  if s == nil then
-    return fail(404, op.scope and "scope" or "limiter", "one of "
-                .. names(op.scope and config.scopes or config.limiters), op.scope or op.limiter)
-  end
-  local was = flag(s.control, DRY_RUN)
-  C.nres_gw_control_flag(s.control, DRY_RUN, op.on and 1 or 0)
-  return format("%s %s: dry-run %s (was %s)", op.scope and "scope" or "limiter", s.name,
-                op.on and "on" or "off", was and "on" or "off"), { dry_run = op.on, was = was }
-end
-
--- gw.apply(op[, from]): one operation (the table above) from Lua. Returns
--- the result table, or nil, the HTTP status it would get and the reason.
--- Logged like the control API's changes, `from` (default "lua") as where.
+-- gw.apply(op[, from]): one operation (a table of the fields above) from
+-- Lua. Returns the result table (with `changed`), or nil, the HTTP status
+-- it would get and the reason. Logged like the control API's changes,
+-- `from` (default "lua") as where.
 function _M.apply(op, from)
-  local what, res, reason = apply(op, C.nres_step_now())
-  if what == nil then return nil, res, reason end
-  local line = format("nres: control from %s: %s", from or "lua", what)
-  if ngx and ngx.log then ngx.log(ngx.NOTICE, line) end
-  res.changed = what
+  if type(op) ~= "table" then
+    return nil, 400, format("body: expected a JSON object, got %q", type(op))
+  end
+  local body = cjson.encode(op)
+  if body == nil then return nil, 400, "body: expected a JSON object, got a table cjson cannot encode" end
+  local res, what, reason = apply_json(body)
+  if res == nil then return nil, what, reason end
+  if ngx and ngx.log then ngx.log(ngx.NOTICE, format("nres: control from %s: %s", from or "lua", what)) end
   return res
 end
 
--- The control state of every table (GET).
+-- The control state of every table (GET), as libnres writes it.
 function _M.snapshot()
-  local out = { scopes = {}, limiters = {}, upstreams = {} }
-  for name, s in pairs(config.scopes) do out.scopes[name] = _M.state(s.control) end
-  for name, s in pairs(config.limiters) do out.limiters[name] = _M.state(s.control) end
-  for name, u in pairs(config.upstreams) do
-    if u.balancer then
-      local drained, weights = {}, {}
-      for i = 1, u.n do
-        local c = _M.block(u.controls + u.idx[i] * _M.BYTES)
-        if flag(c, DRAIN) then drained[#drained + 1] = u.peer[i] end
-        weights[u.peer[i]] = c.weight ~= 0 and tonumber(c.weight) or u.weight[i]
-      end
-      out.upstreams[name] = { drained = drained, weights = weights }
-    end
-  end
-  return out
+  local n = tonumber(C.nres_gw_control_state(answer_buf, ANSWER_MAX))
+  if n < ANSWER_MAX then return cjson.decode(ffi.string(answer_buf, n)) end
+  local buf = ffi.new("char[?]", n + 1)
+  C.nres_gw_control_state(buf, n + 1)
+  return cjson.decode(ffi.string(buf, n))
 end
 
 -- ------------------------------------------------------------- handler
@@ -343,10 +212,9 @@ function _M.handler()
   ngx.req.read_body()
   local body = ngx.req.get_body_data()
   if body == nil then return answer(400, { error = "body: expected a JSON object, got none" }) end
-  local op = require("cjson.safe").decode(body)
-  if type(op) ~= "table" then return answer(400, { error = "body: expected a JSON object" }) end
-  local res, status, reason = _M.apply(op, addr)
-  if res == nil then return answer(status, { error = reason }) end
+  local res, what, reason = apply_json(body)
+  if res == nil then return answer(what, { error = reason }) end
+  ngx.log(ngx.NOTICE, format("nres: control from %s: %s", addr, what))
   return answer(200, res)
 end
 

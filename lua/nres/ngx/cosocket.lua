@@ -29,7 +29,10 @@ local policy_for = region.acquire
 local _M = {}
 
 local ATTEMPT, DONE = 0, 2
-local STOP_OK = 1
+local STOP_OK, STOP_ATTEMPTS, STOP_CIRCUIT = 1, 3, 6
+local VERDICT_OK = 0
+local band = require("bit").band
+local control_count = C.nres_gw_control_count
 local reasons = run.reasons
 local stop_of = {}   -- a stop reason's text -> its nres_stop_t
 for stop, text in pairs(reasons) do stop_of[text] = stop end
@@ -319,6 +322,38 @@ local function hedged_loop(s, u, call, st, attempt, method, path, body, crit)
   return stop, last
 end
 
+-- -------------------------------------------------------------- dry-run
+
+-- Did the control API's dry-run on scope s let a refused call through?
+-- Only a call its breaker refused at the door (stop "circuit open", no
+-- attempt made), as the balancers' admission (nres_gw_admit): counted in
+-- the scope's would_refuse, then it goes on.
+local DRY_RUN = 1   -- NRES_GW_DRY_RUN (nres.ngx.control.DRY_RUN)
+local function dry_run(s, call, stop)
+  local c = s.control
+  if stop ~= STOP_CIRCUIT or call.attempts ~= 0 or c == nil or band(c.flags, DRY_RUN) == 0 then
+    return false
+  end
+  control_count(c, 0)   -- NRES_GW_WOULD_CIRCUIT
+  return true
+end
+
+-- A call dry-run let through: one attempt, no retries, bounded by the
+-- scope's attempt timeout (and the inbound deadline), its outcome recorded
+-- nowhere (the open breaker is not fed). request()'s returns.
+local function one_attempt(s, u, attempt, now, inbound, method, path, body, crit)
+  local at = now + s.timeout_ms * 1e6
+  if inbound >= 0 and inbound < at then at = inbound end
+  local ms = floor((at - step_now()) / 1e6)
+  local status, data, ctype, ra = attempt(u, at, method, path, body, ms > 0 and ms or 0, nil, crit)
+  if status then
+    resbox.status, resbox.retry_after = status, ra
+    if s.classify(true, resbox, nil) == VERDICT_OK then return status, data, ctype end
+    return nil, reasons[STOP_ATTEMPTS], status, data, ctype, nil
+  end
+  return nil, reasons[STOP_ATTEMPTS], nil, nil, nil, data
+end
+
 -- -------------------------------------------------------------- the call
 
 -- Run one upstream request under scope `sname` against upstream `uname`:
@@ -358,7 +393,10 @@ function _M.request(sname, uname, key, method, path, body)
   local call = take_call()
   if s.hedged and tasks and tasks.spawn and not u.location and idempotent(method) then
     local st = ffi_new("nres_step_t")
-    step_begin(call, cp, now, inbound, cls, st)
+    if step_begin(call, cp, now, inbound, cls, st) == DONE and dry_run(s, call, st.stop) then
+      give_call(call)
+      return one_attempt(s, u, attempt, now, inbound, method, path, body, crit)
+    end
     local stop, last = hedged_loop(s, u, call, st, attempt, method, path, body, crit)
     if idx >= 0 then sh_record(ptr, idx, stop, call.attempts, call.retries) end
     give_call(call)
@@ -368,6 +406,10 @@ function _M.request(sname, uname, key, method, path, body)
     return nil, reasons[stop], nil, nil, nil, last.data
   end
   local kind = step_begin(call, cp, now, inbound, cls, step)
+  if kind == DONE and dry_run(s, call, step.stop) then
+    give_call(call)
+    return one_attempt(s, u, attempt, now, inbound, method, path, body, crit)
+  end
   local status, data, ctype, ra, err
   while kind ~= DONE do
     if kind == ATTEMPT then

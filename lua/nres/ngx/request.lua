@@ -41,6 +41,8 @@ local _M = {
   size_ptr = ffi_new("size_t[1]"),    -- and its length
   errmsg = ffi_new("char *[1]"),
   int_out = ffi_new("int[1]"),        -- get_last_failure's status
+  truncated = ffi_new("int[1]"),      -- get_headers_count's
+  HEADERS_MAX = 100,                  -- headers listed at most (ngx.req.get_headers')
   lowcase = ffi_new("char[64]"),      -- var_get's scratch for the name
   uintptr_t = ffi.typeof("uintptr_t"),
   -- get_last_failure's states (ngx.balancer's names)
@@ -70,6 +72,7 @@ function _M.bind(version)
   local host, why = _M.peer_host_args(version or ngx.config.ngx_lua_version)
   if host == nil then error("nres.ngx: balancer mode: " .. why, 0) end
   _M.peer_host = host
+  require "nres.cdef.gateway"   -- nres_gw_header_t
   require "resty.core.var"
   require "resty.core.request"
   require "resty.core.misc"
@@ -83,6 +86,18 @@ function _M.bind(version)
   _M.set_more_tries = C.ngx_http_lua_ffi_balancer_set_more_tries
   _M.set_timeouts = C.ngx_http_lua_ffi_balancer_set_timeouts
   _M.last_failure = C.ngx_http_lua_ffi_balancer_get_last_failure
+  -- the request's headers listed in place (nres_gw_header_t has the layout
+  -- of lua-nginx-module's ngx_http_lua_ffi_table_elt_t: checked here)
+  _M.headers_count = C.ngx_http_lua_ffi_req_get_headers_count
+  _M.get_headers = C.ngx_http_lua_ffi_req_get_headers
+  local elt = "ngx_http_lua_ffi_table_elt_t"
+  if ffi.sizeof(elt) ~= ffi.sizeof("nres_gw_header_t")
+     or ffi.offsetof(elt, "value") ~= ffi.offsetof("nres_gw_header_t", "value_len") then
+    error("nres.ngx: balancer mode: expected lua-nginx-module's " .. elt .. " laid out as"
+          .. " nres_gw_header_t, got another layout", 0)
+  end
+  _M.headers = ffi_new("nres_gw_header_t[?]", _M.HEADERS_MAX)
+  _M.headers_out = ffi.cast(elt .. " *", _M.headers)   -- _M.headers keeps it alive
   return _M
 end
 

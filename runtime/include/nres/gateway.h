@@ -328,6 +328,18 @@ NRES_EXTERN int nres_gw_grant(nres_gw_upstream_t *u, nres_gw_request_t *r,
  * spaces or tabs around them, any length; anything else is NaN (no
  * deadline). */
 NRES_EXTERN double nres_gw_deadline_ms(const char *value, size_t len);
+/* A request header as lua-nginx-module lists it (its
+ * ngx_http_lua_ffi_table_elt_t, the lowercase name nginx keeps). */
+typedef struct nres_gw_header_s {
+  int name_len;
+  const char *name;
+  int value_len;
+  const char *value;
+} nres_gw_header_t;
+/* The inbound deadline of a request's n headers h: the first named
+ * x-deadline-ms (lowercase, as the nginx module finds it), read by
+ * nres_gw_deadline_ms; NaN if there is none. */
+NRES_EXTERN double nres_gw_deadline_header(const nres_gw_header_t *h, size_t n);
 /* The answer to a call the gateway stops itself with `stop` (nres_stop_t):
  * its HTTP status, and its reason (nres_stop_name: NRES_STOP_MAP's text,
  * for X-Nres-Reason and the body) in *reason (if not NULL). 504 out of
@@ -359,6 +371,34 @@ NRES_EXTERN void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r
  * back, the call counted as NRES_STOP_CANCELED. */
 NRES_EXTERN void nres_gw_request_end(nres_gw_upstream_t *u, nres_gw_request_t *r,
                                      nres_time_t now, int status);
+
+/* ------------------------------------------------------- control API */
+
+/* A scope (gw.scope) by name, for the control API: its table, its control
+ * block and whether its policy keeps a breaker. Registered like the
+ * limiters; freed (and unregistered) by its declarer. */
+typedef struct nres_gw_scope_s nres_gw_scope_t;
+NRES_EXTERN nres_gw_scope_t *nres_gw_scope_new(const char *name, nres_shm_t *table,
+                                               nres_gw_control_t *control, int breaker);
+NRES_EXTERN void nres_gw_scope_register(nres_gw_scope_t *s);
+NRES_EXTERN void nres_gw_scope_free(nres_gw_scope_t *s);
+
+/* Room for any answer of nres_gw_control_apply. */
+#define NRES_GW_CONTROL_ANSWER_MAX 4096
+/* One control API operation, a JSON object of `len` bytes (docs/
+ * gateway-control.md: isolate, close, reset, eject, drain, restore,
+ * weight, rate, dry_run), found in the registries, checked fully, then
+ * applied (a refused one changes nothing). The answer (JSON: the result
+ * and `changed`, or `error`) goes to answer (cap bytes, at least
+ * NRES_GW_CONTROL_ANSWER_MAX); what (wcap bytes, may be NULL) gets the
+ * change for the log line, or the refusal's reason. Returns the HTTP
+ * status: 200, or 400, 404 or 409 with nothing changed. One thread. */
+NRES_EXTERN int nres_gw_control_apply(const char *body, size_t len, nres_time_t now,
+                                      char *answer, size_t cap, char *what, size_t wcap);
+/* The control state of every registered scope, limiter and upstream as
+ * JSON into out (cap bytes, cut and NUL-ended): its full length (call
+ * again with more room when it is cap or more). */
+NRES_EXTERN size_t nres_gw_control_state(char *out, size_t cap);
 
 /* ------------------------------------------------------------- lease */
 

@@ -10,6 +10,7 @@
  * sign, an exponent, hex, "inf", "nan", two values) is no deadline.
  */
 #include <math.h>
+#include <string.h>
 
 #include "nres/gateway.h"
 
@@ -43,4 +44,11 @@ double nres_gw_deadline_ms(const char *value, size_t len) {
     }
   }
   return i == end ? ms : NAN;
+}
+
+double nres_gw_deadline_header(const nres_gw_header_t *h, size_t n) {
+  for (size_t i = 0; h != NULL && i < n; i++)
+    if (h[i].name_len == 13 && h[i].name != NULL && memcmp(h[i].name, "x-deadline-ms", 13) == 0)
+      return nres_gw_deadline_ms(h[i].value, h[i].value_len < 0 ? 0 : (size_t)h[i].value_len);
+  return NAN;
 }

@@ -10,10 +10,14 @@ target_sources(nres_objects PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/limit.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/hist.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/control.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/control_api.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/json.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/keytext.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/lease.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/criticality.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/deadline.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/refusal.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/key.c)
 nres_add_c_test(gateway 60 core)
+nres_add_c_test(control 30 core)
 include(${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/ngx/ngx.cmake)

@@ -15,6 +15,7 @@
 #include "nres/gateway.h"
 #include "core/breaker.h"
 #include "internal.h"
+#include "registry.h"
 
 static nres_gw_upstream_t *registry;
 static nres_gw_limiter_t *limiters;
@@ -136,6 +137,7 @@ void nres_gw_registry_clear(void) {
     l = next;
   }
   limiters = NULL;
+  nres__gw_scopes_clear();
 }
 
 void nres_gw_upstream_free(nres_gw_upstream_t *u) {
@@ -210,4 +212,12 @@ void nres_gw_limiter_free(nres_gw_limiter_t *l) {
     }
   }
   nres__free(l);
+}
+
+nres_gw_upstream_t *nres__gw_upstreams(void) {
+  return registry;
+}
+
+nres_gw_limiter_t *nres__gw_limiters(void) {
+  return limiters;
 }

@@ -55,6 +55,7 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
     COMMAND ${CMAKE_COMMAND} -E copy objs/ngx_http_nres_module.so ${ngx_module}
     WORKING_DIRECTORY ${ngx_tree}
     DEPENDS ${ngx_tree}/objs/Makefile ${ngx_dir}/ngx_http_nres_module.c
+            ${ngx_dir}/ngx_http_nres_control_module.c
             ${CMAKE_CURRENT_SOURCE_DIR}/runtime/include/nres/gateway.h
             ${CMAKE_CURRENT_SOURCE_DIR}/runtime/include/nres.h
             ${CMAKE_BINARY_DIR}/include/nres/version.h nres
@@ -95,6 +96,11 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/cbalancer.sh
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_cbalancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  # the control API through nres_control, beside the Lua handler
+  add_test(NAME nginx_control
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/control.sh
+                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
+  set_tests_properties(nginx_control PROPERTIES TIMEOUT 60 LABELS nginx RUN_SERIAL ON)
   # weights and a backup peer through the module (spec/nginx/weights.sh)
   add_test(NAME nginx_cweights
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/weights.sh
@@ -119,13 +125,14 @@ endif()
 # systemd runs them; spec/nginx/defects.sh: issue 28's gateway defects
 # (client aborts, long X-Deadline-Ms, HTTP/0.9 answers, IPv6 peers,
 # balancing methods); spec/nginx/health.sh: active health checks (issue
-# 25). Each with the Lua balancer and, when built, the module.
+# 25); spec/nginx/migrate.sh: a reload with another layout keeps the
+# state (issue 25). Each with the Lua balancer and, when built, the module.
 if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   set(nres_ngx_test_module "")
   if(DEFINED NRES_NGX_MODULE)
     set(nres_ngx_test_module ${NRES_NGX_MODULE})
   endif()
-  foreach(script signals defects health)
+  foreach(script signals defects health migrate)
     add_test(NAME nginx_${script}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/${script}.sh
                      $<TARGET_FILE:nres> ${nres_ngx_test_module})

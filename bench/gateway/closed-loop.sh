@@ -45,13 +45,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 
 lib="$repo/build/libnres.so"
-out="$repo/bench/results/closed-loop-$(date +%Y-%m-%d).md"
+report="$repo/bench/results/closed-loop-$(date +%Y-%m-%d).md"
 faults="failures brownout overload"
 T=10; H=3; F=4; RATE=400; CONNS=32; SEEDS=1; REPS=2; keep=""
 while [ $# -gt 0 ]; do
   case $1 in
     --lib) lib=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
+    --out) report=$2; shift 2 ;;
     --faults) faults=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
@@ -69,7 +69,7 @@ nresrun=$(dirname "$NRES_LIB")/nresrun
 [ -n "$module" ] || { echo "missing: ngx_http_nres_module.so beside $NRES_LIB (needs nginx-dev)" >&2; exit 2; }
 gw_scratch loop
 cleanup() {   # --keep: the run's files, kept on failure too
-  if [ -n "$keep" ]; then mkdir -p "$keep" && cp -r "$work"/. "$keep"/ 2>/dev/null || true; fi
+  if [ -n "$keep" ]; then { mkdir -p "$keep" && cp -r "$work"/. "$keep"/; } 2>/dev/null || true; fi
   gw_scratch_remove
 }
 trap cleanup EXIT
@@ -178,6 +178,6 @@ header="$work/header.md"
   echo "median over the reps, with the range [min-max] when they differ."
   echo
 } >"$header"
-mkdir -p "$(dirname "$out")"
-helper report "$tsv" "$out" "$header"
-echo "written: $out" >&2
+mkdir -p "$(dirname "$report")"
+helper report "$tsv" "$report" "$header"
+echo "written: $report" >&2

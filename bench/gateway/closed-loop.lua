@@ -4,8 +4,9 @@
 --   luajit closed-loop.lua predict ACCESS_LOG POLICY_LUA SEEDS FAULT TSV REP
 --       the fit of ACCESS_LOG (as nresrun tune fits it), `default` and
 --       POLICY_LUA (nresrun tune's choice) replayed on it, each as written
---       ("predicted") and as the gateway's balancer runs it ("gateway's
---       tries": no wait between tries, no hedge): rows appended to TSV
+--       ("predicted") and as the gateway's balancer runs it ("as the
+--       balancer runs it": no wait between tries, no hedge, no client-side
+--       throttle, a fixed attempt timeout): rows appended to TSV
 --       (goodput and success in %, dependency requests per client
 --       request, p99 of successes in ms, the SLO in ms)
 --   luajit closed-loop.lua policy POLICY_LUA
@@ -47,10 +48,11 @@ function cmd.predict(log, policy_file, seeds, fault, tsv, rep)
   local chosen = dofile(policy_file)
   for _, arm in ipairs { { "tuned", assert(policy_mod.resolve(chosen)) },
                          { "default", assert(policy_mod.resolve("default")) } } do
-    -- the balancer cannot wait: a retry goes at once; hedging is the cosocket mode's
+    -- the balancer cannot wait: a retry goes at once; hedging and the
+    -- adaptive throttle are the cosocket mode's; its attempt timeout is fixed
     local gw = search.copy(arm[2])
-    gw.backoff, gw.hedge = false, false
-    for _, kind in ipairs { { "predicted", arm[2] }, { "predicted, the gateway's tries", gw } } do
+    gw.backoff, gw.hedge, gw.throttle, gw.ceiling = false, false, false, false
+    for _, kind in ipairs { { "predicted", arm[2] }, { "predicted, as the balancer runs it", gw } } do
       local _, m = search.evaluate(model, obj, kind[2], s)
       append(tsv, { fault, arm[1], kind[1], format("%.1f", m.goodput * 100), format("%.1f", m.success * 100),
                     format("%.3f", m.req_per_op or 0), format("%.1f", m.p99_ms or 0),

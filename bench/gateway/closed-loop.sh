@@ -28,7 +28,7 @@
 #    each with fresh shared state, its access log the JSON try log of
 #    docs/tune.md, measured as the prediction is (closed-loop.lua measure;
 #    the prediction also as the balancer runs a policy: no waits between
-#    tries, no hedge):
+#    tries, no hedge, no client-side throttle, a fixed attempt timeout):
 #    goodput (2xx within the SLO), success, the upstream's own count of
 #    requests per client request, p99 of the successes.
 # --reps N (default 2) does it all N times, each with its own recording
@@ -45,13 +45,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 
 lib="$repo/build/libnres.so"
-out="$repo/bench/results/closed-loop-$(date +%Y-%m-%d).md"
+report="$repo/bench/results/closed-loop-$(date +%Y-%m-%d).md"
 faults="failures brownout overload"
 T=10; H=3; F=4; RATE=400; CONNS=32; SEEDS=1; REPS=2; keep=""
 while [ $# -gt 0 ]; do
   case $1 in
     --lib) lib=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
+    --out) report=$2; shift 2 ;;
     --faults) faults=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
@@ -69,7 +69,7 @@ nresrun=$(dirname "$NRES_LIB")/nresrun
 [ -n "$module" ] || { echo "missing: ngx_http_nres_module.so beside $NRES_LIB (needs nginx-dev)" >&2; exit 2; }
 gw_scratch loop
 cleanup() {   # --keep: the run's files, kept on failure too
-  if [ -n "$keep" ]; then mkdir -p "$keep" && cp -r "$work"/. "$keep"/ 2>/dev/null || true; fi
+  if [ -n "$keep" ]; then { mkdir -p "$keep" && cp -r "$work"/. "$keep"/; } 2>/dev/null || true; fi
   gw_scratch_remove
 }
 trap cleanup EXIT
@@ -90,6 +90,8 @@ fault_mode() {
     */off) admin "mode=healthy&delay=5" ;;
   esac
 }
+# until_s T: sleep until epoch second T (now if past)
+until_s() { sleep "$(awk -v t="$1" -v n="$(date +%s.%N)" 'BEGIN { d = t - n; printf "%.3f", (d > 0 ? d : 0) }')"; }
 # traffic FAULT DIR: the paced run against $gw_port, the fault from H to
 # H+F s; DIR/wrk.out, and DIR/upstream (the upstream's request count)
 traffic() {
@@ -97,11 +99,12 @@ traffic() {
   fault_mode "$fault" off
   admin "reset=1"
   sleep "$(date +%N | awk '{ printf "%.3f", 1 - $1 / 1e9 }')"   # to the next whole second
+  local t0; t0=$(date +%s.%N)
   RATE=$((RATE / 2)) wrk -t2 -c"$CONNS" -d"${T}s" --timeout 5s -s "$here/wrk.lua" \
     "http://127.0.0.1:$gw_port/" >"$dir/wrk.out" 2>&1 &
   local wrk_pid=$!
-  sleep "$H"; fault_mode "$fault" on
-  sleep "$F"; fault_mode "$fault" off
+  until_s "$(awk -v t="$t0" -v h="$H" 'BEGIN { printf "%.3f", t + h }')"; fault_mode "$fault" on
+  until_s "$(awk -v t="$t0" -v h="$((H + F))" 'BEGIN { printf "%.3f", t + h }')"; fault_mode "$fault" off
   wait "$wrk_pid"
   upstream_requests >"$dir/upstream"
 }
@@ -170,11 +173,11 @@ header="$work/header.md"
   echo
   echo "Predicted: the fit of the recorded access log, replayed on the simulator (seed 1). Measured: the"
   echo "gateway's JSON try log; dependency requests per request from the upstream's own count."
-  echo "Predicted, the gateway's tries: the same policy replayed without waits between tries and without"
-  echo "hedging, as the balancer runs it. Each cell: the median over the reps, with the range [min-max] when"
-  echo "they differ."
+  echo "Predicted, as the balancer runs it: the same policy replayed without waits between tries, hedging,"
+  echo "client-side throttle or attempt-timeout ceiling, which the balancer mode does not do. Each cell: the"
+  echo "median over the reps, with the range [min-max] when they differ."
   echo
 } >"$header"
-mkdir -p "$(dirname "$out")"
-helper report "$tsv" "$out" "$header"
-echo "written: $out" >&2
+mkdir -p "$(dirname "$report")"
+helper report "$tsv" "$report" "$header"
+echo "written: $report" >&2

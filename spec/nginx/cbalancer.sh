@@ -30,7 +30,9 @@
 #   4. criticality: with the budget below half a sheddable request gets no
 #      retry while a default one does; healthy requests in flight hold no
 #      retry token; a 429 is retried on every peer, a failed POST is not
-#      (proxy_next_upstream without non_idempotent);
+#      (proxy_next_upstream without non_idempotent); $nres_tries and
+#      $nres_retry log them ("attempts exhausted", "permanent", "budget
+#      exhausted");
 #   5. nginx's own 502/504 carry X-Nres-Reason (error_page), each call
 #      counted once (the pool's cleanup ends it, error_page or not); a
 #      retry's X-Deadline-Ms is its own time left, less than the first's;
@@ -293,7 +295,16 @@ npost=$(ups_all)
 [ "$c" = 429 ] && [ "$n429" = 3 ] ||
   fail "every peer answering 429: $c after $n429 upstream requests (expected 429 after 3, one per peer)"
 [ "$npost" = 1 ] || fail "a POST every peer fails (503): $c2 after $npost upstream requests (expected 1)"
-pass "healthy requests in flight hold no budget token ($held of $full); a 429 retried on every peer (3 upstream requests), a failed POST not retried (1)"
+# the try log's variables: the tries nres began, and why no more
+grep -qx '/throttled 429 \[3\] \[attempts exhausted\]' "$work/gw/tries.log" &&
+  grep -qx '/posted 503 \[1\] \[permanent\]' "$work/gw/tries.log" &&
+  grep -Eq '^/def[0-9]+ [0-9]{3} \[[23]\] \[' "$work/gw/tries.log" ||
+  fail "\$nres_tries, \$nres_retry: the access log says: $(grep -E '^/(throttled|posted|def)' "$work/gw/tries.log")"
+if [ "$shed_fail" -gt 0 ]; then
+  grep -Eq '^/shed[0-9]+ 50[0-9] \[1\] \[budget exhausted\]$' "$work/gw/tries.log" ||
+    fail "a sheddable request that failed below half a budget: $(grep '^/shed' "$work/gw/tries.log")"
+fi
+pass "healthy requests in flight hold no budget token ($held of $full); a 429 retried on every peer (3 upstream requests), a failed POST not retried (1); \$nres_tries and \$nres_retry say so"
 admin_all "mode=healthy&reset=1"
 
 # ------------------------- 5. X-Nres-Reason on nginx's own 502 / 504

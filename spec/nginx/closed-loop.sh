@@ -48,7 +48,7 @@ for _, arm in ipairs { "tuned", "default" } do
 end
 EOF
 for arm in tuned default; do
-  for kind in "predicted" "predicted, the gateway's tries" "measured"; do
+  for kind in "predicted" "predicted, as the balancer runs it" "measured"; do
     grep -Eq "^\| failures \| $arm \| $kind( \| [0-9.]+){5} \|$" "$keep/report.md" ||
       fail "no $kind row for $arm in the report: $(cat "$keep/report.md")"
   done

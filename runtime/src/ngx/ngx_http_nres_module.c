@@ -22,6 +22,7 @@
  *     proxy_pass http://backend;
  *   }
  *   log_format ... '$status $nres_reason';       # why nres_admit refused
+ *   log_format ... '$nres_tries $nres_retry';     # tries begun, why no more
  *
  * nres_balancer must be the upstream's balancing method: least_conn, hash,
  * ip_hash or random after it fail nginx -t (keepalive may follow). The

@@ -207,9 +207,9 @@ end
 function _M.declare(name, opts)
   for k in pairs(opts) do
     if k ~= "peers" and k ~= "scope" and k ~= "choice" and k ~= "panic" and k ~= "eject"
-       and k ~= "key" and k ~= "health" and k ~= "slow_start" then
+       and k ~= "key" and k ~= "health" and k ~= "slow_start" and k ~= "resolve" then
       error("nres.ngx.upstream: " .. tostring(k) .. ": expected one of peers, scope, choice,"
-            .. " panic, slow_start, eject, key, health, got an unknown field", 0)
+            .. " panic, slow_start, eject, key, health, resolve, got an unknown field", 0)
     end
   end
   if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
@@ -236,6 +236,12 @@ function _M.declare(name, opts)
   local key = opts.key or name
   if type(key) ~= "string" or #key < 1 or #key > 64 then
     error(bad("upstream", "key", "a string of 1..64 bytes", key), 0)
+  end
+  -- peers by name: each replaced by its addresses (nres.ngx.resolve)
+  local names
+  list, names = require("nres.ngx.resolve").expand(name, list, opts.resolve)
+  if #list > 256 then
+    error(bad("upstream", "peers", "at most 256 peers, names resolved", #list .. " peers"), 0)
   end
   if type(ngx) == "table" and ngx.config then   -- in nginx: a lua-nginx-module this binding cannot call fails the start
     local ok, why = require("nres.ngx.request").peer_host_args(ngx.config.ngx_lua_version)
@@ -317,6 +323,7 @@ function _M.declare(name, opts)
   u.deadline_ms = tostring(u.deadline_left)
   u.gw = register(u, s, ests)
   health.attach(u, checks)
+  require("nres.ngx.resolve").attach(u, names)
   return u
 end
 
@@ -692,6 +699,7 @@ function _M.status(now)
                     panicking = g.panicking ~= 0, peers = peers,
                     request_seconds = histogram(u.hist) }
       require("nres.ngx.health").annotate(u, out[name], now)   -- ejected_by, checks
+      require("nres.ngx.resolve").annotate(u, out[name], now)  -- peers by name
     end
   end
   return out

@@ -427,18 +427,27 @@ local function apply(op)
   return ok
 end
 
--- The peers of name record t brought to its DNS set: new ones added, gone
--- ones drained then removed after the scope policy's deadline, returning
--- ones restored.
+-- The peers of name record t brought to its DNS set: new ones added
+-- first (so that the old ones may be drained even when all change), gone
+-- ones drained then removed after the scope policy's deadline (no try can
+-- still be running on them), returning ones restored while they drain.
 local function reconcile(u, n, t)
   local want, have = {}, {}
   for _, a in ipairs(t.dns) do want[a] = true end
+  for _, a in ipairs(t.applied) do have[a] = true end
   local now, grace = now_s(), u.deadline / 1e9
   local applied, draining = {}, {}
+  local e = n.entry
+  for _, a in ipairs(t.dns) do
+    if not have[a] and apply { action = "add", upstream = u.name, peer = a,
+                               weight = type(e) == "table" and e.weight or nil,
+                               backup = type(e) == "table" and e.backup or nil } then
+      applied[#applied + 1] = a
+      draining[#applied] = 0
+    end
+  end
   for i, a in ipairs(t.applied) do
-    have[a] = true
-    local since = t.draining[i] or 0
-    local keep = true
+    local since, keep = t.draining[i] or 0, true
     if want[a] and since > 0 then
       if apply { action = "restore", upstream = u.name, peer = a } then since = 0 end
     elseif not want[a] and since == 0 then
@@ -447,17 +456,8 @@ local function reconcile(u, n, t)
       keep = not apply { action = "remove", upstream = u.name, peer = a }
     end
     if keep then
-      applied[#applied + 1], draining[#applied + 1] = a, since
-    end
-  end
-  for _, a in ipairs(t.dns) do
-    if not have[a] then
-      local e = n.entry
-      if apply { action = "add", upstream = u.name, peer = a,
-                 weight = type(e) == "table" and e.weight or nil,
-                 backup = type(e) == "table" and e.backup or nil } then
-        applied[#applied + 1], draining[#applied + 1] = a, 0
-      end
+      applied[#applied + 1] = a
+      draining[#applied] = since
     end
   end
   t.applied, t.draining = applied, draining

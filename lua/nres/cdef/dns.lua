@@ -14,6 +14,11 @@ int nres_dns_query(uint8_t *buf, size_t cap, uint16_t id, const char *name, size
 int nres_dns_reply(const uint8_t *msg, size_t len, const uint8_t *q, size_t qlen,
                    nres_dns_answer_t *out, const char **why);
 uint16_t nres_dns_id(void);
+int nres_dns_open(const char *server, int port, const char **why);
+int nres_dns_send(int fd, const uint8_t *q, size_t qlen, const char **why);
+int nres_dns_recv(int fd, const uint8_t *q, size_t qlen, nres_dns_answer_t *out,
+                  const char **why);
+void nres_dns_close(int fd);
 int nres_dns_exchange(const char *server, int port, const uint8_t *q, size_t qlen,
                       int timeout_ms, nres_dns_answer_t *out, const char **why);
 size_t nres_dns_answer_size(void);

@@ -16,7 +16,7 @@
 -- Afterwards one worker of the whole nginx resolves: the holder of a lease
 -- word (nres_gw_lease_t, as nres.ngx.health) in the upstream's "names"
 -- table in shared memory. Its ngx.timer.at loop sends the A and AAAA
--- queries over a UDP cosocket (random ids; nres_dns_reply checks the id,
+-- queries over UDP, polled (random ids; nres_dns_reply checks the id,
 -- the question and every length) when a name's time comes: its records'
 -- smallest TTL bounded by min_ttl and max_ttl (min_ttl after a failure).
 -- An address that appears is added (gw.apply "add": slow start); one that
@@ -384,32 +384,29 @@ function _M.wait(s, ttl) return min(max(ttl, s.min_ttl), s.max_ttl) end
 local ngx = ngx
 local log, WARN, NOTICE = ngx and ngx.log, ngx and ngx.WARN, ngx and ngx.NOTICE
 
--- A query over a UDP cosocket (non-blocking in nginx): nres_dns_reply's
--- rc for the first datagram that is a reply to it, or ETIMEDOUT.
-local function cosocket(s, q, qlen, out, why)
-  local sock = ngx.socket.udp()
-  local until_ = now_s() + s.timeout
-  local ok, err = sock:setpeername(s.host:find(":", 1, true) and "[" .. s.host .. "]"
-                                   or s.host, s.port)
-  if not ok then return -22, err end
-  ok, err = sock:send(ffi_string(q, qlen))
-  local rc = ETIMEDOUT
-  while ok do
-    local left = until_ - now_s()
-    if left <= 0 then break end
-    sock:settimeout(max(1, floor(left * 1000)))
-    local data
-    data, err = sock:receive(512)
-    if not data then
-      if err ~= "timeout" then rc = -22 end
+-- A query over a non-blocking UDP socket, its replies polled between
+-- ngx.sleep calls (2 ms, doubling up to 50 ms) until the timeout:
+-- nres_dns_reply's rc for the first datagram that is a reply to it, or
+-- ETIMEDOUT. Not a cosocket: lua-nginx-module logs a cosocket's refused
+-- or timed-out read at [error], once per query, and a resolver that is
+-- down must make one line, not one a TTL.
+local function polled(s, q, qlen, out, why)
+  local fd = C.nres_dns_open(s.host, s.port, why)
+  if fd < 0 then return fd end
+  local rc = C.nres_dns_send(fd, q, qlen, why)
+  if rc == 0 then rc = EAGAIN end
+  local until_, pause = now_s() + s.timeout, 0.002
+  while rc == EAGAIN do
+    if now_s() >= until_ then
+      rc = ETIMEDOUT
       break
     end
-    rc = C.nres_dns_reply(data, #data, q, qlen, out, why)
-    if rc ~= EAGAIN then break end
-    rc = ETIMEDOUT
+    ngx.sleep(pause)
+    pause = min(pause * 2, 0.05)
+    rc = C.nres_dns_recv(fd, q, qlen, out, why)
   end
-  sock:close()
-  return rc, rc == -22 and err or nil
+  C.nres_dns_close(fd)
+  return rc
 end
 
 -- gw.apply, with a log line when it fails: once per peer and error, not
@@ -471,7 +468,7 @@ local function step(u, j)
   if not t then return end
   local now = tonumber(C.nres_step_now())
   if t.next <= now then
-    local set, ttl, why = lookup(s, n.name, n.port, cosocket, t.dns)
+    local set, ttl, why = lookup(s, n.name, n.port, polled, t.dns)
     ngx.update_time()
     t.at = ngx.now()
     if set then

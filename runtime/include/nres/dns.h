@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* nres/dns.h - a DNS query for a peer's name and a strict reading of the
  * reply (runtime/src/gateway/dns.c), for the gateway's peers by name
- * (lua/nres/ngx/resolve.lua sends the query over a UDP cosocket; at start
- * nres_dns_exchange sends it blocking).
+ * (lua/nres/ngx/resolve.lua polls a non-blocking socket from a timer; at
+ * start nres_dns_exchange waits for the reply).
  *
  * Only what a peer needs: one question, class IN, type A or AAAA, over
  * UDP without EDNS (512 bytes). A reply is read with every length checked
@@ -54,10 +54,24 @@ NRES_EXTERN int nres_dns_reply(const uint8_t *msg, size_t len, const uint8_t *q,
 /* A random query id (getrandom; the clock and pid mixed in when it fails). */
 NRES_EXTERN uint16_t nres_dns_id(void);
 
-/* Blocking: send q[qlen] to server (an IPv4 or IPv6 address) port over
- * UDP and read replies for up to timeout_ms until one is a reply to q:
+/* A UDP socket to server (an IPv4 or IPv6 address) port, connected (only
+ * its datagrams arrive; an ICMP refusal shows) and non-blocking: its fd,
+ * or NRES_EINVAL (*why says why). */
+NRES_EXTERN int nres_dns_open(const char *server, int port, const char **why);
+/* Send query q[qlen] on fd: 0, or NRES_EINVAL (*why). */
+NRES_EXTERN int nres_dns_send(int fd, const uint8_t *q, size_t qlen, const char **why);
+/* Read the datagrams waiting on fd, never waiting: nres_dns_reply's result
+ * for the first that is a reply to q; NRES_EAGAIN when none is there yet;
+ * NRES_EINVAL on a socket error (*why: "connection refused", ...). The
+ * gateway's resolving timer polls it between ngx.sleep calls, so neither
+ * nginx's worker blocks nor its error.log gets a line per failed query. */
+NRES_EXTERN int nres_dns_recv(int fd, const uint8_t *q, size_t qlen, nres_dns_answer_t *out,
+                              const char **why);
+NRES_EXTERN void nres_dns_close(int fd);
+
+/* Blocking: open, send q[qlen], wait up to timeout_ms for the reply to q:
  * nres_dns_reply's result, or NRES_ETIMEDOUT, or NRES_EINVAL (a bad
- * address; a socket error, *why says which). For gw.upstream in
+ * address, a socket error: *why says which). For gw.upstream in
  * init_by_lua (nginx's master, before any request), never on a request. */
 NRES_EXTERN int nres_dns_exchange(const char *server, int port, const uint8_t *q, size_t qlen,
                                   int timeout_ms, nres_dns_answer_t *out, const char **why);

@@ -234,16 +234,13 @@ static int64_t now_ms(void) {
   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int nres_dns_exchange(const char *server, int port, const uint8_t *q, size_t qlen,
-                      int timeout_ms, nres_dns_answer_t *out, const char **why) {
+int nres_dns_open(const char *server, int port, const char **why) {
   struct sockaddr_storage ss;
   socklen_t sl;
-  uint8_t reply[NRES_DNS_REPLY_MAX];
-  int fd, rc = NRES_ETIMEDOUT;
-  int64_t until;
+  int fd;
 
   memset(&ss, 0, sizeof(ss));
-  if (server == NULL || port < 1 || port > 65535 || timeout_ms < 0 || q == NULL)
+  if (server == NULL || port < 1 || port > 65535)
     FAIL(NRES_EINVAL, "bad arguments");
   if (inet_pton(AF_INET, server, &((struct sockaddr_in *) &ss)->sin_addr) == 1) {
     ((struct sockaddr_in *) &ss)->sin_family = AF_INET;
@@ -256,45 +253,79 @@ int nres_dns_exchange(const char *server, int port, const uint8_t *q, size_t qle
   } else {
     FAIL(NRES_EINVAL, "the resolver is not an IP address");
   }
-  fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
     FAIL(NRES_EINVAL, "socket() failed");
   /* connected: only the server's datagrams arrive, an ICMP refusal shows */
-  if (connect(fd, (struct sockaddr *) &ss, sl) != 0 || send(fd, q, qlen, 0) != (ssize_t) qlen) {
+  if (connect(fd, (struct sockaddr *) &ss, sl) != 0) {
     close(fd);
-    FAIL(NRES_EINVAL, "could not send the query");
+    FAIL(NRES_EINVAL, "connect() failed");
   }
-  until = now_ms() + timeout_ms;
-  if (why != NULL)
-    *why = "timed out";
-  for (;;) {
-    struct pollfd pfd = { .fd = fd, .events = POLLIN };
-    int64_t left = until - now_ms();
-    ssize_t got;
-    int ready;
+  return fd;
+}
 
-    if (left <= 0)
-      break;
-    ready = poll(&pfd, 1, (int) left);
-    if (ready < 0 && errno == EINTR)
-      continue;
-    if (ready <= 0)
-      break;
-    got = recv(fd, reply, sizeof(reply), 0);
+int nres_dns_send(int fd, const uint8_t *q, size_t qlen, const char **why) {
+  if (fd < 0 || q == NULL)
+    FAIL(NRES_EINVAL, "bad arguments");
+  if (send(fd, q, qlen, MSG_DONTWAIT) != (ssize_t) qlen)
+    FAIL(NRES_EINVAL, errno == ECONNREFUSED ? "connection refused" : "send() failed");
+  return 0;
+}
+
+int nres_dns_recv(int fd, const uint8_t *q, size_t qlen, nres_dns_answer_t *out,
+                  const char **why) {
+  uint8_t reply[NRES_DNS_REPLY_MAX];
+
+  for (;;) {
+    ssize_t got = recv(fd, reply, sizeof(reply), MSG_DONTWAIT);
+    int rc;
+
     if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN)
+      if (errno == EINTR)
         continue;
-      rc = NRES_EINVAL;
-      if (why != NULL)
-        *why = errno == ECONNREFUSED ? "connection refused" : "recv() failed";
-      break;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        FAIL(NRES_EAGAIN, "no reply yet");
+      FAIL(NRES_EINVAL, errno == ECONNREFUSED ? "connection refused" : "recv() failed");
     }
     rc = nres_dns_reply(reply, (size_t) got, q, qlen, out, why);
     if (rc != NRES_EAGAIN)
-      break;
-    rc = NRES_ETIMEDOUT;
+      return rc;
   }
-  close(fd);
+}
+
+void nres_dns_close(int fd) {
+  if (fd >= 0)
+    close(fd);
+}
+
+int nres_dns_exchange(const char *server, int port, const uint8_t *q, size_t qlen,
+                      int timeout_ms, nres_dns_answer_t *out, const char **why) {
+  int fd, rc;
+  int64_t until;
+
+  if (timeout_ms < 0 || q == NULL)
+    FAIL(NRES_EINVAL, "bad arguments");
+  fd = nres_dns_open(server, port, why);
+  if (fd < 0)
+    return fd;
+  rc = nres_dns_send(fd, q, qlen, why);
+  if (rc == 0)
+    rc = NRES_EAGAIN;
+  until = now_ms() + timeout_ms;
+  while (rc == NRES_EAGAIN) {
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    int64_t left = until - now_ms();
+
+    if (left <= 0) {
+      rc = NRES_ETIMEDOUT;
+      if (why != NULL)
+        *why = "timed out";
+      break;
+    }
+    (void) poll(&pfd, 1, (int) left); /* EINTR or not: recv says */
+    rc = nres_dns_recv(fd, q, qlen, out, why);
+  }
+  nres_dns_close(fd);
   return rc;
 }
 

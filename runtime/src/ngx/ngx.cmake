@@ -131,6 +131,14 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   endforeach()
 endif()
 
+# spec/nginx/dns.sh: peers by name, re-resolved through a dnsmasq on a
+# loopback port while requests run (issue 25); the Lua balancer.
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  add_test(NAME nginx_dns
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/dns.sh $<TARGET_FILE:nres>)
+  set_tests_properties(nginx_dns PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+endif()
+
 # spec/nginx/regions.sh: region files that trust nothing (another user's,
 # open to others, a link, a full filesystem, a truncation), in the Lua
 # balancer and, when built, the module. Root only (tmpfs mounts): skipped

@@ -343,6 +343,37 @@ static void test_exchange(void **state) {
                    NRES_EINVAL);
 }
 
+/* The pieces the resolving timer polls: nothing waiting is NRES_EAGAIN at
+ * once, a stray datagram (another id) is skipped, the reply is read. */
+static void test_polled(void **state) {
+  uint8_t q[NRES_DNS_QUERY_MAX];
+  nres_dns_answer_t a;
+  const char *why = NULL;
+  int port, qn = nres_dns_query(q, sizeof(q), 0x4242, "app.test", 8, NRES_DNS_A);
+  server_t s = { bound_socket(&port), 1 };
+  pthread_t t;
+  (void) state;
+  int fd = nres_dns_open("127.0.0.1", port, &why);
+  assert_true(fd >= 0);
+  assert_int_equal(nres_dns_recv(fd, q, (size_t) qn, &a, &why), NRES_EAGAIN);
+  assert_int_equal(pthread_create(&t, NULL, serve, &s), 0);
+  assert_int_equal(nres_dns_send(fd, q, (size_t) qn, &why), 0);
+  pthread_join(t, NULL); /* both datagrams sent */
+  int rc = NRES_EAGAIN;
+  for (int i = 0; i < 1000 && rc == NRES_EAGAIN; i++) {
+    rc = nres_dns_recv(fd, q, (size_t) qn, &a, &why);
+    if (rc == NRES_EAGAIN)
+      usleep(1000);
+  }
+  assert_int_equal(rc, 0);
+  assert_int_equal(a.n, 1);
+  assert_int_equal(nres_dns_recv(fd, q, (size_t) qn, &a, &why), NRES_EAGAIN);
+  nres_dns_close(fd);
+  close(s.fd);
+  assert_int_equal(nres_dns_open("app.test", 53, &why), NRES_EINVAL);
+  assert_int_equal(nres_dns_open("127.0.0.1", 0, &why), NRES_EINVAL);
+}
+
 static void test_ids(void **state) {
   unsigned seen = 0;
   uint16_t first = nres_dns_id();
@@ -358,7 +389,7 @@ int main(void) {
     cmocka_unit_test(test_cname_chain), cmocka_unit_test(test_errors_kept),
     cmocka_unit_test(test_not_ours),    cmocka_unit_test(test_malformed),
     cmocka_unit_test(test_many),        cmocka_unit_test(test_exchange),
-    cmocka_unit_test(test_ids),
+    cmocka_unit_test(test_polled),      cmocka_unit_test(test_ids),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

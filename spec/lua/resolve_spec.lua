@@ -136,6 +136,48 @@ describe("nres.ngx.resolve", function()
     expect.eq(table.concat(set, " "), "10.0.0.1:80")
   end)
 
+  it("follows the set: adds first, drains, removes after the deadline, restores", function()
+    local ops, refuse = {}, {}
+    local real = package.loaded["nres.ngx.control"]
+    package.loaded["nres.ngx.control"] = { apply = function(op)
+      if refuse[op.action] then return nil, 409, "refused" end
+      ops[#ops + 1] = op.action .. " " .. op.peer .. (op.weight and " w" .. op.weight or "")
+      return { changed = op.action }
+    end }
+    local u = { name = "b", deadline = 3600e9 }   -- no removal yet
+    local n = { entry = { "app.test:80", weight = 2 } }
+    local t = { dns = { "10.0.0.2:80" }, applied = { "10.0.0.1:80" }, draining = { 0 } }
+    local ok, err = pcall(function()
+      resolve.reconcile(u, n, t)
+      expect.eq(table.concat(ops, ", "), "add 10.0.0.2:80 w2, drain 10.0.0.1:80")
+      expect.eq(table.concat(t.applied, " "), "10.0.0.2:80 10.0.0.1:80")
+      expect.eq(t.draining[1], 0)
+      expect.truthy(t.draining[2] > 0, "10.0.0.1 drains")
+      ops = {}
+      resolve.reconcile(u, n, t)   -- within the deadline: nothing
+      expect.eq(#ops, 0)
+      t.dns = { "10.0.0.1:80", "10.0.0.2:80" }   -- back while it drains
+      resolve.reconcile(u, n, t)
+      expect.eq(table.concat(ops, ", "), "restore 10.0.0.1:80")
+      expect.eq(t.draining[2], 0)
+      ops, t.dns = {}, { "10.0.0.2:80" }
+      resolve.reconcile(u, n, t)
+      u.deadline = 0                -- the deadline passed: removed
+      resolve.reconcile(u, n, t)
+      expect.eq(table.concat(ops, ", "), "drain 10.0.0.1:80, remove 10.0.0.1:80")
+      expect.eq(table.concat(t.applied, " "), "10.0.0.2:80")
+      -- a refused add is tried again next time, not recorded as applied
+      ops, refuse.add, t.dns = {}, true, { "10.0.0.2:80", "10.0.0.3:80" }
+      resolve.reconcile(u, n, t)
+      expect.eq(table.concat(t.applied, " "), "10.0.0.2:80")
+      refuse.add = nil
+      resolve.reconcile(u, n, t)
+      expect.eq(table.concat(ops, ", "), "add 10.0.0.3:80 w2")
+    end)
+    package.loaded["nres.ngx.control"] = real
+    assert(ok, err)
+  end)
+
   it("refuses a bad name and a resolve table with no name", function()
     local gw = require "nres.ngx"
     gw.scope("rs", { policy = "gateway", slots = 8 })

@@ -382,7 +382,8 @@ function _M.wait(s, ttl) return min(max(ttl, s.min_ttl), s.max_ttl) end
 -- ------------------------------------------------------------ resolving
 
 local ngx = ngx
-local log, WARN, NOTICE = ngx and ngx.log, ngx and ngx.WARN, ngx and ngx.NOTICE
+local log = ngx and ngx.log or function() end   -- outside nginx (tests): none
+local WARN, NOTICE = ngx and ngx.WARN, ngx and ngx.NOTICE
 
 -- A query over a non-blocking UDP socket, its replies polled between
 -- ngx.sleep calls (2 ms, doubling up to 50 ms) until the timeout:
@@ -459,6 +460,8 @@ local function reconcile(u, n, t)
   end
   t.applied, t.draining = applied, draining
 end
+
+_M.reconcile = reconcile
 
 -- Name j of u: resolved if its time has come, its peers reconciled.
 local function step(u, j)

@@ -178,6 +178,22 @@ describe("nres.ngx.resolve", function()
     assert(ok, err)
   end)
 
+  it("reads a name's record as input", function()
+    local rec = ffi.new("nres_ngx_name_t")
+    ffi.copy(rec.name, "app.test")
+    rec.port, rec.ndns = 80, 1
+    ffi.copy(rec.dns[0], "10.0.0.1:80")
+    expect.eq(resolve.snapshot(rec).dns[1], "10.0.0.1:80")
+    rec.seq = 1                          -- a writer died mid-write
+    expect.eq(resolve.snapshot(rec), nil)
+    expect.eq(resolve.snapshot(rec, true).name, "app.test")   -- the next writer reads on
+    rec.seq, rec.ndns = 2, 1000          -- out of range
+    expect.eq(resolve.snapshot(rec), nil)
+    rec.ndns = 1
+    ffi.fill(rec.name, 256, 65)          -- no NUL: ends at the field's end
+    expect.eq(#resolve.snapshot(rec).name, 256)
+  end)
+
   it("refuses a bad name and a resolve table with no name", function()
     local gw = require "nres.ngx"
     gw.scope("rs", { policy = "gateway", slots = 8 })

@@ -22,6 +22,7 @@ void nres_dns_close(int fd);
 int nres_dns_exchange(const char *server, int port, const uint8_t *q, size_t qlen,
                       int timeout_ms, nres_dns_answer_t *out, const char **why);
 size_t nres_dns_answer_size(void);
+size_t strnlen(const char *s, size_t maxlen);
 ]]
 
 local theirs = tonumber(cdef.C.nres_dns_answer_size())

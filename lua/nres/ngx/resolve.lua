@@ -233,29 +233,39 @@ local function blocking(s, q, qlen, out, why)
   return C.nres_dns_exchange(s.host, s.port, q, qlen, floor(s.timeout * 1000), out, why)
 end
 
--- The record's fields, read under its sequence count.
-local function snapshot(rec)
+-- A NUL-terminated text of at most cap bytes in a record (a region file
+-- is input: a text without its NUL ends at cap).
+local function text(buf, cap)
+  local n = tonumber(C.strnlen(buf, cap))
+  return ffi_string(buf, n)
+end
+
+-- The record's fields, read under its sequence count (force: as they are,
+-- for the only writer, whose predecessor may have died mid-write); nil
+-- when it is being written, or holds counts out of range.
+local function snapshot(rec, force)
   for _ = 1, 100 do
     local seq = rec.seq
-    if seq % 2 == 0 then
-      local t = { name = ffi_string(rec.name), port = rec.port, at = rec.at, ok_at = rec.ok_at,
+    if seq % 2 == 0 or force then
+      if rec.ndns > ADDRS or rec.napplied > ADDRS then return nil end
+      local t = { name = text(rec.name, 256), port = rec.port, at = rec.at, ok_at = rec.ok_at,
                   next = tonumber(rec.next), ttl = rec.ttl, failing = rec.failing ~= 0,
-                  result = ffi_string(rec.result), dns = {}, applied = {}, draining = {} }
-      for i = 0, rec.ndns - 1 do t.dns[i + 1] = ffi_string(rec.dns[i]) end
+                  result = text(rec.result, 64), dns = {}, applied = {}, draining = {} }
+      for i = 0, rec.ndns - 1 do t.dns[i + 1] = text(rec.dns[i], PEER_MAX) end
       for i = 0, rec.napplied - 1 do
-        t.applied[i + 1] = ffi_string(rec.applied[i])
+        t.applied[i + 1] = text(rec.applied[i], PEER_MAX)
         t.draining[i + 1] = rec.draining[i]
       end
-      if rec.seq == seq then return t end
+      if force or rec.seq == seq then return t end
     end
   end
   return nil
 end
 _M.snapshot = snapshot
 
--- Write table t (snapshot's shape) into rec.
+-- Write table t (snapshot's shape) into rec: seq odd meanwhile, even after.
 local function store(rec, t)
-  rec.seq = rec.seq + 1
+  if rec.seq % 2 == 0 then rec.seq = rec.seq + 1 end
   ffi_copy(rec.name, t.name)
   rec.port, rec.at, rec.ok_at, rec.next, rec.ttl = t.port, t.at or 0, t.ok_at or 0,
     t.next or 0, t.ttl or 0
@@ -467,8 +477,11 @@ _M.reconcile = reconcile
 local function step(u, j)
   local names = u.names
   local n, rec, s = names[j], names.recs + (j - 1), names.settings
-  local t = snapshot(rec)
-  if not t then return end
+  local t = snapshot(rec, true)
+  if not t or t.name ~= n.name or t.port ~= n.port then   -- not ours: start again
+    t = { name = n.name, port = n.port, dns = {}, applied = {}, draining = {}, next = 0,
+          result = "", failing = true }
+  end
   local now = tonumber(C.nres_step_now())
   if t.next <= now then
     local set, ttl, why = lookup(s, n.name, n.port, polled, t.dns)

@@ -294,7 +294,7 @@ local function names_table(uname, names)
   names.lease_word = ffi.cast("nres_gw_lease_t *", tbl.extra)
   names.recs = ffi.cast("nres_ngx_name_t *", ffi.cast("char *", tbl.extra) + 64)
   local s = names.settings
-  names.lease = 2 + 2 * s.timeout * (s.ipv6 and 2 or 1) * #names
+  names.lease = 1 + 2 * s.timeout * (s.ipv6 and 2 or 1)   -- renewed before each name
 end
 
 -- gw.upstream's peers list with each name replaced by its addresses (each

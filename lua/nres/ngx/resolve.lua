@@ -509,7 +509,7 @@ local function step(u, j)
 end
 
 local id   -- this worker's lease id (its pid)
-local LOOK = 0.5   -- s between two looks at the lease, and the holder's rounds
+local LOOK = 0.5   -- s between two looks at the lease; the holder's longest sleep
 
 local tick
 function tick(premature, u)
@@ -518,14 +518,18 @@ function tick(premature, u)
     C.nres_gw_lease_drop(names.lease_word, id)
     return
   end
+  local wait = LOOK
   for j = 1, #names do
     if C.nres_gw_lease_take(names.lease_word, id, C.nres_step_now(), names.lease * 1e9) ~= 1 then
       break
     end
     local ok, err = pcall(step, u, j)
     if not ok then log(ngx.ERR, "nres: resolving ", names[j].name, ": ", err) end
+    -- the holder wakes when the next name is due (a drain's end: a look)
+    wait = min(wait, max(0.01, (tonumber(names.recs[j - 1].next)
+                                - tonumber(C.nres_step_now())) / 1e9))
   end
-  local ok, err = ngx.timer.at(LOOK, tick, u)
+  local ok, err = ngx.timer.at(wait, tick, u)
   if not ok and err ~= "process exiting" then
     log(ngx.ERR, "nres: resolving the names of ", u.name, ": ngx.timer.at: ", err)
   end

@@ -8,10 +8,11 @@
 # Four ports of the test upstream; the gateway (2 workers, round robin,
 # slow_start 3 s, max_peers 4) declares p1 and p2.
 #   1. add p3 (weight 2) under load: no request fails; its share ramps up
-#      (slow start: under a fifth in the first second, about half of the
-#      tries after the ramp); status and the control API list it;
+#      (slow start: at most a quarter at first, about half of the tries
+#      after the ramp); the status (JSON, Prometheus, the HTML page) and
+#      the control API list it;
 #   2. remove p1 under load: no request fails, p1 gets no try after the
-#      change (its tries in flight finish);
+#      change (its tries in flight finish), the status drops it;
 #   3. a long request in flight on p2 when p2 is removed completes (200),
 #      and the control API's answer counted it in flight;
 #   4. bad input (unknown upstream, malformed address, duplicate, the last
@@ -112,7 +113,10 @@ pass "p3 added under load (0 failed): its share ramped from $early % to $late %"
 [ "$(members)" = "$(sorted "$p1" "$p2" "$p3")" ] || fail "control API members: $(members)"
 [ "$(status_ports)" = "$(sorted "$p1" "$p2" "$p3")" ] || fail "status peers: $(status_ports)"
 [ "$(peer_field "$(status)" "$p3" weight)" = 2 ] || fail "status: p3's weight is not 2"
-status | grep -q "127.0.0.1:$p3" || fail "status lacks p3"
+prom() { curl -sf -H "Connection: close" "$gw/nres/status?format=prometheus"; }
+html() { curl -sf -H "Connection: close" -H "Accept: text/html" "$gw/nres/status?format=html"; }
+prom | grep -q "peer=\"127.0.0.1:$p3\"" || fail "Prometheus lacks the added peer"
+html | grep -q "127.0.0.1:$p3" || fail "the status page lacks the added peer"
 pass "status and the control API list the added peer"
 
 # 2. remove p1 under load: nothing fails, no new try on p1
@@ -131,6 +135,8 @@ read -r a b c _ < <(counts)
 [ "$a" = 0 ] || fail "the removed peer got $a tries after the change ($a $b $c)"
 [ "$(members)" = "$(sorted "$p2" "$p3")" ] || fail "members after the remove: $(members)"
 [ "$(status_ports)" = "$(sorted "$p2" "$p3")" ] || fail "status still shows the removed peer: $(status_ports)"
+! prom | grep -q "peer=\"127.0.0.1:$p1\"" || fail "Prometheus still shows the removed peer"
+! html | grep -q "127.0.0.1:$p1" || fail "the status page still shows the removed peer"
 pass "p1 removed under load: 0 failed, 0 tries on it after the change ($b $c)"
 
 # 3. a long request in flight on p2 when it is removed completes

@@ -428,6 +428,8 @@ void nres__gw_view_declared(nres_gw_upstream_t *u, const char *const *names, uin
                             nres_time_t now) {
   nres_gw_members_t *m = u->members;
   uint32_t s;
+  u->inflight = nres__gw_inflight_row(m, 0);
+  u->row_words = (uint32_t)(row_bytes(m->slots) / sizeof(uint32_t));
   u->n = 0;
   for (uint32_t i = 0; i < n; i++) {
     nres_gw_member_t *r = find(m, names[i], strlen(names[i]), &s);

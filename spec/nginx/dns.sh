@@ -18,6 +18,7 @@
 #   3. one removed (.2): gone from the peers within max_ttl + a look
 #      (0.5 s) + deadline + slack; no request reaches it afterwards;
 #   4. all changed ({.1, .3} -> {.2}): the peers follow;
+#   4b. nginx -s reload: the peer and its counters carry on;
 #   5. one worker resolves: dnsmasq's query log has one A and one AAAA
 #      query per TTL, not one per worker;
 #   6. dnsmasq stopped: the last good set is kept, the failure is logged
@@ -174,6 +175,17 @@ for a in 127.0.0.1 127.0.0.3; do
 done
 [ "$(served_since "$m" 127.0.0.2)" -gt 0 ] || fail "127.0.0.2 gets no request"
 pass "all changed to 127.0.0.2 in $e s (bound 4.5 s)"
+
+# 4b. nginx -s reload: the name resolved again at start, the peer and its
+# state carried on (the same region files), and requests still served
+before=$(tries_of 127.0.0.2)
+nres_nginx_signal "$work/gw" "$work/gw/nginx.conf" reload || fail "nginx -s reload failed"
+sleep 2
+[ "$(peers)" = "$(want 127.0.0.2)" ] || fail "peers after the reload: $(peers)"
+after=$(tries_of 127.0.0.2)
+[ "$after" -gt "$before" ] || fail "127.0.0.2's tries went from $before to $after over the reload"
+[ "$(status | json "j.upstreams.backend.names[1].last")" = ok ] || fail "the name after the reload: $(status)"
+pass "nginx -s reload: peers $(peers), 127.0.0.2's tries carried on ($before -> $after)"
 
 # 5. one worker resolves: queries in a 3 s window (one A and one AAAA per
 # TTL of 1 s: 6, give or take a round; two workers would send 12)

@@ -126,7 +126,10 @@ s=$(status)
 [ "$(json "j.upstreams.backend.names[1].name .. ' ' .. j.upstreams.backend.names[1].last
   .. ' ' .. j.upstreams.backend.names[1].ttl" <<<"$s")" = "app.test ok 1" ] ||
   fail "the name's status: $s"
-pass "at start: app.test resolved to $(peers) (status: name, last ok, TTL 1 s)"
+prom() { curl -sf "$gw/nres/status?format=prometheus" | grep "^$1{upstream=\"backend\",name=\"app.test:$up_port\"}"; }
+[ "$(prom nres_name_addresses)" = "nres_name_addresses{upstream=\"backend\",name=\"app.test:$up_port\"} 2" ] ||
+  fail "Prometheus: $(prom nres_name_addresses)"
+pass "at start: app.test resolved to $(peers) (status: name, last ok, TTL 1 s; nres_name_addresses 2)"
 
 # the request loops: each line "address status"
 : >"$work/requests"
@@ -192,7 +195,7 @@ pass "nginx -s reload: peers $(peers), 127.0.0.2's tries carried on ($before -> 
 q0=$(grep -c "query\[A*\] app.test" "$work/dnsmasq.log" || true)
 sleep 3
 q=$(( $(grep -c "query\[A*\] app.test" "$work/dnsmasq.log" || true) - q0 ))
-[ "$q" -ge 4 ] && [ "$q" -le 8 ] || fail "$q queries for app.test in 3 s (one resolver: about 6; two: 12)"
+[ "$q" -ge 4 ] && [ "$q" -le 10 ] || fail "$q queries for app.test in 3 s (one resolver: about 6; two: 12)"
 pass "one resolver for 2 workers: $q queries (A and AAAA) in 3 s"
 
 # 6. the resolver down
@@ -203,7 +206,8 @@ last=$(status | json "j.upstreams.backend.names[1].last")
 [ "$last" != ok ] || fail "the name's last result with the resolver down: $last"
 n=$(grep -c "app.test did not resolve" "$work/gw/error.log" || true)
 [ "$n" = 1 ] || fail "$n log lines for the resolver's failure (one expected): $(grep "did not resolve" "$work/gw/error.log")"
-pass "resolver down 4 s: last good set kept, last result \"$last\", one log line"
+prom nres_name_resolve_failing | grep -q " 1$" || fail "Prometheus: $(prom nres_name_resolve_failing)"
+pass "resolver down 4 s: last good set kept, last result \"$last\", one log line, nres_name_resolve_failing 1"
 
 # 7. no failed request
 touch "$work/stop"; wait "$loop1" "$loop2"

@@ -456,6 +456,7 @@ void nres_gw_sync(nres_gw_upstream_t *u, nres_time_t now) {
     int alive = r != NULL && nres__load(&r->state) == NRES_GW_MEMBER_ACTIVE &&
                 strncmp(r->name, p->name, NRES_GW_NAME_MAX) == 0;
     if (alive) {
+      u->view += p->removed;   /* back before its entry was reused */
       p->removed = 0;
       p->declared = r->weight >= 1 && r->weight <= NRES_GW_WEIGHT_MAX ? r->weight : 1;
       p->backup = r->backup != 0;
@@ -464,6 +465,7 @@ void nres_gw_sync(nres_gw_upstream_t *u, nres_time_t now) {
       p->drained = 1;
       p->share = 0;
       p->up = 0;
+      u->view++;
     }
     if (p->removed && p->inflight == 0) {
       p->name[0] = '\0';   /* free for another peer */

@@ -108,6 +108,7 @@ function _M.init_worker()
   files.init_worker()
   require("nres.ngx.watch").start()
   require("nres.ngx.health").start()   -- active health checks (one worker runs them)
+  require("nres.ngx.resolve").start()  -- peers by name (one worker resolves them)
 end
 
 return _M

@@ -64,6 +64,7 @@ function(nres_add_fuzz name)
 endfunction()
 
 nres_add_fuzz(fuzz_policy)
+nres_add_fuzz(fuzz_dns_reply)   # runtime/src/gateway/dns.c
 if(TARGET nres_depserver)   # the http component
   nres_add_fuzz(fuzz_retry_after)
   nres_add_fuzz(fuzz_http_response)

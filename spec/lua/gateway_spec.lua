@@ -644,18 +644,18 @@ describe("nres.ngx region files and balancer mode", function()
     local v6 = gw.upstream("b2v6", { scope = "ups", peers = { "[::1]:8080", "127.0.0.1:80" } })
     expect.eq(v6.hosts[1], "[::1]")
     expect.eq(v6.ports[1], 8080)
-    expect.error(function() gw.upstream("b3", { scope = "ups", peers = { "h:1", "h:1" } }) end,
-      'nres.ngx.upstream: peers[2]: expected a peer listed once, got "h:1"')
-    expect.error(function() gw.upstream("b4", { scope = "nope", peers = { "h:1" } }) end,
+    expect.error(function() gw.upstream("b3", { scope = "ups", peers = { "192.0.2.1:1", "192.0.2.1:1" } }) end,
+      'nres.ngx.upstream: peers[2]: expected a peer listed once, got "192.0.2.1:1"')
+    expect.error(function() gw.upstream("b4", { scope = "nope", peers = { "192.0.2.1:1" } }) end,
       'nres.ngx.upstream: scope: expected a scope declared with gw.scope before it, got "nope"')
-    expect.error(function() gw.upstream("b5", { scope = "ups", peers = { "h:1" }, choice = "lc" }) end,
+    expect.error(function() gw.upstream("b5", { scope = "ups", peers = { "192.0.2.1:1" }, choice = "lc" }) end,
       'nres.ngx.upstream: choice: expected "p2c" or "round-robin", got "lc"')
-    expect.error(function() gw.upstream("b6", { scope = "ups", peers = { "h:1" }, eject = { ration = 1 } }) end,
+    expect.error(function() gw.upstream("b6", { scope = "ups", peers = { "192.0.2.1:1" }, eject = { ration = 1 } }) end,
       "nres.ngx.upstream: eject.ration: expected one of consecutive, ratio, min_calls, window,"
       .. " buckets, break_for, break_max, jitter, probes, successes, lease, got an unknown field")
-    expect.error(function() gw.upstream("b7", { scope = "ups", peers = { "h:1" }, eject = { ratio = 2 } }) end,
+    expect.error(function() gw.upstream("b7", { scope = "ups", peers = { "192.0.2.1:1" }, eject = { ratio = 2 } }) end,
       "nres.ngx.upstream: eject: breaker.failure_ratio: must be in [0, 1]")
-    expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "h:1" }, panic = 1.5 }) end,
+    expect.error(function() gw.upstream("b8", { scope = "ups", peers = { "192.0.2.1:1" }, panic = 1.5 }) end,
       "nres.ngx.upstream: panic: expected a share of healthy peers 0..1, got 1.5")
     -- issue 25: weights, backups, slow start
     local wb = gw.upstream("bw", { scope = "ups", slow_start = "30s", peers = {
@@ -665,26 +665,26 @@ describe("nres.ngx region files and balancer mode", function()
     expect.eq(wb.gw.peer[1].declared, 1)
     expect.eq(wb.gw.peer[2].backup, 1)
     expect.eq(tonumber(wb.gw.slow_start), 30e9)
-    expect.eq(gw.upstream("bu", { scope = "ups", peers = { "h:1", { "h:2" } } }).gw.weighted, 0)
+    expect.eq(gw.upstream("bu", { scope = "ups", peers = { "192.0.2.1:1", { "192.0.2.1:2" } } }).gw.weighted, 0)
     for _, c in ipairs {
-      { { { "h:1", weight = 0 } }, 'peers[1].weight: expected an integer 1..10000, got 0' },
-      { { { "h:1", weight = 1.5 } }, 'peers[1].weight: expected an integer 1..10000, got 1.5' },
-      { { "h:1", { "h:2", weight = "2" } }, 'peers[2].weight: expected an integer 1..10000, got "2"' },
-      { { { "h:1", backup = "yes" } }, 'peers[1].backup: expected true or false, got "yes"' },
-      { { { "h:1", wieght = 2 } }, 'peers[1].wieght: expected one of [1] ("host:port"), weight,'
+      { { { "192.0.2.1:1", weight = 0 } }, 'peers[1].weight: expected an integer 1..10000, got 0' },
+      { { { "192.0.2.1:1", weight = 1.5 } }, 'peers[1].weight: expected an integer 1..10000, got 1.5' },
+      { { "192.0.2.1:1", { "192.0.2.1:2", weight = "2" } }, 'peers[2].weight: expected an integer 1..10000, got "2"' },
+      { { { "192.0.2.1:1", backup = "yes" } }, 'peers[1].backup: expected true or false, got "yes"' },
+      { { { "192.0.2.1:1", wieght = 2 } }, 'peers[1].wieght: expected one of [1] ("host:port"), weight,'
         .. ' backup, got an unknown field' },
       { { { weight = 2 } }, 'peers[1]: expected "host:port" or "[IPv6]:port", got nil' },
-      { { { "h:1", backup = true } }, 'peers: expected at least one peer that is not a backup,'
+      { { { "192.0.2.1:1", backup = true } }, 'peers: expected at least one peer that is not a backup,'
         .. ' got "only backups"' },
     } do
       expect.error(function() gw.upstream("bx", { scope = "ups", peers = c[1] }) end,
         "nres.ngx.upstream: " .. c[2])
     end
-    expect.error(function() gw.upstream("bx", { scope = "ups", peers = { "h:1" }, slow_start = "1 fortnight" }) end,
+    expect.error(function() gw.upstream("bx", { scope = "ups", peers = { "192.0.2.1:1" }, slow_start = "1 fortnight" }) end,
       'nres.ngx.upstream: slow_start: expected seconds (a number 0..1e6, or with a unit: "90s",'
       .. ' "2m"), got "1 fortnight"')
     -- admission names what it was given wrong before it needs nginx
-    gw.upstream("b9", { scope = "ups", peers = { "h:1" } })
+    gw.upstream("b9", { scope = "ups", peers = { "192.0.2.1:1" } })
     expect.error(function() gw.admit("nope") end,
       'nres.ngx.admit: upstream: expected an upstream declared with peers, got "nope"')
     expect.error(function() gw.admit("b9", "clients", nil) end,
@@ -763,7 +763,7 @@ describe("nres.ngx region files and balancer mode", function()
 
   it("refuse bad health checks by field, and show them per peer", function()
     local function bad(h, msg)
-      expect.error(function() gw.upstream("hb", { scope = "ups", peers = { "h:1" }, health = h }) end,
+      expect.error(function() gw.upstream("hb", { scope = "ups", peers = { "192.0.2.1:1" }, health = h }) end,
         "nres.ngx.upstream: " .. msg)
     end
     bad({ path = "/h", intervall = 1 }, "health.intervall: expected one of path, interval,"

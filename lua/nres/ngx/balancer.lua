@@ -301,9 +301,11 @@ end
 function _M.declare(name, opts)
   for k in pairs(opts) do
     if k ~= "peers" and k ~= "scope" and k ~= "choice" and k ~= "panic" and k ~= "eject"
-       and k ~= "key" and k ~= "health" and k ~= "slow_start" and k ~= "max_peers" then
+       and k ~= "key" and k ~= "health" and k ~= "slow_start" and k ~= "max_peers"
+       and k ~= "resolve" then
       error("nres.ngx.upstream: " .. tostring(k) .. ": expected one of peers, scope, choice,"
-            .. " panic, slow_start, max_peers, eject, key, health, got an unknown field", 0)
+            .. " panic, slow_start, max_peers, eject, key, health, resolve, got an unknown"
+            .. " field", 0)
     end
   end
   if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
@@ -331,15 +333,22 @@ function _M.declare(name, opts)
   if type(key) ~= "string" or #key < 1 or #key > 64 then
     error(bad("upstream", "key", "a string of 1..64 bytes", key), 0)
   end
+  -- peers by name: each replaced by its addresses (nres.ngx.resolve)
+  local names
+  list, names = require("nres.ngx.resolve").expand(name, list, opts.resolve)
+  if #list > 256 then
+    error(bad("upstream", "peers", "at most 256 peers, names resolved", #list .. " peers"), 0)
+  end
   if type(ngx) == "table" and ngx.config then   -- in nginx: a lua-nginx-module this binding cannot call fails the start
     local ok, why = require("nres.ngx.request").peer_host_args(ngx.config.ngx_lua_version)
     if ok == nil then error("nres.ngx.upstream: " .. name .. ": " .. why, 0) end
   end
   local n = #list
   -- peers at most, the declared and those added at run time (removed
-  -- ones count until their tries ended)
+  -- ones count until their tries ended); with names, room for their
+  -- addresses to change (nres.ngx.resolve)
   local cap = opts.max_peers
-  if cap == nil then cap = math.min(256, max(8, 2 * n)) end
+  if cap == nil then cap = math.min(256, max(names and 64 or 8, 2 * n)) end
   if type(cap) ~= "number" or cap % 1 ~= 0 or cap < n or cap > 256 then
     error(bad("upstream", "max_peers", "an integer from the number of peers (" .. n
               .. ") to 256", opts.max_peers), 0)
@@ -427,6 +436,7 @@ function _M.declare(name, opts)
   u.n = 0
   mirror(u)
   health.attach(u, checks)
+  require("nres.ngx.resolve").attach(u, names)
   return u
 end
 
@@ -831,6 +841,7 @@ function _M.status(now)
                     panicking = g.panicking ~= 0, peers = peers,
                     request_seconds = histogram(u.hist) }
       require("nres.ngx.health").annotate(u, out[name], now, at)   -- ejected_by, checks
+      require("nres.ngx.resolve").annotate(u, out[name], now)  -- peers by name
     end
   end
   return out

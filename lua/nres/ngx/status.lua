@@ -283,6 +283,11 @@ local FAMILIES = {
     "peer", "recent_share" },
   { "nres_peer_avoided", "gauge", "1 while the peer is closed but the choice avoids it",
     "peer", function(p) return flag(p.avoided) end },
+  { "nres_name_addresses", "gauge", "addresses of a peer's DNS name in its last good set",
+    "name", function(n) return #n.addresses end },
+  { "nres_name_resolve_failing", "gauge", "1 while the name's last resolution failed (its"
+    .. " last good set is kept)", "name", function(n) return flag(n.failing) end },
+  { "nres_name_ttl_seconds", "gauge", "the TTL of the name's last answer", "name", "ttl" },
   { "nres_upstream_request_duration_seconds", "histogram", "requests' durations, admission"
     .. " to end, every try included", "upstream", "request_seconds" },
   { "nres_peer_try_duration_seconds", "histogram", "tries' durations, failed ones included",
@@ -320,7 +325,7 @@ end
 -- The snapshot's rows, by kind: pairs of (label text, row table).
 local function prom_rows(snap)
   local rows = { table = {}, key = {}, limiter = {}, limiter_key = {}, upstream = {},
-                 peer = {}, fleet = {}, fleet_entry = {} }
+                 peer = {}, name = {}, fleet = {}, fleet_entry = {} }
   for _, kind in ipairs { "scope", "limiter" } do
     local group = kind == "scope" and snap.scopes or snap.limiters
     for _, name in ipairs(sorted(group)) do
@@ -340,6 +345,9 @@ local function prom_rows(snap)
     local ul = format('upstream="%s"', label(name))
     add(rows, "upstream", ul, u)
     for _, p in ipairs(u.peers) do add(rows, "peer", format('%s,peer="%s"', ul, label(p.peer)), p) end
+    for _, n in ipairs(u.names or {}) do
+      add(rows, "name", format('%s,name="%s:%d"', ul, label(n.name), n.port), n)
+    end
   end
   local f = snap.fleet
   if f then

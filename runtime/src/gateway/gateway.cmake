@@ -23,3 +23,13 @@ nres_add_c_test(gateway 60 core)
 nres_add_c_test(control 30 core)
 nres_add_c_test(members 60 core,threads)
 include(${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/ngx/ngx.cmake)
+# Peers by name (nres/dns.h): the DNS query and the reading of its reply.
+target_sources(nres_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/dns.c)
+nres_add_c_test(dns 20 core)
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "" AND NRES_SHM_LUAJIT)
+  add_test(NAME lua_resolve
+           COMMAND ${NRES_SHM_LUAJIT} spec/lua/runner.lua spec/lua/resolve_spec.lua
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(lua_resolve PROPERTIES TIMEOUT 30 LABELS lua ENVIRONMENT
+    "LUA_PATH=${CMAKE_CURRENT_SOURCE_DIR}/lua/?.lua\\;\\;;NRES_LIB=$<TARGET_FILE:nres>")
+endif()

@@ -145,6 +145,21 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   endforeach()
 endif()
 
+# spec/nginx/dns.sh: peers by name, re-resolved through a dnsmasq on a
+# loopback port while requests run (issue 25); the Lua balancer and, when
+# built, the module.
+if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
+  add_test(NAME nginx_dns
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/dns.sh $<TARGET_FILE:nres>)
+  set_tests_properties(nginx_dns PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+  if(DEFINED NRES_NGX_MODULE)   # the same through the module
+    add_test(NAME nginx_cdns
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/dns.sh $<TARGET_FILE:nres>
+                     ${NRES_NGX_MODULE})
+    set_tests_properties(nginx_cdns PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+  endif()
+endif()
+
 # spec/nginx/regions.sh: region files that trust nothing (another user's,
 # open to others, a link, a full filesystem, a truncation), in the Lua
 # balancer and, when built, the module. Root only (tmpfs mounts): skipped

@@ -7,10 +7,12 @@
 #   bash bench/gateway/peers.sh [--rolling] [--scale] [--idle-hang] [--out FILE.md]
 #        [--lib build/libnres.so] [--arms "nginx haproxy nres-module ..."] [--smoke]
 #
-# No scenario named: all three. Writes FILE.md (verdict first) and
-# FILE.json. --smoke: the nres arm's rolling deploy alone, short (the
-# ctest bench_peers_smoke); the exit status is 10 when that deploy, made
-# through the control API's membership actions, failed a request. About 3 minutes for the whole run on 2 cores.
+# No scenario named: all three; no --arms: nginx, haproxy, nres-balancer
+# and nres-module (when built). Writes FILE.md (verdict first) and
+# FILE.json; about 3 minutes on 2 cores. --smoke: the nres arm's rolling
+# deploy alone, short (the ctest bench_peers_smoke); the exit status is 10
+# when that deploy, made through the control API's membership actions,
+# failed a request.
 #
 # Each peer is its own test upstream (spec/nginx/nres_upstream.lua, one
 # worker) on its own port, so it can be stopped and a new one started on a
@@ -39,7 +41,8 @@
 #              least 0.8 of an equal share.
 #   idle-hang  no traffic; one peer starts answering nothing (every request
 #              and health check waits 30 s); 3 s later wrk for 3 s: the client
-#              requests the hung peer received, failed, p99.
+#              requests the hung peer received, failed, p99, and when the
+#              gateway's checks ejected it (nginx has none: passive only).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -67,7 +70,7 @@ case $out_md in *.md) ;; *) echo "--out: expected a FILE.md, got '$out_md'" >&2;
 gw_need "$lib" wrk curl luajit
 [ -n "$smoke" ] || gw_need "$lib" haproxy
 nres_arm=nres-balancer; [ -n "$module" ] && nres_arm=nres-module
-arms=${arms_given:-nginx haproxy $nres_arm}
+arms=${arms_given:-nginx haproxy nres-balancer${module:+ nres-module}}
 [ -n "$smoke" ] && arms=${arms_given:-$nres_arm}
 for a in $arms; do
   case $a in

@@ -751,6 +751,62 @@ describe("nres.ngx region files and balancer mode", function()
                             1, true))
   end)
 
+  it("add and remove peers at run time (gw.apply), whole or not at all", function()
+    local u = gw.upstream("mem", { scope = "ups", peers = { "10.7.0.1:80", "10.7.0.2:80" },
+                                   max_peers = 3 })
+    local function bad(op, status, reason)
+      local res, st, why = gw.apply(op)
+      expect.eq(res, nil)
+      expect.eq(st, status, why)
+      expect.eq(why, reason)
+    end
+    local res = gw.apply { action = "add", upstream = "mem", peer = "10.7.0.3:80", weight = 2 }
+    expect.eq(res.changed, "upstream mem peer 10.7.0.3:80: added (weight 2)")
+    expect.eq(u.n, 3)
+    expect.eq(u.peer[3], "10.7.0.3:80")
+    expect.eq(u.hosts[3], "10.7.0.3")
+    expect.eq(u.ports[3], 80)
+    expect.eq(gw.snapshot().upstreams.mem.peers[3].weight, 2)
+    bad({ action = "add", upstream = "mem", peer = "10.7.0.4:80" }, 409,
+        'upstream: expected an upstream with room for another peer (max_peers 3; 3 members,'
+        .. ' removed ones counted until their tries end), got "mem"')
+    bad({ action = "add", upstream = "mem", peer = "10.7.0.3:80" }, 409,
+        'peer: expected a peer not in the upstream yet, got "10.7.0.3:80"')
+    bad({ action = "add", upstream = "nope", peer = "10.7.0.3:80" }, 404,
+        'upstream: expected one of ' .. (function()
+          local t = {} for k, x in pairs(gw.upstreams) do if x.balancer then t[#t + 1] = k end end
+          table.sort(t) return table.concat(t, ", ") end)() .. ', got "nope"')
+    bad({ action = "add", upstream = "mem", peer = "host:80" }, 400,
+        'peer: expected "a.b.c.d:port" or "[IPv6]:port" (an address, port 1..65535), got "host:80"')
+    bad({ action = "add", upstream = "mem", peer = "10.7.0.4:80", weight = 1.5 }, 400,
+        "weight: expected an integer 1..10000, got 1.5")
+    bad({ action = "add", upstream = "mem", peer = "10.7.0.4:80", backup = "yes" }, 400,
+        'backup: expected true or false, got "yes"')
+    bad({ action = "remove", upstream = "mem", peer = "10.7.0.9:80" }, 404,
+        'peer: expected one of 10.7.0.1:80, 10.7.0.2:80, 10.7.0.3:80, got "10.7.0.9:80"')
+    res = gw.apply { action = "remove", upstream = "mem", peer = "10.7.0.1:80" }
+    expect.eq(res.changed, "upstream mem peer 10.7.0.1:80: removed (0 tries in flight finish"
+              .. " there)")
+    expect.eq(gw.snapshot().upstreams.mem.peers[1].peer, "10.7.0.2:80")
+    expect.eq(#gw.snapshot().upstreams.mem.peers, 2)
+    expect.truthy(gw.apply { action = "drain", upstream = "mem", peer = "10.7.0.3:80" })
+    bad({ action = "remove", upstream = "mem", peer = "10.7.0.2:80" }, 409,
+        'peer: expected a peer whose upstream keeps another primary peer that is not drained,'
+        .. ' got "10.7.0.2:80"')
+    expect.truthy(gw.apply { action = "restore", upstream = "mem", peer = "10.7.0.3:80" })
+    expect.truthy(gw.apply { action = "weight", upstream = "mem", peer = "10.7.0.3:80",
+                             weight = 5 })
+    for _ = 1, 20 do   -- the removed peer gets no pick
+      local i = require("nres.ngx.balancer").pick(u, C.nres_step_now())
+      expect.truthy(u.live[i], u.peer[i])
+    end
+    expect.error(function()
+      gw.upstream("mem2", { scope = "ups", peers = { "10.7.0.1:80", "10.7.0.2:80" },
+                            max_peers = 1 })
+    end, "nres.ngx.upstream: max_peers: expected an integer from the number of peers (2) to"
+         .. " 256, got 1")
+  end)
+
   it("log each peer state change once, rate-limited, with why and the counts", function()
     local watch = require "nres.ngx.watch"
     local u = gw.upstream("watched", { scope = "ups", peers = { "10.9.0.1:80" } })

@@ -21,12 +21,14 @@ typedef struct nres_gw_config_s {
   int choice; double panic; int budget, breaker;
   void *try_hists; void *request_hist; void *control; void *peer_controls;
   const uint32_t *peer_weights; const uint8_t *peer_backup; nres_time_t slow_start;
+  struct nres_gw_members_s *members;
 } nres_gw_config_t;
 typedef struct nres_gw_peer_s {
   nres_breaker_t *breaker; nres_estimator_t *estimator; void *counters; void *hist;
   void *control; uint32_t slot, inflight;
   double cost; int state, drained, windowed; uint32_t declared, weight; int backup, up;
   nres_time_t since; double share, current; char name[65];
+  int removed; uint32_t socklen; union { uint8_t bytes[28]; uint64_t align_; } sockaddr;
 } nres_gw_peer_t;
 typedef struct nres_gw_upstream_s {
   struct nres_gw_upstream_s *next; char name[65]; char key[65];
@@ -34,7 +36,9 @@ typedef struct nres_gw_upstream_s {
   uint32_t attempts, n; int choice, budget, breaker, windowed; double panic;
   int32_t sidx; void *sslot; nres_time_t lookup_at, checked; uint32_t rr; int panicking;
   uint64_t overflow; nres_rng_t rng; void *hist; void *control;
-  nres_time_t slow_start; int weighted, tier;
+  nres_time_t slow_start; int weighted, tier; int declared_weighted, windowed_peers;
+  nres_estimator_t *estimators; void *try_hists; void *peer_controls;
+  struct nres_gw_members_s *members; uint64_t gen; uint32_t cap, view;
   nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
 typedef struct nres_gw_request_s {
@@ -93,6 +97,26 @@ typedef struct nres_gw_health_peer_s {   /* Lua's only: nres.ngx.health's record
   double at, took; uint32_t ok_run, fail_run, last, status;
   uint32_t by_result[4];
 } nres_gw_health_peer_t;
+typedef struct nres_gw_member_s {
+  uint32_t state, weight, backup, socklen; uint64_t removed_at; uint32_t key_gen, reserved_;
+  union { uint8_t bytes[28]; uint64_t align_; } sockaddr; char name[72];
+} nres_gw_member_t;
+typedef struct nres_gw_members_s {
+  uint64_t gen; nres_gw_lease_t lock; uint32_t slots, capacity; uint64_t declared;
+  nres_time_t linger; uint64_t reserved_[3];
+} nres_gw_members_t;
+size_t nres_gw_members_size(uint32_t slots);
+nres_gw_member_t *nres_gw_member(nres_gw_members_t *m, uint32_t slot);
+uint32_t nres_gw_member_inflight(nres_gw_members_t *m, uint32_t slot);
+int nres_gw_members_declare(nres_gw_members_t *m, size_t size, nres_shm_t *peers,
+                            uint32_t capacity, const char *const *names, const uint32_t *weights,
+                            const uint8_t *backup, uint32_t n, nres_time_t linger, nres_time_t now);
+uint32_t nres_gw_parse_addr(const char *s, size_t len, void *out);
+int nres_gw_member_add(nres_gw_upstream_t *u, const char *name, size_t len, uint32_t weight,
+                       int backup, nres_time_t now);
+int nres_gw_member_remove(nres_gw_upstream_t *u, const char *name, size_t len, nres_time_t now);
+int nres_gw_members_reap(nres_gw_upstream_t *u, nres_time_t now);
+void nres_gw_sync(nres_gw_upstream_t *u, nres_time_t now);
 int nres_gw_control_rate(nres_gw_control_t *c, nres_shm_t *table, double rate, uint32_t burst,
                          nres_time_t now);
 ]]
@@ -100,7 +124,8 @@ int nres_gw_control_rate(nres_gw_control_t *c, nres_shm_t *table, double rate, u
 -- nres_gw_struct_size's numbering (gateway.h) against our declarations
 -- (nres_gw_hist_t, 4, is opaque here: its size is read from the library).
 local structs = { [0] = "nres_gw_upstream_t", "nres_gw_peer_t", "nres_gw_request_t",
-                  "nres_gw_limiter_t", [5] = "nres_gw_control_t" }
+                  "nres_gw_limiter_t", [5] = "nres_gw_control_t", [6] = "nres_gw_members_t",
+                  [7] = "nres_gw_member_t" }
 for which, ct in pairs(structs) do
   local theirs = tonumber(C.nres_gw_struct_size(which))
   local ours = which == 0 and ffi.sizeof(ct, 0) or ffi.sizeof(ct)

@@ -80,7 +80,7 @@ local type, error, tonumber, tostring, pairs, ipairs =
 local floor, ceil, max = math.floor, math.ceil, math.max
 
 local step_now = C.nres_step_now
-local sh_acquire, sh_slot = C.nres_shm_acquire, C.nres_shm_slot
+local sh_slot = C.nres_shm_slot
 local br_release, br_state = C.nres_breaker_release, C.nres_breaker_state
 local gw_admit, gw_unadmitted, gw_left_ms = C.nres_gw_admit, C.nres_gw_unadmitted,
   C.nres_gw_left_ms
@@ -100,13 +100,11 @@ local EST_SIZE = ffi_sizeof("nres_estimator_t")
 local HIST_SIZE = tonumber(C.nres_gw_struct_size(4))   -- nres_gw_hist_t, C's to lay out
 local HIST_BUCKETS = 14                                 -- NRES_GW_HIST_BUCKETS
 local EST_PERIOD = 1e9          -- ns per estimator window (two are read)
-local NEVER = 2 ^ 64            -- a lease that never ends (nres.shm)
 local NEED_CLASS = -1           -- nres_gw_grant: read the criticality, ask again
 local NAN = 0 / 0               -- no inbound deadline
 
 local permit_box = ffi_new("uint32_t[1]")
 local has_box = ffi_new("int[1]")
-local gen_box = ffi_new("uint32_t[1]")
 local samples_box = ffi_new("uint64_t[1]")
 local reason_box = ffi_new("const char *[1]")   -- nres_gw_refusal's reason
 local hist_counts = ffi_new("uint64_t[?]", HIST_BUCKETS + 1)
@@ -156,27 +154,66 @@ end
 -- decides with libnres's functions on the same shared tables. Freed (and
 -- unregistered) with this Lua state.
 local function register(u, s, ests)
-  local names = ffi_new("const char *[?]", u.n)
-  local slots = ffi_new("uint32_t[?]", u.n)
-  local weights, backup = ffi_new("uint32_t[?]", u.n), ffi_new("uint8_t[?]", u.n)
-  for i = 1, u.n do
-    names[i - 1], slots[i - 1] = u.peer[i], u.idx[i]
-    weights[i - 1], backup[i - 1] = u.weight[i], u.backup[i] and 1 or 0
-  end
+  local names, weights, backup = u.declared_c.names, u.declared_c.weights, u.declared_c.backup
   local cfg = ffi_new("nres_gw_config_t", {
     name = u.name, key = u.key, scope = s.ptr, peers = u.ptr, estimators = ests,
-    peer_names = names, peer_slots = slots, npeers = u.n, attempts = u.attempts,
+    peer_names = names, peer_slots = nil, npeers = u.n, attempts = u.attempts,
     deadline = u.deadline, attempt_timeout = u.attempt_timeout, hold = s.hold,
     choice = u.choice == "p2c" and 0 or 1, panic = u.panic,
     budget = s.budget and 1 or 0, breaker = s.breaker and 1 or 0,
     try_hists = u.hists, request_hist = u.hist, control = s.control,
     peer_controls = u.controls, peer_weights = weights, peer_backup = backup,
-    slow_start = u.slow_start * 1e9 })
+    slow_start = u.slow_start * 1e9, members = u.members })
   local g = C.nres_gw_upstream_new(cfg)
   if g == nil then error("nres.ngx.upstream: " .. u.name .. ": the runtime refused its gateway state", 0) end
   g = ffi.gc(g, C.nres_gw_upstream_free)
   C.nres_gw_register(g)
   return g
+end
+
+-- "host:port" or "[v6]:port" as set_current_peer takes it: host, port
+-- (an IPv6 address keeps its brackets: set_current_peer parses it so), or
+-- nil.
+local function split(p)
+  local host, port
+  if type(p) == "string" then
+    host, port = p:match("^(%[[%x:.]+%]):(%d+)$")
+    if not host then host, port = p:match("^([^:]+):(%d+)$") end
+  end
+  port = tonumber(port)
+  if not host or port < 1 or port > 65535 then return nil end
+  return host, port
+end
+
+-- u's peer arrays (peer, hosts, ports, idx, br, est, weight, backup,
+-- live; n) made again from its C view (nres_gw_sync's: entry i - 1 is
+-- peer i; peers added or removed at run time), when the view changed.
+local function mirror(u)
+  local g = u.gw
+  local n = tonumber(g.n)
+  for i = 1, n do
+    local p = g.peer[i - 1]
+    local name, slot = ffi.string(p.name), tonumber(p.slot)
+    if u.peer[i] ~= name or u.idx[i] ~= slot then
+      u.peer[i], u.idx[i] = name, slot
+      u.hosts[i], u.ports[i] = split(name)
+      u.br[i], u.est[i] = sh_slot(u.ptr, slot).breaker, u.ests + slot
+    end
+    u.weight[i], u.backup[i] = tonumber(p.declared), p.backup ~= 0
+    u.live[i] = name ~= "" and p.removed == 0
+  end
+  for i = n + 1, u.n do
+    u.peer[i], u.idx[i], u.hosts[i], u.ports[i], u.br[i], u.est[i] = nil
+    u.weight[i], u.backup[i], u.live[i] = nil
+  end
+  u.n, u.view = n, g.view
+end
+
+-- u's view brought up to the shared membership (every worker's at its
+-- next pick; the control API's and the status's at once).
+function _M.sync(u, now)
+  C.nres_gw_sync(u.gw, now or step_now())
+  if u.gw.view ~= u.view then mirror(u) end
 end
 
 -- A peer entry: "host:port", or { "host:port", weight = 1..10000,
@@ -207,9 +244,9 @@ end
 function _M.declare(name, opts)
   for k in pairs(opts) do
     if k ~= "peers" and k ~= "scope" and k ~= "choice" and k ~= "panic" and k ~= "eject"
-       and k ~= "key" and k ~= "health" and k ~= "slow_start" then
+       and k ~= "key" and k ~= "health" and k ~= "slow_start" and k ~= "max_peers" then
       error("nres.ngx.upstream: " .. tostring(k) .. ": expected one of peers, scope, choice,"
-            .. " panic, slow_start, eject, key, health, got an unknown field", 0)
+            .. " panic, slow_start, max_peers, eject, key, health, got an unknown field", 0)
     end
   end
   if #name > 64 then error(bad("upstream", "name", "at most 64 bytes (a balancer's name)", name), 0) end
@@ -242,25 +279,27 @@ function _M.declare(name, opts)
     if ok == nil then error("nres.ngx.upstream: " .. name .. ": " .. why, 0) end
   end
   local n = #list
+  -- peers at most, the declared and those added at run time (removed
+  -- ones count until their tries ended)
+  local cap = opts.max_peers
+  if cap == nil then cap = math.min(256, max(8, 2 * n)) end
+  if type(cap) ~= "number" or cap % 1 ~= 0 or cap < n or cap > 256 then
+    error(bad("upstream", "max_peers", "an integer from the number of peers (" .. n
+              .. ") to 256", opts.max_peers), 0)
+  end
   local u = {
     name = name, key = key, scope = s, n = n, choice = choice, panic = panic,
     slow_start = seconds("upstream", "slow_start", opts.slow_start, 0),
     hosts = {}, ports = {}, peer = {}, idx = {}, br = {}, est = {}, balancer = true,
-    weight = {}, backup = {},
+    weight = {}, backup = {}, live = {}, max_peers = cap,
   }
   local seen, primaries = {}, 0
   for i, entry in ipairs(list) do
     local p, w, backup = peer_entry(i, entry)
     u.weight[i], u.backup[i] = w, backup
     primaries = primaries + (backup and 0 or 1)
-    local host, port
-    if type(p) == "string" then
-      -- an IPv6 address keeps its brackets: set_current_peer parses it so
-      host, port = p:match("^(%[[%x:.]+%]):(%d+)$")
-      if not host then host, port = p:match("^([^:]+):(%d+)$") end
-    end
-    port = tonumber(port)
-    if not host or port < 1 or port > 65535 then
+    local host, port = split(p)
+    if not host then
       error(bad("upstream", "peers[" .. i .. "]", "\"host:port\" or \"[IPv6]:port\"", p), 0)
     end
     if seen[p] then error(bad("upstream", "peers[" .. i .. "]", "a peer listed once", p), 0) end
@@ -270,52 +309,71 @@ function _M.declare(name, opts)
   if primaries == 0 then
     error(bad("upstream", "peers", "at least one peer that is not a backup", "only backups"), 0)
   end
-  -- The peers' table: two slots per peer (room to add a few without a new
-  -- layout), each key leased for ever; after it an estimator and a
-  -- histogram of try durations per slot, and the upstream's histogram of
-  -- request durations (zeroed memory: empty histograms).
-  local slots = max(8, 2 * n)
+  -- The peers' table: 8 slots (one set: any 8 keys fit), or two per peer
+  -- it may hold (max_peers: a key's set of slots has room), each member's
+  -- key leased for ever; after it
+  -- an estimator and a histogram of try durations per slot, the
+  -- upstream's histogram of request durations (zeroed memory: empty
+  -- histograms), a control block per slot, and the membership
+  -- (nres_gw_members_t: who the peers are now, for every worker).
+  local slots = cap <= 8 and 8 or 2 * cap
   slots = slots + (8 - slots % 8) % 8
   local hists_at = slots * EST_SIZE
   hists_at = hists_at + (64 - hists_at % 64) % 64
   local CONTROL_SIZE = require("nres.ngx.control").BYTES
   local controls_at = hists_at + (slots + 1) * HIST_SIZE
+  local members_at = controls_at + slots * CONTROL_SIZE
+  members_at = members_at + (64 - members_at % 64) % 64
+  local members_size = tonumber(C.nres_gw_members_size(slots))
   local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
                                     budget = false, limiter = false,
-                                    extra = controls_at + slots * CONTROL_SIZE }, name)
+                                    extra = members_at + members_size }, name)
   u.shm, u.ptr = tbl, tbl.shm
   local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
   u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
   u.hist = u.hists + slots * HIST_SIZE
   u.controls = ffi_cast("char *", tbl.extra) + controls_at   -- slot i's (drain) at i * size
-  -- Estimators laid out and peers keyed, in order: a fresh table given
-  -- the same keys in the same order puts each in the same slot, so a
-  -- worker's table remade by verify() keeps every index and pointer
-  -- (its extra memory comes zeroed: empty histograms).
+  u.members = ffi_cast("nres_gw_members_t *", ffi_cast("char *", tbl.extra) + members_at)
+  u.ests = ests
+  local d = { names = ffi_new("const char *[?]", n), weights = ffi_new("uint32_t[?]", n),
+              backup = ffi_new("uint8_t[?]", n), keep = {} }   -- keep: the strings
+  for i = 1, n do
+    d.keep[i] = u.peer[i]
+    d.names[i - 1], d.weights[i - 1], d.backup[i - 1] = u.peer[i], u.weight[i],
+      u.backup[i] and 1 or 0
+  end
+  u.declared_c = d
+  local t = s.policy.spec
+  -- a removed peer's slot is freed once its tries ended, or after this
+  local linger = max(60, 2 * t.deadline) * 1e9
+  -- Estimators laid out and the declared peers made the membership, in
+  -- order: a fresh table given the same keys in the same order puts each
+  -- in the same slot, so a worker's table remade by verify() keeps every
+  -- index and pointer (its extra memory comes zeroed: empty histograms).
+  -- A kept table whose membership was made from this same declaration
+  -- keeps it: peers added or removed at run time stay so across a reload.
   local function lay_out(fresh)
     if fresh then
       for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
     end
-    local now = step_now()
-    for i = 1, n do
-      local idx = sh_acquire(u.ptr, u.peer[i], #u.peer[i], now, NEVER, gen_box)
-      if idx < 0 or (u.idx[i] and u.idx[i] ~= idx) then
-        error("nres.ngx.upstream: no slot for peer " .. u.peer[i], 0)
-      end
-      u.idx[i] = idx
-      u.br[i] = sh_slot(u.ptr, idx).breaker
-      u.est[i] = ests + idx
+    local rc = C.nres_gw_members_declare(u.members, members_size, u.ptr, cap, d.names,
+                                         d.weights, d.backup, n, linger, step_now())
+    if rc < 0 then
+      error("nres.ngx.upstream: " .. name .. ": no slot for its peers (" ..
+            ffi.string(C.nres_strerror(rc)) .. ")", 0)
     end
   end
   lay_out(not tbl.reused)
   tbl.on_fresh = function() lay_out(true) end
-  local t = s.policy.spec
   u.attempts = t.attempts or 1
   u.deadline = t.deadline * 1e9
   u.attempt_timeout = (t.attempt_timeout or t.deadline) * 1e9
   u.deadline_left = floor(u.deadline / 1e6)   -- X-Deadline-Ms, nothing inbound
   u.deadline_ms = tostring(u.deadline_left)
   u.gw = register(u, s, ests)
+  for i = 1, n do u.peer[i] = nil end   -- the view's from now on
+  u.n = 0
+  mirror(u)
   health.attach(u, checks)
   return u
 end
@@ -568,6 +626,7 @@ end
 -- libnres grants it (X-Criticality read only when it asks).
 function try(u, g, r, req, now, i)
   local permit, has = permit_box[0], has_box[0]
+  if g.view ~= u.view then mirror(u) end   -- peers added or removed
   local host = u.hosts[i + 1]
   local rc   -- the signature bind() chose by lua-nginx-module's version
   if peer_host then
@@ -652,9 +711,11 @@ function _M.status(now)
   for name, u in pairs(config.upstreams) do
     if u.balancer then
       local g = u.gw
+      C.nres_gw_members_reap(g, now)
+      _M.sync(u, now)
       C.nres_gw_refresh(g, now)
-      local peers, recent = {}, 0
-      for i = 1, u.n do
+      local peers, recent, at = {}, 0, {}
+      for i = 1, u.n do if u.live[i] then
         local slot = sh_slot(u.ptr, u.idx[i])
         local q = est_quantile(u.est[i], now, 0.75, samples_box)
         C.nres_shm_slot_counts(slot, counts)
@@ -662,7 +723,8 @@ function _M.status(now)
         local okc = tonumber(counts.stops[STOP_OK])
         C.nres_breaker_stats(slot.breaker, breaker_stats)
         local gp = g.peer[i - 1]
-        peers[i] = {
+        at[#peers + 1] = i
+        peers[#peers + 1] = {
           drained = control.flag(control.block(u.controls + u.idx[i] * control.BYTES),
                                  control.DRAIN),
           peer = u.peer[i],
@@ -682,16 +744,16 @@ function _M.status(now)
           inflight_this_worker = tonumber(gp.inflight),
           try_seconds = histogram(u.hists + u.idx[i] * HIST_SIZE),
         }
-        recent = recent + peers[i].recent_tries
-      end
+        recent = recent + peers[#peers].recent_tries
+      end end
       for _, p in ipairs(peers) do
         p.recent_share = recent > 0 and p.recent_tries / recent or 0
-        p.avoided = p.state == "closed" and recent >= 10 and p.recent_share < 0.5 / u.n
+        p.avoided = p.state == "closed" and recent >= 10 and p.recent_share < 0.5 / #peers
       end
       out[name] = { scope = u.scope.name, key = u.key, choice = u.choice, panic = u.panic,
                     panicking = g.panicking ~= 0, peers = peers,
                     request_seconds = histogram(u.hist) }
-      require("nres.ngx.health").annotate(u, out[name], now)   -- ejected_by, checks
+      require("nres.ngx.health").annotate(u, out[name], now, at)   -- ejected_by, checks
     end
   end
   return out

@@ -15,6 +15,9 @@
 --   { "action": "isolate" | "close" | "reset", "upstream": U }   (its key)
 --   { "action": "eject" | "restore" | "drain", "upstream": U, "peer": "host:port" }
 --   { "action": "weight", "upstream": U, "peer": "host:port", "weight": 1..10000 }
+--   { "action": "add", "upstream": U, "peer": "ip:port" | "[v6]:port",
+--     "weight": 1..10000 (1), "backup": true | false (false) }
+--   { "action": "remove", "upstream": U, "peer": "host:port" }
 --   { "action": "rate", "limiter": L, "rate": R, "burst": B }
 --   { "action": "dry_run", "scope": S | "limiter": L, "on": true | false }
 -- isolate holds a breaker open until closed; close ends an open or
@@ -22,7 +25,10 @@
 -- peer's breaker; drain gives a peer no new tries (in-flight ones finish;
 -- draining the last peer that is not drained is refused); restore undoes
 -- both. weight replaces a peer's declared weight (docs/gateway-peers.md)
--- in every worker within 50 ms. A dry-run decides as usual but lets the request through, counting
+-- in every worker within 50 ms. add and remove change the upstream's
+-- members in every worker at its next pick: a removed peer gets no new
+-- try, its tries in flight finish (its slot is freed once they did); the
+-- last primary peer that is not drained is never removed. A dry-run decides as usual but lets the request through, counting
 -- `would_refuse` by reason ("circuit open" for a scope's breaker in
 -- balancer mode, "rate limited" for a limiter). Bad input gets a 4xx and
 -- the reason; nothing is changed by a request that is refused.
@@ -74,6 +80,7 @@ local ACTIONS = {
   reset = { "scope", "key", "upstream" },
   eject = { "upstream", "peer" }, restore = { "upstream", "peer" },
   drain = { "upstream", "peer" }, weight = { "upstream", "peer", "weight" },
+  add = { "upstream", "peer", "weight", "backup" }, remove = { "upstream", "peer" },
   rate = { "limiter", "rate", "burst" },
   dry_run = { "scope", "limiter", "on" },
 }
@@ -122,16 +129,89 @@ local function breaker_target(op)
   return sc.shm:slot(i).breaker, format("scope %s key %s", s, keytext.key(key))
 end
 
-local function peer_target(op)
+-- Balancer upstream op.upstream, its view of the members brought up to
+-- date; or nil, status, reason.
+local function upstream_target(op)
   local u = config.upstreams[op.upstream]
   if u == nil or not u.balancer then
     return fail(404, "upstream", "one of " .. names(config.upstreams,
                 function(x) return x.balancer end), op.upstream)
   end
+  require("nres.ngx.balancer").sync(u)
+  return u
+end
+
+-- The members' names of u, for a reason.
+local function members(u)
+  local t = {}
+  for i = 1, u.n do if u.live[i] then t[#t + 1] = u.peer[i] end end
+  return #t > 0 and concat(t, ", ") or "none"
+end
+
+local function peer_target(op)
+  local u, status, reason = upstream_target(op)
+  if u == nil then return nil, status, reason end
   for i = 1, u.n do
-    if u.peer[i] == op.peer then return u, i end
+    if u.live[i] and u.peer[i] == op.peer then return u, i end
   end
-  return fail(404, "peer", "one of " .. concat(u.peer, ", "), op.peer)
+  return fail(404, "peer", "one of " .. members(u), op.peer)
+end
+
+local sockaddr_box = ffi.new("uint64_t[4]")   -- nres_gw_parse_addr's
+local MEMBER_ERR = {   -- nres_gw_member_add's and _remove's errors
+  [-2] = { 409, "peer", "a peer not in the upstream yet" },
+  [-4] = { 404, "peer", "a peer of the upstream" },
+  [-5] = { 409, "peer", "a peer whose upstream keeps another primary peer that is not"
+                        .. " drained" },
+  [-16] = { 503, "upstream", "an upstream no other change holds (try again)" },
+}
+
+-- add and remove: the membership in shared memory (nres_gw_member_*).
+local function membership(op, now)
+  local u, status, reason = upstream_target(op)
+  if u == nil then return nil, status, reason end
+  local p = op.peer
+  if op.action == "remove" then
+    local rc = type(p) == "string" and C.nres_gw_member_remove(u.gw, p, #p, now) or -4
+    if rc < 0 then
+      local e = MEMBER_ERR[rc] or { 500, "peer", "a change the runtime makes" }
+      return fail(e[1], e[2], rc == -4 and "one of " .. members(u) or e[3],
+                  rc == -16 and op.upstream or p)
+    end
+    local inflight = tonumber(C.nres_gw_member_inflight(u.members, rc))
+    require("nres.ngx.balancer").sync(u, now)
+    return format("upstream %s peer %s: removed (%d tries in flight finish there)", u.name,
+                  p, inflight), { removed = p, inflight = inflight }
+  end
+  if type(p) ~= "string" or C.nres_gw_parse_addr(p, #p, sockaddr_box) == 0 then
+    return fail(400, "peer", "\"a.b.c.d:port\" or \"[IPv6]:port\" (an address, port"
+                .. " 1..65535)", p)
+  end
+  local w = op.weight == nil and 1 or op.weight
+  if type(w) ~= "number" or w < 1 or w > 10000 or w % 1 ~= 0 then
+    return fail(400, "weight", "an integer 1..10000", op.weight)
+  end
+  if op.backup ~= nil and type(op.backup) ~= "boolean" then
+    return fail(400, "backup", "true or false", op.backup)
+  end
+  local rc = C.nres_gw_member_add(u.gw, p, #p, w, op.backup and 1 or 0, now)
+  if rc == -3 then
+    local m = 0
+    for s = 0, u.members.slots - 1 do
+      if C.nres_gw_member(u.members, s).state ~= 0 then m = m + 1 end
+    end
+    return fail(409, "upstream", format("an upstream with room for another peer (max_peers"
+                .. " %d; %d members, removed ones counted until their tries end)",
+                u.max_peers, m), op.upstream)
+  elseif rc < 0 then
+    local e = MEMBER_ERR[rc] or { 500, "peer", "a change the runtime makes" }
+    return fail(e[1], e[2], e[3], rc == -16 and op.upstream or p)
+  end
+  require("nres.ngx.balancer").sync(u, now)
+  return format("upstream %s peer %s: added (weight %d%s%s)", u.name, p, w,
+                op.backup and ", backup" or "",
+                u.slow_start > 0 and format(", slow start %gs", u.slow_start) or ""),
+         { added = p, weight = w, backup = op.backup == true }
 end
 
 -- Check op fully, then change: (what changed, result table) or (nil,
@@ -140,8 +220,8 @@ local function apply(op, now)
   if type(op) ~= "table" then return fail(400, "body", "a JSON object", type(op)) end
   local allowed = ACTIONS[op.action]
   if allowed == nil then
-    return fail(400, "action", "one of close, drain, dry_run, eject, isolate, rate, reset,"
-                .. " restore, weight", op.action)
+    return fail(400, "action", "one of add, close, drain, dry_run, eject, isolate, rate,"
+                .. " remove, reset, restore, weight", op.action)
   end
   for k in pairs(op) do
     local ok = k == "action"
@@ -152,6 +232,7 @@ local function apply(op, now)
     end
   end
   local action = op.action
+  if action == "add" or action == "remove" then return membership(op, now) end
   if action == "isolate" or action == "close" or action == "reset" then
     local b, what, reason = breaker_target(op)
     if b == nil then return nil, what, reason end
@@ -168,7 +249,8 @@ local function apply(op, now)
     if action == "drain" and not flag(c, DRAIN) then
       local left = 0
       for j = 1, u.n do
-        if j ~= i and not flag(_M.block(u.controls + u.idx[j] * _M.BYTES), DRAIN) then
+        if j ~= i and u.live[j]
+           and not flag(_M.block(u.controls + u.idx[j] * _M.BYTES), DRAIN) then
           left = left + 1
         end
       end
@@ -258,13 +340,18 @@ function _M.snapshot()
   for name, s in pairs(config.limiters) do out.limiters[name] = _M.state(s.control) end
   for name, u in pairs(config.upstreams) do
     if u.balancer then
-      local drained, weights = {}, {}
+      local drained, weights, peers = {}, {}, {}
+      require("nres.ngx.balancer").sync(u)
       for i = 1, u.n do
-        local c = _M.block(u.controls + u.idx[i] * _M.BYTES)
-        if flag(c, DRAIN) then drained[#drained + 1] = u.peer[i] end
-        weights[u.peer[i]] = c.weight ~= 0 and tonumber(c.weight) or u.weight[i]
+        if u.live[i] then
+          local c = _M.block(u.controls + u.idx[i] * _M.BYTES)
+          peers[#peers + 1] = u.peer[i]
+          if flag(c, DRAIN) then drained[#drained + 1] = u.peer[i] end
+          weights[u.peer[i]] = c.weight ~= 0 and tonumber(c.weight) or u.weight[i]
+        end
       end
-      out.upstreams[name] = { drained = drained, weights = weights }
+      out.upstreams[name] = { drained = drained, weights = weights, peers = peers,
+                              max_peers = u.max_peers }
     end
   end
   return out

@@ -127,7 +127,8 @@ end
 function _M.attach(u, s)
   if s == nil then return end
   local tbl = config.new_table("health", { slots = 1, budget = false, breaker = false,
-                                           limiter = false, extra = 64 + u.n * PEER_SIZE },
+                                           limiter = false,
+                                           extra = 64 + u.shm.slots * PEER_SIZE },
                                u.name)
   s.shm = tbl
   s.lease_word = ffi.cast("nres_gw_lease_t *", tbl.extra)
@@ -178,7 +179,7 @@ function _M.held(u, i) return band(control(u, i).flags, HEALTH) ~= 0 end
 
 -- Peer i's result fed to its breaker.
 local function record(u, i, result, status, err, took)
-  local s, rec, br = u.health, u.health.peers + (i - 1), u.br[i]
+  local s, rec, br = u.health, u.health.peers + u.idx[i], u.br[i]
   local c = control(u, i)
   local now = C.nres_step_now()
   ngx.update_time()
@@ -234,11 +235,17 @@ end
 
 -- One round: every peer checked at once, each in its own light thread.
 local function round(u)
-  local threads = {}
-  for i = 1, u.n do threads[i] = ngx.thread.spawn(check_one, u, i) end
-  for i = 1, u.n do
-    local ok, err = ngx.thread.wait(threads[i])
-    if not ok then log(ngx.ERR, "nres: health check of ", u.peer[i], ": ", err) end
+  local threads, peers = {}, {}
+  require("nres.ngx.balancer").sync(u)   -- peers added or removed at run time
+  for i = 1, u.n do   -- the members (a removed peer's entry may remain)
+    if u.live[i] then
+      peers[#peers + 1] = u.peer[i]
+      threads[#peers] = ngx.thread.spawn(check_one, u, i)
+    end
+  end
+  for k = 1, #peers do
+    local ok, err = ngx.thread.wait(threads[k])
+    if not ok then log(ngx.ERR, "nres: health check of ", peers[k], ": ", err) end
   end
 end
 
@@ -283,15 +290,16 @@ end
 -- For nres.ngx.balancer's status: each peer of u's `ejected_by` (active,
 -- passive or operator, while not closed) and its `health` (last result,
 -- runs, checks by result), and u's health settings and lease holder.
-function _M.annotate(u, out, now)
+function _M.annotate(u, out, now, at)
   local s = u.health
-  for i, p in ipairs(out.peers) do
+  for k, p in ipairs(out.peers) do
+    local i = at[k]   -- its entry in u's arrays
     local isolated = p.state == "isolated"
     local held = band(control(u, i).flags, HEALTH) ~= 0
     if isolated then p.ejected_by = held and "active" or "operator"
     elseif p.state ~= "closed" then p.ejected_by = "passive" end
     if s then
-      local rec = s.peers + (i - 1)
+      local rec = s.peers + u.idx[i]
       local by = {}
       for r = 1, 4 do by[RESULTS[r]] = tonumber(rec.by_result[r - 1]) end
       p.health = {

@@ -102,9 +102,10 @@ function _M.poll(log, now, t)
     if u.balancer then
       local e = seen[u]
       if e == nil then e = new_seen(); seen[u] = e end
-      for i = 1, u.n do
-        if changed(e, i, u.br[i], 0, now, t) then
-          emit(describe(e, i, u.peer[i] .. " of upstream " .. name, "peer",
+      for i = 1, u.n do   -- members only, each known by its slot
+        local k = u.idx[i] + 1
+        if u.live[i] and changed(e, k, u.br[i], 0, now, t) then
+          emit(describe(e, k, u.peer[i] .. " of upstream " .. name, "peer",
                         C.nres_shm_slot(u.ptr, u.idx[i]), t,
                         require("nres.ngx.health").held(u, i) and "the health checks" or nil))
         end

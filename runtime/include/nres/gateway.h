@@ -35,6 +35,7 @@ extern "C" {
 #define NRES_GW_NAME_MAX 64     /* bytes of an upstream's name, key, peer */
 #define NRES_GW_PEERS_MAX 256
 #define NRES_GW_WEIGHT_MAX 10000   /* a peer's weight: 1..this */
+#define NRES_GW_SOCKADDR_MAX 28 /* bytes of a peer's address (sockaddr_in6) */
 
 enum { NRES_GW_P2C = 0, NRES_GW_ROUND_ROBIN = 1 };
 
@@ -112,6 +113,10 @@ typedef struct nres_gw_config_s {
                                    least one peer is not a backup) */
   nres_time_t slow_start;       /* ns over which a new or recovered peer's
                                    share ramps up to its weight (0: none) */
+  struct nres_gw_members_s *members;   /* the membership in the peers'
+                                   table's memory (nres_gw_members_declare
+                                   put the declared peers in), or NULL: the
+                                   peers above, fixed */
 } nres_gw_config_t;
 
 typedef struct nres_gw_peer_s {
@@ -138,6 +143,11 @@ typedef struct nres_gw_peer_s {
   double share;                 /* its weight x slow start's ramp */
   double current;               /* smooth weighted round robin's */
   char name[NRES_GW_NAME_MAX + 1];
+  int removed;                  /* no longer a member: no new tries; its
+                                   entry is reused once its tries here
+                                   ended */
+  uint32_t socklen;             /* its address (a member's), or 0 */
+  union { uint8_t bytes[NRES_GW_SOCKADDR_MAX]; uint64_t align_; } sockaddr;
 } nres_gw_peer_t;
 
 typedef struct nres_gw_upstream_s nres_gw_upstream_t;
@@ -169,6 +179,16 @@ struct nres_gw_upstream_s {
                                    every peer is alike) */
   int tier;                     /* 0: the primaries are chosen from, 1:
                                    the backups (no primary is up) */
+  int declared_weighted;        /* weighted by its declaration */
+  int windowed_peers;           /* the peers' breakers count in a window */
+  nres_estimator_t *estimators; /* the config's (one per peers' slot) */
+  nres_gw_hist_t *try_hists;    /* the config's, or NULL */
+  nres_gw_control_t *peer_controls;   /* the config's, or NULL */
+  struct nres_gw_members_s *members;   /* shared membership, or NULL */
+  uint64_t gen;                 /* members->gen this view was made at */
+  uint32_t cap;                 /* entries of peer[] */
+  uint32_t view;                /* bumped whenever an entry changes peer
+                                   (bindings mirroring the view) */
   nres_gw_peer_t peer[];
 };
 
@@ -220,7 +240,7 @@ NRES_EXTERN void nres_gw_registry_clear(void);
 NRES_EXTERN void nres_gw_seed(nres_gw_upstream_t *u, uint64_t seed);
 /* sizeof nres_gw_upstream_t (which 0), nres_gw_peer_t (1),
  * nres_gw_request_t (2), nres_gw_limiter_t (3), nres_gw_hist_t (4),
- * nres_gw_control_t (5), for bindings that declare or place them (0
+ * nres_gw_control_t (5), nres_gw_members_t (6), nres_gw_member_t (7), for bindings that declare or place them (0
  * otherwise). */
 NRES_EXTERN size_t nres_gw_struct_size(int which);
 /* This process's view of the peers (breaker states, p75 latencies, panic)
@@ -376,6 +396,104 @@ NRES_EXTERN int nres_gw_lease_take(nres_gw_lease_t *l, uint32_t id, nres_time_t 
 NRES_EXTERN void nres_gw_lease_drop(nres_gw_lease_t *l, uint32_t id);
 /* The holder of l at now, or 0 when nobody's lease is running. */
 NRES_EXTERN uint32_t nres_gw_lease_holder(nres_gw_lease_t *l, nres_time_t now);
+
+/* ------------------------------------------------------- membership */
+
+/* Peers added and removed at run time (docs/gateway-peers.md). The
+ * membership is in the peers' table's memory, so every process (each
+ * nginx worker, the module's C path) sees a change at once: one record per
+ * slot of the table (a peer's slot is its key's: its breaker, estimator,
+ * counters and control block stay with its address), and a generation
+ * that every change bumps. nres_gw_pick compares it with its view's (one
+ * load) and remakes the view only when it changed.
+ *
+ * A removed peer gets no new try in any process from its next pick; its
+ * tries in flight finish and are recorded into its slot. The slot is
+ * freed (its key let go, the record FREE) only once the tries in flight on
+ * it, counted in shared memory by every process, are 0 and at least
+ * NRES_GW_REMOVE_GRACE after the removal (a pick made just before the
+ * removal starts its try in the same call, well within that), or after
+ * the linger when a count is stuck (a worker killed with tries in flight).
+ * Changes are made one at a time under a lease (a writer killed holding
+ * it holds it for NRES_GW_MEMBERS_LEASE at most). */
+enum { NRES_GW_MEMBER_FREE = 0, NRES_GW_MEMBER_ACTIVE = 1, NRES_GW_MEMBER_REMOVED = 2 };
+#define NRES_GW_REMOVE_GRACE 1000000000u   /* ns */
+#define NRES_GW_MEMBERS_LEASE 1000000000u  /* ns */
+
+typedef struct nres_gw_member_s {
+  NRES_ATOMIC(uint32_t) state;  /* NRES_GW_MEMBER_* */
+  uint32_t weight;              /* its declared weight */
+  uint32_t backup;
+  uint32_t socklen;             /* 0: a name only the module resolves
+                                   (a declared host name) */
+  uint64_t removed_at;          /* ns, when it was removed */
+  uint32_t key_gen;             /* its slot's key generation */
+  uint32_t reserved_;
+  union { uint8_t bytes[NRES_GW_SOCKADDR_MAX]; uint64_t align_; } sockaddr;
+  char name[NRES_GW_NAME_MAX + 1 + 7];
+} nres_gw_member_t;
+
+typedef struct nres_gw_members_s {
+  NRES_ATOMIC(uint64_t) gen;    /* bumped by every change (0: never made) */
+  nres_gw_lease_t lock;         /* one writer at a time */
+  uint32_t slots;               /* records (the peers' table's slots) */
+  uint32_t capacity;            /* members (active or removed, not yet
+                                   freed) at most: the upstream's max_peers */
+  uint64_t declared;            /* a digest of the declaration the
+                                   membership was made from */
+  nres_time_t linger;           /* a removed peer's slot is freed after
+                                   this even with tries counted in flight */
+  uint64_t reserved_[3];
+  /* then `slots` records (nres_gw_member_t), then tries in flight per
+   * shard and slot (NRES_ATOMIC(uint32_t), each shard's row on lines of
+   * its own) */
+} nres_gw_members_t;
+
+/* Bytes of a membership of `slots` records. */
+NRES_EXTERN size_t nres_gw_members_size(uint32_t slots);
+/* Record `slot` of m (NULL out of range). */
+NRES_EXTERN nres_gw_member_t *nres_gw_member(nres_gw_members_t *m, uint32_t slot);
+/* Tries in flight on slot's peer, every process's. */
+NRES_EXTERN uint32_t nres_gw_member_inflight(nres_gw_members_t *m, uint32_t slot);
+/* The declared peers (names "host:port", weights or NULL, backup flags or
+ * NULL) of an upstream into m (size bytes, in the peers' table `peers`):
+ * if m holds a membership made from the same declaration (names, weights,
+ * backups, capacity), it is kept as it is (peers added or removed at run
+ * time stay so: a reload that did not change the upstream) and 1 is
+ * returned; else it is made anew (each declared peer's key leased for ever
+ * in `peers`, any other member removed) and 0 is returned. NRES_EINVAL for
+ * bad arguments, NRES_EFULL when a peer gets no slot. */
+NRES_EXTERN int nres_gw_members_declare(nres_gw_members_t *m, size_t size, nres_shm_t *peers,
+                                        uint32_t capacity, const char *const *names,
+                                        const uint32_t *weights, const uint8_t *backup,
+                                        uint32_t n, nres_time_t linger, nres_time_t now);
+/* Parse "a.b.c.d:port" or "[v6]:port" into a sockaddr (out, at least
+ * NRES_GW_SOCKADDR_MAX bytes): its length, or 0 if it is not that. */
+NRES_EXTERN uint32_t nres_gw_parse_addr(const char *s, size_t len, void *out);
+/* Errors of nres_gw_member_add and _remove, besides NRES_EBUSY (another
+ * change held the lease too long) and NRES_EINVAL (no membership). */
+enum { NRES_GW_MEMBER_BAD_ADDRESS = -1, NRES_GW_MEMBER_DUPLICATE = -2,
+       NRES_GW_MEMBER_FULL = -3, NRES_GW_MEMBER_UNKNOWN = -4,
+       NRES_GW_MEMBER_LAST_PRIMARY = -5, NRES_GW_MEMBER_BAD_WEIGHT = -6 };
+/* Add peer `name` (len bytes, an IP literal and a port) to u with
+ * `weight` (1..NRES_GW_WEIGHT_MAX) and `backup`: its slot (>= 0), or an
+ * error above. A peer removed whose slot is not freed yet comes back with
+ * its state (breaker, estimator, counters); any other starts fresh, in
+ * slow start if u has it. Nothing is changed on an error. */
+NRES_EXTERN int nres_gw_member_add(nres_gw_upstream_t *u, const char *name, size_t len,
+                                   uint32_t weight, int backup, nres_time_t now);
+/* Remove peer `name` from u: its slot (>= 0), or an error above (the last
+ * primary is never removed). */
+NRES_EXTERN int nres_gw_member_remove(nres_gw_upstream_t *u, const char *name, size_t len,
+                                      nres_time_t now);
+/* Free the slots of removed peers whose tries all ended (see above): the
+ * number freed. add and remove call it; a status page may. */
+NRES_EXTERN int nres_gw_members_reap(nres_gw_upstream_t *u, nres_time_t now);
+/* This process's view of u's peers brought up to the membership (no-op
+ * when the generation did not change): removed peers get no new try,
+ * added ones get an entry. nres_gw_pick does it; bindings mirroring the
+ * view call it before reading it. */
+NRES_EXTERN void nres_gw_sync(nres_gw_upstream_t *u, nres_time_t now);
 
 #ifdef __cplusplus
 }

@@ -170,6 +170,15 @@ NRES_EXTERN void nres_shm_free(nres_shm_t *shm);
 NRES_EXTERN int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
                                  nres_time_t now, nres_time_t hold,
                                  uint32_t *gen);
+/* Let slot `index` go: its key, if it still holds the key of generation
+ * `gen` (nres_shm_acquire's), is leased no longer, so another key may take
+ * the slot (least recently leased first) and a lookup of the same key
+ * before that finds it again (its lease extended, its state kept). For a
+ * key leased for ever whose holder knows nobody uses it any more (the
+ * gateway's removed peers). 0, or NRES_ESTATE if the slot holds another
+ * key now, NRES_EINVAL for bad arguments. */
+NRES_EXTERN int nres_shm_release(nres_shm_t *shm, uint32_t index, uint32_t gen,
+                                 nres_time_t now);
 /* The slot at `index` (from nres_shm_acquire), or NULL if out of range. */
 NRES_EXTERN nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index);
 /* Copy the key of slot `index` into buf (cap bytes) if the slot holds one:

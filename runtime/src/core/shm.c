@@ -602,6 +602,25 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
   return NRES_EBUSY;
 }
 
+int nres_shm_release(nres_shm_t *shm, uint32_t index, uint32_t gen, nres_time_t now) {
+  entry_t *e;
+  uint64_t w, until;
+
+  if (!header_ok(shm) || index >= shm->slots)
+    return NRES_EINVAL;
+  e = &index_of(shm)[index];
+  until = now / NRES_MSEC;   /* over at now: expired() */
+  w = nres__load(&e->word);
+  for (;;) {
+    if (STATE(w) != ST_LIVE || GEN(w) != (gen & GEN_MASK))
+      return NRES_ESTATE;
+    if (LEASE(w) <= until)
+      return 0;
+    if (nres__cas(&e->word, &w, pack(ST_LIVE, GEN(w), until)))
+      return 0;
+  }
+}
+
 nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index) {
   if (!header_ok(shm) || index >= shm->slots)
     return NULL;

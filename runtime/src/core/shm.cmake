@@ -41,6 +41,10 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   add_test(NAME nginx_weights
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/weights.sh $<TARGET_FILE:nres>)
   set_tests_properties(nginx_weights PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  # peers added and removed at run time (spec/nginx/members.sh, issue 25)
+  add_test(NAME nginx_members
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/members.sh $<TARGET_FILE:nres>)
+  set_tests_properties(nginx_members PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
   # The operator's side (spec/nginx/ops.sh): scrapes from binary client
   # keys (promtool), latency histograms, transitions in error.log, the
   # control API, the status page in headless Chromium (its screenshot in

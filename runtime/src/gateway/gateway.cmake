@@ -5,6 +5,7 @@
 # (runtime/src/ngx), which is built here when nginx-dev is installed.
 target_sources(nres_objects PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/registry.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/members.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/pick.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/request.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/limit.c
@@ -16,4 +17,5 @@ target_sources(nres_objects PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/refusal.c
   ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/gateway/key.c)
 nres_add_c_test(gateway 60 core)
+nres_add_c_test(members 60 core,threads)
 include(${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/ngx/ngx.cmake)

@@ -67,7 +67,8 @@ void nres_gw_refresh(nres_gw_upstream_t *u, nres_time_t now) {
   for (uint32_t i = 0; i < u->n; i++) {
     nres_gw_peer_t *p = &u->peer[i];
     p->state = nres_breaker_state(p->breaker, now);
-    p->drained = p->control != NULL && (nres__load(&p->control->flags) & NRES_GW_DRAIN);
+    p->drained = p->removed ||
+                 (p->control != NULL && (nres__load(&p->control->flags) & NRES_GW_DRAIN));
     if (p->control != NULL) {   /* a weight set through the control API */
       uint32_t w = nres__load(&p->control->weight);
       p->weight = w >= 1 && w <= NRES_GW_WEIGHT_MAX ? w : p->declared;
@@ -150,8 +151,11 @@ static int last_resort(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32
   for (int i = 0; i < (int)u->n; i++)
     if (i != avoid && !u->peer[i].drained && (best < 0 || score(u, i) < score(u, best)))
       best = i;
-  if (best < 0)   /* every other peer drained: `avoid`, else the first */
+  if (best < 0) {   /* every other peer drained: `avoid`, else the first member */
     best = avoid >= 0 && !u->peer[avoid].drained ? avoid : 0;
+    while (best != avoid && u->peer[best].removed && best + 1 < (int)u->n)
+      best++;
+  }
   *has_permit = 0;
   return best;
 }
@@ -239,6 +243,9 @@ static int pick_weighted(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint
 
 int nres_gw_pick(nres_gw_upstream_t *u, nres_time_t now, int avoid, uint32_t *permit,
                  int *has_permit) {
+  /* the membership changed (one load of its generation): the view first */
+  if (u->members != NULL && nres__load(&u->members->gen) != u->gen)
+    nres_gw_sync(u, now);
   int n = (int)u->n;
   if (now - u->checked > REFRESH || now < u->checked)
     nres_gw_refresh(u, now);

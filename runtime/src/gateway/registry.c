@@ -14,6 +14,7 @@
 
 #include "nres/gateway.h"
 #include "core/breaker.h"
+#include "gateway/members.h"
 #include "internal.h"
 
 static nres_gw_upstream_t *registry;
@@ -47,15 +48,26 @@ static int weights_ok(const nres_gw_config_t *cfg) {
 nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
   if (cfg == NULL || !name_ok(cfg->name) || !name_ok(cfg->key) || cfg->scope == NULL ||
       cfg->peers == NULL || cfg->estimators == NULL || cfg->peer_names == NULL ||
-      cfg->peer_slots == NULL || cfg->npeers < 1 || cfg->npeers > NRES_GW_PEERS_MAX ||
+      (cfg->peer_slots == NULL && cfg->members == NULL) || cfg->npeers < 1 || cfg->npeers > NRES_GW_PEERS_MAX ||
       cfg->attempts < 1 || cfg->deadline == 0 || cfg->attempt_timeout == 0 ||
       (cfg->choice != NRES_GW_P2C && cfg->choice != NRES_GW_ROUND_ROBIN) ||
       !(cfg->panic >= 0 && cfg->panic <= 1) || !weights_ok(cfg))
     return NULL;
-  nres_gw_upstream_t *u =
-      nres__calloc(1, sizeof *u + cfg->npeers * sizeof(nres_gw_peer_t));
+  uint32_t cap = cfg->npeers;
+  if (cfg->members != NULL) {   /* an entry per slot at most */
+    if (cfg->members->slots < cfg->npeers || nres__load(&cfg->members->gen) == 0)
+      return NULL;
+    cap = cfg->members->slots;
+  }
+  nres_gw_upstream_t *u = nres__calloc(1, sizeof *u + cap * sizeof(nres_gw_peer_t));
   if (u == NULL)
     return NULL;
+  u->cap = cap;
+  u->members = cfg->members;
+  u->estimators = cfg->estimators;
+  u->try_hists = cfg->try_hists;
+  u->peer_controls = cfg->peer_controls;
+  u->windowed_peers = windowed(cfg->peers);
   strcpy(u->name, cfg->name);
   strcpy(u->key, cfg->key);
   u->scope = cfg->scope;
@@ -78,6 +90,16 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
   u->checked = 0;
   u->lookup_at = 0;
   nres_rng_seed(&u->rng, (uint64_t)(uintptr_t)u);
+  for (uint32_t i = 0; i < cfg->npeers; i++)
+    if (!name_ok(cfg->peer_names[i])) {
+      nres__free(u);
+      return NULL;
+    }
+  if (u->members != NULL) {
+    u->declared_weighted = u->weighted;
+    nres__gw_view_declared(u, cfg->peer_names, cfg->npeers, 0);
+    return u;
+  }
   for (uint32_t i = 0; i < u->n; i++) {
     nres_gw_peer_t *p = &u->peer[i];
     nres_shm_slot_t *slot = nres_shm_slot(cfg->peers, cfg->peer_slots[i]);
@@ -97,7 +119,9 @@ nres_gw_upstream_t *nres_gw_upstream_new(const nres_gw_config_t *cfg) {
     p->share = p->weight;
     u->weighted |= p->declared != 1 || p->backup;
     strcpy(p->name, cfg->peer_names[i]);
+    p->socklen = nres_gw_parse_addr(p->name, strlen(p->name), p->sockaddr.bytes);
   }
+  u->declared_weighted = u->weighted;
   return u;
 }
 
@@ -163,6 +187,8 @@ size_t nres_gw_struct_size(int which) {
   case 3: return sizeof(nres_gw_limiter_t);
   case 4: return sizeof(nres_gw_hist_t);
   case 5: return sizeof(nres_gw_control_t);
+  case 6: return sizeof(nres_gw_members_t);
+  case 7: return sizeof(nres_gw_member_t);
   default: return 0;
   }
 }

@@ -18,6 +18,7 @@
 #include "core/estimator.h"
 #include "core/shm_count.h"
 #include "gateway/hist.h"
+#include "gateway/members.h"
 #include "internal.h"
 
 #define LOOKUP_EVERY 1000000000u   /* ns between lookups of the key's slot */
@@ -110,6 +111,7 @@ uint64_t nres_gw_try_begin(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_tim
   r->t0 = now;
   r->tries++;
   u->peer[i].inflight++;
+  nres__gw_member_count(u, &u->peer[i], nres__shard(), 1);
   nres_time_t left = r->deadline > now ? r->deadline - now : 0;
   nres_time_t t = left < u->attempt_timeout ? left : u->attempt_timeout;
   if (t < MS)
@@ -151,6 +153,7 @@ int nres_gw_try_end(nres_gw_upstream_t *u, nres_gw_request_t *r, nres_time_t now
   unsigned k = nres__shard();   /* the shared words below: this process's copies */
   if (p->inflight > 0)
     p->inflight--;
+  nres__gw_member_count(u, p, k, -1);
   nres_time_t lat = now > r->t0 ? now - r->t0 : 0;
   if (r->has_ppermit)
     breaker_record(p->breaker, k, now, r->ppermit, failed ? 1 : 0, p->windowed, &u->rng);
@@ -178,6 +181,7 @@ void nres_gw_try_abandon(nres_gw_upstream_t *u, nres_gw_request_t *r) {
     return;
   if (u->peer[i].inflight > 0)
     u->peer[i].inflight--;
+  nres__gw_member_count(u, &u->peer[i], nres__shard(), -1);
   if (r->has_ppermit)
     nres_breaker_release(u->peer[i].breaker, r->ppermit);
   if (r->reserved && r->slot != NULL)

@@ -100,6 +100,11 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/weights.sh
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_cweights PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  # peers added and removed at run time through the module (spec/nginx/members.sh)
+  add_test(NAME nginx_cmembers
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/members.sh
+                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
+  set_tests_properties(nginx_cmembers PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
   # spec/nginx/leases.sh: probe permits whose holder never reports (a
   # worker killed with -9, an error_page without gw.log) lapse (issue 28).
   add_test(NAME nginx_leases

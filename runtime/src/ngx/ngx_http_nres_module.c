@@ -101,7 +101,6 @@ typedef struct {
 typedef struct {
     ngx_str_t                      name;        /* gw.upstream's name */
     nres_gw_upstream_t            *gw;
-    ngx_addr_t                    *addrs;       /* one per peer, parsed once */
     ngx_http_upstream_srv_conf_t  *us;
     ngx_str_t                      file;        /* where nres_balancer is */
     ngx_uint_t                     line;
@@ -148,6 +147,15 @@ typedef struct {
     /* $nres_deadline_ms formatted (the last deadline_len bytes), 0: not
      * yet */
     size_t                         deadline_len;
+    /* the current try's peer (copied: its entry in the upstream's view
+     * may go to a peer added later, once this try ended) */
+    ngx_str_t                      peer_name;
+    u_char                         peer_text[NRES_GW_NAME_MAX + 1];
+    socklen_t                      socklen;
+    union {
+        struct sockaddr            sa;
+        u_char                     bytes[NRES_GW_SOCKADDR_MAX];
+    }                              sockaddr;
     u_char                         deadline[NGX_INT64_LEN];
 } ngx_http_nres_ctx_t;
 
@@ -487,17 +495,18 @@ ngx_http_nres_lua_before_us(ngx_conf_t *cf)
     return NGX_OK;
 }
 
-/* The peers' addresses, parsed once ("host:port"; a name resolved now). */
+/* The peers' addresses: libnres parsed each IP literal (into the
+ * upstream's view and its shared membership: a peer added at run time has
+ * its own); a host name is resolved now, into both. */
 static ngx_int_t
 ngx_http_nres_parse_peers(ngx_conf_t *cf, ngx_http_nres_srv_conf_t *scf)
 {
     nres_gw_upstream_t *gw = scf->gw;
-    scf->addrs = ngx_pcalloc(cf->pool, gw->n * sizeof(ngx_addr_t));
-    if (scf->addrs == NULL) {
-        return NGX_ERROR;
-    }
     for (uint32_t i = 0; i < gw->n; i++) {
         ngx_url_t url;
+        if (gw->peer[i].socklen > 0 || gw->peer[i].name[0] == '\0') {
+            continue;
+        }
         ngx_memzero(&url, sizeof url);
         url.url.data = (u_char *) gw->peer[i].name;
         url.url.len = ngx_strlen(gw->peer[i].name);
@@ -511,7 +520,22 @@ ngx_http_nres_parse_peers(ngx_conf_t *cf, ngx_http_nres_srv_conf_t *scf)
                                url.err ? " - " : "", url.err ? url.err : "");
             return NGX_ERROR;
         }
-        scf->addrs[i] = url.addrs[0];
+        if (url.addrs[0].socklen > NRES_GW_SOCKADDR_MAX) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "nres_balancer \"%V\": peers[%uD]: expected "
+                               "an IPv4 or IPv6 address, got \"%s\"",
+                               &scf->name, i + 1, gw->peer[i].name);
+            return NGX_ERROR;
+        }
+        ngx_memcpy(gw->peer[i].sockaddr.bytes, url.addrs[0].sockaddr,
+                   url.addrs[0].socklen);
+        gw->peer[i].socklen = url.addrs[0].socklen;
+        nres_gw_member_t *m = nres_gw_member(gw->members, gw->peer[i].slot);
+        if (m != NULL && m->socklen == 0) {
+            ngx_memcpy(m->sockaddr.bytes, url.addrs[0].sockaddr,
+                       url.addrs[0].socklen);
+            m->socklen = url.addrs[0].socklen;
+        }
     }
     return NGX_OK;
 }
@@ -1126,12 +1150,22 @@ ngx_http_nres_get_peer(ngx_peer_connection_t *pc, void *data)
     int i = nres_gw_pick(gw, now, ctx->last, &permit, &has_permit);
     ngx_msec_t t = (ngx_msec_t) nres_gw_try_begin(gw, &ctx->req, now, i, permit,
                                                   has_permit);
-    ngx_addr_t *a = &ctx->scf->addrs[i];
+    nres_gw_peer_t *p = &gw->peer[i];
+    if (p->socklen == 0) {   /* cannot be: every member has an address */
+        ngx_log_error(NGX_LOG_ERR, pc->log, 0,
+                      "nres_balancer: peer \"%s\" has no address", p->name);
+        return NGX_ERROR;
+    }
+    ctx->socklen = p->socklen;
+    ngx_memcpy(ctx->sockaddr.bytes, p->sockaddr.bytes, p->socklen);
+    ctx->peer_name.len = ngx_strlen(p->name);
+    ctx->peer_name.data = ctx->peer_text;
+    ngx_memcpy(ctx->peer_text, p->name, ctx->peer_name.len);
     pc->cached = 0; /* keepalive's get sets it when it has a connection */
     pc->connection = NULL;
-    pc->sockaddr = a->sockaddr;
-    pc->socklen = a->socklen;
-    pc->name = &a->name;
+    pc->sockaddr = &ctx->sockaddr.sa;
+    pc->socklen = ctx->socklen;
+    pc->name = &ctx->peer_name;
     ngx_http_upstream_conf_t *conf = ngx_http_nres_try_conf(ctx, t);
     if (conf == NULL) {
         return NGX_ERROR;

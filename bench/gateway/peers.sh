@@ -104,6 +104,7 @@ trap cleanup EXIT
 jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
 tsv=$work/results.tsv; : >"$tsv"
 started=$(date +%s)
+load_start=$(cut -d' ' -f1 /proc/loadavg)   # the machine's 1-minute load average
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 
@@ -428,6 +429,7 @@ for a in $arms; do
   done
 done
 elapsed=$(( $(date +%s) - started ))
+row "load start $load_start"; row "load end $(cut -d' ' -f1 /proc/loadavg)"
 
 mkdir -p "$(dirname "$out_md")"
 status=0

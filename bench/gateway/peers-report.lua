@@ -218,7 +218,8 @@ if any("idle-hang") then
   wrk_table("A peer hangs while the upstream is idle",
             "client requests to the hung peer; ejected by the checks after (s)",
             rows_of("idle-hang", function(_, r)
-              return format("%d; %s", r.hung_requests, tostring(r.ejected_after))
+              return format("%d; %s", r.hung_requests, r.ejected_after == "none"
+                            and "no active checks" or tostring(r.ejected_after))
             end))
   say("")
   say("The peer answers nothing (30 s delay on every request and check) from 3 s before wrk starts."

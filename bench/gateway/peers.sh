@@ -408,6 +408,7 @@ idle_hang() {
   peer_admin "$hung" "mode=healthy&delay=30000&reset=1" >/dev/null
   # the checks' ejection, watched for HANG_WAIT s; then the traffic
   local t0 ej=never; t0=$(now)
+  [ "$a" = nginx ] && ej=none   # no active checks
   while awk -v s="$(since "$t0")" -v w="$HANG_WAIT" 'BEGIN { exit !(s < w) }'; do
     if [ "$ej" = never ] && ejected "$a" "$hung"; then ej=$(since "$t0"); fi
     sleep 0.1

@@ -30,8 +30,9 @@
 #                  build has the membership actions, otherwise drain through the
 #                  API and a reload with the new peer list (said in the report)
 # Scenarios (wrk, 2 threads, 8 connections, --timeout 5s, on /bench):
-#   rolling    steady: wrk for STEADY s, nothing changes; then wrk while the
-#              3 peers are replaced one by one: drain, 1 s, stop (graceful),
+#   rolling    steady: wrk for 10 s (about the deploy's length) while nothing
+#              changes; then wrk while the 3 peers are replaced one by one:
+#              drain, 1 s, stop (graceful),
 #              remove, start a new peer on a new port, add, 0.5 s; wrk stopped
 #              1 s after the last step. Failed = non-2xx + socket errors.
 #   scale      wrk while 3 peers become 6 (3 new ones started and added at
@@ -53,7 +54,7 @@ lib="$repo/build/libnres.so"
 out_md="$repo/bench/results/peers-$(date +%Y-%m-%d).md"
 scenarios="" arms_given="" smoke=""
 SLOW_START=2   # s: nres slow_start and HAProxy slowstart
-STEADY=4; DRAIN_S=1; GAP_S=0.5; SCALE_HOLD=5; HANG_WAIT=3; HANG_D=3
+STEADY=10; DRAIN_S=1; GAP_S=0.5; SCALE_HOLD=5; HANG_WAIT=3; HANG_D=3
 while [ $# -gt 0 ]; do
   case $1 in
     --rolling|--scale|--idle-hang) scenarios="$scenarios ${1#--}"; shift ;;
@@ -125,6 +126,10 @@ peer_stop() {    # PORT...: graceful (QUIT: requests in flight finish), all at o
   local p
   for p in "$@"; do kill -QUIT "${peer_pid[$p]}" 2>/dev/null || true; done
   for p in "$@"; do nres_stop_pid "${peer_pid[$p]}"; unset "peer_pid[$p]"; done
+}
+peers_end() {   # a scenario's end: every peer left, fast (TERM: nothing measured now)
+  local p
+  for p in "${!peer_pid[@]}"; do gw_stop "${peer_pid[$p]}"; unset "peer_pid[$p]"; done
 }
 peer_admin() { curl -sf "http://127.0.0.1:$1/admin?$2"; }
 peer_requests() { peer_admin "$1" "" | grep -o '"requests":[0-9]*' | cut -d: -f2; }
@@ -340,7 +345,7 @@ rolling() {
   wrk_end
   row "wrk $a rolling steps_done_at=${steps%,} $wrk_result"
   stop_gateway
-  peer_stop "${!peer_pid[@]}"
+  peers_end
 }
 
 sampler() {   # every 0.5 s: t and each peer's requests (one curl), until killed
@@ -385,7 +390,7 @@ scale() {
       "drained_at=$drained removed_at=$removed $wrk_result"
   sed "s/^share/share $a/" "$work/samples" >>"$tsv"
   stop_gateway
-  peer_stop "${!peer_pid[@]}"
+  peers_end
 }
 
 ejected() {   # ARM PORT: 0 when the gateway's checks took the peer out
@@ -416,7 +421,7 @@ idle_hang() {
   local r; r=$(wrk_for "$HANG_D")
   row "wrk $a idle-hang hung_requests=$(peer_requests "$hung") waited=$HANG_WAIT ejected_after=$ej $r"
   stop_gateway
-  peer_stop "${!peer_pid[@]}"
+  peers_end
 }
 
 for a in $arms; do

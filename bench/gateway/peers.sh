@@ -30,7 +30,7 @@
 #                  build has the membership actions, otherwise drain through the
 #                  API and a reload with the new peer list (said in the report)
 # Scenarios (wrk, 2 threads, 8 connections, --timeout 5s, on /bench):
-#   rolling    steady: wrk for 10 s (about the deploy's length) while nothing
+#   rolling    steady: wrk for 8 s (near the deploy's length) while nothing
 #              changes; then wrk while the 3 peers are replaced one by one:
 #              drain, 1 s, stop (graceful),
 #              remove, start a new peer on a new port, add, 0.5 s; wrk stopped
@@ -54,7 +54,7 @@ lib="$repo/build/libnres.so"
 out_md="$repo/bench/results/peers-$(date +%Y-%m-%d).md"
 scenarios="" arms_given="" smoke=""
 SLOW_START=2   # s: nres slow_start and HAProxy slowstart
-STEADY=10; DRAIN_S=1; GAP_S=0.5; SCALE_HOLD=5; HANG_WAIT=3; HANG_D=3
+STEADY=8; DRAIN_S=1; GAP_S=0.5; SCALE_HOLD=5; HANG_WAIT=3; HANG_D=3
 while [ $# -gt 0 ]; do
   case $1 in
     --rolling|--scale|--idle-hang) scenarios="$scenarios ${1#--}"; shift ;;
@@ -408,7 +408,7 @@ idle_hang() {
   peer_start "${ports[@]}"
   start_gateway "$a" "${ports[@]}"
   wrk -t2 -c8 -d1s "$(gw_url)" >/dev/null
-  sleep 1   # idle
+  sleep 0.5   # idle
   local hung=${ports[1]}
   peer_admin "$hung" "mode=healthy&delay=30000&reset=1" >/dev/null
   # the checks' ejection, watched for HANG_WAIT s; then the traffic

@@ -18,7 +18,7 @@ local ffi = require "ffi"
 
 -- The library's ABI this binding matches: the one place it is written
 -- (CMakeLists.txt reads this line into nres/version.h's NRES_ABI_VERSION).
-local ABI_VERSION = 9
+local ABI_VERSION = 10
 
 ffi.cdef [[
 typedef uint64_t nres_time_t;

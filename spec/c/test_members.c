@@ -169,12 +169,16 @@ static void test_inflight_finishes(void **state) {
   } while (i != 1);
   uint32_t s = u->peer[1].slot;
   assert_int_equal(nres_gw_member_inflight(f.m, s), 1);
+  uint32_t view = u->view;
   assert_int_equal(nres_gw_member_remove(u, declared[1], strlen(declared[1]), now), (int)s);
-  /* no new try, while its entry stays for the try in flight */
+  /* no new try, while its entry stays for the try in flight; a binding
+   * mirroring the view is told (its view number moved) */
   int counts[SLOTS] = { 0 };
   run(u, now, 50, counts);
   assert_int_equal(counts[1], 0);
   assert_int_equal(u->peer[1].inflight, 1);
+  assert_true(u->peer[1].removed);
+  assert_true(u->view != view);
   assert_int_equal(nres_gw_members_reap(u, now + 5 * SEC), 0);   /* still in flight */
   assert_int_equal(nres_gw_member(f.m, s)->state, NRES_GW_MEMBER_REMOVED);
   /* capacity 3: the removed peer still counts */

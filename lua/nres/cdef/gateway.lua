@@ -38,7 +38,8 @@ typedef struct nres_gw_upstream_s {
   uint64_t overflow; nres_rng_t rng; void *hist; void *control;
   nres_time_t slow_start; int weighted, tier; int declared_weighted, windowed_peers;
   nres_estimator_t *estimators; void *try_hists; void *peer_controls;
-  struct nres_gw_members_s *members; uint64_t gen; uint32_t cap, view;
+  struct nres_gw_members_s *members; uint64_t gen; uint32_t cap, view, row_words, reserved_;
+  uint32_t *inflight;
   nres_gw_peer_t peer[?];
 } nres_gw_upstream_t;
 typedef struct nres_gw_request_s {

@@ -189,6 +189,10 @@ struct nres_gw_upstream_s {
   uint32_t cap;                 /* entries of peer[] */
   uint32_t view;                /* bumped whenever an entry changes peer
                                    (bindings mirroring the view) */
+  uint32_t row_words;           /* counts per shard's row (members') */
+  uint32_t reserved_;
+  NRES_ATOMIC(uint32_t) *inflight;   /* members' tries in flight: shard k's
+                                   row at k * row_words, one per slot */
   nres_gw_peer_t peer[];
 };
 

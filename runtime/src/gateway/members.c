@@ -428,6 +428,8 @@ void nres__gw_view_declared(nres_gw_upstream_t *u, const char *const *names, uin
                             nres_time_t now) {
   nres_gw_members_t *m = u->members;
   uint32_t s;
+  u->inflight = nres__gw_inflight_row(m, 0);
+  u->row_words = (uint32_t)(row_bytes(m->slots) / sizeof(uint32_t));
   u->n = 0;
   for (uint32_t i = 0; i < n; i++) {
     nres_gw_member_t *r = find(m, names[i], strlen(names[i]), &s);
@@ -454,6 +456,7 @@ void nres_gw_sync(nres_gw_upstream_t *u, nres_time_t now) {
     int alive = r != NULL && nres__load(&r->state) == NRES_GW_MEMBER_ACTIVE &&
                 strncmp(r->name, p->name, NRES_GW_NAME_MAX) == 0;
     if (alive) {
+      u->view += p->removed;   /* back before its entry was reused */
       p->removed = 0;
       p->declared = r->weight >= 1 && r->weight <= NRES_GW_WEIGHT_MAX ? r->weight : 1;
       p->backup = r->backup != 0;
@@ -462,6 +465,7 @@ void nres_gw_sync(nres_gw_upstream_t *u, nres_time_t now) {
       p->drained = 1;
       p->share = 0;
       p->up = 0;
+      u->view++;
     }
     if (p->removed && p->inflight == 0) {
       p->name[0] = '\0';   /* free for another peer */

@@ -14,8 +14,8 @@ NRES_ATOMIC(uint32_t) *nres__gw_inflight_row(nres_gw_members_t *m, unsigned shar
  * membership, so a removed peer's slot is freed only once it is 0. */
 static inline void nres__gw_member_count(nres_gw_upstream_t *u, const nres_gw_peer_t *p,
                                          unsigned shard, int delta) {
-  if (u->members != NULL)
-    nres__add(&nres__gw_inflight_row(u->members, shard)[p->slot], (uint32_t)delta);
+  if (u->inflight != NULL)
+    nres__add(&u->inflight[shard * u->row_words + p->slot], (uint32_t)delta);
 }
 
 /* u's view made from its membership: the declared peers still members

@@ -28,6 +28,17 @@ typedef struct {
 
 static const char *declared[] = { "10.0.0.1:80", "10.0.0.2:80" };
 
+/* The declaration of f's upstream (round robin, its membership). */
+static nres_gw_config_t config(fixture_t *f) {
+  nres_gw_config_t cfg = {
+    .name = "backend", .key = "backend", .scope = f->scope, .peers = f->peers,
+    .estimators = f->est, .peer_names = declared, .npeers = 2, .attempts = 2,
+    .deadline = 10 * SEC, .attempt_timeout = 2 * SEC, .hold = 60 * SEC,
+    .choice = NRES_GW_ROUND_ROBIN, .panic = 0.5, .budget = 1, .breaker = 1,
+    .peer_controls = f->controls, .members = f->m };
+  return cfg;
+}
+
 /* Two declared peers (2 failures in a row eject one for 1 s), capacity
  * `cap`, round robin. */
 static nres_gw_upstream_t *make(fixture_t *f, uint32_t cap, nres_time_t slow_start) {
@@ -52,12 +63,8 @@ static nres_gw_upstream_t *make(fixture_t *f, uint32_t cap, nres_time_t slow_sta
   assert_int_equal(nres_gw_members_declare(f->m, f->msize, f->peers, cap, declared, NULL, NULL,
                                            2, 60 * SEC, SEC),
                    0);
-  nres_gw_config_t cfg = {
-    .name = "backend", .key = "backend", .scope = f->scope, .peers = f->peers,
-    .estimators = f->est, .peer_names = declared, .npeers = 2, .attempts = 2,
-    .deadline = 10 * SEC, .attempt_timeout = 2 * SEC, .hold = 60 * SEC,
-    .choice = NRES_GW_ROUND_ROBIN, .panic = 0.5, .budget = 1, .breaker = 1,
-    .peer_controls = f->controls, .slow_start = slow_start, .members = f->m };
+  nres_gw_config_t cfg = config(f);
+  cfg.slow_start = slow_start;
   f->u = nres_gw_upstream_new(&cfg);
   assert_non_null(f->u);
   return f->u;
@@ -247,11 +254,7 @@ static void test_declare_again(void **state) {
   assert_true(nres_gw_member_remove(u, declared[0], strlen(declared[0]), now) >= 0);
   assert_int_equal(nres_gw_members_declare(f.m, f.msize, f.peers, 4, declared, NULL, NULL, 2,
                                            60 * SEC, now), 1);
-  nres_gw_config_t cfg = {
-    .name = "backend", .key = "backend", .scope = f.scope, .peers = f.peers,
-    .estimators = f.est, .peer_names = declared, .npeers = 2, .attempts = 2,
-    .deadline = 10 * SEC, .attempt_timeout = 2 * SEC, .hold = 60 * SEC,
-    .choice = NRES_GW_ROUND_ROBIN, .panic = 0.5, .members = f.m };
+  nres_gw_config_t cfg = config(&f);
   nres_gw_upstream_t *v = nres_gw_upstream_new(&cfg);   /* the new workers' */
   assert_non_null(v);
   assert_int_equal(v->n, 2);
@@ -376,11 +379,7 @@ static void test_race(void **state) {
   (void)state;
   fixture_t f;
   nres_gw_upstream_t *u = make(&f, 4, 0);
-  nres_gw_config_t cfg = {
-    .name = "backend", .key = "backend", .scope = f.scope, .peers = f.peers,
-    .estimators = f.est, .peer_names = declared, .npeers = 2, .attempts = 2,
-    .deadline = 10 * SEC, .attempt_timeout = 2 * SEC, .hold = 60 * SEC,
-    .choice = NRES_GW_ROUND_ROBIN, .panic = 0.5, .members = f.m };
+  nres_gw_config_t cfg = config(&f);
   nres_gw_upstream_t *u2 = nres_gw_upstream_new(&cfg);   /* the other worker's */
   assert_non_null(u2);
   atomic_int stop = 0;

@@ -431,6 +431,14 @@ int nres_breaker_record(nres_breaker_t *breaker, nres_time_t now, uint32_t permi
 void nres_estimator_record(nres_estimator_t *estimator, nres_time_t now, nres_time_t latency);
 ]]
 
+-- A control operation refused with status and reason (gw.apply).
+local function bad(op, status, reason)
+  local res, st, why = gw.apply(op)
+  expect.eq(res, nil)
+  expect.eq(st, status, why)
+  expect.eq(why, reason)
+end
+
 local function tmpdir()
   local buf = ffi.new("char[64]", "/tmp/nres-gwspec.XXXXXX")
   return ffi.string(assert(ffi.C.mkdtemp(buf) ~= nil and buf))
@@ -754,12 +762,6 @@ describe("nres.ngx region files and balancer mode", function()
   it("add and remove peers at run time (gw.apply), whole or not at all", function()
     local u = gw.upstream("mem", { scope = "ups", peers = { "10.7.0.1:80", "10.7.0.2:80" },
                                    max_peers = 3 })
-    local function bad(op, status, reason)
-      local res, st, why = gw.apply(op)
-      expect.eq(res, nil)
-      expect.eq(st, status, why)
-      expect.eq(why, reason)
-    end
     local res = gw.apply { action = "add", upstream = "mem", peer = "10.7.0.3:80", weight = 2 }
     expect.eq(res.changed, "upstream mem peer 10.7.0.3:80: added (weight 2)")
     expect.eq(u.n, 3)
@@ -837,12 +839,6 @@ describe("nres.ngx region files and balancer mode", function()
 
   it("take control operations whole or not at all, naming what is wrong", function()
     gw.upstream("ctl", { scope = "ups", peers = { "10.8.0.1:80", "10.8.0.2:80" } })
-    local function bad(op, status, reason)
-      local res, st, why = gw.apply(op)
-      expect.eq(res, nil)
-      expect.eq(st, status, why)
-      expect.eq(why, reason)
-    end
     bad({ action = "isolate", upstream = "ctl", scope = "ups" }, 400,
         'upstream: expected either upstream or scope and key, got "ctl"')
     bad({ action = "eject", upstream = "ctl", peer = "10.8.0.3:80" }, 404,

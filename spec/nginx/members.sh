@@ -94,8 +94,8 @@ code=$(op add "$p3" ',"weight":2')
 [ "$code" = 200 ] || fail "add: $code $(cat "$work/control.out")"
 t_add=$(date +%s.%N)
 admin_all "reset=1"
-out=$(load 150 4 /)
-all_ok "$out" 150 "right after the add"
+out=$(load 80 4 /)
+all_ok "$out" 80 "right after the add"
 read -r a b c _ < <(counts)
 early=$(( c * 100 / (a + b + c) ))
 wait "$bg"

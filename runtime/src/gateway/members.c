@@ -91,30 +91,26 @@ uint32_t nres_gw_parse_addr(const char *s, size_t len, void *out) {
   if (port < 1 || port > 65535)
     return 0;
   hlen = (size_t)(colon - s);
-  if (s[0] == '[') {
-    struct sockaddr_in6 a6;
-    if (hlen < 3 || s[hlen - 1] != ']')
-      return 0;
-    memcpy(host, s + 1, hlen - 2);
-    host[hlen - 2] = '\0';
-    memset(&a6, 0, sizeof a6);
-    a6.sin6_family = AF_INET6;
-    a6.sin6_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET6, host, &a6.sin6_addr) != 1)
-      return 0;
-    memcpy(out, &a6, sizeof a6);
-    return (uint32_t)sizeof a6;
-  }
-  struct sockaddr_in a4;
-  memcpy(host, s, hlen);
-  host[hlen] = '\0';
-  memset(&a4, 0, sizeof a4);
-  a4.sin_family = AF_INET;
-  a4.sin_port = htons((uint16_t)port);
-  if (inet_pton(AF_INET, host, &a4.sin_addr) != 1)
+  int v6 = s[0] == '[';   /* "[v6]:port" */
+  if (v6 && (hlen < 3 || s[hlen - 1] != ']'))
     return 0;
-  memcpy(out, &a4, sizeof a4);
-  return (uint32_t)sizeof a4;
+  memcpy(host, s + v6, hlen - 2 * (size_t)v6);
+  host[hlen - 2 * (size_t)v6] = '\0';
+  union { struct sockaddr_in a4; struct sockaddr_in6 a6; } a;
+  memset(&a, 0, sizeof a);
+  if (inet_pton(v6 ? AF_INET6 : AF_INET, host,
+                v6 ? (void *)&a.a6.sin6_addr : (void *)&a.a4.sin_addr) != 1)
+    return 0;
+  if (v6) {
+    a.a6.sin6_family = AF_INET6;
+    a.a6.sin6_port = htons((uint16_t)port);
+  } else {
+    a.a4.sin_family = AF_INET;
+    a.a4.sin_port = htons((uint16_t)port);
+  }
+  size_t size = v6 ? sizeof a.a6 : sizeof a.a4;
+  memcpy(out, &a, size);
+  return (uint32_t)size;
 }
 
 /* ------------------------------------------------------------- writers */

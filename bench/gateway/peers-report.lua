@@ -119,9 +119,12 @@ for _, a in ipairs(order) do
     end
     local h = x["idle-hang"]
     if h then
-      say("- **A peer hangs while the upstream is idle, %s**: ejected by the checks after %s s;"
-          .. " %d client requests reached it, %d failed, p99 %s ms: %s (target: no client request"
-          .. " to it).", a, tostring(h.ejected_after), h.hung_requests, h.failed, ms(h.p99_ms),
+      local ej = tonumber(h.ejected_after)
+      say("- **A peer hangs while the upstream is idle, %s**: %s; %d client requests reached it,"
+          .. " %d failed, p99 %s ms: %s (target: no client request to it).", a,
+          ej and format("ejected by the checks after %.2f s", ej)
+             or "not ejected by the checks within " .. tostring(h.waited) .. " s",
+          h.hung_requests, h.failed, ms(h.p99_ms),
           h.hung_requests == 0 and "**met**" or "**missed**")
     end
   end

@@ -10,16 +10,19 @@
 local cjson = require "cjson.safe"
 local tsv, ELAPSED, JSON_OUT, SLOW_START = arg[1], tonumber(arg[2]), arg[3], tonumber(arg[4])
 local format = string.format
+local NPROC = tonumber(io.popen("nproc"):read("*l")) or 0
 local FAIR = 0.8   -- a new peer is at its fair share at 0.8 of an equal share
 
-local order, arms, samples = {}, {}, {}
+local order, arms, samples, load = {}, {}, {}, {}
 local function arm(name)
   if not arms[name] then arms[name] = { name = name }; order[#order + 1] = name end
   return arms[name]
 end
 for line in io.lines(tsv) do
   local kind, a, rest = line:match("^(%S+) (%S+) ?(.*)$")
-  if kind == "membership" then
+  if kind == "load" then
+    load[a] = tonumber(rest)
+  elseif kind == "membership" then
     arm(a).membership = rest
   elseif kind == "wrk" then
     local sc, kv = rest:match("^(%S+) ?(.*)$")
@@ -85,7 +88,7 @@ local function say(...) out[#out + 1] = format(...) end
 local function ms(x) return x and format("%.1f", x) or "-" end
 local function ratio(r, s) return (r and s and s.p99_ms > 0) and r.p99_ms / s.p99_ms or nil end
 
-local doc = { elapsed_s = ELAPSED, slow_start_s = SLOW_START, fair_fraction = FAIR, arms = {} }
+local doc = { elapsed_s = ELAPSED, load_start = load.start, load_end = load["end"], cores = NPROC, slow_start_s = SLOW_START, fair_fraction = FAIR, arms = {} }
 local nres_rolling_failed = false
 
 say("# Peers that come and go: nginx, HAProxy, nres")
@@ -116,9 +119,12 @@ for _, a in ipairs(order) do
     end
     local h = x["idle-hang"]
     if h then
-      say("- **A peer hangs while the upstream is idle, %s**: ejected by the checks after %s s;"
-          .. " %d client requests reached it, %d failed, p99 %s ms: %s (target: no client request"
-          .. " to it).", a, tostring(h.ejected_after), h.hung_requests, h.failed, ms(h.p99_ms),
+      local ej = tonumber(h.ejected_after)
+      say("- **A peer hangs while the upstream is idle, %s**: %s; %d client requests reached it,"
+          .. " %d failed, p99 %s ms: %s (target: no client request to it).", a,
+          ej and format("ejected by the checks after %.2f s", ej)
+             or "not ejected by the checks within " .. tostring(h.waited) .. " s",
+          h.hung_requests, h.failed, ms(h.p99_ms),
           h.hung_requests == 0 and "**met**" or "**missed**")
     end
   end
@@ -215,15 +221,18 @@ if any("idle-hang") then
   wrk_table("A peer hangs while the upstream is idle",
             "client requests to the hung peer; ejected by the checks after (s)",
             rows_of("idle-hang", function(_, r)
-              return format("%d; %s", r.hung_requests, tostring(r.ejected_after))
+              return format("%d; %s", r.hung_requests, r.ejected_after == "none"
+                            and "no active checks" or tostring(r.ejected_after))
             end))
   say("")
   say("The peer answers nothing (30 s delay on every request and check) from 3 s before wrk starts."
       .. " nginx knows only passive checks: a request must time out (proxy_read_timeout 2 s) first.")
 end
 say("")
-say("The machine is shared by several engineers' builds and tests: the p99 figures and the times"
-    .. " are those of a loaded machine, ratios against the same run's steady figures.")
+say("The machine's 1-minute load average was %s at the start and %s at the end (%d cores)."
+    .. " On a shared, loaded machine the p99 figures and the times move from run to run: read"
+    .. " each rolling p99 against the steady p99 of the same arm in the same run.",
+    tostring(load.start), tostring(load["end"]), NPROC)
 
 for _, a in ipairs(order) do
   local x = arms[a]

@@ -7,10 +7,12 @@
 #   bash bench/gateway/peers.sh [--rolling] [--scale] [--idle-hang] [--out FILE.md]
 #        [--lib build/libnres.so] [--arms "nginx haproxy nres-module ..."] [--smoke]
 #
-# No scenario named: all three. Writes FILE.md (verdict first) and
-# FILE.json. --smoke: the nres arm's rolling deploy alone, short (the
-# ctest bench_peers_smoke); the exit status is 10 when that deploy, made
-# through the control API's membership actions, failed a request. About 3 minutes for the whole run on 2 cores.
+# No scenario named: all three; no --arms: nginx, haproxy, nres-balancer
+# and nres-module (when built). Writes FILE.md (verdict first) and
+# FILE.json; about 3 minutes on 2 cores. --smoke: the nres arm's rolling
+# deploy alone, short (the ctest bench_peers_smoke); the exit status is 10
+# when that deploy, made through the control API's membership actions,
+# failed a request.
 #
 # Each peer is its own test upstream (spec/nginx/nres_upstream.lua, one
 # worker) on its own port, so it can be stopped and a new one started on a
@@ -28,8 +30,9 @@
 #                  build has the membership actions, otherwise drain through the
 #                  API and a reload with the new peer list (said in the report)
 # Scenarios (wrk, 2 threads, 8 connections, --timeout 5s, on /bench):
-#   rolling    steady: wrk for STEADY s, nothing changes; then wrk while the
-#              3 peers are replaced one by one: drain, 1 s, stop (graceful),
+#   rolling    steady: wrk for 8 s (near the deploy's length) while nothing
+#              changes; then wrk while the 3 peers are replaced one by one:
+#              drain, 1 s, stop (graceful),
 #              remove, start a new peer on a new port, add, 0.5 s; wrk stopped
 #              1 s after the last step. Failed = non-2xx + socket errors.
 #   scale      wrk while 3 peers become 6 (3 new ones started and added at
@@ -39,7 +42,8 @@
 #              least 0.8 of an equal share.
 #   idle-hang  no traffic; one peer starts answering nothing (every request
 #              and health check waits 30 s); 3 s later wrk for 3 s: the client
-#              requests the hung peer received, failed, p99.
+#              requests the hung peer received, failed, p99, and when the
+#              gateway's checks ejected it (nginx has none: passive only).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,7 +54,7 @@ lib="$repo/build/libnres.so"
 out_md="$repo/bench/results/peers-$(date +%Y-%m-%d).md"
 scenarios="" arms_given="" smoke=""
 SLOW_START=2   # s: nres slow_start and HAProxy slowstart
-STEADY=4; DRAIN_S=1; GAP_S=0.5; SCALE_HOLD=5; HANG_WAIT=3; HANG_D=3
+STEADY=8; DRAIN_S=1; GAP_S=0.5; SCALE_HOLD=5; HANG_WAIT=3; HANG_D=3
 while [ $# -gt 0 ]; do
   case $1 in
     --rolling|--scale|--idle-hang) scenarios="$scenarios ${1#--}"; shift ;;
@@ -67,7 +71,7 @@ case $out_md in *.md) ;; *) echo "--out: expected a FILE.md, got '$out_md'" >&2;
 gw_need "$lib" wrk curl luajit
 [ -n "$smoke" ] || gw_need "$lib" haproxy
 nres_arm=nres-balancer; [ -n "$module" ] && nres_arm=nres-module
-arms=${arms_given:-nginx haproxy $nres_arm}
+arms=${arms_given:-nginx haproxy nres-balancer${module:+ nres-module}}
 [ -n "$smoke" ] && arms=${arms_given:-$nres_arm}
 for a in $arms; do
   case $a in
@@ -101,6 +105,7 @@ trap cleanup EXIT
 jit_dir=$(ls -d /usr/share/luajit-2.1*/ 2>/dev/null | head -1)
 tsv=$work/results.tsv; : >"$tsv"
 started=$(date +%s)
+load_start=$(cut -d' ' -f1 /proc/loadavg)   # the machine's 1-minute load average
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 
@@ -121,6 +126,10 @@ peer_stop() {    # PORT...: graceful (QUIT: requests in flight finish), all at o
   local p
   for p in "$@"; do kill -QUIT "${peer_pid[$p]}" 2>/dev/null || true; done
   for p in "$@"; do nres_stop_pid "${peer_pid[$p]}"; unset "peer_pid[$p]"; done
+}
+peers_end() {   # a scenario's end: every peer left, fast (TERM: nothing measured now)
+  local p
+  for p in "${!peer_pid[@]}"; do gw_stop "${peer_pid[$p]}"; unset "peer_pid[$p]"; done
 }
 peer_admin() { curl -sf "http://127.0.0.1:$1/admin?$2"; }
 peer_requests() { peer_admin "$1" "" | grep -o '"requests":[0-9]*' | cut -d: -f2; }
@@ -336,7 +345,7 @@ rolling() {
   wrk_end
   row "wrk $a rolling steps_done_at=${steps%,} $wrk_result"
   stop_gateway
-  peer_stop "${!peer_pid[@]}"
+  peers_end
 }
 
 sampler() {   # every 0.5 s: t and each peer's requests (one curl), until killed
@@ -381,7 +390,7 @@ scale() {
       "drained_at=$drained removed_at=$removed $wrk_result"
   sed "s/^share/share $a/" "$work/samples" >>"$tsv"
   stop_gateway
-  peer_stop "${!peer_pid[@]}"
+  peers_end
 }
 
 ejected() {   # ARM PORT: 0 when the gateway's checks took the peer out
@@ -399,11 +408,12 @@ idle_hang() {
   peer_start "${ports[@]}"
   start_gateway "$a" "${ports[@]}"
   wrk -t2 -c8 -d1s "$(gw_url)" >/dev/null
-  sleep 1   # idle
+  sleep 0.5   # idle
   local hung=${ports[1]}
   peer_admin "$hung" "mode=healthy&delay=30000&reset=1" >/dev/null
   # the checks' ejection, watched for HANG_WAIT s; then the traffic
   local t0 ej=never; t0=$(now)
+  [ "$a" = nginx ] && ej=none   # no active checks
   while awk -v s="$(since "$t0")" -v w="$HANG_WAIT" 'BEGIN { exit !(s < w) }'; do
     if [ "$ej" = never ] && ejected "$a" "$hung"; then ej=$(since "$t0"); fi
     sleep 0.1
@@ -411,7 +421,7 @@ idle_hang() {
   local r; r=$(wrk_for "$HANG_D")
   row "wrk $a idle-hang hung_requests=$(peer_requests "$hung") waited=$HANG_WAIT ejected_after=$ej $r"
   stop_gateway
-  peer_stop "${!peer_pid[@]}"
+  peers_end
 }
 
 for a in $arms; do
@@ -425,6 +435,7 @@ for a in $arms; do
   done
 done
 elapsed=$(( $(date +%s) - started ))
+row "load start $load_start"; row "load end $(cut -d' ' -f1 /proc/loadavg)"
 
 mkdir -p "$(dirname "$out_md")"
 status=0

@@ -6,18 +6,29 @@
  *
  * Fleet arm, for each N (1, 10, 100, 1000 by default): a fresh
  * redis-server started here, N agents in this process (each its own
- * hiredis connection, as N hosts would have), each syncing `scopes` rate
- * limiters (4) every interval (100 ms), rounds staggered over the
- * interval and run by hand (nres_sync_tick) from `threads` driver threads
- * (2: this machine's cores), which also offer each scope's load: fleet
- * rate R = 10 * N per second per scope, offered 1.5 R split 60/30/10 %
- * across three groups of hosts (host i in group i mod 3; with fewer than
- * three hosts the groups present share it). Over the window (5 s after a 2 s
- * warm-up): Redis CPU (INFO cpu, user + sys, per second of wall time),
- * commands per second (INFO stats), EVALSHA cost per call (INFO
- * commandstats), rounds per second achieved against the N * 10 asked,
- * each round's latency as the agent sees it (p50, p99), and the fleet
- * rate's error (admitted / (R * window) - 1, over all scopes).
+ * hiredis connection, as N hosts would have, all connected before the
+ * clock starts), each syncing `scopes` rate limiters (4) every interval
+ * (100 ms), the rounds' slots staggered over the interval. `threads`
+ * driver threads (2: this machine's cores) run the hosts as N hosts would:
+ * each round is sent at its slot (nres__sync_round_send, the first half of
+ * nres_sync_tick) without waiting for any other host's answer, and its
+ * answer is read and applied when it comes (nres__sync_round_recv, epoll
+ * over the sockets); a host whose answer is still out at its next slot
+ * sends when it comes (late). The threads also offer each scope's load:
+ * fleet rate R = 10 * N per second per scope, offered 1.5 R split 60/30/10
+ * % across three groups of hosts (host i in group i mod 3; with fewer than
+ * three hosts the groups present share it). Over the window (5 s after a
+ * 2 s warm-up): Redis CPU (INFO cpu, used_cpu_user + used_cpu_sys of the
+ * server process, per second of wall time) and per EVALSHA call (the CPU
+ * over the calls INFO commandstats counted: the whole cost, network
+ * included), the call's own time (usec_per_call), commands per second
+ * (INFO stats, the scripts' inner commands included), rounds answered per
+ * second against those due, the share of rounds sent within a tenth of an
+ * interval of their slot (on time), failed rounds, each round's latency as
+ * its agent sees it (sent to applied; p50, p99), this process's CPU (the
+ * agents' and the load's), and the fleet rate's error (admitted / (R *
+ * window) - 1, over all scopes). --redis-nice N sets the server's
+ * niceness (negative: root).
  *
  * Script arm (same run, same Redis build): the rate script's cost per call
  * with H hosts in its record, this version's (a running sum and a sorted
@@ -25,21 +36,26 @@
  * host: O(H)), called round-robin for H node names from one connection.
  *
  *   bench_fleet_scale [--hosts 1,10,100,1000] [--scopes 4] [--interval MS]
- *                     [--window S] [--threads T] [--only fleet|script]
+ *                     [--window S] [--threads T] [--redis-nice N]
+ *                     [--only fleet|script]
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <hiredis/hiredis.h>
 
 #include "nres.h"
 #include "nres/sync.h"
+#include "sync/sync_int.h"
 #include "../spec/sync/redis_server.h"
 
 #define MAX_HOSTS 2000
@@ -51,6 +67,7 @@ static redis_server_t redis;
 static int scopes = 4, threads = 2;
 static nres_time_t interval = 100 * NRES_MSEC;
 static double window_s = 5, warm_s = 2;
+static int redis_nice;          /* --redis-nice: the server's niceness */
 static const double split[3] = { 0.6, 0.3, 0.1 };
 
 typedef struct {
@@ -58,7 +75,10 @@ typedef struct {
   nres_ratelimit_t limit[MAX_SCOPES];
   nres_time_t next_req[MAX_SCOPES];
   nres_time_t gap;              /* between requests, per scope */
-  nres_time_t next_tick;
+  nres_time_t next_tick;        /* the next round's slot */
+  nres_time_t sent;             /* the round in flight: sent at (0: none) */
+  int fd;                       /* registered with the driver's epoll, or -1 */
+  int late;                     /* its slot came with its answer still out */
   uint64_t admitted;            /* in the window */
 } host_t;
 
@@ -70,7 +90,10 @@ typedef struct {
   int id;
   double *lat;                  /* round latencies (us) in the window */
   size_t nlat, cap;
-  uint64_t rounds;
+  uint64_t slots;               /* rounds due in the window */
+  uint64_t on_time;             /* sent within a tenth of an interval */
+  uint64_t done;                /* answered and applied */
+  uint64_t failed;              /* not sent or not answered */
 } driver_t;
 
 static void sleep_ns(nres_time_t d) {
@@ -78,37 +101,104 @@ static void sleep_ns(nres_time_t d) {
   nanosleep(&ts, NULL);
 }
 
+/* Host h's offered requests up to t (each scope's limiter at the
+ * request's own time), counted when admitted inside the window. */
+static void offer(host_t *h, nres_time_t t) {
+  int k;
+
+  for (k = 0; k < scopes; k++)
+    while (h->next_req[k] <= t) {
+      if (nres_ratelimit_acquire(&h->limit[k], h->next_req[k], NULL) == 0 &&
+          h->next_req[k] >= t_from && h->next_req[k] < t_to)
+        h->admitted++;
+      h->next_req[k] += h->gap;
+    }
+}
+
+/* Host i's round, due since h->next_tick: sent now (nres__sync_round_send,
+ * the first half of nres_sync_tick) without waiting for the answer, its
+ * socket watched. On time: sent within a tenth of an interval of its
+ * slot. Slots a late host missed altogether count as due and not on time. */
+static void send_round(driver_t *d, int ep, int i, nres_time_t t) {
+  host_t *h = &hosts[i];
+  struct epoll_event ev;
+  int in = h->next_tick >= t_from && h->next_tick < t_to;
+
+  if (in) {
+    d->slots++;
+    d->on_time += t - h->next_tick <= interval / 10;
+  }
+  for (h->next_tick += interval; h->next_tick <= t; h->next_tick += interval)
+    d->slots += h->next_tick >= t_from && h->next_tick < t_to;
+  offer(h, t);
+  if (nres__sync_round_send(h->s, t) != 0) {
+    d->failed += in;
+    h->fd = -1;   /* dropped: the next connection is watched anew */
+    return;
+  }
+  h->sent = t;
+  if (h->fd != h->s->rc->fd) {   /* a new connection */
+    h->fd = h->s->rc->fd;
+    ev.events = EPOLLIN;
+    ev.data.u32 = (uint32_t) i;
+    epoll_ctl(ep, EPOLL_CTL_ADD, h->fd, &ev);
+  }
+}
+
+/* Each driver thread runs its share of the hosts (i = id, id + threads,
+ * ...: their slots in order, a cursor over them) as a thousand hosts would
+ * run: every round sent at its slot, whatever the other hosts' rounds are
+ * doing, its answer read when it comes (epoll over the hosts' sockets); a
+ * host whose answer is still out at its slot sends when the answer is in. */
 static void *drive(void *arg) {
   driver_t *d = arg;
-  nres_time_t t, a;
-  int i, k;
+  struct epoll_event ev[256];
+  nres_time_t t, sent, wait;
+  int i, k, n, cur = d->id, ep = epoll_create1(0);
+  int mine = (nhosts - d->id + threads - 1) / threads;   /* hosts driven */
+  host_t *h;
 
   while ((t = nres_clock_now()) < t_to) {
-    for (i = d->id; i < nhosts; i += threads) {
-      host_t *h = &hosts[i];
-
-      if (t >= h->next_tick) {
-        a = nres_clock_now();
-        nres_sync_tick(h->s, a);
-        if (a >= t_from) {
-          if (d->nlat < d->cap)
-            d->lat[d->nlat++] = (double) (nres_clock_now() - a) / 1e3;
-          d->rounds++;
-        }
-        h->next_tick += interval;
-        if (h->next_tick < t)
-          h->next_tick = t + interval / 2;   /* behind: no catching up */
-      }
-      for (k = 0; k < scopes; k++)
-        while (h->next_req[k] <= t) {
-          if (nres_ratelimit_acquire(&h->limit[k], h->next_req[k], NULL) == 0 &&
-              h->next_req[k] >= t_from && h->next_req[k] < t_to)
-            h->admitted++;
-          h->next_req[k] += h->gap;
-        }
+    /* The hosts whose slot came, in slot order (once round at most). */
+    for (k = 0; k < mine && (h = &hosts[cur])->next_tick <= t; k++) {
+      if (h->sent == 0)
+        send_round(d, ep, cur, t);
+      else
+        h->late = 1;   /* its answer is out: sent when it comes */
+      cur += threads;
+      if (cur >= nhosts)
+        cur = d->id;
     }
-    sleep_ns(100 * NRES_USEC);
+    n = epoll_wait(ep, ev, 256, 0);
+    for (k = 0; k < n; k++) {
+      i = (int) ev[k].data.u32;
+      h = &hosts[i];
+      if (h->sent == 0)
+        continue;   /* nothing asked: a closed socket, seen next round */
+      sent = h->sent;
+      h->sent = 0;
+      if (nres__sync_round_recv(h->s, sent) != 0) {
+        d->failed += sent >= t_from;
+        h->fd = -1;
+      } else if (sent >= t_from) {
+        if (d->nlat < d->cap)
+          d->lat[d->nlat++] = (double) (nres_clock_now() - sent) / 1e3;
+        d->done++;
+      }
+      if (h->late) {
+        h->late = 0;
+        send_round(d, ep, i, nres_clock_now());
+      }
+    }
+    if (n == 0) {   /* nothing came: until the next slot, 100 us at most */
+      wait = hosts[cur].next_tick - nres_clock_now();
+      if (wait > 0)
+        sleep_ns(wait < 100 * NRES_USEC ? wait : 100 * NRES_USEC);
+    }
   }
+  for (i = d->id; i < nhosts; i += threads)
+    offer(&hosts[i], t_to);
+  close(ep);
   return NULL;
 }
 
@@ -141,6 +231,15 @@ static double redis_cpu(redisContext *c) {
   return info_field(c, "cpu", "used_cpu_user:") + info_field(c, "cpu", "used_cpu_sys:");
 }
 
+/* This process's CPU (every thread), seconds. */
+static double self_cpu(void) {
+  struct rusage ru;
+
+  getrusage(RUSAGE_SELF, &ru);
+  return (double) ru.ru_utime.tv_sec + (double) ru.ru_utime.tv_usec / 1e6 +
+         (double) ru.ru_stime.tv_sec + (double) ru.ru_stime.tv_usec / 1e6;
+}
+
 static int cmp(const void *a, const void *b) {
   double x = *(const double *) a, y = *(const double *) b;
   return x < y ? -1 : x > y;
@@ -154,15 +253,19 @@ static void fleet_arm(int n) {
   char node[32], scope[16], prefix[32];
   double cpu0, cpu1, cmd0, cmd1, usec, rate = RATE_PER_HOST * n, *all;
   double offered, share, present;
-  uint64_t admitted = 0, rounds = 0;
+  double self0, self1, wall, calls;
+  uint64_t admitted = 0, slots = 0, on_time = 0, done = 0, failed = 0;
   size_t nall = 0;
-  nres_time_t start;
+  nres_time_t start, m0, m1;
   int i, k, g, group[3] = { 0, 0, 0 };
 
   if (redis_server_start(&redis) != 0) {
     fprintf(stderr, "bench_fleet_scale: redis-server did not start\n");
     exit(1);
   }
+  if (redis_nice != 0 && setpriority(PRIO_PROCESS, (id_t) redis.pid, redis_nice) != 0)
+    fprintf(stderr, "bench_fleet_scale: --redis-nice %d: %s\n", redis_nice,
+            strerror(errno));
   nhosts = n;
   hosts = calloc((size_t) n, sizeof(*hosts));
   for (i = 0; i < n; i++)
@@ -170,7 +273,6 @@ static void fleet_arm(int n) {
   /* Fewer than three hosts: the groups present share the whole load. */
   for (g = 0, present = 0; g < 3; g++)
     present += group[g] > 0 ? split[g] : 0;
-  start = nres_clock_now();
   snprintf(prefix, sizeof(prefix), "scale%d", n);
   for (i = 0; i < n; i++) {
     host_t *h = &hosts[i];
@@ -182,12 +284,22 @@ static void fleet_arm(int n) {
     snprintf(node, sizeof(node), "h%d", i);
     c.node = node;
     c.interval = interval;
-    c.timeout = 2 * interval;   /* a busy machine is no failure here */
+    c.timeout = NRES_SEC;   /* a busy machine is no failure here */
     c.seed = (uint64_t) i + 1;
     if (nres_sync_new(&c, &h->s) != 0) {
       fprintf(stderr, "bench_fleet_scale: agent %d refused\n", i);
       exit(1);
     }
+  }
+  /* Every agent connected (and its scripts loaded) before the clock
+   * starts: a thousand connections made at once are not what is
+   * measured. */
+  for (i = 0; i < n; i++)
+    nres_sync_tick(hosts[i].s, nres_clock_now());
+  start = nres_clock_now();
+  for (i = 0; i < n; i++) {
+    host_t *h = &hosts[i];
+
     g = i % 3;
     offered = 1.5 * rate * split[g] / present / group[g];
     h->gap = (nres_time_t) (1e9 / offered);
@@ -198,6 +310,7 @@ static void fleet_arm(int n) {
       h->next_req[k] = start + (nres_time_t) ((double) h->gap * (i % 7) / 7);
     }
     h->next_tick = start + interval * i / n;
+    h->fd = -1;
   }
   t_from = start + (nres_time_t) (warm_s * 1e9);
   t_to = t_from + (nres_time_t) (window_s * 1e9);
@@ -207,22 +320,30 @@ static void fleet_arm(int n) {
     d[i].cap = (size_t) (n * (window_s + 1) * 1e9 / interval) + 16;
     d[i].lat = malloc(d[i].cap * sizeof(double));
     d[i].nlat = 0;
-    d[i].rounds = 0;
+    d[i].slots = d[i].on_time = d[i].done = d[i].failed = 0;
     pthread_create(&th[i], NULL, drive, &d[i]);
   }
   while (nres_clock_now() < t_from)
     sleep_ns(NRES_MSEC);
   redisCommand(adm, "CONFIG RESETSTAT");
+  m0 = nres_clock_now();
   cpu0 = redis_cpu(adm);
+  self0 = self_cpu();
   cmd0 = info_field(adm, "stats", "total_commands_processed:");
   while (nres_clock_now() < t_to)
     sleep_ns(NRES_MSEC);
   cpu1 = redis_cpu(adm);
+  self1 = self_cpu();
   cmd1 = info_field(adm, "stats", "total_commands_processed:");
+  m1 = nres_clock_now();
+  wall = (double) (m1 - m0) / 1e9;
   {
     redisReply *r = redisCommand(adm, "INFO commandstats");
     const char *p = r != NULL && r->type == REDIS_REPLY_STRING
                         ? strstr(r->str, "cmdstat_evalsha:") : NULL;
+    const char *q = p != NULL ? strstr(p, "calls=") : NULL;
+
+    calls = q != NULL ? atof(q + strlen("calls=")) : 0;
     usec = p != NULL && (p = strstr(p, "usec_per_call=")) != NULL
                ? atof(p + strlen("usec_per_call=")) : 0;
     if (r != NULL)
@@ -234,7 +355,10 @@ static void fleet_arm(int n) {
   for (i = 0; i < threads; i++) {
     memcpy(all + nall, d[i].lat, d[i].nlat * sizeof(double));
     nall += d[i].nlat;
-    rounds += d[i].rounds;
+    slots += d[i].slots;
+    on_time += d[i].on_time;
+    done += d[i].done;
+    failed += d[i].failed;
     free(d[i].lat);
   }
   qsort(all, nall, sizeof(double), cmp);
@@ -243,12 +367,14 @@ static void fleet_arm(int n) {
     nres_sync_free(hosts[i].s);
   }
   share = (double) admitted / (rate * scopes * window_s) - 1;
-  printf("%6d %6d %10.1f %8.1f %10.0f %8.1f %10.0f %9.0f %9.0f %+8.2f\n",
-         n, scopes, 100 * (cpu1 - cpu0) / window_s, usec,
-         (cmd1 - cmd0) / window_s, (double) rounds / window_s,
-         (double) n * 1e9 / (double) interval,
+  printf("%6d %6d %10.1f %8.1f %8.1f %10.0f %9.0f %9.0f %8.2f %6llu %8.0f %8.0f %9.1f %+8.2f\n",
+         n, scopes, 100 * (cpu1 - cpu0) / wall, usec,
+         calls > 0 ? (cpu1 - cpu0) * 1e6 / calls : 0,
+         (cmd1 - cmd0) / wall, (double) done / window_s,
+         (double) slots / window_s, slots ? 100.0 * (double) on_time / (double) slots : 0,
+         (unsigned long long) failed,
          nall ? all[nall / 2] : 0, nall ? all[(size_t) (nall * 0.99)] : 0,
-         100 * share);
+         100 * (self1 - self0) / wall, 100 * share);
   fflush(stdout);
   free(all);
   free(hosts);
@@ -394,12 +520,16 @@ int main(int argc, char **argv) {
       threads = atoi(argv[i + 1]);
       if (threads < 1 || threads > MAX_THREADS)
         return 2;
+    } else if (strcmp(argv[i], "--redis-nice") == 0) {
+      redis_nice = atoi(argv[i + 1]);
+      if (redis_nice < -20 || redis_nice > 19)
+        return 2;
     } else if (strcmp(argv[i], "--only") == 0) {
       only = argv[i + 1];
     } else {
       fprintf(stderr, "usage: bench_fleet_scale [--hosts 1,10,100,1000] "
               "[--scopes 4] [--interval MS] [--window S] [--threads T] "
-              "[--only fleet|script]\n");
+              "[--redis-nice N] [--only fleet|script]\n");
       return 2;
     }
   }
@@ -423,9 +553,10 @@ int main(int argc, char **argv) {
     printf("fleet: %d scopes per host, %.0f ms interval, %d driver threads, "
            "%.0f s window; rate %.0f/s per host per scope, offered 1.5x 60/30/10\n",
            scopes, (double) interval / 1e6, threads, window_s, RATE_PER_HOST);
-    printf("%6s %6s %10s %8s %10s %8s %10s %9s %9s %8s\n", "hosts", "scopes",
-           "redis cpu%", "us/call", "cmds/s", "rounds/s", "asked/s",
-           "p50 us", "p99 us", "rate err%");
+    printf("%6s %6s %10s %8s %8s %10s %9s %9s %8s %6s %8s %8s %9s %8s\n",
+           "hosts", "scopes", "redis cpu%", "us/call", "cpu us/c", "cmds/s", "rounds/s",
+           "due/s", "on time%", "failed", "p50 us", "p99 us", "agents cpu%",
+           "rate err%");
     for (i = 0; i < nlist; i++)
       fleet_arm(list[i]);
   }

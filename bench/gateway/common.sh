@@ -71,6 +71,14 @@ gw_test_upstream() {
   nres_wait_http "http://127.0.0.1:$up/admin"
 }
 
+# gw_stop PID: a gateway stopped between cells: TERM (nginx's fast
+# shutdown, HAProxy's hard stop; no graceful wait), KILL after 2 s.
+gw_stop() {
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 40); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
+  nres_stop_pid "$1"
+}
+
 # gw_with_lua DIR PORT PEERS LUA: DIR/nginx.conf (nginx.conf.in, rendered)
 # given the module arm's lua-nginx-module lines and init_by_lua, no nres
 # directive: the nginx-plain-lua control arm (PEERS: a Lua list of

@@ -222,12 +222,9 @@ $s3;"
   nres_wait_http "$gw/warm"
 }
 
-# stop_gateway: TERM (nginx's fast shutdown; no graceful wait between
-# cells), KILL after 2 s.
+# stop_gateway: gw_stop (common.sh), no graceful wait between cells.
 stop_gateway() {
-  kill -TERM "$gw_pid" 2>/dev/null || true
-  for _ in $(seq 1 40); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.05; done
-  nres_stop_pid "$gw_pid"
+  gw_stop "$gw_pid"
   [ "$gw_pid" = "$haproxy_pid" ] && haproxy_pid=""
   gw_pid=""
 }

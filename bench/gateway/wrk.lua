@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: MIT
 -- bench/gateway/wrk.lua: wrk script counting 2xx and the rest per thread,
--- and, when RECOVERY_AT (epoch seconds) is set, the first 2xx received at
+-- paced when RATE is set, and, when RECOVERY_AT (epoch seconds) is set, the first 2xx received at
 -- or after it and the first and last failure received (the outage as the
 -- clients saw it). Prints one "RESULT key=value ..." line.
 local ffi = require "ffi"
@@ -15,6 +15,20 @@ local function now()
 end
 
 local recovery = tonumber(os.getenv("RECOVERY_AT") or "") or 0
+
+-- RATE (requests per second, per wrk thread): a paced run. Each request
+-- after a connection's first waits for the next slot of its thread's
+-- fixed schedule, so the load does not follow the answers' latency (as
+-- long as a connection is free); a schedule fallen behind catches up.
+local rate = tonumber(os.getenv("RATE") or "")
+if rate and rate > 0 then
+  local period, due = 1000 / rate, nil
+  function delay()
+    local t = now() * 1000
+    due = (due or t) + period
+    return due > t and due - t or 0
+  end
+end
 local threads = {}
 
 function setup(thread) threads[#threads + 1] = thread end

@@ -99,7 +99,7 @@ typedef struct nres_policy_s {
   nres_time_t deadline, attempt_timeout;
   double ceiling_factor, ceiling_quantile; nres_time_t ceiling_floor;
   uint32_t min_samples, reserved0_; nres_time_t slow_threshold; double slow_factor;
-  nres_time_t limit_wait; uint32_t fallback, reserved1_; uint64_t seed;
+  nres_time_t limit_wait; uint32_t fallback, throttle_fail; uint64_t seed;
   nres_hedge_t hedge;
   nres_budget_t *budget; nres_breaker_t *breaker; nres_ratelimit_t *ratelimit;
   nres_bulkhead_t *bulkhead; nres_estimator_t *estimator; nres_throttle_t *throttle;
@@ -167,6 +167,7 @@ int nres_backoff_check(const nres_backoff_t *backoff);
 const char *nres_backoff_error(const nres_backoff_t *backoff);
 void nres_budget_stats(const nres_budget_t *budget, nres_budget_stats_t *out);
 void nres_breaker_stats(const nres_breaker_t *breaker, nres_breaker_stats_t *out);
+int nres_breaker_peek(const nres_breaker_t *breaker, nres_time_t now, nres_time_t *until);
 const char *nres_breaker_config_error(const nres_breaker_config_t *config);
 void nres_ratelimit_stats(const nres_ratelimit_t *limit, nres_ratelimit_stats_t *out);
 void nres_bulkhead_stats(const nres_bulkhead_t *bulkhead, nres_bulkhead_stats_t *out);

@@ -274,6 +274,7 @@ local function build(t)
     if rc ~= 0 then return nil, "throttle: " .. ffi_string(C.nres_strerror(rc)) end
     cp.own.throttle.fast_failure = th.fast_failure or 0
     cp.throttle = cp.own.throttle
+    cp.throttle_fail = th.wait == false and 1 or 0
   end
 
   local l = t.limiter

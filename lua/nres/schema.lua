@@ -258,6 +258,7 @@ _M.policy = {
     window = positive_duration,
     buckets = integer(1, 16),
     fast_failure = fraction,
+    wait = kind_of("boolean", "a boolean"),
   },
   limiter = section {
     rate = rate,

@@ -28,6 +28,10 @@
 -- (mode 0600, its blocks reserved with posix_fallocate, laid out, then
 -- renamed over the path, so an attacher never sees it half made and a
 -- full filesystem is an error, not a SIGBUS); t.replaced then says why.
+-- When the old file is a valid table of this build of another layout or
+-- configuration (a reload that changed the slots or a policy field), it
+-- stays mapped as t.old: t:migrate() moves its keys' state into the new
+-- table (nres_shm_migrate), t:release_old() lets it go.
 -- The file's descriptor is kept (t.fd) so t:verify() can find a file
 -- truncated after it was mapped. `extra = bytes` reserves zeroed memory
 -- after the table (t.extra, 64-byte aligned) for the caller's own state
@@ -254,6 +258,8 @@ local EAGAIN, EINVAL, EFULL_FILE = -11, -22, -1009
 local why_buf = ffi_new("char[256]")
 local fd_box = ffi_new("int[1]")
 
+local function round64(n) return n + (64 - n % 64) % 64 end
+
 local function errno_str(what, path)
   return format("%s %s: %s", what, path, ffi_string(C.strerror(ffi.errno())))
 end
@@ -275,17 +281,45 @@ local function own(t, mem, len, fd)
   t.fd = ffi_gc(ffi_new("int[1]", fd), function(b) C.close(b[0]) end)
 end
 
+-- The old table in a file of another layout (or configuration), mapped
+-- len bytes from its open descriptor fd, kept as t.old for t:migrate() if
+-- it is a valid table of this build (nres_shm_attach: magic, version,
+-- a header that agrees with itself); else unmapped and closed.
+local function keep_old(t, fd, mem, len)
+  local out = ffi_new("nres_shm_t *[1]")
+  if C.nres_shm_attach(mem, len, out) ~= 0 then
+    C.munmap(mem, len); C.close(fd)
+    return false
+  end
+  local at = round64(tonumber(C.nres_shm_size(C.nres_shm_config(out[0]))))
+  local old = { mapped = len, extra_bytes = math.max(0, len - at) }
+  old.shm = ffi_gc(out[0], function(p) C.munmap(p, len) end)
+  old.extra = old.extra_bytes > 0 and ffi.cast("uint8_t *", mem) + at or nil
+  old.fd = ffi_gc(ffi_new("int[1]", fd), function(b) C.close(b[0]) end)
+  t.old = old
+  return true
+end
+
 -- Attach t to the file at path if it holds this very table: true; false
--- and why not (the file is then left alone); nil, err if it cannot be read.
--- nres_shm_file_open refuses a symbolic link, a file of another user or
--- with group or other access, and a size other than this layout's, before
--- a page is mapped.
+-- and why not (the file is then left alone; t.old is its table when it
+-- is one of another layout, to migrate from); nil, err if it cannot be
+-- read. nres_shm_file_open refuses a symbolic link or a file of another
+-- user or with group or other access before a page is mapped; a file of
+-- another size is mapped only to read its state (t.old), whole: its size
+-- is measured on the open descriptor first.
 local function try_attach(t, cfg, path, total)
-  local rc = C.nres_shm_file_open(path, total, fd_box, why_buf, 256)
+  local rc = C.nres_shm_file_open(path, 0, fd_box, why_buf, 256)   -- any size
   if rc == EAGAIN then return false, nil end   -- none yet
   if rc == EINVAL then return false, ffi_string(why_buf) end
   if rc ~= 0 then return nil, path .. ": " .. ffi_string(why_buf) end
   local fd = fd_box[0]
+  local len = tonumber(C.lseek(fd, 0, SEEK_END))
+  if len ~= total then
+    local why = format("a size of %d bytes (this layout: %d)", len, total)
+    local mem = len >= 64 and map(fd, len, path)
+    if mem then keep_old(t, fd, mem, len) else C.close(fd) end
+    return false, why
+  end
   local mem, err = map(fd, total, path)
   if not mem then C.close(fd); return nil, err end
   local out = ffi_new("nres_shm_t *[1]")
@@ -296,14 +330,12 @@ local function try_attach(t, cfg, path, total)
   local have = C.nres_shm_config(out[0])
   local size = ffi_sizeof("nres_shm_config_t")
   if ffi_string(have, size) ~= ffi_string(cfg, size) then
-    C.munmap(mem, total); C.close(fd)
+    keep_old(t, fd, mem, total)
     return false, "another configuration (slots, budget, breaker, limiter or throttle)"
   end
   own(t, mem, total, fd)
   return true
 end
-
-local function round64(n) return n + (64 - n % 64) % 64 end
 
 -- Used by new(): attach to path or make it anew (see File-backed above).
 -- nil, err, "full" when the filesystem has no room for a new file; the
@@ -372,6 +404,49 @@ function _M.verify(self)
   self.fd, self.private = nil, why   -- the descriptor is closed when collected
   if self.on_fresh then self.on_fresh(self) end
   return false, why
+end
+
+-- Move the old table's state (t.old: a file of another layout that this
+-- table replaced) into this one (nres_shm_migrate, nres/shm.h): a report
+-- { moved, keys, full, gone, changed, reset, adjusted (NRES_SHM_RESET_*
+-- and NRES_SHM_ADJUST_* bits), text (one line for a log), map (old slot
+-- -> new slot, UINT32_MAX if it did not move: the caller's own per-slot
+-- memory moves by it), slots (the old table's), old (t.old) }, or nil
+-- without an old table, or nil, err. present: only keys this table
+-- already holds get state. Call t:release_old() when done.
+local NOT_MOVED = 0xffffffff
+_M.NOT_MOVED = NOT_MOVED
+function _M.migrate(self, present, now)
+  local old = self.old
+  if not old then return nil end
+  local n = tonumber(C.nres_shm_slots(old.shm))
+  local map = ffi_new("uint32_t[?]", n)
+  local m = ffi_new("nres_shm_migration_t")
+  local rc = C.nres_shm_migrate(old.shm, self.shm, now or C.nres_step_now(),
+                                present and 1 or 0, map, m)
+  if rc ~= 0 then return nil, ffi_string(C.nres_strerror(rc)) end
+  local from, to = C.nres_shm_config(old.shm), C.nres_shm_config(self.shm)
+  local cap = 512
+  local buf = ffi_new("char[?]", cap)
+  local need = C.nres_shm_migration_text(m, from, to, buf, cap)
+  if need >= cap then
+    cap = need + 1
+    buf = ffi_new("char[?]", cap)
+    C.nres_shm_migration_text(m, from, to, buf, cap)
+  end
+  return { moved = m.moved, keys = m.keys, full = m.full, gone = m.gone,
+           changed = m.changed, reset = m.reset, adjusted = m.adjusted,
+           text = ffi_string(buf), map = map, slots = n, old = old }
+end
+
+-- Let go of the old table now (unmapped, its descriptor closed) rather
+-- than when collected.
+function _M.release_old(self)
+  local old = self.old
+  if not old then return end
+  self.old = nil
+  C.munmap(ffi_gc(old.shm, nil), old.mapped)
+  C.close(ffi_gc(old.fd, nil)[0])
 end
 
 -- The slot index of key (inserted if new) and its generation, or nil and

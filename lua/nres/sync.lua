@@ -40,6 +40,8 @@ typedef struct nres_sync_config_s {
   const char *sentinels, *master, *cluster;
   int tls; const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
   void (*log)(void *arg, const char *line); void *log_arg;
+  double breaker_fleet_ratio; uint32_t breaker_fleet_min_calls;
+  const char *sentinel_user, *sentinel_password, *sentinel_password_file;
 } nres_sync_config_t;
 typedef struct nres_sync_info_s {
   uint32_t connected, entries; uint64_t rounds, failures, connects;
@@ -112,12 +114,56 @@ local function addr_list(field, list)
   return table.concat(list, ",")
 end
 
+-- A user and a password of opts (prefix "" for Redis, "sentinel_" for the
+-- Sentinels) into cfg: the password from a file (checked readable here,
+-- read by C) or an environment variable, never inline.
+local function credential(opts, cfg, keep, prefix)
+  local user, file, env = opts[prefix .. "user"], opts[prefix .. "password_file"],
+                          opts[prefix .. "password_env"]
+  if user ~= nil then
+    if not name_ok(user, 127) then
+      error(bad(1, "new", prefix .. "user: a name of 1..127 bytes", user), 3)
+    end
+    keep[#keep + 1] = user
+    cfg[prefix .. "user"] = keep[#keep]
+  end
+  if file ~= nil and env ~= nil then
+    error(format("nres.sync: %spassword_file, %spassword_env: expected one of them, got both",
+                 prefix, prefix), 3)
+  end
+  if file ~= nil then
+    if not name_ok(file, 4096) then error(bad(1, "new", prefix .. "password_file: a path", file), 3) end
+    local f, ferr = io.open(file, "r")
+    if not f then
+      error(format("nres.sync: %spassword_file: expected a readable file, got %s", prefix,
+                   tostring(ferr)), 3)
+    end
+    f:close()
+    keep[#keep + 1] = file
+    cfg[prefix .. "password_file"] = keep[#keep]
+  elseif env ~= nil then
+    local v = type(env) == "string" and os.getenv(env)
+    if not v or v == "" then
+      error(format("nres.sync: %spassword_env: expected the name of a set environment variable, got %s",
+                   prefix, tostring(env)), 3)
+    end
+    keep[#keep + 1] = v
+    cfg[prefix .. "password"] = keep[#keep]
+  end
+  if user ~= nil and file == nil and env == nil then
+    error(format("nres.sync: %suser: expected a password too (%spassword_file or %spassword_env)",
+                 prefix, prefix, prefix), 3)
+  end
+end
+
 -- sync.new{ fleet = name (required), redis = "host:port" | "unix:/path",
 --           db = n, user = acl_user, password_file = path | password_env = VAR,
 --           interval = s, timeout = s, reconnect_max = s, ttl = s,
 --           prefix = "nres", node = name, local_share = 0..1,
 --           breaker_quorum = 0..<1, probe_lease = s,
+--           breaker_fleet_ratio = 0..1, breaker_fleet_min_calls = n,
 --           sentinels = { "host:port", ... }, master = name,   -- instead of redis
+--           sentinel_user = name, sentinel_password_file = path | sentinel_password_env = VAR,
 --           cluster = { "host:port", ... },                    -- or a Cluster's seeds
 --           tls = true | { ca_file =, cert_file =, key_file =, server_name = } }
 -- Returns the agent, or nil and a reason (no library, refused settings).
@@ -134,8 +180,10 @@ function _M.new(opts)
     error("nres.sync: fleet: expected the fleet's name (1..64 bytes, no blanks, braces "
           .. "or colons; every key carries it), got " .. tostring(opts.fleet), 2)
   end
-  if opts.password ~= nil then
-    error("nres.sync: password: never inline; expected password_file or password_env", 2)
+  for _, f in ipairs { "password", "sentinel_password" } do
+    if opts[f] ~= nil then
+      error(format("nres.sync: %s: never inline; expected %s_file or %s_env", f, f, f), 2)
+    end
   end
   local redis = opts.redis or "127.0.0.1:6379"
   if type(redis) == "string" and redis:sub(1, 5) == "unix:" and #redis > 5 then
@@ -183,34 +231,12 @@ function _M.new(opts)
   keep[#keep + 1] = opts.fleet
   cfg.fleet = keep[#keep]
   if opts.node then keep[#keep + 1] = opts.node; cfg.node = keep[#keep] end
-  if opts.user ~= nil then
-    if not name_ok(opts.user, 127) then error(bad(1, "new", "user: a name of 1..127 bytes", opts.user), 2) end
-    keep[#keep + 1] = opts.user
-    cfg.user = keep[#keep]
-  end
-  if opts.password_file ~= nil and opts.password_env ~= nil then
-    error("nres.sync: password_file, password_env: expected one of them, got both", 2)
-  end
-  if opts.password_file ~= nil then
-    if not name_ok(opts.password_file, 4096) then
-      error(bad(1, "new", "password_file: a path", opts.password_file), 2)
-    end
-    local f, ferr = io.open(opts.password_file, "r")
-    if not f then error("nres.sync: password_file: expected a readable file, got " .. tostring(ferr), 2) end
-    f:close()
-    keep[#keep + 1] = opts.password_file
-    cfg.password_file = keep[#keep]
-  elseif opts.password_env ~= nil then
-    local v = type(opts.password_env) == "string" and os.getenv(opts.password_env)
-    if not v or v == "" then
-      error("nres.sync: password_env: expected the name of a set environment variable, got "
-            .. tostring(opts.password_env), 2)
-    end
-    keep[#keep + 1] = v
-    cfg.password = keep[#keep]
-  end
-  if opts.user ~= nil and cfg.password == nil and cfg.password_file == nil then
-    error("nres.sync: user: expected a password too (password_file or password_env)", 2)
+  credential(opts, cfg, keep, "")
+  credential(opts, cfg, keep, "sentinel_")
+  if (opts.sentinel_user or opts.sentinel_password_file or opts.sentinel_password_env)
+     and opts.sentinels == nil then
+    error("nres.sync: sentinel_user, sentinel_password_file, sentinel_password_env: "
+          .. "expected sentinels too, got none", 2)
   end
   local db = opts.db
   if db ~= nil then
@@ -225,6 +251,20 @@ function _M.new(opts)
       error(bad(1, "new", "breaker_quorum: a share in [0, 1)", q), 2)
     end
     cfg.breaker_quorum = q
+  end
+  local fr = opts.breaker_fleet_ratio
+  if fr ~= nil then
+    if type(fr) ~= "number" or not (fr >= 0 and fr <= 1) then
+      error(bad(1, "new", "breaker_fleet_ratio: a share in [0, 1]", fr), 2)
+    end
+    cfg.breaker_fleet_ratio = fr
+  end
+  local mc = opts.breaker_fleet_min_calls
+  if mc ~= nil then
+    if type(mc) ~= "number" or mc < 1 or mc > 1e9 or mc % 1 ~= 0 then
+      error(bad(1, "new", "breaker_fleet_min_calls: a whole number from 1 to 1e9", mc), 2)
+    end
+    cfg.breaker_fleet_min_calls = mc
   end
   for _, f in ipairs { "interval", "timeout", "reconnect_max", "ttl", "probe_lease" } do
     local v = opts[f]

@@ -87,21 +87,34 @@ Exit status:
   2                a usage or scenario error, naming file:line and the
                    field]]
 
-local flags = { quick = true, list = true, help = true, version = true }
-local values = { repetitions = "count", warmup = "seconds", window = "seconds",
-                 seed = "count", only = "pattern", out = "string", cell = "count",
-                 rep = "count", ["max-minutes"] = "minutes" }
+-- A command's options: flags (name = true) and values (name = kind), and
+-- where its help is. nresrun's own; `nresrun tune` has its own grammar
+-- (nresrun.tune.main) read by the same parse.
+local grammar = {
+  flags = { quick = true, list = true, help = true, version = true },
+  values = { repetitions = "count", warmup = "seconds", window = "seconds",
+             seed = "count", only = "pattern", out = "string", cell = "count",
+             rep = "count", ["max-minutes"] = "minutes" },
+  help = "--help",
+}
 
 -- What each kind of value accepts, and how to say so. Every number is
 -- finite: "inf", "nan" and 1e400 (which tonumber reads as inf) are refused.
+-- open: the bound itself is refused.
 local kinds = {
   count   = { max = 2^31 - 1, whole = true, min = 1, says = "a whole number from 1 to 2147483647" },
   seconds = { max = 86400, min = 0, says = "seconds from 0 to 86400" },
   minutes = { max = 10080, min = 0, says = "minutes from 0 to 10080" },
+  positive_seconds = { max = 86400, min = 0, open_min = true, says = "seconds above 0, at most 86400" },
+  share   = { max = 1, min = 0, open_min = true, open_max = true, says = "a share above 0 and below 1" },
 }
 
 local function value(name, kind, v)
   if kind == "string" then return v end
+  if type(kind) == "table" then   -- one of a list of words
+    for _, w in ipairs(kind) do if v == w then return v end end
+    return nil, format("--%s: expected %s, got %q", name, table.concat(kind, " or "), v)
+  end
   if kind == "pattern" then
     local ok, err = pcall(string.find, "", v)
     if not ok then
@@ -110,28 +123,32 @@ local function value(name, kind, v)
     return v
   end
   local k, n = kinds[kind], tonumber(v)
-  if not n or n ~= n or n < k.min or n > k.max or (k.whole and n ~= math.floor(n)) then
+  if not n or n ~= n or n < k.min or n > k.max or (k.whole and n ~= math.floor(n))
+     or (k.open_min and n == k.min) or (k.open_max and n == k.max) then
     return nil, format("--%s: expected %s, got %q", name, k.says, v)
   end
   return n
 end
 
-local function parse(args)
+-- parse(args[, g]) -> options, positional; or nil, error. g: a grammar as
+-- above (default nresrun's). An option's dashes become underscores.
+local function parse(args, g)
+  g = g or grammar
   local opts, positional = {}, {}
   local i = 1
   while i <= #args do
     local a = args[i]
     local name = a:match("^%-%-([%w%-]+)$")
-    if name and flags[name] then
+    if name and g.flags[name] then
       opts[name] = true
-    elseif name and values[name] then
+    elseif name and g.values[name] then
       if args[i + 1] == nil then return nil, format("--%s needs a value", name) end
-      local v, err = value(name, values[name], args[i + 1])
+      local v, err = value(name, g.values[name], args[i + 1])
       if v == nil then return nil, err end
       opts[name:gsub("%-", "_")] = v
       i = i + 1
     elseif a:sub(1, 1) == "-" then
-      return nil, format("unknown option %s (see --help)", a)
+      return nil, format("unknown option %s (see %s)", a, g.help)
     else
       positional[#positional + 1] = a
     end

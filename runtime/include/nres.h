@@ -1047,8 +1047,8 @@ typedef enum {
  * - Shared state it points at is checked too: a breaker's or bulkhead's
  *   config by the rules of its *_config_error ("breaker.window: ..."), a
  *   throttle's by nres_throttle_error, an estimator's period > 0.
- * Other fields take any value: min_samples, seed; telemetry and fallback
- * are read as booleans. */
+ * Other fields take any value: min_samples, seed; telemetry, fallback and
+ * throttle_fail are read as booleans. */
 struct nres_policy_s {
   uint32_t attempts;            /* total attempts, the first included;
                                    hedges count. 1..65535 */
@@ -1076,7 +1076,10 @@ struct nres_policy_s {
   nres_time_t limit_wait;
   uint32_t fallback;            /* 1: failed calls are marked for the
                                    driver to run its fallback */
-  uint32_t reserved1_;
+  uint32_t throttle_fail;       /* 1: a call the throttle refuses ends at
+                                   once, "throttled locally"; 0: it waits
+                                   a throttled backoff and asks again
+                                   while it has tries left */
   uint64_t seed;                /* jitter PRNG seed */
   nres_hedge_t hedge;
   /* Shared state, any of which may be NULL (off). init points the ones a

@@ -35,6 +35,7 @@
 #include "nres_test.h"
 #include "nres/shm.h"
 #include "shm_ops.h"
+#include "shm_table.h"
 
 #define T0 (1000 * NRES_SEC)
 #define HOLD (10 * NRES_SEC)
@@ -45,18 +46,6 @@ static nres_shm_config_t base_config(uint32_t slots) {
   nres_shm_config_init(&c);
   c.slots = slots;
   return c;
-}
-
-/* A table in ordinary aligned memory (threads share it). */
-static nres_shm_t *local_table(const nres_shm_config_t *c) {
-  size_t size = nres_shm_size(c);
-  void *mem;
-
-  assert_true(size > 0);
-  mem = aligned_alloc(64, (size + 63) / 64 * 64);
-  assert_non_null(mem);
-  assert_int_equal(nres_shm_init(mem, size, c), 0);
-  return mem;
 }
 
 static int acquire_str(nres_shm_t *shm, const char *key, nres_time_t now,
@@ -143,7 +132,7 @@ static void config_and_sizes(void **state) {
 
 static void one_slot_per_key(void **state) {
   nres_shm_config_t c = base_config(64);
-  nres_shm_t *shm = local_table(&c);
+  nres_shm_t *shm = test_shm_table(&c);
   char key[NRES_SHM_KEY_MAX + 1];
   char buf[NRES_SHM_KEY_MAX];
   int idx[20];
@@ -207,7 +196,7 @@ static void a_key_moves_into_fresh_state(void **state) {
   c.budget_min_per_sec = 0;
   c.budget_capacity = 4;
   c.breaker.consecutive = 3;
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
 
   a = acquire_str(shm, "a", T0, HOLD, &gen0);
   s = nres_shm_slot(shm, (uint32_t) a);
@@ -263,7 +252,7 @@ static void a_key_moves_into_fresh_state(void **state) {
  * so steady lookups of a busy key write nothing. */
 static void leases_extend_rarely(void **state) {
   nres_shm_config_t c = base_config(8);
-  nres_shm_t *shm = local_table(&c);
+  nres_shm_t *shm = test_shm_table(&c);
   double lease0, lease1, lease2;
   int i;
 
@@ -290,7 +279,7 @@ static void rate_limit_per_key(void **state) {
   int i, k;
 
   (void) state;
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   i = acquire_str(shm, "client", T0, HOLD, NULL);
   assert_int_equal(nres_shm_limit(shm, (uint32_t) i, T0, &wait), NRES_EINVAL);
   free(shm);
@@ -298,7 +287,7 @@ static void rate_limit_per_key(void **state) {
   c.flags = NRES_SHM_RATELIMIT;
   c.rate = 10;
   c.burst = 3;
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   i = acquire_str(shm, "client", T0, HOLD, NULL);
   k = acquire_str(shm, "other", T0, HOLD, NULL);
   assert_int_equal(nres_shm_limit(shm, (uint32_t) i, T0, &wait), 0);
@@ -633,7 +622,7 @@ static void threads_share_one_table(void **state) {
   enum { THREADS = 8 };
   nres_shm_config_t c = hammer_config(1024);
   nres_shm_config_t cc = base_config(16);
-  nres_shm_t *shm = local_table(&c), *small = local_table(&cc);
+  nres_shm_t *shm = test_shm_table(&c), *small = test_shm_table(&cc);
   worker_t w[THREADS];
   tally_t *t;
   int i;
@@ -1003,7 +992,7 @@ static void times_saturate_and_limits_are_checked(void **state) {
 
   (void) state;
   /* now 0, hold 0: leased until 0, so at once evictable. */
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   for (i = 0; i < 8; i++) {
     snprintf(key, sizeof(key), "z%d", (int) i);
     assert_true(acquire_str(shm, key, 0, 0, NULL) >= 0);
@@ -1012,7 +1001,7 @@ static void times_saturate_and_limits_are_checked(void **state) {
   free(shm);
 
   /* 1 ns rounds up to the next ms: leased at now, free a ms later. */
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   for (i = 0; i < 8; i++) {
     snprintf(key, sizeof(key), "t%d", (int) i);
     assert_true(acquire_str(shm, key, T0, 1, NULL) >= 0);
@@ -1024,7 +1013,7 @@ static void times_saturate_and_limits_are_checked(void **state) {
   /* 2^63 ns and NRES_TIME_NEVER holds: past the lease range, never end,
    * even at the end of time; reported as NRES_TIME_NEVER. Before the fix
    * of the (-1) wrap a now of NRES_TIME_NEVER evicted every key. */
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   for (i = 0; i < 8; i++) {
     snprintf(key, sizeof(key), "n%d", (int) i);
     a = acquire_str(shm, key, T0, i % 2 ? NRES_TIME_NEVER : (nres_time_t) 1 << 63,
@@ -1040,7 +1029,7 @@ static void times_saturate_and_limits_are_checked(void **state) {
 
   /* now = NRES_TIME_NEVER: finite leases are over; a key put in at the
    * end of time stays. */
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   a = acquire_str(shm, "a", T0, HOLD, NULL);
   for (i = 0; i < 7; i++) {
     snprintf(key, sizeof(key), "e%d", (int) i);
@@ -1068,7 +1057,7 @@ static void times_saturate_and_limits_are_checked(void **state) {
   /* Extreme but valid: saturate, answer, never wrap. */
   c.rate = 1e300;
   c.burst = UINT32_MAX;
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   a = acquire_str(shm, "a", 0, HOLD, NULL);
   assert_int_equal(nres_shm_limit(shm, (uint32_t) a, 0, &wait), 0);
   assert_int_equal(nres_shm_limit(shm, (uint32_t) a, T0, &wait), 0);
@@ -1080,7 +1069,7 @@ static void times_saturate_and_limits_are_checked(void **state) {
   free(shm);
   c.rate = 1e-300;                 /* one admission per end of time */
   c.burst = 1;
-  shm = local_table(&c);
+  shm = test_shm_table(&c);
   a = acquire_str(shm, "a", T0, HOLD, NULL);
   assert_int_equal(nres_shm_limit(shm, (uint32_t) a, T0, &wait), NRES_ELIMITED);
   assert_true(wait == (double) NRES_TIME_NEVER);

@@ -11,9 +11,12 @@
  * - the killed primary comes back (empty, a primary by its own account,
  *   until the Sentinels demote it): the agent never writes to it (its
  *   INFO commandstats shows no EVALSHA while its ROLE is master).
+ * And, with one redis-server and one Sentinel of their own: a Sentinel
+ * with a password (requirepass), refused without it, found with it.
  * Exits 77 (skipped) without redis-server or redis-sentinel.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +36,7 @@
 #include "nres/sync.h"
 #include "../sync/redis_server.h"
 #include "../sync/redis_admin.h"
+#include "../sync/syncd_test.h"
 
 #define IVL (100 * NRES_MSEC)
 #define MASTER "fleetm"
@@ -282,8 +288,135 @@ static void test_sentinel_failovers(void **state) {
   nres_sync_free(s);
 }
 
+/* ---------------------------------------------- Sentinels with a password */
+
+#define SENTINEL_PW "sentinel-pw-7"
+
+/* One redis-server and one Sentinel with requirepass of its own. */
+static int setup_password(void **state) {
+  FILE *f;
+
+  (void) state;
+  if (!redis_server_find(&node[0]))
+    return -1;
+  snprintf(sentinel_bin, sizeof(sentinel_bin), "%s", node[0].bin);
+  strcpy(strrchr(sentinel_bin, '/') + 1, "redis-sentinel");
+  snprintf(dir, sizeof(dir), "/tmp/nres-sentinel-XXXXXX");
+  if (mkdtemp(dir) == NULL)
+    return -1;
+  snprintf(node[0].dir, sizeof(node[0].dir), "%s", dir);
+  node[0].port = distinct_port();
+  start_node(0, 0);
+  snprintf(conf[0], sizeof(conf[0]), "%s/sentinel-pw.conf", dir);
+  f = fopen(conf[0], "w");
+  if (f == NULL)
+    return -1;
+  fprintf(f, "sentinel monitor %s 127.0.0.1 %d 1\nrequirepass %s\n", MASTER,
+          node[0].port, SENTINEL_PW);
+  fclose(f);
+  snprintf(sentinel[0].bin, sizeof(sentinel[0].bin), "%s", sentinel_bin);
+  snprintf(sentinel[0].dir, sizeof(sentinel[0].dir), "%s", dir);
+  sentinel[0].conf = conf[0];
+  sentinel[0].port = distinct_port();
+  assert_int_equal(redis_server_start(&sentinel[0]), 0);
+  return 0;
+}
+
+/* An agent through the password-protected Sentinel, its Sentinel
+ * credentials set by `user`, `password` and `file`: whether its first
+ * round synced, and its last line in `line`. */
+static int through_sentinel(const char *user, const char *password,
+                            const char *file, char *line, size_t cap) {
+  nres_ratelimit_t l;
+  nres_sync_config_t c;
+  nres_sync_info_t info;
+  nres_sync_t *s;
+  char list[64];
+  int rc;
+
+  snprintf(list, sizeof(list), "127.0.0.1:%d", sentinel[0].port);
+  nres_sync_config_init(&c);
+  c.fleet = "sentinel";
+  c.node = "pw";
+  c.sentinels = list;
+  c.master = MASTER;
+  c.interval = IVL;
+  c.seed = 5;
+  c.sentinel_user = user;
+  c.sentinel_password = password;
+  c.sentinel_password_file = file;
+  c.log = NULL;
+  assert_int_equal(nres_sync_new(&c, &s), 0);
+  assert_int_equal(nres_ratelimit_init(&l, 1000, 10), 0);
+  assert_int_equal(nres_sync_add_ratelimit(s, "api", &l, 0), 0);
+  rc = nres_sync_tick(s, nres_clock_now());
+  nres_sync_info(s, &info);
+  snprintf(line, cap, "%s", info.error);
+  nres_sync_free(s);
+  return rc == 0;
+}
+
+/* Issue 29: Sentinels with a password of their own (requirepass in
+ * sentinel.conf). Without it the agent says the Sentinel's NOAUTH and
+ * stays local-only; with a wrong one it says WRONGPASS; with the right
+ * one, inline, from a file, or as the ACL user "default", it finds the
+ * primary and syncs. nres-syncd takes it from an environment variable. */
+static void test_sentinel_password(void **state) {
+  char line[NRES_SYNC_ERROR_MAX], pwfile[128], port[32], syncd[512];
+  char region[128], err[1024];
+  FILE *f;
+  size_t size;
+  void *mem;
+  pid_t pid;
+  int st, fd;
+  ssize_t n;
+
+  (void) state;
+  assert_false(through_sentinel(NULL, NULL, NULL, line, sizeof(line)));
+  printf("# no Sentinel password: %s\n", line);
+  assert_non_null(strstr(line, "NOAUTH"));
+  assert_false(through_sentinel(NULL, "wrong", NULL, line, sizeof(line)));
+  printf("# a wrong one: %s\n", line);
+  assert_non_null(strstr(line, "AUTH:"));
+  assert_true(through_sentinel(NULL, SENTINEL_PW, NULL, line, sizeof(line)));
+  snprintf(pwfile, sizeof(pwfile), "%s/sentinel.pw", dir);
+  f = fopen(pwfile, "w");
+  assert_non_null(f);
+  fprintf(f, "%s\n", SENTINEL_PW);
+  fclose(f);
+  assert_true(through_sentinel("default", NULL, pwfile, line, sizeof(line)));
+
+  /* nres-syncd --once with --sentinel-password-env. */
+  snprintf(region, sizeof(region), "%s/gw.shm", dir);
+  make_region(region, 8, 100, &mem, &size);
+  munmap(mem, size);
+  syncd_path(syncd, sizeof(syncd));
+  snprintf(port, sizeof(port), "127.0.0.1:%d", sentinel[0].port);
+  snprintf(err, sizeof(err), "%s/syncd.err", dir);
+  pid = fork();
+  if (pid == 0) {
+    fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    setenv("NRES_TEST_SENTINEL_PW", SENTINEL_PW, 1);
+    execl(syncd, syncd, "--fleet", "sentinel", "--region", region,
+          "--sentinel", port, "--master", MASTER, "--sentinel-password-env",
+          "NRES_TEST_SENTINEL_PW", "--once", (char *) NULL);
+    _exit(127);
+  }
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  fd = open(err, O_RDONLY);
+  n = fd >= 0 ? read(fd, line, sizeof(line) - 1) : 0;
+  line[n > 0 ? n : 0] = '\0';
+  if (fd >= 0)
+    close(fd);
+  printf("# nres-syncd --sentinel-password-env --once: exit %d %s\n",
+         WIFEXITED(st) ? WEXITSTATUS(st) : -1, line);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_sentinel_password, setup_password, teardown),
     cmocka_unit_test_setup_teardown(test_sentinel_failovers, setup, teardown),
   };
   redis_server_t probe;

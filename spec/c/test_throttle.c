@@ -418,6 +418,33 @@ static void refused_call_waits_and_asks_again(void **state) {
   assert_int_equal(stats(p.throttle, now).refused, 3);
 }
 
+/* With throttle_fail the first local refusal ends the call at once,
+ * THROTTLED, with no wait: fail fast (throttle.wait = false in Lua). */
+static void throttle_fail_ends_the_call_at_once(void **state) {
+  nres_policy_t p;
+  nres_call_t call;
+  nres_action_t a;
+  nres_counters_t c;
+  int i;
+
+  (void) state;
+  assert_int_equal(nres_policy_init(&p, NRES_PRESET_DEFAULT), 0);
+  p.breaker = NULL;
+  p.throttle_fail = 1;
+  assert_int_equal(nres_throttle_init(&p.own.throttle, 1, 100 * NRES_SEC, 10), 0);
+  assert_int_equal(nres_policy_build(&p), 0);
+  for (i = 0; i < 1000; i++)   /* odds 1000/1001: the seed's draw refuses */
+    nres_throttle_record(p.throttle, T0, 0);
+  a = nres_call_begin(&call, &p, T0);
+  assert_int_equal(a.kind, NRES_DONE);
+  assert_int_equal(call.stop, NRES_STOP_THROTTLED);
+  assert_int_equal(call.deferred, 0);
+  assert_int_equal(call.attempts, 0);
+  nres_policy_counters(&p, &c);
+  assert_int_equal(c.rejects[NRES_REJECT_THROTTLE], 1);
+  assert_int_equal(stats(p.throttle, T0).refused, 1);
+}
+
 static void bad_arguments_are_refused(void **state) {
   nres_throttle_t t;
   nres_policy_t p;
@@ -507,6 +534,7 @@ int main(void) {
     cmocka_unit_test(k_dips_while_the_dependency_refuses),
     cmocka_unit_test(fast_plain_errors_are_no_accept),
     cmocka_unit_test(refused_call_waits_and_asks_again),
+    cmocka_unit_test(throttle_fail_ends_the_call_at_once),
     cmocka_unit_test(bad_arguments_are_refused),
     cmocka_unit_test(two_threads_share_one_throttle),
   };

@@ -567,6 +567,50 @@ describe("nres.ngx region files and balancer mode", function()
       'nres.ngx.region: name: expected letters, digits, _ or -, got a b')
   end)
 
+  it("move the state into a table of another layout (a reload's new declaration)", function()
+    local ctl = require "nres.ngx.control"
+    gw.scope("moving", { policy = "gateway", slots = 8 })
+    local s = gw.scopes.moving
+    local slot = s.shm:slot(s.shm:acquire("k", T0, 1e12))
+    C.nres_breaker_isolate(slot.breaker)
+    for _ = 1, 4 do C.nres_budget_spend(slot.budget, T0) end
+    local level = C.nres_budget_level(slot.budget, T0)
+    C.nres_gw_control_flag(s.control, ctl.DRY_RUN, 1)
+    gw.scope("moving", { policy = "gateway", slots = 16 })
+    local s2 = gw.scopes.moving
+    expect.truthy(s2.shm.replaced:find("^a size of "), s2.shm.replaced)
+    expect.eq(s2.shm.old, nil, "the old table let go")
+    local i = C.nres_shm_find(s2.ptr, "k", 1, nil)
+    expect.truthy(i >= 0, "the key moved")
+    expect.eq(C.nres_breaker_state(s2.shm:slot(i).breaker, T0), 3, "still isolated")
+    expect.eq(C.nres_budget_level(s2.shm:slot(i).budget, T0), level, "the budget's level")
+    expect.eq(ctl.flag(s2.control, ctl.DRY_RUN), true, "dry-run kept")
+    -- peers: by address; an undeclared one dropped, a new one fresh;
+    -- its breaker, drain flag and latency samples kept
+    local u = gw.upstream("mv", { scope = "moving", peers = { "10.0.0.1:80", "10.0.0.2:80" } })
+    C.nres_breaker_isolate(u.br[1])
+    C.nres_gw_control_flag(ctl.block(u.controls + u.idx[1] * ctl.BYTES), ctl.DRAIN, 1)
+    C.nres_estimator_record(u.est[1], T0, 5e6)
+    local peers = { "10.0.0.3:80", "10.0.0.1:80", "10.0.0.4:80", "10.0.0.5:80", "10.0.0.6:80" }
+    local u2 = gw.upstream("mv", { scope = "moving", peers = peers })
+    expect.truthy(u2.shm.replaced:find("^a size of "), u2.shm.replaced)
+    expect.eq(C.nres_breaker_state(u2.br[2], T0), 3, "10.0.0.1 still ejected")
+    expect.eq(C.nres_breaker_state(u2.br[1], T0), 0, "10.0.0.3 fresh")
+    expect.eq(ctl.flag(ctl.block(u2.controls + u2.idx[2] * ctl.BYTES), ctl.DRAIN), true)
+    local samples = ffi.new("uint64_t[1]")
+    expect.eq(tonumber(C.nres_estimator_quantile(u2.est[2], T0, 0.5, samples)) > 0, true)
+    expect.eq(tonumber(samples[0]), 1, "its latency sample")
+    expect.eq(C.nres_shm_find(u2.ptr, "10.0.0.2:80", 11, nil), -11, "10.0.0.2 not moved")
+    -- a limiter's rate set at run time: kept by a new layout, dropped by a
+    -- new declared rate
+    gw.limiter("mvl", { rate = 5, slots = 8 })
+    expect.eq(C.nres_gw_control_rate(gw.limiters.mvl.control, gw.limiters.mvl.ptr, 50, 2, T0), 0)
+    gw.limiter("mvl", { rate = 5, slots = 16 })
+    expect.eq(ctl.state(gw.limiters.mvl.control).rate, 50, "kept")
+    gw.limiter("mvl", { rate = 7, slots = 16 })
+    expect.eq(ctl.state(gw.limiters.mvl.control).rate, nil, "the declared rate changed")
+  end)
+
   it("refuse bad peer declarations by field", function()
     gw.scope("ups", { policy = "gateway", slots = 8 })
     expect.error(function() gw.upstream("b1", { scope = "ups", peers = {} }) end,

@@ -138,6 +138,29 @@ describe("fit", function()
 end)
 
 describe("nresrun tune", function()
+  it("reads its options with nresrun's parser, naming the option, what it expects and what it got", function()
+    local main = require "nresrun.tune.main"
+    local o, pos = assert(main.parse({ "t.csv", "--slo", "0.25", "--quantile", "0.999", "--use", "batch", "--seeds", "3" }))
+    expect.eq(pos[1], "t.csv")
+    expect.eq(o.slo, 0.25)
+    expect.eq(o.quantile, 0.999)
+    expect.eq(o.use, "batch")
+    expect.eq(o.seeds, 3)
+    local bad = {
+      { { "--slo", "0" }, 'tune: --slo: expected seconds above 0, at most 86400, got "0"' },
+      { { "--window", "inf" }, 'tune: --window: expected seconds above 0, at most 86400, got "inf"' },
+      { { "--quantile", "1" }, 'tune: --quantile: expected a share above 0 and below 1, got "1"' },
+      { { "--use", "fast" }, 'tune: --use: expected interactive or batch, got "fast"' },
+      { { "--seeds", "2.5" }, 'tune: --seeds: expected a whole number from 1 to 2147483647, got "2.5"' },
+      { { "t.csv", "--out" }, "tune: --out needs a value" },
+      { { "--list" }, "tune: unknown option --list (see nresrun tune --help)" },
+    }
+    for _, b in ipairs(bad) do
+      local ok, err = main.parse(b[1])
+      expect.eq(ok, nil)
+      expect.eq(err, b[2])
+    end
+  end)
   it("writes a loadable policy, a report with the verdict first and the model, from a simulation file", function()
     local sim = put("sim.lua", {
       'return require("nresrun").simulation{ policy = "none", duration = 40, seed = 1, load = { rate = 50 },',

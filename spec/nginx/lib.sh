@@ -85,6 +85,25 @@ nres_render_upstream() {
     PREFIX="$dir" PORT="$port" SPEC="$NRES_SPEC_NGINX" EXTRA_LISTEN="$extra"
 }
 
+# nres_mode_lines MODE MODULE: what a small gateway template's @LOAD@,
+# @BALANCER@ and @ADMIT@ take in MODE, set in nres_load, nres_balancer
+# and nres_admit: "module" loads MODULE (ngx_http_nres_module) and uses
+# nres_balancer and nres_admit; "lua" uses balancer_by_lua and an
+# admission in set_by_lua that answers 503 when refused, with log_by_lua.
+nres_mode_lines() {
+  if [ "$1" = module ]; then
+    nres_load="load_module $2;"
+    nres_balancer="nres_balancer;"
+    nres_admit="nres_admit backend;"
+  else
+    nres_load=""
+    nres_balancer='balancer_by_lua_block { require("nres.ngx").balance("backend") }'
+    nres_admit='set_by_lua_block $nres_ms { return require("nres.ngx").admit("backend") }
+      if ($nres_ms = "") { return 503; }
+      log_by_lua_block { require("nres.ngx").log() }'
+  fi
+}
+
 # nres_render TEMPLATE OUT KEY=VALUE...: replace @KEY@ with VALUE.
 nres_render() {
   local tpl=$1 out=$2; shift 2

@@ -14,6 +14,10 @@
 --                    answer), then the connection closed
 --   &delay=MS (with any mode) healthy answers wait MS ms first
 --   &status=N (with any mode) failing answers are N (default 503)
+--   &capacity=C (with any mode) at most C healthy answers in flight (on
+--                    this port, all workers); one more is refused at once
+--                    with the failing status, counted as failed: an
+--                    overload (0: no limit, the default)
 -- Each port the server listens on is its own upstream with its own mode and
 -- counters (the peers of a pool): /admin on that port sets and reads them.
 -- GET /admin (no mode) returns the counters as JSON; &reset=1 (also with a
@@ -97,6 +101,7 @@ function _M.admin()
     dict:set(P .. "n", tonumber(args.n) or 2)
     dict:set(P .. "delay", tonumber(args.delay) or 0)
     dict:set(P .. "status", status)
+    dict:set(P .. "capacity", tonumber(args.capacity) or 0)
     if mode == "blip" then
       ngx.update_time()
       local from = ngx.now() + (tonumber(args["in"]) or 0)
@@ -155,6 +160,15 @@ function _M.serve()
     local now = ngx.now()
     fail = now >= dict:get(P .. "blip_from") and now < dict:get(P .. "blip_until")
   end
+  local cap = dict:get(P .. "capacity") or 0
+  if not fail and cap > 0 then   -- an overload: refused at once beyond capacity
+    if dict:incr(P .. "inflight", 1, 0) > cap then
+      dict:incr(P .. "inflight", -1, 0)
+      fail = true
+    else
+      cap = -1   -- holds a place: given back below
+    end
+  end
   if fail then
     dict:incr(P .. "failed", 1, 0)
     ngx.status = dict:get(P .. "status") or 503
@@ -164,6 +178,7 @@ function _M.serve()
   end
   local delay = dict:get(P .. "delay")
   if delay and delay > 0 then ngx.sleep(delay / 1000) end
+  if cap == -1 then dict:incr(P .. "inflight", -1, 0) end
   ngx.header["Content-Type"] = "text/plain"
   local uri = ngx.var.uri
   if uri:find("/big$") then     -- 200,000 bytes in four flushed chunks

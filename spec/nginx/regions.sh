@@ -43,20 +43,10 @@ gw="http://127.0.0.1:$port"
 gwp=$work/gw
 
 render() {   # MODE SLOTS
-  local load="" balancer admit
-  if [ "$1" = module ]; then
-    load="load_module $module;"
-    balancer="nres_balancer;"
-    admit="nres_admit backend;"
-  else
-    balancer='balancer_by_lua_block { require("nres.ngx").balance("backend") }'
-    admit='set_by_lua_block $nres_ms { return require("nres.ngx").admit("backend") }
-      if ($nres_ms = "") { return 503; }
-      log_by_lua_block { require("nres.ngx").log() }'
-  fi
+  nres_mode_lines "$1" "$module"
   nres_render "$here/regions.conf.in" "$gwp/nginx.conf" PREFIX="$gwp" PORT="$port" \
-    UPORT="$uport" LUA="$repo/lua/?.lua" SLOTS="$2" LOAD="$load" BALANCER="$balancer" \
-    ADMIT="$admit"
+    UPORT="$uport" LUA="$repo/lua/?.lua" SLOTS="$2" LOAD="$nres_load" \
+    BALANCER="$nres_balancer" ADMIT="$nres_admit"
 }
 # Start with region directory DIR ("default": nres' own) and SLOTS.
 start() {   # MODE DIR SLOTS

@@ -20,24 +20,31 @@ int bind(int fd, const void *addr, unsigned int len);
 int close(int fd);
 ]]
 
--- A port nobody holds on 127.0.0.1 now (bind succeeds), taken below the
--- ephemeral range so no client socket of a test beside us takes it.
-local function free_port()
+-- Nobody holds TCP port p on 127.0.0.1 now (bind succeeds).
+local function port_free(p)
+  local sa = ffi.new("uint8_t[16]")
+  sa[0], sa[1] = 2, 0                          -- AF_INET, little-endian
+  sa[2], sa[3] = math.floor(p / 256), p % 256  -- port, network order
+  sa[4], sa[5], sa[6], sa[7] = 127, 0, 0, 1
+  local fd = ffi.C.socket(2, 1, 0)
+  local ok = ffi.C.bind(fd, sa, 16) == 0
+  ffi.C.close(fd)
+  return ok
+end
+
+-- A free port taken below the ephemeral range so no client socket of a
+-- test beside us takes it (and below 55536: a Cluster node's bus port is
+-- its port + 10000); with `bus`, its bus port is free too.
+local function free_port(bus)
   local low = 32768
   local f = io.open("/proc/sys/net/ipv4/ip_local_port_range")
   if f then low = tonumber(f:read("*n")) or low; f:close() end
-  local hi = low > 21000 and low - 1 or 59999
+  local hi = low > 21000 and low - 1 or 55535
+  if hi > 55535 then hi = 55535 end
   math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)"), 16) % 100000)
   for _ = 1, 100 do
     local p = math.random(20000, hi)
-    local sa = ffi.new("uint8_t[16]")
-    sa[0], sa[1] = 2, 0                          -- AF_INET, little-endian
-    sa[2], sa[3] = math.floor(p / 256), p % 256  -- port, network order
-    sa[4], sa[5], sa[6], sa[7] = 127, 0, 0, 1
-    local fd = ffi.C.socket(2, 1, 0)
-    local ok = ffi.C.bind(fd, sa, 16) == 0
-    ffi.C.close(fd)
-    if ok then return p end
+    if port_free(p) and (not bus or port_free(p + 10000)) then return p end
   end
   error("no free port found")
 end
@@ -51,7 +58,7 @@ assert(os.execute(string.format("redis-server --port %d --bind 127.0.0.1 --dir %
   .. "--appendonly no --daemonize yes --pidfile %s >/dev/null", port, dir, pidfile)) == 0)
 local function stop_redis()
   os.execute(string.format("kill $(cat %s) $(cat %s/auth.pid 2>/dev/null) $(cat %s/tls.pid 2>/dev/null) "
-    .. "2>/dev/null; sleep 0.2; rm -rf %s", pidfile, dir, dir, dir))
+    .. "$(cat %s/c*.pid 2>/dev/null) 2>/dev/null; sleep 0.2; rm -rf %s", pidfile, dir, dir, dir, dir))
 end
 for _ = 1, 100 do   -- until it answers
   if sync.new{ fleet = "t", redis = "127.0.0.1:" .. port }:tick() then break end
@@ -151,6 +158,27 @@ describe("nres.sync", function()
     expect.truthy(not ok and err:find("cluster", 1, true), err)
     ok, err = pcall(sync.new, { fleet = "t", breaker_quorum = 1 })
     expect.truthy(not ok and err:find("breaker_quorum", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinel_password = "secret" })
+    expect.truthy(not ok and err:find("sentinel_password: never inline", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinels = { "a:1" }, master = "m",
+                                sentinel_password_env = "NRES_SURELY_UNSET_VAR" })
+    expect.truthy(not ok and err:find("sentinel_password_env", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinels = { "a:1" }, master = "m", sentinel_user = "s" })
+    expect.truthy(not ok and err:find("sentinel_user: expected a password too", 1, true), err)
+    ok, err = pcall(sync.new, { fleet = "t", sentinel_password_file = "/dev/null" })
+    expect.truthy(not ok and err:find("expected sentinels too", 1, true), err)
+    for _, v in ipairs { -0.1, 1.5, "x" } do
+      ok, err = pcall(sync.new, { fleet = "t", breaker_fleet_ratio = v })
+      expect.truthy(not ok and err:find("breaker_fleet_ratio", 1, true), err)
+    end
+    for _, v in ipairs { 0, 2.5, 2e9 } do
+      ok, err = pcall(sync.new, { fleet = "t", breaker_fleet_min_calls = v })
+      expect.truthy(not ok and err:find("breaker_fleet_min_calls", 1, true), err)
+    end
+    local fr = assert(sync.new{ fleet = "t", redis = "127.0.0.1:" .. port,
+                                breaker_fleet_ratio = 0.5, breaker_fleet_min_calls = 40 })
+    fr:add("ratio", nres.policy{ attempts = 1, breaker = { ratio = 0.5 } }, { breaker = true })
+    expect.truthy(fr:tick(), "a round with the fleet ratio on")
     -- Two fleets on one Redis keep apart records.
     local p1 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
     local p2 = nres.policy{ attempts = 3, budget = { ratio = 0.1, min_per_sec = 0, capacity = 10 } }
@@ -234,6 +262,70 @@ describe("nres.sync", function()
     a:add("plain", nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } })
     expect.truthy(not a:tick())
     os.execute(string.format("kill $(cat %s/tls.pid) 2>/dev/null", dir))
+
+    -- A Cluster over TLS: three primaries, TLS on their bus too
+    -- (tls-cluster), joined by redis-cli --cluster create over TLS; each
+    -- node serves some of 30 scopes and runs their calls.
+    if os.execute("command -v redis-cli >/dev/null 2>&1") ~= 0 then return end
+    local tls_files = string.format("--tls-cert-file %s/server.crt --tls-key-file %s/server.key "
+      .. "--tls-ca-cert-file %s/ca.crt", t, t, t)
+    local cli = string.format("redis-cli --tls --cacert %s/ca.crt --cert %s/client.crt --key %s/client.key",
+                              t, t, t)
+    local cports, seeds = {}, {}
+    for i = 1, 3 do
+      local p
+      repeat p = free_port(true) until p ~= cports[1] and p ~= cports[2]
+      cports[i] = p
+      seeds[i] = "127.0.0.1:" .. p
+      assert(os.execute(string.format("mkdir -p %s/c%d && redis-server --port 0 --tls-port %d "
+        .. "--bind 127.0.0.1 --dir %s/c%d --save '' --appendonly no --daemonize yes "
+        .. "--pidfile %s/c%d.pid --cluster-enabled yes --cluster-node-timeout 2000 "
+        .. "--tls-cluster yes --tls-replication yes %s >/dev/null",
+        dir, i, p, dir, i, dir, i, tls_files)) == 0)
+    end
+    local function ask(p, cmd)
+      local f = io.popen(string.format("%s -p %d %s 2>/dev/null", cli, p, cmd))
+      local out = f:read("*a")
+      f:close()
+      return out
+    end
+    for _, p in ipairs(cports) do
+      for _ = 1, 100 do
+        if ask(p, "PING"):find("PONG", 1, true) then break end
+        os.execute("sleep 0.05")
+      end
+    end
+    expect.eq(os.execute(string.format("%s --cluster create %s --cluster-yes >%s/create.log 2>&1",
+                                       cli, table.concat(seeds, " "), dir)), 0, "cluster created over TLS")
+    local formed
+    for _ = 1, 200 do
+      formed = true
+      for _, p in ipairs(cports) do
+        formed = formed and ask(p, "CLUSTER INFO"):find("cluster_state:ok", 1, true) ~= nil
+      end
+      if formed then break end
+      os.execute("sleep 0.05")
+    end
+    expect.truthy(formed, "cluster_state:ok on the three nodes")
+    local c = assert(sync.new{ fleet = "t", cluster = { seeds[1] }, timeout = 0.5,
+      tls = { ca_file = t .. "/ca.crt", cert_file = t .. "/client.crt", key_file = t .. "/client.key" } })
+    local keep = {}
+    for i = 1, 30 do
+      keep[i] = nres.policy{ attempts = 2, budget = { ratio = 0.1, capacity = 10 } }
+      c:add("c" .. i, keep[i])
+    end
+    local synced
+    for _ = 1, 100 do
+      synced = c:tick()
+      if synced then break end
+      os.execute("sleep 0.05")
+    end
+    expect.truthy(synced, "every scope synced through a TLS Cluster: " .. tostring(c:stats().error))
+    for _, p in ipairs(cports) do
+      local n = tonumber(ask(p, "INFO commandstats"):match("cmdstat_evalsha:calls=(%d+)") or "0")
+      expect.truthy(n > 0, "node " .. p .. " ran its scopes' calls")
+    end
+    for i = 1, 3 do os.execute(string.format("kill $(cat %s/c%d.pid) 2>/dev/null", dir, i)) end
   end)
 
   it("falls back to local protection without Redis", function()

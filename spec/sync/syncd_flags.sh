@@ -43,10 +43,22 @@ unset NRES_SYNCD_TEST_UNSET
 check 2 "--password-env: expected the name of a set environment variable" \
   --password-env NRES_SYNCD_TEST_UNSET --fleet t --region /nonexistent
 check 2 "--user: expected a password too" --user alice --fleet t --region /nonexistent
+check 2 "--sentinel-password-env: expected the name of a set environment variable" \
+  --sentinel-password-env NRES_SYNCD_TEST_UNSET --sentinel 127.0.0.1:1 --master m --fleet t --region /nonexistent
+check 2 "--sentinel-user: expected a password too" --sentinel-user s --sentinel 127.0.0.1:1 \
+  --master m --fleet t --region /nonexistent
+check 2 "expected --sentinel too" --sentinel-password-file /dev/null --fleet t --region /nonexistent
+check 2 "sentinel_password_file /nonexistent/pw" --sentinel-password-file /nonexistent/pw \
+  --sentinel 127.0.0.1:1 --master m --fleet t --region /nonexistent
 check 2 "password_file /nonexistent/pw" --password-file /nonexistent/pw --fleet t --region /nonexistent
 for v in 1 -0.1 x; do
   check 2 "--quorum: expected a number from 0 to" --quorum "$v" --fleet t --region /nonexistent
 done
+for v in 1.5 -0.1 x; do
+  check 2 "--fleet-ratio: expected a number from 0 to 1, got \"$v\"" --fleet-ratio "$v" --fleet t --region /nonexistent
+done
+check 2 "--fleet-min-calls: expected a number from 1 to 1e+09, got \"0\"" --fleet-min-calls 0 --fleet t --region /nonexistent
+check 2 "--fleet-min-calls: expected a whole number of calls, got \"2.5\"" --fleet-min-calls 2.5 --fleet t --region /nonexistent
 check 2 "--db: expected a number from 0 to 1e+06, got \"-1\"" --db -1 --fleet t --region /nonexistent
 check 2 "--sentinel and --master: expected both" --sentinel 127.0.0.1:1 --fleet t --region /nonexistent
 check 2 "--sentinel and --master: expected both" --master m --fleet t --region /nonexistent

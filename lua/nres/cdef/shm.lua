@@ -33,6 +33,10 @@ typedef struct nres_shm_counts_s {
   uint64_t stops[12];
 } nres_shm_counts_t;
 
+typedef struct nres_shm_migration_s {
+  uint32_t keys, moved, full, gone, changed, reset, adjusted, reserved_;
+} nres_shm_migration_t;
+
 typedef struct nres_shm_stats_s {
   uint64_t slots, live, lookups, inserts, evictions, full, races;
 } nres_shm_stats_t;
@@ -52,6 +56,12 @@ int nres_shm_limit(nres_shm_t *shm, uint32_t index, nres_time_t now, double *ret
 void nres_shm_stats(nres_shm_t *shm, nres_shm_stats_t *out);
 void nres_shm_slot_counts(const nres_shm_slot_t *slot, nres_shm_counts_t *out);
 size_t nres_shm_slot_size(void);
+int nres_shm_find(nres_shm_t *shm, const char *key, size_t len, uint32_t *gen);
+uint32_t nres_shm_slots(nres_shm_t *shm);
+int nres_shm_migrate(nres_shm_t *from, nres_shm_t *to, nres_time_t now, unsigned flags,
+                     uint32_t *map, nres_shm_migration_t *out);
+int nres_shm_migration_text(const nres_shm_migration_t *m, const nres_shm_config_t *from,
+                            const nres_shm_config_t *to, char *buf, size_t cap);
 int nres_shm_file_check(int fd, uint64_t size, char *why, size_t cap);
 int nres_shm_file_open(const char *path, uint64_t size, int *fd, char *why, size_t cap);
 int nres_shm_file_create(const char *path, uint64_t size, int *fd, char *why, size_t cap);

@@ -180,6 +180,55 @@ local function register(u, s, ests)
   return g
 end
 
+-- Where a peers' table of `slots` keeps its extra memory: an estimator
+-- per slot at 0, then (64-aligned) a try histogram per slot and the
+-- request histogram, then a control block per slot. Returns the
+-- histograms' and the control blocks' offsets, and the bytes in all.
+local CONTROL_SIZE = require("nres.ngx.control").BYTES
+local function peers_layout(slots)
+  local hists_at = slots * EST_SIZE
+  hists_at = hists_at + (64 - hists_at % 64) % 64
+  local controls_at = hists_at + (slots + 1) * HIST_SIZE
+  return hists_at, controls_at, controls_at + slots * CONTROL_SIZE
+end
+
+-- A reload's new peers' table takes over each declared peer's own memory
+-- from the old table (report from nres.shm migrate, its map from old slot
+-- to new): its latency estimator (unless the estimators' period
+-- changed), its try histogram and its control block (drain, weight set
+-- at run time), and the upstream's request histogram.
+local NOT_MOVED = require("nres.shm").NOT_MOVED
+local function move_peers(tbl, r, notes)
+  local old = r.old
+  local ohists, ocontrols, obytes = peers_layout(r.slots)
+  if old.extra == nil or old.extra_bytes < obytes then
+    notes[#notes + 1] = "reset: latency estimators, histograms, drains and weights"
+      .. " (the old region has none)"
+    return
+  end
+  local hists_at, controls_at = peers_layout(tbl.slots)
+  local from, to = ffi_cast("char *", old.extra), ffi_cast("char *", tbl.extra)
+  local oest, nest = ffi_cast("nres_estimator_t *", from), ffi_cast("nres_estimator_t *", to)
+  local reset = 0
+  for i = 0, r.slots - 1 do
+    local j = r.map[i]
+    if j ~= NOT_MOVED then
+      if oest[i].period == nest[j].period then
+        ffi.copy(nest + j, oest + i, EST_SIZE)
+      else
+        reset = reset + 1
+      end
+      ffi.copy(to + hists_at + j * HIST_SIZE, from + ohists + i * HIST_SIZE, HIST_SIZE)
+      ffi.copy(to + controls_at + j * CONTROL_SIZE, from + ocontrols + i * CONTROL_SIZE,
+               CONTROL_SIZE)
+    end
+  end
+  ffi.copy(to + hists_at + tbl.slots * HIST_SIZE, from + ohists + r.slots * HIST_SIZE, HIST_SIZE)
+  if reset > 0 then
+    notes[#notes + 1] = "reset: " .. reset .. " peers' latency estimators (their period changed)"
+  end
+end
+
 -- A peer entry: "host:port", or { "host:port", weight = 1..10000,
 -- backup = true } (docs/gateway-peers.md): its address, weight, backup.
 local function peer_entry(i, p)
@@ -274,25 +323,18 @@ function _M.declare(name, opts)
   -- The peers' table: two slots per peer (room to add a few without a new
   -- layout), each key leased for ever; after it an estimator and a
   -- histogram of try durations per slot, and the upstream's histogram of
-  -- request durations (zeroed memory: empty histograms).
+  -- request durations (zeroed memory: empty histograms), and a control
+  -- block per slot (peers_layout).
   local slots = max(8, 2 * n)
   slots = slots + (8 - slots % 8) % 8
-  local hists_at = slots * EST_SIZE
-  hists_at = hists_at + (64 - hists_at % 64) % 64
-  local CONTROL_SIZE = require("nres.ngx.control").BYTES
-  local controls_at = hists_at + (slots + 1) * HIST_SIZE
-  local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
-                                    budget = false, limiter = false,
-                                    extra = controls_at + slots * CONTROL_SIZE }, name)
-  u.shm, u.ptr = tbl, tbl.shm
-  local ests = ffi_cast("nres_estimator_t *", tbl.extra)   -- kept alive by tbl
-  u.hists = ffi_cast("char *", tbl.extra) + hists_at        -- slot i's at i * HIST_SIZE
-  u.hist = u.hists + slots * HIST_SIZE
-  u.controls = ffi_cast("char *", tbl.extra) + controls_at   -- slot i's (drain) at i * size
+  local hists_at, controls_at, bytes = peers_layout(slots)
+  local ests
   -- Estimators laid out and peers keyed, in order: a fresh table given
   -- the same keys in the same order puts each in the same slot, so a
   -- worker's table remade by verify() keeps every index and pointer
-  -- (its extra memory comes zeroed: empty histograms).
+  -- (its extra memory comes zeroed: empty histograms). A table that
+  -- replaced one of another layout is laid out so too, before the old
+  -- one's state moves into it (move_peers).
   local function lay_out(fresh)
     if fresh then
       for i = 0, slots - 1 do C.nres_estimator_init(ests + i, EST_PERIOD) end
@@ -308,7 +350,16 @@ function _M.declare(name, opts)
       u.est[i] = ests + idx
     end
   end
-  lay_out(not tbl.reused)
+  local tbl = new_table("peers", { slots = slots, breaker = eject_config(opts.eject or {}),
+                                    budget = false, limiter = false, extra = bytes }, name,
+                        { present = true, extra = move_peers, prepare = function(t)
+    u.shm, u.ptr = t, t.shm
+    ests = ffi_cast("nres_estimator_t *", t.extra)   -- kept alive by t
+    u.hists = ffi_cast("char *", t.extra) + hists_at        -- slot i's at i * HIST_SIZE
+    u.hist = u.hists + slots * HIST_SIZE
+    u.controls = ffi_cast("char *", t.extra) + controls_at   -- slot i's (drain) at i * size
+    lay_out(not t.reused)
+  end })
   tbl.on_fresh = function() lay_out(true) end
   local t = s.policy.spec
   u.attempts = t.attempts or 1

@@ -28,16 +28,43 @@ local function check_name(fn, name)
   end
 end
 
+-- A table that replaced a file of another layout takes over its state
+-- (nres.shm migrate, nres/shm.h): what moved, and what was reset and why,
+-- as a note for the table's one log line, and whether keys were left out
+-- (a warning then). moves: see new_table.
+local function migrate(tbl, moves)
+  if not tbl.old then return nil end
+  local r, err = tbl:migrate(moves.present)
+  if not r then
+    tbl:release_old()
+    return "its state could not be moved (" .. err .. ") and starts fresh", true
+  end
+  local notes = { r.text }
+  if moves.extra then moves.extra(tbl, r, notes) end
+  if #notes > 1 then notes[1] = notes[1]:gsub("; nothing reset$", "") end   -- the extra's resets
+  tbl:release_old()
+  return table.concat(notes, "; "), r.full + r.changed > 0
+end
+
 -- nres.shm.new, its misuse errors raised at the level of our caller's caller;
 -- in the region file of table `tname` of kind fn, if there is a region
--- directory (nres.ngx.files).
-local function new_table(fn, opts, tname)
+-- directory (nres.ngx.files). A file of another layout (a reload that
+-- changed the slots, the peers or a policy field) is replaced, and its
+-- state moved into the new table: moves = { present = true (only keys
+-- the new table holds: the declared peers), prepare = function(tbl)
+-- (lays out the keys, before the move), extra = function(tbl, report,
+-- notes) (moves the caller's own memory after the table, adding to the
+-- notes) }.
+local function new_table(fn, opts, tname, moves)
   if tname then opts.file = files.path(fn, tname) end
   local ok, tbl, err, kind = pcall(shm_mod.new, opts)
   if not ok then error((tostring(tbl):gsub("^[^\n]-:%d+: ", "")), 3) end
   if not tbl and kind == "full" then error(files.full(fn, tname, err), 3) end
   if not tbl then error("nres.ngx." .. fn .. ": " .. err, 3) end
-  if tname then files.opened(fn, tname, tbl) end
+  moves = moves or {}
+  if moves.prepare then moves.prepare(tbl) end
+  local moved, left_out = migrate(tbl, moves)
+  if tname then files.opened(fn, tname, tbl, moved, left_out) end
   return tbl
 end
 
@@ -97,7 +124,7 @@ function _M.scope(name, opts)
       k = p.cp.own.throttle.k, buckets = p.cp.own.throttle.window.count,
       window = tonumber(p.cp.own.throttle.window.width) * p.cp.own.throttle.window.count,
       fast_failure = p.cp.own.throttle.fast_failure } or false,
-  }, name)
+  }, name, { extra = ctl.migrate })
   local s = {
     name = name, policy = p, template = p.cp, shm = tbl, ptr = tbl.shm,
     hold = hold * 1e9, classify = p.classify,
@@ -162,7 +189,8 @@ function _M.limiter(name, opts)
   end
   local ctl = require "nres.ngx.control"
   local tbl = new_table("limiter", { slots = opts.slots or 4096, extra = ctl.BYTES,
-                                    limiter = { rate = opts.rate, burst = burst } }, name)
+                                    limiter = { rate = opts.rate, burst = burst } }, name,
+                        { extra = ctl.migrate })
   local s = { name = name, shm = tbl, ptr = tbl.shm, rate = opts.rate, burst = burst,
               hold = seconds("limiter", "hold", opts.hold, 60) * 1e9, overflow = 0,
               top = top, keys = opts.keys, control = ctl.block(tbl.extra) }

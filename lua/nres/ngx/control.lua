@@ -33,7 +33,7 @@ local config = require "nres.ngx.config"
 local C = cdef.C
 local type, tostring, tonumber, pairs, ipairs, format = type, tostring, tonumber, pairs,
   ipairs, string.format
-local band = require("bit").band
+local band, bnot = require("bit").band, require("bit").bnot
 
 require "nres.cdef.gateway"   -- nres_gw_control_t and its functions
 
@@ -62,6 +62,25 @@ function _M.state(c)
   local st = { dry_run = flag(c, DRY_RUN), would_refuse = would }
   if flag(c, RATE_SET) then st.rate, st.burst = tonumber(c.rate), tonumber(c.burst) end
   return st
+end
+
+-- A reload that replaced a scope's or limiter's table (another layout):
+-- the new table takes over the old one's control block (nres.ngx.config's
+-- moves.extra; report from nres.shm migrate): dry-run and its counts are
+-- kept; a limiter's rate set through the control API is kept unless the
+-- declaration's own rate changed (the operator's new word), then dropped,
+-- said in the notes.
+function _M.migrate(tbl, report, notes)
+  local old = report.old
+  if old.extra == nil or old.extra_bytes < _M.BYTES then return end
+  local c = _M.block(tbl.extra)
+  ffi.copy(c, old.extra, _M.BYTES)
+  local was, now = C.nres_shm_config(old.shm), C.nres_shm_config(tbl.shm)
+  if flag(c, RATE_SET) and (was.rate ~= now.rate or was.burst ~= now.burst) then
+    c.flags = band(c.flags, bnot(RATE_SET))
+    notes[#notes + 1] = format("reset: the rate set through the control API (%s/s burst %d;"
+      .. " the declared rate changed)", tostring(c.rate), tonumber(c.burst))
+  end
 end
 
 -- ------------------------------------------------------------ operations

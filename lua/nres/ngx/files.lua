@@ -19,9 +19,12 @@
 -- init_by_lua again in the master: the same path with the same layout
 -- (slots, policy, peers) is attached, and open breakers, budget levels,
 -- limiter buckets, latency estimates and counters carry on in the new
--- workers; a file of another layout, owner, mode or size is replaced by a
--- new one (the old workers keep theirs until they exit) with one log line
--- saying why. A binary upgrade (USR2) runs the same init_by_lua with the
+-- workers; a file of another layout is replaced by a new one (the old
+-- workers keep theirs until they exit) and its state moved into it
+-- (nres.ngx.config, nres/shm.h "migration"), with one log line saying
+-- what moved and what was reset and why; a file of another owner or
+-- mode, version or a damaged one is replaced and starts fresh, with one
+-- log line saying why. A binary upgrade (USR2) runs the same init_by_lua with the
 -- same prefix, so old and new workers share the same tables during the
 -- overlap (the new binary's environment holds only what `env` directives
 -- name: `env NRES_REGION_DIR;` if the dir comes from it).
@@ -148,13 +151,19 @@ end
 function _M.where() return dir, name end
 
 -- Record what shm.new did with a file: a reuse is a notice, a replacement
--- a warning with the reason; both one line.
-function _M.opened(kind, tname, tbl)
+-- a warning with the reason; a replacement whose state moved into the new
+-- table (`moved`: what moved, what was reset and why; nres.ngx.config) a
+-- notice, or a warning if keys were left out; each one line.
+function _M.opened(kind, tname, tbl, moved, left_out)
   if not tbl.file then return end
   used[tbl.file] = true
   tables[#tables + 1] = { kind = kind, name = tname, tbl = tbl }
   if tbl.reused then
     log(ngx and ngx.NOTICE, format("nres: %s \"%s\": kept the state in %s", kind, tname, tbl.file))
+  elseif tbl.replaced and moved then
+    log(ngx and (left_out and ngx.WARN or ngx.NOTICE), format("nres: %s \"%s\": %s: %s;"
+        .. " made a new region there and moved the state into it (%s)", kind, tname,
+        tbl.file, tbl.replaced, moved))
   elseif tbl.replaced then
     log(ngx and ngx.WARN, format("nres: %s \"%s\": %s: %s; made a new region there"
         .. " (its state starts fresh; processes still using the old one keep it)",

@@ -12,6 +12,7 @@ local C = cdef.C
 -- (their fields are the runtime's to lay out); one box each, reused.
 local breaker_stats = ffi.new("nres_breaker_stats_t")
 local budget_stats = ffi.new("nres_budget_stats_t")
+local until_box = ffi.new("nres_time_t[1]")   -- nres_breaker_peek's
 local rate_stats = ffi.new("nres_ratelimit_stats_t")
 local tonumber, tostring, pairs, ipairs, format = tonumber, tostring, pairs, ipairs, string.format
 local concat, find = table.concat, string.find
@@ -65,6 +66,9 @@ local function scope_status(s, now, worker_local, top)
         k.breaker_trips = tonumber(breaker_stats.trips)
         k.breaker_rejected = tonumber(breaker_stats.rejected)
         k.leases_expired = tonumber(breaker_stats.leases_expired)
+        if state == 1 and C.nres_breaker_peek(slot.breaker, now, until_box) == 1 then
+          k.break_left = math.max(0, (tonumber(until_box[0]) - now) / 1e9)
+        end
       end
       if s.budget then
         k.budget = C.nres_budget_level(slot.budget, now)

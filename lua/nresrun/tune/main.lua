@@ -32,39 +32,20 @@ Options:
                    when a window would hold under 50 requests)
   --seed N         seed of a simulation file's trace (default 1)]]
 
-local values = { out = true, use = true, slo = "n", quantile = "n", weights = true, seeds = "n",
-                 window = "n", seed = "n" }
+-- The options, read by nresrun's one parser (nresrun.cli.parse).
+_M.grammar = {
+  flags = { help = true },
+  values = { out = "string", use = { "interactive", "batch" }, slo = "positive_seconds", quantile = "share",
+             weights = "string", seeds = "count", window = "positive_seconds", seed = "count" },
+  help = "nresrun tune --help",
+}
 
-local function parse(args)
-  local o, pos = {}, {}
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name = a:match("^%-%-([%w]+)$")
-    if a == "--help" then
-      o.help = true
-    elseif name and values[name] then
-      local v = args[i + 1]
-      if v == nil then return nil, format("tune: --%s needs a value", name) end
-      if values[name] == "n" then
-        local n = tonumber(v)
-        if not n or n ~= n or n <= 0 or n >= math.huge then
-          return nil, format("tune: --%s: expected a number > 0, got %q", name, v)
-        end
-        v = n
-      end
-      o[name] = v
-      i = i + 1
-    elseif a:sub(1, 1) == "-" then
-      return nil, format("tune: unknown option %s (see nresrun tune --help)", a)
-    else
-      pos[#pos + 1] = a
-    end
-    i = i + 1
-  end
+-- parse(args) -> options, positional; or nil, "tune: error".
+function _M.parse(args)
+  local o, pos = require("nresrun.cli").parse(args, _M.grammar)
+  if not o then return nil, "tune: " .. pos end
   return o, pos
 end
-_M.parse = parse
 
 -- The objective table the options state.
 local function objective_of(o)
@@ -122,7 +103,7 @@ function _M.tune(path, o)
 end
 
 function _M.main(args)
-  local o, pos = parse(args)
+  local o, pos = _M.parse(args)
   if not o then io.stderr:write("nresrun: ", pos, "\n") return 2 end
   if o.help then print(_M.USAGE) return 0 end
   if #pos ~= 1 then io.stderr:write("nresrun: tune: expected one trace file (see nresrun tune --help)\n") return 2 end

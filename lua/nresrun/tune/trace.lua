@@ -1,8 +1,9 @@
 -- SPDX-License-Identifier: MIT
 -- nresrun.tune.trace: read a recorded trace of calls to one dependency.
 --
--- Two formats, told apart by the first line that is not blank or a
--- "#" comment:
+-- Three formats, told apart by the first line that is not blank or a
+-- "#" comment (the third, a line starting "{", is the gateway's JSON try
+-- log: nresrun.tune.jsonl):
 --   csv    "time,latency,outcome" (the header is optional): one row per
 --          request to the dependency; time = when it was sent, in seconds
 --          (any origin, e.g. Unix time), latency = seconds until its
@@ -73,9 +74,9 @@ end
 
 local NGINX = '^(%d+%.%d+) (%d+%.%d+) "([^"]*)" "([^"]*)" (%d%d%d) "([^"]*)"%s*$'
 
-local function nginx_line(line)
-  local msec, rt, urt, ust = line:match(NGINX)
-  if not msec then return nil, "expected the nres_tune log_format: $msec $request_time \"$upstream_response_time\" \"$upstream_status\" $status \"$upstream_addr\"" end
+-- The tries of nginx's lists $upstream_response_time and $upstream_status
+-- (a try with no time, "-", took the request's rt seconds); nil, error.
+function _M.upstream_tries(urt, ust, rt)
   local times, statuses = split(urt), split(ust)
   if #statuses == 0 then return nil, "no upstream try ($upstream_status is empty)" end
   if #times ~= #statuses then
@@ -84,17 +85,27 @@ local function nginx_line(line)
   local tries = {}
   for i, s in ipairs(statuses) do
     local l = tonumber(times[i])
-    tries[i] = { latency = finite(l) and l or tonumber(rt), outcome = status_outcome(s) }
+    tries[i] = { latency = finite(l) and l or rt, outcome = status_outcome(s) }
   end
+  return tries
+end
+
+local function nginx_line(line)
+  local msec, rt, urt, ust = line:match(NGINX)
+  if not msec then return nil, "expected the nres_tune log_format: $msec $request_time \"$upstream_response_time\" \"$upstream_status\" $status \"$upstream_addr\"" end
+  local tries, err = _M.upstream_tries(urt, ust, tonumber(rt))
+  if not tries then return nil, err end
   return tonumber(msec) - tonumber(rt), tries, tonumber(msec)
 end
 
 -- ----------------------------------------------------------------- read
 
+-- The format of a trace's first line, and its line parser.
 local function detect(line)
-  if line:lower():match("^%s*time%s*,%s*latency%s*,%s*outcome%s*$") then return "csv", true end
-  if csv_line(line) then return "csv" end
-  if nginx_line(line) then return "nginx" end
+  if line:lower():match("^%s*time%s*,%s*latency%s*,%s*outcome%s*$") then return "csv", csv_line, true end
+  if csv_line(line) then return "csv", csv_line end
+  if nginx_line(line) then return "nginx", nginx_line end
+  if line:match("^%s*{") then return "jsonl", require("nresrun.tune.jsonl").line end   -- the gateway's try log
   return nil
 end
 
@@ -102,23 +113,22 @@ function _M.read(path)
   local f, err = io.open(path, "r")
   if not f then return nil, format("tune: cannot read the trace: %s", tostring(err)) end
   local kind, parse
-  local requests, bad, first_bad, n = {}, 0, nil, 0
+  local requests, bad, first_bad, n, refused = {}, 0, nil, 0, 0
   local back, back_max, last_clock = 0, 0, nil
   for line in f:lines() do
     n = n + 1
     if not line:match("^%s*$") and not line:match("^%s*#") then
       if not kind then
         local header
-        kind, header = detect(line)
+        kind, parse, header = detect(line)
         if not kind then
           f:close()
-          return nil, format("%s:%d: unknown trace format: expected a CSV of time,latency,outcome or an nginx access log in the nres_tune log_format (docs/tune.md), got %q",
+          return nil, format("%s:%d: unknown trace format: expected a CSV of time,latency,outcome, an nginx access log in the nres_tune log_format or the gateway's JSON try log (docs/tune.md), got %q",
                              path, n, line:sub(1, 120))
         end
-        parse = kind == "csv" and csv_line or nginx_line
         if header then goto continue end
       end
-      local t, tries, clock = parse(line)
+      local t, tries, clock, info = parse(line)
       if not t then
         bad = bad + 1
         first_bad = first_bad or format("%s:%d: %s", path, n, tries)
@@ -136,6 +146,7 @@ function _M.read(path)
           last_clock = clock
         end
         requests[#requests + 1] = { t = t, tries = tries }
+        if info and info.refused then refused = refused + 1 end
       end
     end
     ::continue::
@@ -153,6 +164,10 @@ function _M.read(path)
   if back > 0 then
     warnings[#warnings + 1] = format("%d line%s earlier than the line before (by at most %.3f s): sorted by time",
                                      back, back == 1 and "" or "s", back_max)
+  end
+  if refused > 0 then
+    warnings[#warnings + 1] = format("%d request%s refused by nres itself (no try): arrivals the dependency never saw",
+                                     refused, refused == 1 and "" or "s")
   end
   if #requests < _M.MIN_REQUESTS then
     return nil, format("%s: %d requests: too few to fit a model (at least %d)", path, #requests, _M.MIN_REQUESTS)

@@ -201,6 +201,94 @@ NRES_EXTERN const nres_shm_config_t *nres_shm_config(nres_shm_t *shm);
 NRES_EXTERN void nres_shm_slot_counts(const nres_shm_slot_t *slot,
                                       nres_shm_counts_t *out);
 
+/* The slot of `key` if the table holds it (LIVE), without inserting it
+ * or touching its lease: its index and *gen (may be NULL), or
+ * NRES_EAGAIN if the key is not there, NRES_EINVAL on bad arguments. */
+NRES_EXTERN int nres_shm_find(nres_shm_t *shm, const char *key, size_t len,
+                              uint32_t *gen);
+
+/* ------------------------------------------------------- migration
+ *
+ * A reload whose table has another layout (slots, configuration) makes a
+ * new table. nres_shm_migrate moves each key's state from the old table
+ * into it, so a reload keeps what the gateway has learnt: an open breaker
+ * stays open until the same moment, a half-open one keeps its probes and
+ * their lease, a budget keeps its level, a limiter the admissions it made
+ * ahead of time, the counters their counts; the key keeps its lease. Times
+ * are kept as they are (one monotonic clock for every process).
+ *
+ * Only a part whose meaning the new configuration changed starts fresh,
+ * and `reset` says which (NRES_SHM_RESET_*): a breaker's or throttle's
+ * window counts when the window's span or buckets changed (counts of
+ * 5 s buckets are not counts of 10 s ones). Other changes keep the state
+ * under the new rules: a budget level above the new capacity is cut to
+ * it (NRES_SHM_ADJUST_BUDGET), a limiter's admissions ahead are rescaled
+ * to the new rate as nres_ratelimit_set_rate does (NRES_SHM_ADJUST_RATE),
+ * a breaker's thresholds apply from its next outcome. A kind of state the
+ * new table keeps and the old did not starts fresh; one it no longer keeps
+ * is dropped.
+ *
+ * Keys move in the order of their leases, the latest first: where a set
+ * of the new table (a smaller one) cannot hold every key that hashes to
+ * it, the keys used most recently are kept and the rest counted in
+ * `full`. With NRES_SHM_MIGRATE_PRESENT only keys the new table already
+ * holds get state (a gateway's peers: the declared ones, laid out first);
+ * the others are counted in `gone`.
+ *
+ * The old table may be in use while it is read (a reload's old workers):
+ * each slot is read word by word and kept only if its key did not change
+ * meanwhile (else counted in `changed` and left out). What the old users
+ * write after a slot was read stays in the old table. The new table must
+ * not be in use by anyone else. */
+enum {
+  NRES_SHM_MIGRATE_PRESENT = 1   /* only keys the new table holds */
+};
+
+/* Parts left fresh because their meaning changed. */
+enum {
+  NRES_SHM_RESET_BREAKER_WINDOW = 1,    /* the breaker's window counts */
+  NRES_SHM_RESET_THROTTLE_WINDOW = 2    /* the throttle's window counts
+                                           and its cached odds */
+};
+
+/* Parts kept under the new rules. */
+enum {
+  NRES_SHM_ADJUST_BUDGET = 1,           /* a level cut to the new capacity */
+  NRES_SHM_ADJUST_RATE = 2              /* admissions ahead, at the new rate */
+};
+
+typedef struct nres_shm_migration_s {
+  uint32_t keys;                /* keys the old table held */
+  uint32_t moved;               /* keys whose state moved */
+  uint32_t full;                /* left out: their set in the new table
+                                   was full of keys used more recently */
+  uint32_t gone;                /* left out: not in the new table
+                                   (NRES_SHM_MIGRATE_PRESENT) */
+  uint32_t changed;             /* left out: the key changed while read */
+  uint32_t reset;               /* NRES_SHM_RESET_* that happened */
+  uint32_t adjusted;            /* NRES_SHM_ADJUST_* that happened */
+  uint32_t reserved_;
+} nres_shm_migration_t;
+
+/* Move every key's state from `from` into `to` (see above), at `now`.
+ * map, if not NULL, has room for `from`'s slots (nres_shm_slots): map[i]
+ * is the new index of old slot i's key, or UINT32_MAX if it did not move
+ * (a caller's own per-slot memory moves by it). Allocates a work list
+ * (NRES_ENOMEM); never at a request. 0 and *out filled, or NRES_EINVAL
+ * (a table that is not valid, from == to, out NULL). */
+NRES_EXTERN int nres_shm_migrate(nres_shm_t *from, nres_shm_t *to,
+                                 nres_time_t now, unsigned flags,
+                                 uint32_t *map, nres_shm_migration_t *out);
+/* One line for a log: what moved, what was left out and why, what was
+ * reset or adjusted and which setting's change caused it (`from` and `to`
+ * the two tables' configurations). The length it needed (snprintf's). */
+NRES_EXTERN int nres_shm_migration_text(const nres_shm_migration_t *m,
+                                        const nres_shm_config_t *from,
+                                        const nres_shm_config_t *to,
+                                        char *buf, size_t cap);
+/* The table's slots (as rounded up), 0 for an invalid table. */
+NRES_EXTERN uint32_t nres_shm_slots(nres_shm_t *shm);
+
 /* ----------------------------------------------------- region files
  *
  * A table other programs attach to by path lives in a file (the nginx
@@ -214,7 +302,11 @@ NRES_EXTERN void nres_shm_slot_counts(const nres_shm_slot_t *slot,
  * file owned by this process's effective user, no group or other access,
  * exactly size bytes long (fstat of fd: what is checked is what is
  * mapped)? Call it again before touching a mapping after a pause (a file
- * truncated in place faults every page past its new end). */
+ * truncated in place faults every page past its new end). size 0: any
+ * size but empty, for a file read to migrate its state or for a program
+ * that attaches to a region it did not make (nres-syncd): it maps the
+ * file's size and nres_shm_attach checks that against the layout in the
+ * header. */
 NRES_EXTERN int nres_shm_file_check(int fd, uint64_t size, char *why,
                                     size_t cap);
 /* Open an existing region file without following a symbolic link

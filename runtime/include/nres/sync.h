@@ -52,8 +52,11 @@
  *   opens a scope's breaker only when more than breaker_quorum (a strict
  *   majority by default) of its voters are open, voters being the hosts
  *   that saw the dependency lately (calls in their breaker's window, or
- *   open) and reported within three intervals. Below the quorum a host
- *   whose breaker opens protects itself only. At the quorum, a host whose
+ *   open) and reported within three intervals, or, with
+ *   breaker_fleet_ratio, when that share of the fleet's calls failed (the
+ *   voters' breaker windows summed in Redis, at least
+ *   breaker_fleet_min_calls calls). Below the quorum a host whose breaker
+ *   opens protects itself only. At the quorum, a host whose
  *   breaker opened by itself publishes "open until T" (T on Redis's clock)
  *   and becomes the break's prober. Other hosts open theirs
  *   (nres_breaker_open_until) at their next sync, until T plus two
@@ -201,6 +204,19 @@ typedef struct nres_sync_config_s {
   nres_sync_log_cb log;         /* one line per change of error; NULL:
                                    stderr, "nres-sync: " first */
   void *log_arg;
+  double breaker_fleet_ratio;   /* and the fleet opens it when at least
+                                   this share of the fleet's calls failed
+                                   (each host's breaker window, summed over
+                                   the hosts that report), with at least
+                                   breaker_fleet_min_calls calls; a host
+                                   must be open itself to claim the break.
+                                   In [0, 1]; 0 = off (default) */
+  uint32_t breaker_fleet_min_calls;   /* 1 .. 1e9; default 20 */
+  const char *sentinel_user;    /* the Sentinels' ACL user (NULL: AUTH with
+                                   the password alone) */
+  const char *sentinel_password;       /* the Sentinels' own password
+                                          (NULL: no AUTH to Sentinels) */
+  const char *sentinel_password_file;  /* or from this file's first line */
 } nres_sync_config_t;
 
 /* Agent-wide figures. */

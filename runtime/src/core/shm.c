@@ -187,6 +187,19 @@ static uint64_t hash_key(const uint64_t *k, size_t len) {
   return h;
 }
 
+/* Key (len bytes) as KEY_WORDS padded words in k, its tag (hash, low 7
+ * bits the length) in *tag; returns the first slot of its set. */
+static uint32_t locate(const nres_shm_t *shm, const char *key, size_t len,
+                       uint64_t *k, uint64_t *tag) {
+  uint64_t h;
+
+  memset(k, 0, KEY_WORDS * sizeof(*k));
+  memcpy(k, key, len);
+  h = hash_key(k, len);
+  *tag = (h & ~(uint64_t) 0x7f) | len;
+  return (uint32_t) (((h >> 32) * shm->sets) >> 32) * NRES_SHM_WAYS;
+}
+
 static int config_ok(const nres_shm_config_t *c) {
   nres_budget_t b;
   nres_breaker_t br;
@@ -487,18 +500,14 @@ static void help(nres_shm_t *shm, uint32_t base, uint32_t i, uint64_t w,
 int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
                      nres_time_t now, nres_time_t hold, uint32_t *gen) {
   uint64_t k[KEY_WORDS];
-  uint64_t h, tag, w, want, lease, ticket, best_lease;
+  uint64_t tag, w, want, lease, ticket, best_lease;
   uint32_t base, i, victim;
   entry_t *index;
   int round;
 
   if (!header_ok(shm) || key == NULL || len == 0 || len > NRES_SHM_KEY_MAX)
     return NRES_EINVAL;
-  memset(k, 0, sizeof(k));
-  memcpy(k, key, len);
-  h = hash_key(k, len);
-  tag = (h & ~(uint64_t) 0x7f) | len;
-  base = (uint32_t) (((h >> 32) * shm->sets) >> 32) * NRES_SHM_WAYS;
+  base = locate(shm, key, len, k, &tag);
   index = index_of(shm);
   want = lease_of(now, hold);
 
@@ -600,6 +609,29 @@ int nres_shm_acquire(nres_shm_t *shm, const char *key, size_t len,
   next_round:;
   }
   return NRES_EBUSY;
+}
+
+int nres_shm_find(nres_shm_t *shm, const char *key, size_t len,
+                  uint32_t *gen) {
+  uint64_t k[KEY_WORDS];
+  uint64_t tag, w;
+  uint32_t base, i;
+
+  if (!header_ok(shm) || key == NULL || len == 0 || len > NRES_SHM_KEY_MAX)
+    return NRES_EINVAL;
+  base = locate(shm, key, len, k, &tag);
+  for (i = base; i < base + NRES_SHM_WAYS; i++) {
+    if (holds(shm, i, k, tag, &w) && STATE(w) == ST_LIVE) {
+      if (gen != NULL)
+        *gen = GEN(w);
+      return (int) i;
+    }
+  }
+  return NRES_EAGAIN;
+}
+
+uint32_t nres_shm_slots(nres_shm_t *shm) {
+  return header_ok(shm) ? shm->slots : 0;
 }
 
 nres_shm_slot_t *nres_shm_slot(nres_shm_t *shm, uint32_t index) {

@@ -6,10 +6,12 @@
 # they are registered only in builds without sanitizers (LuaJIT and nginx
 # would need their runtimes preloaded).
 target_sources(nres_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm.c
-                                    ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm_file.c)
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm_file.c
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/runtime/src/core/shm_migrate.c)
 
 nres_add_c_test(shm 120 core,threads)
 nres_add_c_test(shm_file 20 core)
+nres_add_c_test(shm_migrate 30 core)
 # test_shm kills processes at each step of the claim protocol: it builds
 # its own shm.c with the step hooks (its definitions take precedence over
 # the archive's shm.o, which is then not linked in).

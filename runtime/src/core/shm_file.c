@@ -57,7 +57,9 @@ int nres_shm_file_check(int fd, uint64_t size, char *why, size_t cap) {
   rc = owned_privately(&st, "a file", why, cap);
   if (rc != 0)
     return rc;
-  if ((uint64_t) st.st_size != size)
+  if (size == 0 && st.st_size == 0)
+    return say(why, cap, NRES_EINVAL, "an empty file");
+  if (size != 0 && (uint64_t) st.st_size != size)
     return say(why, cap, NRES_EINVAL, "a size of %llu bytes (this layout: %llu)",
                (unsigned long long) st.st_size, (unsigned long long) size);
   return 0;

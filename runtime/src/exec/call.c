@@ -545,7 +545,8 @@ static inline int throttle_refuses(nres_call_t *call, nres_time_t now) {
  * locally", as the budget's refusal ends it "budget exhausted" (a retry's
  * token goes back; the last attempt's verdict stays in call->last). The
  * dependency saw nothing: no budget is spent, and the breaker and the
- * throttle's counts are as the refusal left them. */
+ * throttle's counts are as the refusal left them. With
+ * policy->throttle_fail every refusal ends the call so, at once. */
 static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
                                                  nres_time_t now, int hedge,
                                                  int *skipped) {
@@ -556,7 +557,8 @@ static NRES__COLD nres_action_t throttle_refused(nres_call_t *call,
   if (hedge)
     return skip(call, skipped);
   v.flags = NRES_VF_SELF;
-  if ((unsigned) call->attempts + call->deferred + 1u < p->attempts &&
+  if (!p->throttle_fail &&
+      (unsigned) call->attempts + call->deferred + 1u < p->attempts &&
       call->deferred < UINT8_MAX)   /* its counter's bound */
     delay = nres_backoff_next(&p->backoff, &call->backoff,
                               call->retries + call->deferred + 1u, &v,

@@ -112,19 +112,27 @@ if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/leases.sh
                    $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
   set_tests_properties(nginx_leases PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
+  # spec/nginx/closed-loop.sh: bench/gateway/closed-loop.sh's plumbing,
+  # --quick (record, nresrun tune, the gateway's JSON try log; ~20 s).
+  if(NRES_SANITIZE STREQUAL "")
+    add_test(NAME nginx_closed_loop
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/closed-loop.sh $<TARGET_FILE:nres>)
+    set_tests_properties(nginx_closed_loop PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+  endif()
 endif()
 
 # spec/nginx/signals.sh: nginx -t and nginx -s reload|reopen|quit|stop as
 # systemd runs them; spec/nginx/defects.sh: issue 28's gateway defects
 # (client aborts, long X-Deadline-Ms, HTTP/0.9 answers, IPv6 peers,
 # balancing methods); spec/nginx/health.sh: active health checks (issue
-# 25). Each with the Lua balancer and, when built, the module.
+# 25); spec/nginx/migrate.sh: a reload with another layout keeps the
+# state (issue 25). Each with the Lua balancer and, when built, the module.
 if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
   set(nres_ngx_test_module "")
   if(DEFINED NRES_NGX_MODULE)
     set(nres_ngx_test_module ${NRES_NGX_MODULE})
   endif()
-  foreach(script signals defects health)
+  foreach(script signals defects health migrate)
     add_test(NAME nginx_${script}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/${script}.sh
                      $<TARGET_FILE:nres> ${nres_ngx_test_module})

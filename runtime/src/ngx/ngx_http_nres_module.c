@@ -140,6 +140,9 @@ typedef struct {
     int                            last;        /* the last try's peer, -1 */
     /* nres_admit's refusal (nres_stop_t), 0: none ($nres_reason) */
     int                            stop;
+    /* why the last failed try got no retry (nres_stop_t), 0: none or a
+     * retry was granted ($nres_retry) */
+    int                            retry_stop;
     ngx_uint_t                     session_tries;   /* this session's */
     /* this try's failure was asked about a retry already */
     ngx_uint_t                     granted;
@@ -171,6 +174,9 @@ static ngx_int_t ngx_http_nres_deadline_variable(ngx_http_request_t *r,
 static ngx_int_t ngx_http_nres_reason_variable(ngx_http_request_t *r,
                                                ngx_http_variable_value_t *v,
                                                uintptr_t data);
+static ngx_int_t ngx_http_nres_tries_variable(ngx_http_request_t *r,
+                                              ngx_http_variable_value_t *v,
+                                              uintptr_t data);
 
 // clang-format off
 /* nginx's own layout of a module's tables, a slot a line */
@@ -264,6 +270,12 @@ static ngx_http_variable_t  ngx_http_nres_vars[] = {
 
     { ngx_string("nres_reason"), NULL, ngx_http_nres_reason_variable,
       0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nres_tries"), NULL, ngx_http_nres_tries_variable,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nres_retry"), NULL, ngx_http_nres_reason_variable,
+      1, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -731,6 +743,7 @@ ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw_upstream_t *gw)
     ctx->left_ms = -1;
     ctx->last = -1;
     ctx->stop = 0;
+    ctx->retry_stop = 0;
     ctx->session_tries = 0;
     ctx->granted = 0;
     ctx->process_header = NULL;
@@ -955,21 +968,51 @@ ngx_http_nres_deadline_variable(ngx_http_request_t *r,
         ctx->deadline_len);
 }
 
-/* $nres_reason: why nres_admit refused the request ("circuit open", "rate
- * limited", "deadline exceeded": nres_stop_name's), for log_format; empty
- * for a request it admitted or never saw. */
+/* $nres_reason (data 0): why nres_admit refused the request ("circuit
+ * open", "rate limited", "deadline exceeded": nres_stop_name's), for
+ * log_format; empty for a request it admitted or never saw.
+ * $nres_retry (data 1): why the last try, which failed, got no retry
+ * ("budget exhausted", "attempts exhausted", "deadline exceeded",
+ * "circuit open" for the breaker's probe, "permanent" for a failure
+ * proxy_next_upstream does not retry); empty when the last try succeeded
+ * or nres never saw the request. */
 static ngx_int_t
 ngx_http_nres_reason_variable(ngx_http_request_t *r,
                               ngx_http_variable_value_t *v, uintptr_t data)
 {
-    (void) data;
     ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
-    if (ctx == NULL || ctx->stop == 0) {
+    int stop = ctx == NULL ? 0 : data ? ctx->retry_stop : ctx->stop;
+    if (stop == 0) {
         v->not_found = 1;
         return NGX_OK;
     }
-    const char *text = nres_stop_name(ctx->stop);
+    const char *text = nres_stop_name(stop);
     return ngx_http_nres_value(v, (u_char *) text, ngx_strlen(text));
+}
+
+/* $nres_tries: the tries nres began for the request (0: nres_admit
+ * refused it); empty when nres never saw it. Formatted at log time, in the
+ * request's pool past 9. */
+static ngx_int_t
+ngx_http_nres_tries_variable(ngx_http_request_t *r,
+                             ngx_http_variable_value_t *v, uintptr_t data)
+{
+    static u_char digits[] = "0123456789";
+    (void) data;
+    ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+    if (ctx == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+    uint32_t n = ctx->stop != 0 ? 0 : ctx->req.tries;
+    if (n < 10) {
+        return ngx_http_nres_value(v, &digits[n], 1);
+    }
+    u_char *p = ngx_pnalloc(r->pool, NGX_INT32_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+    return ngx_http_nres_value(v, p, ngx_sprintf(p, "%uD", n) - p);
 }
 
 static ngx_int_t
@@ -1074,6 +1117,24 @@ ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now)
     }
 }
 
+/* Why nres_gw_grant refused a retry (nres_stop_t), read from what it
+ * reads, for $nres_retry. */
+static int
+ngx_http_nres_why_not(ngx_http_nres_ctx_t *ctx)
+{
+    nres_gw_request_t *q = &ctx->req;
+    if (q->budget_refused) {
+        return NRES_STOP_BUDGET;
+    }
+    if (q->tries >= ctx->gw->attempts || q->slot == NULL) {
+        return NRES_STOP_ATTEMPTS; /* without admission: one try */
+    }
+    if (q->has_upermit && q->upermit != 0) {
+        return NRES_STOP_CIRCUIT; /* the upstream breaker's probe */
+    }
+    return NRES_STOP_DEADLINE; /* under 2 ms left */
+}
+
 /* One more try after this one's failure, if nginx would make it
  * (proxy_next_upstream lists the failure `ft`, and a POST, LOCK or PATCH
  * already sent is retried only with non_idempotent, as nginx tests) and
@@ -1097,6 +1158,7 @@ ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc,
         ft |= NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT;
     }
     if (ft == 0 || (u->conf->next_upstream & ft) != ft) {
+        ctx->retry_stop = NRES_STOP_PERMANENT;
         return;
     }
     nres_time_t now = nres_clock_now();
@@ -1107,7 +1169,10 @@ ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc,
     }
     if (more == 1) {
         pc->tries++;
+        ctx->retry_stop = 0;
+        return;
     }
+    ctx->retry_stop = ngx_http_nres_why_not(ctx);
 }
 
 /* Each try: a peer and its timeouts. */

@@ -200,7 +200,7 @@ static int redirect(nres_sync_t *s, const redisReply *r, int *link) {
 }
 
 int nres__sync_cluster_exchange(nres_sync_t *s) {
-  const char *argv[16];
+  const char *argv[NRES__SYNC_ARGV_MAX];
   nres__sync_entry_t *e;
   redisReply *r;
   int i, l, argc, rc, kind, to, any = 0;

@@ -64,13 +64,13 @@ void nres__sync_said_ok(nres_sync_t *s) {
   emit(s, line);
 }
 
-int nres__sync_read_secret(const char *path, char *out, size_t cap,
-                           char *why, size_t wcap) {
+int nres__sync_read_secret(const char *field, const char *path, char *out,
+                           size_t cap, char *why, size_t wcap) {
   FILE *f = fopen(path, "r");
   size_t n;
 
   if (f == NULL) {
-    snprintf(why, wcap, "password_file %s: %s", path, strerror(errno));
+    snprintf(why, wcap, "%s %s: %s", field, path, strerror(errno));
     return -1;
   }
   if (fgets(out, (int) cap, f) == NULL)
@@ -78,14 +78,14 @@ int nres__sync_read_secret(const char *path, char *out, size_t cap,
   fclose(f);
   n = strcspn(out, "\r\n");
   if (n == cap - 1 && out[n] == '\0') {
-    snprintf(why, wcap, "password_file %s: expected a line of at most %zu "
-             "bytes", path, cap - 2);
+    snprintf(why, wcap, "%s %s: expected a line of at most %zu bytes", field,
+             path, cap - 2);
     return -1;
   }
   out[n] = '\0';
   if (n == 0) {
-    snprintf(why, wcap, "password_file %s: expected a password on its first "
-             "line, got an empty line", path);
+    snprintf(why, wcap, "%s %s: expected a password on its first line, got "
+             "an empty line", field, path);
     return -1;
   }
   return 0;

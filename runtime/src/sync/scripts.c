@@ -95,16 +95,21 @@ const char nres__sync_rate_lua[] =
  * clock), prober, beat (ms). KEYS[2], KEYS[3]: sorted sets of the voters
  * (hosts that saw the dependency lately) and of the open ones among them,
  * scored by when they last said so (ms), so a host that stops reporting
- * ages out in O(log hosts). ARGV: node, local state ('closed', 'open',
- * 'half', 'isolated'), own (1: the local break is the host's own, not one
- * given by the fleet), ms left of the local break (own OPEN), stale (ms),
- * keep (ms: how long a closed record stays to be seen), lease (ms: a
- * prober's claim lapses this long after its break unless it opens again or
- * closes), voter (1: calls in the host's window, or own break), quorum (the
- * fleet opens when more than this share of the voters are open; 0: any).
+ * ages out in O(log hosts). KEYS[4]: the fleet's calls, a hash of each
+ * voter's window (c:<node>, f:<node>: calls, failures) and their running
+ * sums (calls, fails); a voter that ages out leaves the sums. ARGV: node,
+ * local state ('closed', 'open', 'half', 'isolated'), own (1: the local
+ * break is the host's own, not one given by the fleet), ms left of the
+ * local break (own OPEN), stale (ms), keep (ms: how long a closed record
+ * stays to be seen), lease (ms: a prober's claim lapses this long after its
+ * break unless it opens again or closes), voter (1: calls in the host's
+ * window, or own break), quorum (the fleet opens when more than this share
+ * of the voters are open; 0: any), calls and failures in the host's
+ * window, ratio (the fleet opens when at least this share of the fleet's
+ * calls failed; 0: off), min calls (for the ratio).
  *
- * The fleet opens only on a quorum: a host whose own breaker opens below it
- * protects itself and nobody else. A prober holds the fleet while it beats
+ * The fleet opens only on a quorum, of hosts or of calls: a host whose own
+ * breaker opens below it protects itself and nobody else. A prober holds the fleet while it beats
  * and until its break ends plus the lease; a failed probe (a new break)
  * renews the claim, a host stuck half-open does not, and the host that
  * held a lapsed claim cannot take it again while half-open.
@@ -114,18 +119,36 @@ const char nres__sync_rate_lua[] =
 const char nres__sync_breaker_lua[] =
   "local t = redis.call('TIME')\n"
   "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-  "local key, vk, ok = KEYS[1], KEYS[2], KEYS[3]\n"
+  "local key, vk, ok, ck = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"
   "local node, loc = ARGV[1], ARGV[2]\n"
   "local own, left = ARGV[3] == '1', tonumber(ARGV[4])\n"
   "local stale, keep, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])\n"
   "local voter, quorum = ARGV[8] == '1', tonumber(ARGV[9])\n"
+  "local calls, fails = tonumber(ARGV[10]), tonumber(ARGV[11])\n"
+  "local ratio, minc = tonumber(ARGV[12]), tonumber(ARGV[13])\n"
   "local broken = own and (loc == 'open' or loc == 'half')\n"
-  "redis.call('ZREMRANGEBYSCORE', vk, '-inf', now - stale)\n"
+  "local c = redis.call('HMGET', ck, 'calls', 'fails', 'c:' .. node, 'f:' .. node)\n"
+  "local sc = tonumber(c[1] or 0) - tonumber(c[3] or 0)\n"
+  "local sf = tonumber(c[2] or 0) - tonumber(c[4] or 0)\n"
+  "local gone = redis.call('ZRANGEBYSCORE', vk, '-inf', now - stale, 'LIMIT', 0, 64)\n"
+  "for _, id in ipairs(gone) do\n"
+  "  if id ~= node then\n"
+  "    local g = redis.call('HMGET', ck, 'c:' .. id, 'f:' .. id)\n"
+  "    sc, sf = sc - tonumber(g[1] or 0), sf - tonumber(g[2] or 0)\n"
+  "    redis.call('HDEL', ck, 'c:' .. id, 'f:' .. id)\n"
+  "    redis.call('ZREM', vk, id)\n"
+  "  end\n"
+  "end\n"
   "redis.call('ZREMRANGEBYSCORE', ok, '-inf', now - stale)\n"
   "if voter or broken then redis.call('ZADD', vk, now, node) else redis.call('ZREM', vk, node) end\n"
   "if broken then redis.call('ZADD', ok, now, node) else redis.call('ZREM', ok, node) end\n"
+  "if not voter then calls, fails = 0, 0 end\n"
+  "sc, sf = math.max(sc, 0) + calls, math.max(sf, 0) + fails\n"
+  "if redis.call('ZCARD', vk) <= 1 then sc, sf = calls, fails end\n"
+  "redis.call('HSET', ck, 'c:' .. node, calls, 'f:' .. node, fails, 'calls', sc, 'fails', sf)\n"
   "local voters, opened = redis.call('ZCARD', vk), redis.call('ZCARD', ok)\n"
-  "local quorate = opened > 0 and opened > quorum * voters\n"
+  "local quorate = opened > 0 and (opened > quorum * voters or\n"
+  "  (ratio > 0 and sc >= minc and sf >= ratio * sc))\n"
   "local r = redis.call('HMGET', key, 'state', 'until', 'prober', 'beat')\n"
   "local state, untl, prober, beat = r[1], tonumber(r[2] or 0), r[3], tonumber(r[4] or 0)\n"
   "local function held()\n"
@@ -159,4 +182,5 @@ const char nres__sync_breaker_lua[] =
   "end\n"
   "redis.call('PEXPIRE', vk, keep)\n"
   "redis.call('PEXPIRE', ok, keep)\n"
+  "redis.call('PEXPIRE', ck, keep)\n"
   "return { state or '', untl, prober == node and 1 or 0, live and 1 or 0, now, voters, opened, lapsed }\n";

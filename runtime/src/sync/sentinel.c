@@ -10,8 +10,11 @@
  * first Sentinel that answers, is subscribed to +switch-master: the rounds
  * poll it without blocking, and a switch of our master drops the data
  * connection at once so the next round follows the new primary without
- * waiting for an error. Separate from conn.c: addresses come from here,
- * credentials and the log from there.
+ * waiting for an error. Sentinels with a password of their own
+ * (sentinel_password, sentinel_user) get AUTH on every connection; a
+ * refused AUTH is said and that Sentinel skipped. Separate from conn.c:
+ * addresses come from here, the data connection's credentials and the log
+ * from there.
  */
 #include <poll.h>
 #include <stdio.h>
@@ -32,9 +35,23 @@ int nres__sync_sentinel_parse(nres_sync_t *s, const char *list,
   return s->nsentinels > 0 ? 0 : NRES_EINVAL;
 }
 
+/* An error reply from Sentinel i counted and kept in s->sentinel_err
+ * (the first of a lookup: said with its "no primary" line); the reply
+ * freed. */
+static void refused(nres_sync_t *s, int i, const char *what, redisReply *r) {
+  s->info.errors++;
+  if (s->sentinel_err[0] == '\0')
+    snprintf(s->sentinel_err, sizeof(s->sentinel_err), "; %s:%d: %s: %.120s",
+             s->sentinel[i].host, s->sentinel[i].port, what, r->str);
+  freeReplyObject(r);
+}
+
 static redisContext *open_sentinel(nres_sync_t *s, int i) {
+  const char *argv[3];
   struct timeval tv;
   redisContext *c;
+  redisReply *r;
+  int n = 0;
 
   tv.tv_sec = (time_t) (s->cfg.timeout / NRES_SEC);
   tv.tv_usec = (suseconds_t) (s->cfg.timeout % NRES_SEC / 1000);
@@ -45,6 +62,20 @@ static redisContext *open_sentinel(nres_sync_t *s, int i) {
     return NULL;
   }
   c->reader->fn = nres__sync_reply_functions();
+  if (s->cfg.sentinel_password == NULL)
+    return c;
+  argv[n++] = "AUTH";
+  if (s->cfg.sentinel_user != NULL)
+    argv[n++] = s->cfg.sentinel_user;
+  argv[n++] = s->cfg.sentinel_password;
+  r = redisCommandArgv(c, n, argv, NULL);
+  if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+    if (r != NULL)
+      refused(s, i, "AUTH", r);
+    redisFree(c);
+    return NULL;
+  }
+  freeReplyObject(r);
   return c;
 }
 
@@ -73,12 +104,17 @@ int nres__sync_sentinel_primary(nres_sync_t *s) {
   redisReply *r;
   int i, found = 0;
 
+  s->sentinel_err[0] = '\0';
   subscribe(s);
   for (i = 0; i < s->nsentinels && !found; i++) {
     c = open_sentinel(s, i);
     if (c == NULL)
       continue;
     r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", s->master);
+    if (r != NULL && r->type == REDIS_REPLY_ERROR) {   /* NOAUTH... */
+      refused(s, i, "SENTINEL get-master-addr-by-name", r);
+      r = NULL;
+    }
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_STRING &&
         r->element[1]->type == REDIS_REPLY_STRING &&
@@ -96,8 +132,8 @@ int nres__sync_sentinel_primary(nres_sync_t *s) {
     redisFree(c);
   }
   if (!found) {
-    nres__sync_say(s, "sentinels: no primary known for master \"%s\" (asked %d)",
-                   s->master, s->nsentinels);
+    nres__sync_say(s, "sentinels: no primary known for master \"%s\" (asked %d%s)",
+                   s->master, s->nsentinels, s->sentinel_err);
     return NRES_EAGAIN;
   }
   return 0;

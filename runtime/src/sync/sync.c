@@ -44,6 +44,7 @@ void nres_sync_config_init(nres_sync_config_t *config) {
   config->prefix = "nres";
   config->interval = 100 * NRES_MSEC;
   config->breaker_quorum = 0.5;
+  config->breaker_fleet_min_calls = 20;
 }
 
 /* A fleet name: 1..64 bytes, printable, no blanks, braces (a Redis Cluster
@@ -60,6 +61,48 @@ static int fleet_name_ok(const char *f) {
     if (f[i] <= 32 || f[i] >= 127 || strchr("{}:", f[i]) != NULL)
       return 0;
   return 1;
+}
+
+/* A user (may be NULL) and a password, inline or from a file: fit to be
+ * copied into buffers of ucap and pcap bytes? */
+static int credential_ok(const char *user, const char *password,
+                         const char *file, size_t ucap, size_t pcap) {
+  return !(user != NULL && (user[0] == '\0' || strlen(user) >= ucap)) &&
+         !(user != NULL && password == NULL && file == NULL) &&
+         !(password != NULL && file != NULL) &&
+         !(password != NULL && strlen(password) >= pcap);
+}
+
+/* The credential copied (the password read from its file now, not kept):
+ * 0, or NRES_EINVAL with a line on stderr. */
+static int credential(const char *field, const char *user,
+                      const char *password, const char *file, char *ubuf,
+                      size_t ucap, char *pbuf, size_t pcap,
+                      const char **user_out, const char **password_out) {
+  char why[NRES__SYNC_LINE_MAX];
+
+  *user_out = NULL;
+  *password_out = NULL;
+  if (user != NULL) {
+    snprintf(ubuf, ucap, "%s", user);
+    *user_out = ubuf;
+  }
+  if (file != NULL) {
+    if (nres__sync_read_secret(field, file, pbuf, pcap, why, sizeof(why)) != 0) {
+      fprintf(stderr, "nres-sync: %s\n", why);
+      return NRES_EINVAL;
+    }
+    *password_out = pbuf;
+  } else if (password != NULL) {
+    snprintf(pbuf, pcap, "%s", password);
+    *password_out = pbuf;
+  }
+  return 0;
+}
+
+static void forget_secrets(nres_sync_t *s) {
+  memset(s->password, 0, sizeof(s->password));
+  memset(s->sentinel_password, 0, sizeof(s->sentinel_password));
 }
 
 int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
@@ -84,14 +127,18 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
       !fleet_name_ok(config->fleet) ||
       (config->unix_path != NULL &&
        (config->unix_path[0] == '\0' || strlen(config->unix_path) >= 108)) ||
-      (config->user != NULL &&
-       (config->user[0] == '\0' || strlen(config->user) >= 128)) ||
-      (config->user != NULL && config->password == NULL &&
-       config->password_file == NULL) ||
-      (config->password != NULL && config->password_file != NULL) ||
-      (config->password != NULL && strlen(config->password) >= 256) ||
+      !credential_ok(config->user, config->password, config->password_file,
+                     sizeof(s->user), sizeof(s->password)) ||
+      !credential_ok(config->sentinel_user, config->sentinel_password,
+                     config->sentinel_password_file, sizeof(s->sentinel_user),
+                     sizeof(s->sentinel_password)) ||
+      ((config->sentinel_user != NULL || config->sentinel_password != NULL ||
+        config->sentinel_password_file != NULL) && config->sentinels == NULL) ||
       config->db < 0 || config->db > 1000000 ||
       !(config->breaker_quorum >= 0 && config->breaker_quorum < 1) ||
+      !(config->breaker_fleet_ratio >= 0 && config->breaker_fleet_ratio <= 1) ||
+      config->breaker_fleet_min_calls < 1 ||
+      config->breaker_fleet_min_calls > 1000000000 ||
       config->probe_lease == NRES_TIME_INVALID)
     return NRES_EINVAL;
   s = calloc(1, sizeof(*s));
@@ -104,7 +151,6 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
   s->cfg.host = s->host;
   s->cfg.prefix = s->prefix;
   s->cfg.fleet = s->fleet;
-  s->cfg.password_file = NULL;   /* read now, not kept */
   strcpy(s->cur_host, s->host);
   s->cur_port = config->port;
   if ((config->sentinels != NULL || config->master != NULL) &&
@@ -144,23 +190,19 @@ int nres_sync_new(const nres_sync_config_t *config, nres_sync_t **out) {
     strcpy(s->unix_path, config->unix_path);
     s->cfg.unix_path = s->unix_path;
   }
-  if (config->user != NULL) {
-    strcpy(s->user, config->user);
-    s->cfg.user = s->user;
-  }
-  if (config->password_file != NULL) {
-    char why[NRES__SYNC_LINE_MAX];
-
-    if (nres__sync_read_secret(config->password_file, s->password,
-                               sizeof(s->password), why, sizeof(why)) != 0) {
-      fprintf(stderr, "nres-sync: %s\n", why);
-      free(s);
-      return NRES_EINVAL;
-    }
-    s->cfg.password = s->password;
-  } else if (config->password != NULL) {
-    strcpy(s->password, config->password);
-    s->cfg.password = s->password;
+  s->cfg.password_file = s->cfg.sentinel_password_file = NULL;
+  if (credential("password_file", config->user, config->password,
+                 config->password_file, s->user, sizeof(s->user), s->password,
+                 sizeof(s->password), &s->cfg.user, &s->cfg.password) != 0 ||
+      credential("sentinel_password_file", config->sentinel_user,
+                 config->sentinel_password, config->sentinel_password_file,
+                 s->sentinel_user, sizeof(s->sentinel_user),
+                 s->sentinel_password, sizeof(s->sentinel_password),
+                 &s->cfg.sentinel_user, &s->cfg.sentinel_password) != 0) {
+    nres__sync_tls_free(s);
+    forget_secrets(s);
+    free(s);
+    return NRES_EINVAL;
   }
   if (s->cfg.timeout == 0)
     s->cfg.timeout = s->cfg.interval / 2;
@@ -209,7 +251,7 @@ void nres_sync_free(nres_sync_t *sync) {
   nres__sync_cluster_drop(sync);
   nres__sync_sentinel_close(sync);
   nres__sync_tls_free(sync);
-  memset(sync->password, 0, sizeof(sync->password));
+  forget_secrets(sync);
   pthread_mutex_destroy(&sync->mu);
   pthread_cond_destroy(&sync->cv);
   free(sync->e);
@@ -267,6 +309,8 @@ static int add(nres_sync_t *s, const char *scope, int kind, void *state,
   snprintf(e->key[1], sizeof(e->key[1]), "%s:%s:{%s}:%cv", s->prefix,
            s->fleet, scope, suffix[kind]);
   snprintf(e->key[2], sizeof(e->key[2]), "%s:%s:{%s}:%co", s->prefix,
+           s->fleet, scope, suffix[kind]);
+  snprintf(e->key[3], sizeof(e->key[3]), "%s:%s:{%s}:%cc", s->prefix,
            s->fleet, scope, suffix[kind]);
   e->slot = nres__sync_key_slot(e->key[0]);
   if (kind == NRES_SYNC_BUDGET) {
@@ -580,7 +624,11 @@ static int breaker_args(nres_sync_t *s, entry_t *e, nres_time_t now,
   snprintf(buf[5], 32, "%llu", (unsigned long long) lease_ms(s, b));
   snprintf(buf[6], 32, "%d", calls > 0 || own);
   snprintf(buf[7], 32, "%.6f", s->cfg.breaker_quorum);
-  return 8;
+  snprintf(buf[8], 32, "%u", calls);
+  snprintf(buf[9], 32, "%u", failures);
+  snprintf(buf[10], 32, "%.6f", s->cfg.breaker_fleet_ratio);
+  snprintf(buf[11], 32, "%u", s->cfg.breaker_fleet_min_calls);
+  return 12;
 }
 
 static int breaker_apply(nres_sync_t *s, entry_t *e, const redisReply *r,
@@ -662,11 +710,11 @@ static int fail(nres_sync_t *s, nres_time_t now, int rc) {
 static const char *const kind_name[] = { "", "budget", "rate", "breaker" };
 
 int nres__sync_argv(nres_sync_t *s, entry_t *e, const char **argv) {
-  int j, keys = e->kind == NRES_SYNC_BREAKER ? 3 : 2;
+  int j, keys = e->kind == NRES_SYNC_BREAKER ? 4 : 2;
 
   argv[0] = "EVALSHA";
   argv[1] = s->sha[e->kind - 1];
-  argv[2] = keys == 3 ? "3" : "2";
+  argv[2] = keys == 4 ? "4" : "2";
   for (j = 0; j < keys; j++)
     argv[3 + j] = e->key[j];
   argv[3 + keys] = s->node;
@@ -676,10 +724,8 @@ int nres__sync_argv(nres_sync_t *s, entry_t *e, const char **argv) {
 }
 
 /* One node: every entry's call in one pipeline, the replies in order. */
-static int exchange(nres_sync_t *s) {
-  const char *argv[16];
-  char at[300];
-  entry_t *e;
+static int exchange_send(nres_sync_t *s) {
+  const char *argv[NRES__SYNC_ARGV_MAX];
   int i;
 
   for (i = 0; i < s->n; i++)
@@ -687,6 +733,14 @@ static int exchange(nres_sync_t *s) {
         redisAppendCommandArgv(s->rc, nres__sync_argv(s, &s->e[i], argv),
                                argv, NULL) != REDIS_OK)
       return NRES_EAGAIN;
+  return 0;
+}
+
+static int exchange_recv(nres_sync_t *s) {
+  char at[300];
+  entry_t *e;
+  int i;
+
   for (i = 0; i < s->n; i++) {
     e = &s->e[i];
     if (!e->used)
@@ -712,9 +766,9 @@ static void free_replies(nres_sync_t *s) {
     }
 }
 
-static int round_locked(nres_sync_t *s, nres_time_t now) {
-  char why[NRES__SYNC_LINE_MAX];
-  redisReply *r;
+/* A round's first part: connected (or failed), every entry's arguments
+ * taken: 0, or the failed round's code. */
+static int round_start(nres_sync_t *s, nres_time_t now) {
   entry_t *e;
   int i, rc;
 
@@ -749,11 +803,16 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
       e->nargs = breaker_args(s, e, now, e->args);
     e->last_tick = now;
   }
-  rc = s->nseeds > 0 ? nres__sync_cluster_exchange(s) : exchange(s);
-  if (rc != 0) {
-    free_replies(s);
-    return fail(s, now, rc);
-  }
+  return 0;
+}
+
+/* A round's last part: every entry's reply checked and applied, or the
+ * round failed. */
+static int round_apply(nres_sync_t *s, nres_time_t now) {
+  char why[NRES__SYNC_LINE_MAX];
+  redisReply *r;
+  entry_t *e;
+  int i, rc;
 
   for (i = 0; i < s->n; i++) {
     e = &s->e[i];
@@ -797,6 +856,45 @@ static int round_locked(nres_sync_t *s, nres_time_t now) {
   s->info.last_sync = now;
   nres__sync_said_ok(s);
   return 0;
+}
+
+static int round_locked(nres_sync_t *s, nres_time_t now) {
+  int rc = round_start(s, now);
+
+  if (rc != 0)
+    return rc;
+  if (s->nseeds > 0)
+    rc = nres__sync_cluster_exchange(s);
+  else if ((rc = exchange_send(s)) == 0)
+    rc = exchange_recv(s);
+  if (rc != 0) {
+    free_replies(s);
+    return fail(s, now, rc);
+  }
+  return round_apply(s, now);
+}
+
+int nres__sync_round_send(nres_sync_t *s, nres_time_t now) {
+  int rc;
+
+  if (s->nseeds > 0 || s->running)
+    return NRES_EINVAL;
+  rc = round_start(s, now);
+  if (rc != 0)
+    return rc;
+  if (exchange_send(s) != 0 || nres__sync_flush(s) != REDIS_OK)
+    return fail(s, now, NRES_EAGAIN);
+  return 0;
+}
+
+int nres__sync_round_recv(nres_sync_t *s, nres_time_t now) {
+  int rc = exchange_recv(s);
+
+  if (rc != 0) {
+    free_replies(s);
+    return fail(s, now, rc);
+  }
+  return round_apply(s, now);
 }
 
 /* Between rounds: a PING answered within the timeout, or the connection

@@ -45,7 +45,8 @@ typedef struct {
   int used;
   int kind;
   void *state;
-  char key[3][NRES__SYNC_KEY_MAX];  /* the record; a breaker's vote sets */
+  char key[4][NRES__SYNC_KEY_MAX];  /* the record; a breaker's vote sets
+                                       and its fleet's calls */
   int fresh;                    /* next good round starts a new baseline */
   nres_time_t last_tick;        /* the previous round, good or not */
   double demand;                /* smoothed, per second */
@@ -68,7 +69,7 @@ typedef struct {
   nres_time_t imposed;          /* the break we gave it (ns, to the ms) */
   int64_t lapsed;               /* the lapsed claim last counted (its until) */
   uint16_t slot;                /* Cluster: the slot of its hash tag */
-  char args[8][32];             /* this round's arguments, */
+  char args[12][32];            /* this round's arguments, */
   int nargs;                    /* kept for a redirected call */
   redisReply *reply;            /* this round's answer */
   int bstate;                   /* state read for this round */
@@ -83,10 +84,13 @@ struct nres_sync_s {
   char node[65];
   char user[128];
   char password[256];
+  char sentinel_user[128];
+  char sentinel_password[256];
   char unix_path[108];
   char cur_host[256];           /* the node connected to: host, or the */
   int cur_port;                 /* primary the Sentinels named */
   char master[128];             /* Sentinel: the master's name */
+  char sentinel_err[200];       /* a Sentinel's refusal, this lookup */
   nres__sync_addr_t sentinel[NRES__SYNC_SENTINELS_MAX];
   int nsentinels;               /* 0: no Sentinel */
   redisContext *sub;            /* subscribed to +switch-master */
@@ -173,9 +177,9 @@ void nres__sync_say(nres_sync_t *s, const char *fmt, ...)
 /* A good round: if something was said, say that it is over. */
 void nres__sync_said_ok(nres_sync_t *s);
 /* Read a password file (first line, without its newline): 0 or -1 with
- * a line in `why`. */
-int nres__sync_read_secret(const char *path, char *out, size_t cap,
-                           char *why, size_t wcap);
+ * a line in `why` naming `field` (the setting that named the file). */
+int nres__sync_read_secret(const char *field, const char *path, char *out,
+                           size_t cap, char *why, size_t wcap);
 
 /* ------------------------------------------------------------- tls.c */
 
@@ -190,6 +194,8 @@ void nres__sync_tls_close(nres_sync_t *s);
 /* The next reply on the connection, plain or TLS: REDIS_OK or REDIS_ERR
  * (rc->err, rc->errstr set). */
 int nres__sync_get_reply(nres_sync_t *s, redisReply **out);
+/* The output buffer written, plain or TLS: REDIS_OK or REDIS_ERR. */
+int nres__sync_flush(nres_sync_t *s);
 /* One command and its reply, or NULL (rc->errstr says why). */
 redisReply *nres__sync_call(nres_sync_t *s, int argc, const char **argv);
 
@@ -223,7 +229,19 @@ int nres__sync_cluster_ping(nres_sync_t *s);
 
 /* ------------------------------------------------------------ sync.c */
 
-/* An entry's EVALSHA (its keys, node, this round's arguments): argc. */
+/* An entry's EVALSHA (its keys, node, this round's arguments): argc,
+ * at most NRES__SYNC_ARGV_MAX. */
+#define NRES__SYNC_ARGV_MAX 24
 int nres__sync_argv(nres_sync_t *s, nres__sync_entry_t *e, const char **argv);
+/* nres_sync_tick in two halves, for bench/fleet_scale.c, which drives a
+ * thousand agents from two threads and must not wait for one agent's
+ * answer before sending the next one's round (a thousand hosts would
+ * not): send writes the round (connecting first if due) and returns 0,
+ * or the failed round's code (the round is over); recv reads the answers
+ * (blocking; call it once the socket is readable) and applies them, as
+ * nres_sync_tick would, with the same `now`. One agent, no Cluster, the
+ * agent's thread not started. */
+int nres__sync_round_send(nres_sync_t *s, nres_time_t now);
+int nres__sync_round_recv(nres_sync_t *s, nres_time_t now);
 
 #endif /* NRES_SYNC_INT_H */

@@ -88,12 +88,15 @@ static void sleep_until(nres_time_t t) {
 #define USAGE \
   "usage: nres-syncd --fleet NAME --region FILE[=SCOPE]...\n" \
   "                  [--redis HOST:PORT|unix:PATH | --sentinel HOST:PORT...\n" \
-  "                   --master NAME | --cluster HOST:PORT...] [--db N]\n" \
+  "                   --master NAME [--sentinel-user NAME]\n" \
+  "                   [--sentinel-password-file FILE | --sentinel-password-env VAR]\n" \
+  "                   | --cluster HOST:PORT...] [--db N]\n" \
   "                  [--user NAME]\n" \
   "                  [--password-file FILE | --password-env VAR]\n" \
   "                  [--tls [--tls-ca FILE] [--tls-cert FILE] [--tls-key FILE]\n" \
   "                   [--tls-name NAME]]\n" \
   "                  [--interval MS] [--breaker] [--quorum X] [--node NAME]\n" \
+  "                  [--fleet-ratio X [--fleet-min-calls N]]\n" \
   "                  [--local-share X] [--prefix P] [--status FILE] [--once]\n" \
   "\n" \
   "nres-syncd syncs an nres gateway's shared tables with Redis, so that\n" \
@@ -119,6 +122,11 @@ static void sleep_until(nres_time_t t) {
   "  --sentinel HOST:PORT   a Redis Sentinel (repeat, up to 8): the primary\n" \
   "                         is asked of the Sentinels, with --master NAME\n" \
   "  --master NAME          the Sentinel master's name\n" \
+  "  --sentinel-user NAME   the Sentinels' ACL user\n" \
+  "  --sentinel-password-file FILE, --sentinel-password-env VAR\n" \
+  "                         the Sentinels' own password (requirepass in\n" \
+  "                         sentinel.conf), as --password-file and\n" \
+  "                         --password-env\n" \
   "  --cluster HOST:PORT    a Redis Cluster node to learn the slots from\n" \
   "                         (repeat, up to 8): each key's calls go to the\n" \
   "                         node serving its slot, MOVED and ASK followed\n" \
@@ -142,6 +150,12 @@ static void sleep_until(nres_time_t t) {
   "                         this share of the hosts that saw the dependency\n" \
   "                         lately are open, 0 to 0.999999 (default 0.5: a\n" \
   "                         strict majority; 0: the first host that opens)\n" \
+  "  --fleet-ratio X        or when at least this share of the fleet's calls\n" \
+  "                         (the breakers' windows, over every host) failed,\n" \
+  "                         0 to 1 (default 0: off); a host open itself\n" \
+  "                         claims the break for all\n" \
+  "  --fleet-min-calls N    the fleet's calls the ratio needs, 1 to 1e9\n" \
+  "                         (default 20)\n" \
   "  --node NAME            this host's name in the fleet, without quotes,\n" \
   "                         backslashes or blanks (default hostname:pid:\n" \
   "                         random)\n" \
@@ -167,6 +181,19 @@ static void sleep_until(nres_time_t t) {
 static void usage(void) {
   fputs(USAGE, stderr);
   exit(2);
+}
+
+/* A flag's environment variable: its value, or a line naming the flag and
+ * exit 2 if it is unset or empty. */
+static const char *env_flag(const char *flag, const char *var) {
+  const char *v = getenv(var);
+
+  if (v == NULL || v[0] == '\0') {
+    fprintf(stderr, "nres-syncd: %s: expected the name of a set environment "
+            "variable, got \"%s\" (unset or empty)\n", flag, var);
+    exit(2);
+  }
+  return v;
 }
 
 /* A flag's number: the whole text a finite number within [lo, hi], or a
@@ -261,25 +288,35 @@ static void write_status(nres_sync_t *sync, region_t *regions, int nregions,
     rename(tmp, path);
 }
 
-/* Map the region file and check it: 0, or 1 with a message. */
+/* Map the region file and check it: 0, or 1 with a message. The file
+ * passes the checks the gateway's own files pass (nres_shm_file_open:
+ * not a symbolic link, a regular file of this user with no group or other
+ * access, not empty), then its layout is checked against its size
+ * (nres_shm_attach: a file too short for its header's layout is refused):
+ * a file someone else made or can write is never mapped. */
 static int map_region(const char *path, void **mem, size_t *size,
                       nres_shm_t **shm, struct stat *sb) {
+  char why[256];
   int fd, rc;
 
-  fd = open(path, O_RDWR);
-  if (fd < 0 || fstat(fd, sb) != 0) {
-    fprintf(stderr, "nres-syncd: %s: %s\n", path, strerror(errno));
+  rc = nres_shm_file_open(path, 0, &fd, why, sizeof(why));
+  if (rc != 0 || fstat(fd, sb) != 0) {
+    fprintf(stderr, "nres-syncd: %s: refused: %s\n", path,
+            rc != 0 ? why : strerror(errno));
     if (fd >= 0)
       close(fd);
     return 1;
   }
   *size = (size_t) sb->st_size;
   *mem = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
   if (*mem == MAP_FAILED) {
     fprintf(stderr, "nres-syncd: mmap %s: %s\n", path, strerror(errno));
+    close(fd);
     return 1;
   }
+  close(fd);
+  /* The layout must fit the file (a gateway's file may carry more after
+   * it: its control area). */
   rc = nres_shm_attach(*mem, *size, shm);
   if (rc != 0) {
     fprintf(stderr, "nres-syncd: %s is not an nres shm region of this build "
@@ -439,16 +476,13 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[k], "--fleet") == 0) cfg.fleet = argv[++k];
     else if (strcmp(argv[k], "--user") == 0) cfg.user = argv[++k];
     else if (strcmp(argv[k], "--password-file") == 0) cfg.password_file = argv[++k];
-    else if (strcmp(argv[k], "--password-env") == 0) {
-      const char *var = argv[++k];
-
-      cfg.password = getenv(var);
-      if (cfg.password == NULL || cfg.password[0] == '\0') {
-        fprintf(stderr, "nres-syncd: --password-env: expected the name of a set "
-                "environment variable, got \"%s\" (unset or empty)\n", var);
-        return 2;
-      }
-    }
+    else if (strcmp(argv[k], "--password-env") == 0)
+      cfg.password = env_flag("--password-env", argv[++k]);
+    else if (strcmp(argv[k], "--sentinel-user") == 0) cfg.sentinel_user = argv[++k];
+    else if (strcmp(argv[k], "--sentinel-password-file") == 0)
+      cfg.sentinel_password_file = argv[++k];
+    else if (strcmp(argv[k], "--sentinel-password-env") == 0)
+      cfg.sentinel_password = env_flag("--sentinel-password-env", argv[++k]);
     else if (strcmp(argv[k], "--password") == 0) {
       fprintf(stderr, "nres-syncd: --password: never on the command line (ps "
               "shows it): use --password-file FILE or --password-env VAR\n");
@@ -475,6 +509,18 @@ int main(int argc, char **argv) {
       cfg.db = (int) number_flag("--db", argv[++k], 0, 1000000);
     else if (strcmp(argv[k], "--quorum") == 0)
       cfg.breaker_quorum = number_flag("--quorum", argv[++k], 0, 0.999999);
+    else if (strcmp(argv[k], "--fleet-ratio") == 0)
+      cfg.breaker_fleet_ratio = number_flag("--fleet-ratio", argv[++k], 0, 1);
+    else if (strcmp(argv[k], "--fleet-min-calls") == 0) {
+      double v = number_flag("--fleet-min-calls", argv[++k], 1, 1e9);
+
+      if (v != (double) (uint32_t) v) {
+        fprintf(stderr, "nres-syncd: --fleet-min-calls: expected a whole "
+                "number of calls, got \"%s\"\n", argv[k]);
+        return 2;
+      }
+      cfg.breaker_fleet_min_calls = (uint32_t) v;
+    }
     else if (strcmp(argv[k], "--status") == 0) status = argv[++k];
     else if (strcmp(argv[k], "--interval") == 0)   /* 1 ms to an hour */
       cfg.interval = (nres_time_t) (number_flag("--interval", argv[++k], 1, 3600e3) * 1e6);
@@ -504,6 +550,23 @@ int main(int argc, char **argv) {
   if ((cfg.sentinels != NULL) != (cfg.master != NULL)) {
     fprintf(stderr, "nres-syncd: --sentinel and --master: expected both "
             "(the Sentinels and the master's name), got one\n");
+    return 2;
+  }
+  if (cfg.sentinel_password != NULL && cfg.sentinel_password_file != NULL) {
+    fprintf(stderr, "nres-syncd: --sentinel-password-file and "
+            "--sentinel-password-env: expected one of them, got both\n");
+    return 2;
+  }
+  if (cfg.sentinel_user != NULL && cfg.sentinel_password == NULL &&
+      cfg.sentinel_password_file == NULL) {
+    fprintf(stderr, "nres-syncd: --sentinel-user: expected a password too "
+            "(--sentinel-password-file or --sentinel-password-env), got none\n");
+    return 2;
+  }
+  if ((cfg.sentinel_user != NULL || cfg.sentinel_password != NULL ||
+       cfg.sentinel_password_file != NULL) && cfg.sentinels == NULL) {
+    fprintf(stderr, "nres-syncd: --sentinel-user, --sentinel-password-file, "
+            "--sentinel-password-env: expected --sentinel too, got none\n");
     return 2;
   }
   if (cfg.user != NULL && cfg.password == NULL && cfg.password_file == NULL) {

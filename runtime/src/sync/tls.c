@@ -110,12 +110,46 @@ int nres__sync_tls_start(nres_sync_t *s) {
   return 0;
 }
 
+/* A failed SSL_read or SSL_write: the context's error set as hiredis
+ * would. */
+static int tls_failed(redisContext *c) {
+  char why[200];
+
+  tls_error(why, sizeof(why), "read/write");
+  c->err = REDIS_ERR_IO;
+  snprintf(c->errstr, sizeof(c->errstr), "%.120s", why);
+  return REDIS_ERR;
+}
+
+static int tls_flush(nres_sync_t *s) {
+  redisContext *c = s->rc;
+  int n;
+
+  while (sdslen(c->obuf) > 0) {
+    n = SSL_write(s->tls, c->obuf, (int) sdslen(c->obuf));
+    if (n <= 0)
+      return tls_failed(c);
+    sdsrange(c->obuf, n, -1);
+  }
+  return REDIS_OK;
+}
+
+int nres__sync_flush(nres_sync_t *s) {
+  int done = 0;
+
+  if (s->tls != NULL)
+    return tls_flush(s);
+  while (!done)
+    if (redisBufferWrite(s->rc, &done) != REDIS_OK)
+      return REDIS_ERR;
+  return REDIS_OK;
+}
+
 /* A reply over TLS: what hiredis's reader has, or the output buffer sent
- * and more read until the reader has one. Failures set the context's
- * error as hiredis would. */
+ * and more read until the reader has one. */
 static int tls_reply(nres_sync_t *s, redisReply **out) {
   redisContext *c = s->rc;
-  char buf[16384], why[200];
+  char buf[16384];
   void *reply = NULL;
   int n;
 
@@ -126,23 +160,14 @@ static int tls_reply(nres_sync_t *s, redisReply **out) {
       *out = reply;
       return REDIS_OK;
     }
-    while (sdslen(c->obuf) > 0) {
-      n = SSL_write(s->tls, c->obuf, (int) sdslen(c->obuf));
-      if (n <= 0)
-        goto failed;
-      sdsrange(c->obuf, n, -1);
-    }
+    if (tls_flush(s) != REDIS_OK)
+      return REDIS_ERR;
     n = SSL_read(s->tls, buf, sizeof(buf));
     if (n <= 0)
-      goto failed;
+      return tls_failed(c);
     if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK)
       return REDIS_ERR;
   }
-failed:
-  tls_error(why, sizeof(why), "read/write");
-  c->err = REDIS_ERR_IO;
-  snprintf(c->errstr, sizeof(c->errstr), "%.120s", why);
-  return REDIS_ERR;
 }
 
 int nres__sync_get_reply(nres_sync_t *s, redisReply **out) {

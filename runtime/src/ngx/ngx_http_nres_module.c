@@ -296,7 +296,9 @@ static ngx_http_variable_t  ngx_http_nres_vars[] = {
 static void *
 ngx_http_nres_create_main_conf(ngx_conf_t *cf)
 {
-    ngx_http_nres_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof *mcf);
+    ngx_http_nres_main_conf_t  *mcf;
+
+    mcf = ngx_pcalloc(cf->pool, sizeof *mcf);
     if (mcf == NULL) {
         return NULL;
     }
@@ -323,8 +325,9 @@ ngx_http_nres_create_srv_conf(ngx_conf_t *cf)
 static void *
 ngx_http_nres_create_loc_conf(ngx_conf_t *cf)
 {
-    ngx_http_nres_loc_conf_t *conf
-        = ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
+    ngx_http_nres_loc_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_nres_loc_conf_t));
     if (conf == NULL) {
         return NULL;
     }
@@ -336,7 +339,9 @@ ngx_http_nres_create_loc_conf(ngx_conf_t *cf)
 static char *
 ngx_http_nres_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
-    ngx_http_nres_loc_conf_t *prev = parent, *conf = child;
+    ngx_http_nres_loc_conf_t  *prev = parent;
+    ngx_http_nres_loc_conf_t  *conf = child;
+
     if (conf->gw == NULL) {
         conf->gw = prev->gw;
         conf->limiter = prev->limiter;
@@ -352,6 +357,9 @@ static char *
 ngx_http_nres_ref(ngx_conf_t *cf, ngx_str_t name, void **target,
                   ngx_uint_t limiter, ngx_str_t *directive)
 {
+    ngx_http_nres_ref_t        *ref;
+    ngx_http_nres_main_conf_t  *mcf;
+
     if (name.len == 0 || name.len > NRES_GW_NAME_MAX) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "%V: %s name: expected 1..%d bytes, got \"%V\"",
@@ -359,9 +367,8 @@ ngx_http_nres_ref(ngx_conf_t *cf, ngx_str_t name, void **target,
                            NRES_GW_NAME_MAX, &name);
         return NGX_CONF_ERROR;
     }
-    ngx_http_nres_main_conf_t *mcf
-        = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
-    ngx_http_nres_ref_t *ref = ngx_array_push(&mcf->refs);
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
+    ref = ngx_array_push(&mcf->refs);
     if (ref == NULL) {
         return NGX_CONF_ERROR;
     }
@@ -380,10 +387,15 @@ static ngx_int_t ngx_http_nres_init_upstream(ngx_conf_t *cf,
 static char *
 ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_nres_srv_conf_t *scf = conf;
-    ngx_http_upstream_srv_conf_t *us
-        = ngx_http_conf_get_module_srv_conf(cf, ngx_http_upstream_module);
-    ngx_str_t *value = cf->args->elts;
+    ngx_http_nres_srv_conf_t  *scf = conf;
+
+    ngx_str_t                      *value;
+    ngx_http_nres_srv_conf_t      **slot;
+    ngx_http_nres_main_conf_t      *mcf;
+    ngx_http_upstream_srv_conf_t   *us;
+
+    us = ngx_http_conf_get_module_srv_conf(cf, ngx_http_upstream_module);
+    value = cf->args->elts;
     if (scf->us != NULL) {
         return "is duplicate";
     }
@@ -401,9 +413,8 @@ ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     scf->file = cf->conf_file->file.name;
     scf->line = cf->conf_file->line;
     us->peer.init_upstream = ngx_http_nres_init_upstream;
-    ngx_http_nres_main_conf_t *mcf
-        = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
-    ngx_http_nres_srv_conf_t **slot = ngx_array_push(&mcf->balancers);
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
+    slot = ngx_array_push(&mcf->balancers);
     if (slot == NULL) {
         return NGX_CONF_ERROR;
     }
@@ -417,13 +428,19 @@ ngx_http_nres_balancer(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static char *
 ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_nres_loc_conf_t *lcf = conf;
-    ngx_str_t *value = cf->args->elts;
+    ngx_http_nres_loc_conf_t  *lcf = conf;
+
+    ngx_str_t                          *value, lname, key;
+    ngx_uint_t                          i;
+    ngx_http_compile_complex_value_t    ccv;
+
+    value = cf->args->elts;
     if (lcf->gw != NULL) {
         return "is duplicate";
     }
-    ngx_str_t lname = ngx_null_string, key = ngx_null_string;
-    for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
+    ngx_str_null(&lname);
+    ngx_str_null(&key);
+    for (i = 2; i < cf->args->nelts; i++) {
         if (ngx_strncmp(value[i].data, "limiter=", 8) == 0) {
             lname.data = value[i].data + 8;
             lname.len = value[i].len - 8;
@@ -461,7 +478,6 @@ ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (lcf->limiter == NULL || lcf->key == NULL) {
             return NGX_CONF_ERROR;
         }
-        ngx_http_compile_complex_value_t ccv;
         ngx_memzero(&ccv, sizeof ccv);
         ccv.cf = cf;
         ccv.value = &key;
@@ -483,8 +499,11 @@ ngx_http_nres_admit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_nres_lua_before_us(ngx_conf_t *cf)
 {
-    ngx_int_t lua = -1;
-    for (ngx_uint_t i = 0; cf->cycle->modules[i] != NULL; i++) {
+    ngx_int_t   lua;
+    ngx_uint_t  i;
+
+    lua = -1;
+    for (i = 0; cf->cycle->modules[i] != NULL; i++) {
         if (ngx_strcmp(cf->cycle->modules[i]->name, "ngx_http_lua_module") == 0)
         {
             lua = (ngx_int_t) i;
@@ -559,16 +578,19 @@ ngx_http_nres_parse_peers(ngx_conf_t *cf, ngx_http_nres_srv_conf_t *scf)
  * module sees none of the Lua side's names. Writes ", ..." naming both
  * into `hint` when another libnres.so is loaded, "" otherwise. */
 typedef struct {
-    const char *own;
-    const char *other;
+    const char                    *own;
+    const char                    *other;
 } ngx_http_nres_libs_t;
 
 static int
 ngx_http_nres_lib_visit(struct dl_phdr_info *info, size_t size, void *data)
 {
-    ngx_http_nres_libs_t *libs = data;
-    const char *name = info->dlpi_name, *base;
+    ngx_http_nres_libs_t  *libs = data;
+
+    const char  *name, *base;
+
     (void) size;
+    name = info->dlpi_name;
     if (name == NULL || name[0] == '\0') {
         return 0;
     }
@@ -586,8 +608,9 @@ ngx_http_nres_lib_visit(struct dl_phdr_info *info, size_t size, void *data)
 static void
 ngx_http_nres_other_lib_hint(u_char *hint, size_t cap)
 {
-    Dl_info self;
-    ngx_http_nres_libs_t libs = {"", NULL};
+    Dl_info               self;
+    ngx_http_nres_libs_t  libs = {"", NULL};
+
     hint[0] = '\0';
     if (dladdr((void *) nres_gw_find, &self) == 0 || self.dli_fname == NULL) {
         return;
@@ -609,8 +632,17 @@ static ngx_int_t ngx_http_nres_preaccess(ngx_http_request_t *r);
 static ngx_int_t
 ngx_http_nres_postconfiguration(ngx_conf_t *cf)
 {
-    ngx_http_nres_main_conf_t *mcf
-        = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
+    u_char                      hint[NGX_MAX_PATH * 2 + 128];
+    void                       *found;
+    const char                 *name;
+    ngx_uint_t                  i;
+    ngx_http_handler_pt        *h;
+    ngx_http_nres_ref_t        *ref;
+    ngx_http_nres_srv_conf_t  **bal, **scf;
+    ngx_http_nres_main_conf_t  *mcf;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_nres_module);
     if (mcf->refs.nelts == 0) {
         return NGX_OK;
     }
@@ -631,8 +663,8 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
     /* least_conn, hash, ip_hash or random after nres_balancer replace it
      * (nginx only warns "load balancing method redefined"), and every
      * request would go to the placeholder server. keepalive wraps it. */
-    ngx_http_nres_srv_conf_t **bal = mcf->balancers.elts;
-    for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++) {
+    bal = mcf->balancers.elts;
+    for (i = 0; i < mcf->balancers.nelts; i++) {
         if (!bal[i]->initialized) {
             ngx_log_error(
                 NGX_LOG_EMERG, cf->log, 0,
@@ -652,13 +684,12 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
     if (ngx_test_config || ngx_process == NGX_PROCESS_SIGNALLER) {
         return NGX_OK;
     }
-    ngx_http_nres_ref_t *ref = mcf->refs.elts;
-    for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {
-        const char *name = (const char *) ref[i].name.data;
-        void *found = ref[i].limiter
-                          ? (void *) nres_gw_limiter_find(name, ref[i].name.len)
-                          : (void *) nres_gw_find(name, ref[i].name.len);
-        u_char hint[NGX_MAX_PATH * 2 + 128];
+    ref = mcf->refs.elts;
+    for (i = 0; i < mcf->refs.nelts; i++) {
+        name = (const char *) ref[i].name.data;
+        found = ref[i].limiter
+                    ? (void *) nres_gw_limiter_find(name, ref[i].name.len)
+                    : (void *) nres_gw_find(name, ref[i].name.len);
         if (found == NULL) {
             ngx_http_nres_other_lib_hint(hint, sizeof hint);
         }
@@ -684,8 +715,8 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
         }
         *ref[i].target = found;
     }
-    ngx_http_nres_srv_conf_t **scf = mcf->balancers.elts;
-    for (ngx_uint_t i = 0; i < mcf->balancers.nelts; i++) {
+    scf = mcf->balancers.elts;
+    for (i = 0; i < mcf->balancers.nelts; i++) {
         if (ngx_http_nres_parse_peers(cf, scf[i]) != NGX_OK) {
             return NGX_ERROR;
         }
@@ -693,10 +724,8 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
         scf[i]->attempt_ms
             = (ngx_msec_t) (scf[i]->gw->attempt_timeout / 1000000u);
     }
-    ngx_http_core_main_conf_t *cmcf
-        = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-    ngx_http_handler_pt *h
-        = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
     if (h == NULL) {
         return NGX_ERROR;
     }
@@ -713,8 +742,11 @@ ngx_http_nres_postconfiguration(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_nres_init_process(ngx_cycle_t *cycle)
 {
-    ngx_http_nres_main_conf_t *mcf
-        = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_nres_module);
+    ngx_uint_t                  i;
+    ngx_http_nres_ref_t        *ref;
+    ngx_http_nres_main_conf_t  *mcf;
+
+    mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_nres_module);
     if (mcf == NULL) {
         return NGX_OK;
     }
@@ -724,8 +756,8 @@ ngx_http_nres_init_process(ngx_cycle_t *cycle)
     {
         nres_shard_set((unsigned) ngx_worker);
     }
-    ngx_http_nres_ref_t *ref = mcf->refs.elts;
-    for (ngx_uint_t i = 0; i < mcf->refs.nelts; i++) {
+    ref = mcf->refs.elts;
+    for (i = 0; i < mcf->refs.nelts; i++) {
         if (!ref[i].limiter && *ref[i].target != NULL) {
             nres_gw_seed(*ref[i].target, (uint64_t) ngx_pid * 2654435761u
                                              + nres_clock_now() + i);
@@ -742,7 +774,8 @@ ngx_http_nres_init_process(ngx_cycle_t *cycle)
 static void
 ngx_http_nres_end(void *data)
 {
-    ngx_http_nres_ctx_t *ctx = data;
+    ngx_http_nres_ctx_t  *ctx = data;
+
     nres_gw_request_end(ctx->gw, &ctx->req, nres_clock_now(),
                         (int) ctx->r->headers_out.status);
 }
@@ -752,7 +785,9 @@ ngx_http_nres_end(void *data)
 static ngx_http_nres_ctx_t *
 ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw_upstream_t *gw)
 {
-    ngx_http_nres_ctx_t *ctx = ngx_palloc(r->pool, sizeof *ctx);
+    ngx_http_nres_ctx_t  *ctx;
+
+    ctx = ngx_palloc(r->pool, sizeof *ctx);
     if (ctx == NULL) {
         return NULL;
     }
@@ -784,11 +819,14 @@ ngx_http_nres_new_ctx(ngx_http_request_t *r, nres_gw_upstream_t *gw)
 static ngx_http_nres_ctx_t *
 ngx_http_nres_get_ctx(ngx_http_request_t *r)
 {
-    ngx_http_nres_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_nres_module);
+    ngx_pool_cleanup_t   *c;
+    ngx_http_nres_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_nres_module);
     if (ctx != NULL) {
         return ctx;
     }
-    for (ngx_pool_cleanup_t *c = r->pool->cleanup; c != NULL; c = c->next) {
+    for (c = r->pool->cleanup; c != NULL; c = c->next) {
         if (c->handler == ngx_http_nres_end
             && ((ngx_http_nres_ctx_t *) c->data)->r == r)
         {
@@ -804,9 +842,13 @@ ngx_http_nres_get_ctx(ngx_http_request_t *r)
 static ngx_table_elt_t *
 ngx_http_nres_header(ngx_http_request_t *r, const char *name, size_t len)
 {
-    ngx_list_part_t *part = &r->headers_in.headers.part;
-    ngx_table_elt_t *h = part->elts;
-    for (ngx_uint_t i = 0;; i++) {
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+    for (i = 0; /* void */; i++) {
         if (i >= part->nelts) {
             if (part->next == NULL) {
                 return NULL;
@@ -830,7 +872,9 @@ ngx_http_nres_header(ngx_http_request_t *r, const char *name, size_t len)
 static double
 ngx_http_nres_inbound_ms(ngx_http_request_t *r)
 {
-    ngx_table_elt_t *h = ngx_http_nres_header(r, "x-deadline-ms", 13);
+    ngx_table_elt_t  *h;
+
+    h = ngx_http_nres_header(r, "x-deadline-ms", 13);
     return h == NULL ? NAN
                      : nres_gw_deadline_ms((const char *) h->value.data,
                                            h->value.len);
@@ -841,7 +885,9 @@ ngx_http_nres_inbound_ms(ngx_http_request_t *r)
 static int
 ngx_http_nres_class(ngx_http_request_t *r)
 {
-    ngx_table_elt_t *h = ngx_http_nres_header(r, "x-criticality", 13);
+    ngx_table_elt_t  *h;
+
+    h = ngx_http_nres_header(r, "x-criticality", 13);
     return h == NULL
                ? nres_gw_class(NULL, 0)
                : nres_gw_class((const char *) h->value.data, h->value.len);
@@ -856,18 +902,29 @@ static ngx_int_t
 ngx_http_nres_refuse(ngx_http_request_t *r, ngx_http_nres_ctx_t *ctx,
                      ngx_http_nres_loc_conf_t *lcf, int stop, nres_time_t wait)
 {
-    static ngx_str_t type = ngx_string("text/plain");
-    const char *text;
-    int client = stop == NRES_STOP_LIMITED;
-    ngx_uint_t status = (ngx_uint_t) nres_gw_refusal(stop, client, &text);
-    ngx_str_t reason = {ngx_strlen(text), (u_char *) text};
+    static ngx_str_t  type = ngx_string("text/plain");
+
+    int                        client;
+    u_char                    *p, *body;
+    uint64_t                   secs;
+    ngx_int_t                  rc;
+    ngx_str_t                  reason;
+    ngx_uint_t                 status;
+    const char                *text;
+    ngx_table_elt_t           *h;
+    ngx_http_complex_value_t   cv;
+
+    client = stop == NRES_STOP_LIMITED;
+    status = (ngx_uint_t) nres_gw_refusal(stop, client, &text);
+    reason.len = ngx_strlen(text);
+    reason.data = (u_char *) text;
     ctx->gw = NULL;
     ctx->stop = stop;
     ngx_log_error(lcf->log_level, r->connection->log, 0,
                   "nres_admit: refused, %V, upstream \"%s\"%s%s%s", &reason,
                   (*lcf->gw)->name, client ? " by limiter \"" : "",
                   client ? (*lcf->limiter)->name : "", client ? "\"" : "");
-    ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+    h = ngx_list_push(&r->headers_out.headers);
     if (h == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -877,27 +934,26 @@ ngx_http_nres_refuse(ngx_http_request_t *r, ngx_http_nres_ctx_t *ctx,
     /* Retry-After: whole seconds, at least 1 */
     if (status == NGX_HTTP_TOO_MANY_REQUESTS) {
         h = ngx_list_push(&r->headers_out.headers);
-        u_char *p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+        p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
         if (h == NULL || p == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-        uint64_t secs = (wait + 999999999u) / 1000000000u;
+        secs = (wait + 999999999u) / 1000000000u;
         h->hash = 1;
         ngx_str_set(&h->key, "Retry-After");
         h->value.data = p;
         h->value.len = ngx_sprintf(p, "%uL", secs > 0 ? secs : 1) - p;
     }
-    u_char *body = ngx_pnalloc(r->pool, reason.len + 1);
+    body = ngx_pnalloc(r->pool, reason.len + 1);
     if (body == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
     ngx_memcpy(body, reason.data, reason.len);
     body[reason.len] = '\n';
-    ngx_http_complex_value_t cv;
     ngx_memzero(&cv, sizeof cv);
     cv.value.data = body;
     cv.value.len = reason.len + 1;
-    ngx_int_t rc = ngx_http_send_response(r, status, &type, &cv);
+    rc = ngx_http_send_response(r, status, &type, &cv);
     ngx_http_finalize_request(r, rc);
     return NGX_DONE;
 }
@@ -906,26 +962,33 @@ ngx_http_nres_refuse(ngx_http_request_t *r, ngx_http_nres_ctx_t *ctx,
 static ngx_int_t
 ngx_http_nres_preaccess(ngx_http_request_t *r)
 {
-    ngx_http_nres_loc_conf_t *lcf
-        = ngx_http_get_module_loc_conf(r, ngx_http_nres_module);
+    int                        rc;
+    char                       hashed[NRES_GW_KEY_HASHED]; /* a long key's
+                                                              MD5, as in Lua */
+    size_t                     klen;
+    ngx_str_t                  key;
+    const char                *k;
+    nres_time_t                now, wait;
+    nres_gw_upstream_t        *gw;
+    ngx_http_nres_ctx_t       *ctx;
+    ngx_http_nres_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_nres_module);
     if (lcf->gw == NULL || ngx_http_nres_get_ctx(r) != NULL) {
         return NGX_DECLINED;
     }
-    nres_gw_upstream_t *gw = *lcf->gw;
-    ngx_http_nres_ctx_t *ctx = ngx_http_nres_new_ctx(r, gw);
+    gw = *lcf->gw;
+    ctx = ngx_http_nres_new_ctx(r, gw);
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-    nres_time_t now = nres_clock_now();
+    now = nres_clock_now();
     if (lcf->limiter != NULL) {
-        ngx_str_t key;
         if (ngx_http_complex_value(r, lcf->key, &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-        char hashed[NRES_GW_KEY_HASHED]; /* a long key's MD5, as in Lua */
-        const char *k;
-        size_t klen = nres_gw_key((const char *) key.data, key.len, hashed, &k);
-        nres_time_t wait = 0;
+        klen = nres_gw_key((const char *) key.data, key.len, hashed, &k);
+        wait = 0;
         if (nres_gw_limit(*lcf->limiter, k, klen, now, &wait) != 0) {
             if (!lcf->dry_run) {
                 return ngx_http_nres_refuse(r, ctx, lcf, NRES_STOP_LIMITED,
@@ -935,7 +998,7 @@ ngx_http_nres_preaccess(ngx_http_request_t *r)
             nres_gw_control_count((*lcf->limiter)->control, NRES_GW_WOULD_RATE);
         }
     }
-    int rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
+    rc = nres_gw_admit(gw, &ctx->req, now, ngx_http_nres_inbound_ms(r));
     if (rc == NRES_GW_CIRCUIT && lcf->dry_run) {
         /* let through, unadmitted: no retries */
         nres_gw_control_count(gw->control, NRES_GW_WOULD_CIRCUIT);
@@ -972,16 +1035,20 @@ static ngx_int_t
 ngx_http_nres_deadline_variable(ngx_http_request_t *r,
                                 ngx_http_variable_value_t *v, uintptr_t data)
 {
+    u_char               *p;
+    uint64_t              ms;
+    ngx_http_nres_ctx_t  *ctx;
+
     (void) data;
-    ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+    ctx = ngx_http_nres_get_ctx(r);
     if (ctx == NULL || ctx->left_ms < 0) {
         v->not_found = 1;
         return NGX_OK;
     }
     /* formatted once: decimal, as ngx_sprintf's %L, from the end */
     if (ctx->deadline_len == 0) {
-        u_char *p = ctx->deadline + sizeof ctx->deadline;
-        uint64_t ms = (uint64_t) ctx->left_ms;
+        p = ctx->deadline + sizeof ctx->deadline;
+        ms = (uint64_t) ctx->left_ms;
         do {
             *--p = (u_char) ('0' + ms % 10);
             ms /= 10;
@@ -1005,13 +1072,17 @@ static ngx_int_t
 ngx_http_nres_reason_variable(ngx_http_request_t *r,
                               ngx_http_variable_value_t *v, uintptr_t data)
 {
-    ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
-    int stop = ctx == NULL ? 0 : data ? ctx->retry_stop : ctx->stop;
+    int                   stop;
+    const char           *text;
+    ngx_http_nres_ctx_t  *ctx;
+
+    ctx = ngx_http_nres_get_ctx(r);
+    stop = ctx == NULL ? 0 : data ? ctx->retry_stop : ctx->stop;
     if (stop == 0) {
         v->not_found = 1;
         return NGX_OK;
     }
-    const char *text = nres_stop_name(stop);
+    text = nres_stop_name(stop);
     return ngx_http_nres_value(v, (u_char *) text, ngx_strlen(text));
 }
 
@@ -1022,18 +1093,23 @@ static ngx_int_t
 ngx_http_nres_tries_variable(ngx_http_request_t *r,
                              ngx_http_variable_value_t *v, uintptr_t data)
 {
-    static u_char digits[] = "0123456789";
+    static u_char  digits[] = "0123456789";
+
+    u_char               *p;
+    uint32_t              n;
+    ngx_http_nres_ctx_t  *ctx;
+
     (void) data;
-    ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+    ctx = ngx_http_nres_get_ctx(r);
     if (ctx == NULL) {
         v->not_found = 1;
         return NGX_OK;
     }
-    uint32_t n = ctx->stop != 0 ? 0 : ctx->req.tries;
+    n = ctx->stop != 0 ? 0 : ctx->req.tries;
     if (n < 10) {
         return ngx_http_nres_value(v, &digits[n], 1);
     }
-    u_char *p = ngx_pnalloc(r->pool, NGX_INT32_LEN);
+    p = ngx_pnalloc(r->pool, NGX_INT32_LEN);
     if (p == NULL) {
         return NGX_ERROR;
     }
@@ -1043,7 +1119,8 @@ ngx_http_nres_tries_variable(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_nres_add_variables(ngx_conf_t *cf)
 {
-    ngx_http_variable_t *var, *v;
+    ngx_http_variable_t  *var, *v;
+
     for (v = ngx_http_nres_vars; v->name.len; v++) {
         var = ngx_http_add_variable(cf, &v->name, v->flags);
         if (var == NULL) {
@@ -1065,16 +1142,20 @@ ngx_http_nres_add_variables(ngx_conf_t *cf)
 static ngx_http_upstream_conf_t *
 ngx_http_nres_try_conf(ngx_http_nres_ctx_t *ctx, ngx_msec_t t)
 {
-    ngx_http_upstream_conf_t *conf = ctx->conf;
+    ngx_uint_t                 i;
+    ngx_http_nres_srv_conf_t  *scf;
+    ngx_http_upstream_conf_t  *conf, *copy;
+
+    conf = ctx->conf;
     if (conf->connect_timeout == t && conf->send_timeout == t
         && conf->read_timeout == t)
     {
         return conf;
     }
-    ngx_http_nres_srv_conf_t *scf = ctx->scf;
-    ngx_http_upstream_conf_t *copy = NULL;
+    scf = ctx->scf;
+    copy = NULL;
     if (t == scf->attempt_ms) {
-        for (ngx_uint_t i = 0; i < scf->ntimed; i++) {
+        for (i = 0; i < scf->ntimed; i++) {
             if (scf->timed[i].conf == conf) {
                 return scf->timed[i].timed;
             }
@@ -1116,18 +1197,24 @@ ngx_http_nres_try_conf(ngx_http_nres_ctx_t *ctx, ngx_msec_t t)
 static void
 ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now)
 {
-    ngx_http_request_t *r = ctx->r;
-    ngx_http_upstream_t *u = r->upstream;
+    int64_t               left, was;
+    ngx_chain_t          *built;
+    ngx_http_request_t   *r;
+    ngx_http_upstream_t  *u;
+
+    r = ctx->r;
+    u = r->upstream;
     if (ctx->deadline_len == 0 || u->create_request == NULL
         || r->request_body_no_buffering)
     {
         return;
     }
-    int64_t left = nres_gw_left_ms(&ctx->req, now), was = ctx->left_ms;
+    left = nres_gw_left_ms(&ctx->req, now);
+    was = ctx->left_ms;
     if (left == was) {
         return;
     }
-    ngx_chain_t *built = u->request_bufs;
+    built = u->request_bufs;
     ctx->left_ms = left;
     ctx->deadline_len = 0; /* formatted again by create_request */
     u->request_bufs = r->request_body != NULL ? r->request_body->bufs : NULL;
@@ -1147,7 +1234,9 @@ ngx_http_nres_recreate_request(ngx_http_nres_ctx_t *ctx, nres_time_t now)
 static int
 ngx_http_nres_why_not(ngx_http_nres_ctx_t *ctx)
 {
-    nres_gw_request_t *q = &ctx->req;
+    nres_gw_request_t  *q;
+
+    q = &ctx->req;
     if (q->budget_refused) {
         return NRES_STOP_BUDGET;
     }
@@ -1171,8 +1260,13 @@ static void
 ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc,
                     ngx_uint_t ft)
 {
-    ngx_http_request_t *r = ctx->r;
-    ngx_http_upstream_t *u = r->upstream;
+    int                   more;
+    nres_time_t           now;
+    ngx_http_request_t   *r;
+    ngx_http_upstream_t  *u;
+
+    r = ctx->r;
+    u = r->upstream;
     if (ctx->granted) {
         return;
     }
@@ -1186,8 +1280,8 @@ ngx_http_nres_grant(ngx_http_nres_ctx_t *ctx, ngx_peer_connection_t *pc,
         ctx->retry_stop = NRES_STOP_PERMANENT;
         return;
     }
-    nres_time_t now = nres_clock_now();
-    int more = nres_gw_grant(ctx->gw, &ctx->req, now, -1);
+    now = nres_clock_now();
+    more = nres_gw_grant(ctx->gw, &ctx->req, now, -1);
     if (more == NRES_GW_NEED_CLASS) {
         more = nres_gw_grant(ctx->gw, &ctx->req, now,
                              ngx_http_nres_class(ctx->r));
@@ -1262,12 +1356,16 @@ ngx_http_nres_rewrap(ngx_http_nres_ctx_t *ctx, ngx_http_upstream_t *u)
 static ngx_int_t
 ngx_http_nres_process_header(ngx_http_request_t *r)
 {
-    ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
-    ngx_http_upstream_t *u = r->upstream;
-    ngx_int_t rc = ctx->process_header(r);
+    ngx_int_t             rc;
+    ngx_uint_t            ft;
+    ngx_http_nres_ctx_t  *ctx;
+    ngx_http_upstream_t  *u;
+
+    ctx = ngx_http_nres_get_ctx(r);
+    u = r->upstream;
+    rc = ctx->process_header(r);
     ngx_http_nres_rewrap(ctx, u);
     if (rc == NGX_OK && ctx->req.peer >= 0) {
-        ngx_uint_t ft;
         /* the statuses nres counts as failed */
         switch (u->headers_in.status_n) {
         case NGX_HTTP_INTERNAL_SERVER_ERROR:
@@ -1298,9 +1396,13 @@ ngx_http_nres_process_header(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_nres_reinit_request(ngx_http_request_t *r)
 {
-    ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
-    ngx_http_upstream_t *u = r->upstream;
-    ngx_int_t rc = ctx->reinit_request(r);
+    ngx_int_t             rc;
+    ngx_http_nres_ctx_t  *ctx;
+    ngx_http_upstream_t  *u;
+
+    ctx = ngx_http_nres_get_ctx(r);
+    u = r->upstream;
+    rc = ctx->reinit_request(r);
     ngx_http_nres_rewrap(ctx, u);
     return rc;
 }
@@ -1311,14 +1413,18 @@ ngx_http_nres_reinit_request(ngx_http_request_t *r)
 static void
 ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state)
 {
-    ngx_http_nres_ctx_t *ctx = data;
+    ngx_http_nres_ctx_t  *ctx = data;
+
+    int                   failed, timed_out;
+    ngx_http_upstream_t  *u;
+
     if (pc->tries) {
         pc->tries--;
     }
     if (ctx->req.peer < 0) {
         return;
     }
-    ngx_http_upstream_t *u = ctx->r->upstream;
+    u = ctx->r->upstream;
     if (ctx->r->connection->error && !(state & NGX_PEER_FAILED)
         && (u->state == NULL || u->state->status == 0))
     {
@@ -1332,14 +1438,14 @@ ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state)
      * 5xx, or an answer with no status line, which nginx's proxy passes on
      * as HTTP/0.9 (u->state->status 200, no status_n): garbage is no
      * success. */
-    int failed
-        = (state & NGX_PEER_FAILED)
-          || (u->state != NULL
-              && (u->state->status >= 500
-                  || (u->state->status != 0 && u->headers_in.status_n == 0)));
-    int timed_out = pc->connection != NULL
-                    && (pc->connection->read->timedout
-                        || pc->connection->write->timedout);
+    failed = (state & NGX_PEER_FAILED)
+             || (u->state != NULL
+                 && (u->state->status >= 500
+                     || (u->state->status != 0
+                         && u->headers_in.status_n == 0)));
+    timed_out = pc->connection != NULL
+                && (pc->connection->read->timedout
+                    || pc->connection->write->timedout);
     if (!(state & NGX_PEER_FAILED) && u->state != NULL
         && u->state->status == 504) {
         timed_out = 1;
@@ -1360,9 +1466,12 @@ ngx_http_nres_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state)
 static ngx_int_t
 ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us)
 {
-    ngx_http_nres_srv_conf_t *scf
-        = ngx_http_conf_upstream_srv_conf(us, ngx_http_nres_module);
-    ngx_http_nres_ctx_t *ctx = ngx_http_nres_get_ctx(r);
+    ngx_http_nres_ctx_t       *ctx;
+    ngx_http_upstream_t       *u;
+    ngx_http_nres_srv_conf_t  *scf;
+
+    scf = ngx_http_conf_upstream_srv_conf(us, ngx_http_nres_module);
+    ctx = ngx_http_nres_get_ctx(r);
     if (ctx == NULL || ctx->gw != scf->gw) {
         ctx = ngx_http_nres_new_ctx(r, scf->gw);
         if (ctx == NULL) {
@@ -1378,7 +1487,7 @@ ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us)
     ctx->last = -1;
     ctx->session_tries = 0;
     ctx->conf = r->upstream->conf;
-    ngx_http_upstream_t *u = r->upstream;
+    u = r->upstream;
     if (u->process_header != NULL && u->reinit_request != NULL
         && u->reinit_request != ngx_http_nres_reinit_request)
     {
@@ -1398,9 +1507,10 @@ ngx_http_nres_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us)
 static ngx_int_t
 ngx_http_nres_init_upstream(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us)
 {
+    ngx_http_nres_srv_conf_t  *scf;
+
     (void) cf;
-    ngx_http_nres_srv_conf_t *scf
-        = ngx_http_conf_upstream_srv_conf(us, ngx_http_nres_module);
+    scf = ngx_http_conf_upstream_srv_conf(us, ngx_http_nres_module);
     scf->initialized = 1;
     us->peer.init = ngx_http_nres_init_peer;
     return NGX_OK;

@@ -314,9 +314,14 @@ int nres_gw_member_add(nres_gw_upstream_t *u, const char *name, size_t len, uint
     return NRES_EBUSY;
   reap(u, now);
   int rc;
-  uint32_t members = 0;
-  for (uint32_t i = 0; i < m->slots; i++)
-    members += nres__load(&nres_gw_member(m, i)->state) != NRES_GW_MEMBER_FREE;
+  uint32_t members = 0;   /* the peer itself, removed and coming back, not counted */
+  for (uint32_t i = 0; i < m->slots; i++) {
+    nres_gw_member_t *r = nres_gw_member(m, i);
+    uint32_t st = nres__load(&r->state);
+    members += st != NRES_GW_MEMBER_FREE &&
+               !(st == NRES_GW_MEMBER_REMOVED && strlen(r->name) == len &&
+                 memcmp(r->name, name, len) == 0);
+  }
   uint32_t kg = 0;
   if (find(m, name, len, &s) != NULL) {
     rc = NRES_GW_MEMBER_DUPLICATE;

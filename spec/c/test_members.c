@@ -211,6 +211,35 @@ static void test_inflight_finishes(void **state) {
   unmake(&f);
 }
 
+/* A removed peer whose tries are still in flight comes back (its state
+ * kept) even when the upstream is full: it is counted once. */
+static void test_back_when_full(void **state) {
+  (void)state;
+  fixture_t f;
+  nres_gw_upstream_t *u = make(&f, 3, 0);
+  nres_time_t now = 10 * SEC;
+  int s3 = nres_gw_member_add(u, "10.0.0.3:80", 11, 1, 0, now);
+  assert_true(s3 >= 0);
+  nres_gw_request_t r;
+  uint32_t permit;
+  int has, i;
+  do {   /* a try on the added peer, left in flight */
+    assert_int_equal(nres_gw_admit(u, &r, now, -1), NRES_GW_ADMITTED);
+    i = nres_gw_pick(u, now, -1, &permit, &has);
+    nres_gw_try_begin(u, &r, now, i, permit, has);
+    if (u->peer[i].slot != (uint32_t)s3)
+      nres_gw_request_end(u, &r, now + MS, 200);
+  } while (u->peer[i].slot != (uint32_t)s3);
+  assert_int_equal(nres_gw_member_remove(u, "10.0.0.3:80", 11, now), s3);
+  assert_int_equal(nres_gw_member_add(u, "10.0.0.4:80", 11, 1, 0, now), NRES_GW_MEMBER_FULL);
+  assert_int_equal(nres_gw_member_add(u, "10.0.0.3:80", 11, 1, 0, now), s3);
+  nres_gw_request_end(u, &r, now + MS, 200);
+  nres_shm_counts_t c;
+  nres_shm_slot_counts(nres_shm_slot(f.peers, (uint32_t)s3), &c);
+  assert_int_equal(c.calls, 1);   /* its count kept */
+  unmake(&f);
+}
+
 /* Bad input changes nothing: the generation does not move. */
 static void test_bad_input(void **state) {
   (void)state;
@@ -436,6 +465,7 @@ int main(void) {
     cmocka_unit_test(test_add_remove),
     cmocka_unit_test(test_inflight_finishes),
     cmocka_unit_test(test_bad_input),
+    cmocka_unit_test(test_back_when_full),
     cmocka_unit_test(test_declare_again),
     cmocka_unit_test(test_added_slow_start),
     cmocka_unit_test(test_remove_during_probe),

@@ -894,6 +894,23 @@ describe("nres.ngx region files and balancer mode", function()
     expect.eq(#lines, 2, "no change, no line")
   end)
 
+  it("log the state changes of a peer another worker added", function()
+    local watch = require "nres.ngx.watch"
+    local u = gw.upstream("watched2", { scope = "ups", peers = { "10.9.1.1:80" } })
+    -- the shared membership changed, this Lua state's mirror not told
+    local slot = C.nres_gw_member_add(u.gw, "10.9.1.2:80", 11, 1, 0, C.nres_step_now())
+    expect.truthy(slot >= 0)
+    local lines = {}
+    local function log(_, text)
+      if text:find("10.9.1.2:80", 1, true) then lines[#lines + 1] = text end
+    end
+    watch.reset()
+    watch.poll(log, T0, 100)
+    C.nres_breaker_isolate(C.nres_shm_slot(u.ptr, slot).breaker)
+    watch.poll(log, T0, 101)
+    expect.eq(#lines, 1, table.concat(lines, "\n"))
+  end)
+
   it("take control operations whole or not at all, naming what is wrong", function()
     gw.upstream("ctl", { scope = "ups", peers = { "10.8.0.1:80", "10.8.0.2:80" } })
     bad({ action = "isolate", upstream = "ctl", scope = "ups" }, 400,

@@ -100,6 +100,7 @@ function _M.poll(log, now, t)
   end
   for name, u in pairs(config.upstreams) do
     if u.balancer then
+      require("nres.ngx.balancer").sync(u)   -- peers another worker added or removed
       local e = seen[u]
       if e == nil then e = new_seen(); seen[u] = e end
       for i = 1, u.n do   -- members only, each known by its slot

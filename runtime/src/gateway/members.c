@@ -215,12 +215,13 @@ int nres_gw_members_declare(nres_gw_members_t *m, size_t size, nres_shm_t *peers
   for (uint32_t i = 0; i < n; i++) {
     uint32_t kg = 0;
     int idx = nres_shm_acquire(peers, names[i], strlen(names[i]), now, NRES_TIME_NEVER, &kg);
-    if (idx < 0) {
-      rc = idx == NRES_EINVAL ? NRES_EINVAL : NRES_EFULL;
+    nres_gw_member_t *r = idx >= 0 ? nres_gw_member(m, (uint32_t)idx) : NULL;
+    if (r == NULL) {
+      rc = idx == NRES_EINVAL || idx >= 0 ? NRES_EINVAL : NRES_EFULL;
       break;
     }
-    write_record(nres_gw_member(m, (uint32_t)idx), names[i], strlen(names[i]),
-                 weights != NULL ? weights[i] : 1, backup != NULL && backup[i], kg);
+    write_record(r, names[i], strlen(names[i]), weights != NULL ? weights[i] : 1,
+                 backup != NULL && backup[i], kg);
   }
   m->capacity = capacity;
   m->linger = linger;
@@ -314,9 +315,14 @@ int nres_gw_member_add(nres_gw_upstream_t *u, const char *name, size_t len, uint
     return NRES_EBUSY;
   reap(u, now);
   int rc;
-  uint32_t members = 0;
-  for (uint32_t i = 0; i < m->slots; i++)
-    members += nres__load(&nres_gw_member(m, i)->state) != NRES_GW_MEMBER_FREE;
+  uint32_t members = 0;   /* the peer itself, removed and coming back, not counted */
+  for (uint32_t i = 0; i < m->slots; i++) {
+    nres_gw_member_t *r = nres_gw_member(m, i);
+    uint32_t st = nres__load(&r->state);
+    members += st != NRES_GW_MEMBER_FREE &&
+               !(st == NRES_GW_MEMBER_REMOVED && strlen(r->name) == len &&
+                 memcmp(r->name, name, len) == 0);
+  }
   uint32_t kg = 0;
   if (find(m, name, len, &s) != NULL) {
     rc = NRES_GW_MEMBER_DUPLICATE;
@@ -324,6 +330,8 @@ int nres_gw_member_add(nres_gw_upstream_t *u, const char *name, size_t len, uint
     rc = NRES_GW_MEMBER_FULL;
   } else if ((rc = nres_shm_acquire(u->peers, name, len, now, NRES_TIME_NEVER, &kg)) < 0) {
     rc = NRES_GW_MEMBER_FULL;   /* the key's set of slots is full */
+  } else if (nres_gw_member(m, (uint32_t)rc) == NULL) {
+    rc = NRES_EINVAL;   /* a slot past the membership's: another layout */
   } else {
     nres_gw_member_t *r = nres_gw_member(m, (uint32_t)rc);
     uint64_t g = change_begin(m);

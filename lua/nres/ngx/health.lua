@@ -31,6 +31,7 @@ local ffi = require "ffi"
 local cdef = require "nres.cdef"
 require "nres.cdef.gateway"
 local config = require "nres.ngx.config"
+local elected = require "nres.ngx.elected"
 
 local C = cdef.C
 local type, error, tostring, tonumber, pairs, ipairs, format =
@@ -267,22 +268,14 @@ function tick(premature, u)
     if not ok then log(ngx.ERR, "nres: health checks of ", u.name, ": ", err) end
     wait = max(0, s.interval - (C.nres_step_now() - t0) / 1e9)
   end
-  local ok, err = ngx.timer.at(wait, tick, u)
-  if not ok and err ~= "process exiting" then
-    log(ngx.ERR, "nres: health checks of ", u.name, ": ngx.timer.at: ", err)
-  end
+  elected.again(wait, tick, u, "health checks")
 end
 
 -- gw.init_worker: each upstream with health checks gets its timer in
 -- every worker (only the lease holder checks).
 function _M.start()
   id = ngx.worker.pid()
-  for _, u in pairs(config.upstreams) do
-    if u.balancer and u.health then
-      local ok, err = ngx.timer.at(0, tick, u)
-      if not ok then log(ngx.ERR, "nres: health checks of ", u.name, ": ", err) end
-    end
-  end
+  elected.start(config.upstreams, "health", tick, "health checks")
 end
 
 -- ------------------------------------------------------------- status

@@ -37,6 +37,7 @@ local cdef = require "nres.cdef"
 require "nres.cdef.dns"
 require "nres.cdef.gateway"
 local config = require "nres.ngx.config"
+local elected = require "nres.ngx.elected"
 
 local C = cdef.C
 local type, error, tostring, tonumber, pairs, ipairs, format =
@@ -529,22 +530,14 @@ function tick(premature, u)
     wait = min(wait, max(0.01, (tonumber(names.recs[j - 1].next)
                                 - tonumber(C.nres_step_now())) / 1e9))
   end
-  local ok, err = ngx.timer.at(wait, tick, u)
-  if not ok and err ~= "process exiting" then
-    log(ngx.ERR, "nres: resolving the names of ", u.name, ": ngx.timer.at: ", err)
-  end
+  elected.again(wait, tick, u, "resolving the names")
 end
 
 -- gw.init_worker: each upstream with names gets its timer in every worker
 -- (only the lease holder resolves).
 function _M.start()
   id = ngx.worker.pid()
-  for _, u in pairs(config.upstreams) do
-    if u.balancer and u.names then
-      local ok, err = ngx.timer.at(0, tick, u)
-      if not ok then log(ngx.ERR, "nres: resolving the names of ", u.name, ": ", err) end
-    end
-  end
+  elected.start(config.upstreams, "names", tick, "resolving the names")
 end
 
 -- ------------------------------------------------------------- status

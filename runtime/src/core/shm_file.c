@@ -21,6 +21,9 @@
 #include "internal.h"
 #include "nres/shm.h"
 
+static int say(char *why, size_t cap, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 static int say(char *why, size_t cap, int rc, const char *fmt, ...) {
   va_list ap;
 

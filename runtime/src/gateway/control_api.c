@@ -99,6 +99,8 @@ typedef struct {
   size_t cap, len;
 } out_t;
 
+static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static void put(out_t *o, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -176,6 +178,10 @@ static void put_got(out_t *o, const nres__json_field_t *f) {
 }
 
 /* Refuse with `status`: "FIELD: expected EXPECTED, got GOT". */
+static int refuse(ctx_t *c, int status, const char *name, const nres__json_field_t *got,
+                  const char *expected, ...)
+    __attribute__((format(printf, 5, 6)));
+
 static int refuse(ctx_t *c, int status, const char *name, const nres__json_field_t *got,
                   const char *expected, ...) {
   va_list ap;

@@ -89,40 +89,33 @@ if(NRES_SANITIZE STREQUAL "" AND EXISTS ${NRES_NGINX_SRC}/configure
   endif()
 endif()
 
+# nres_add_nginx_test(NAME SCRIPT TIMEOUT [ARGS...]): spec/nginx/SCRIPT.sh
+# run with libnres and ARGS, alone (RUN_SERIAL: its bounds are on a real
+# clock), labelled nginx.
+function(nres_add_nginx_test name script timeout)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/${script}.sh
+                   $<TARGET_FILE:nres> ${ARGN})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} LABELS nginx RUN_SERIAL ON)
+endfunction()
+
 # spec/nginx/cbalancer.sh: the module in a real nginx (like nginx_balancer
 # for the Lua balancer: run alone, RUN_SERIAL).
 if(NRES_TESTS AND DEFINED NRES_NGX_MODULE)
-  add_test(NAME nginx_cbalancer
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/cbalancer.sh
-                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
-  set_tests_properties(nginx_cbalancer PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  nres_add_nginx_test(nginx_cbalancer cbalancer 150 ${NRES_NGX_MODULE})
   # the control API through nres_control, beside the Lua handler
-  add_test(NAME nginx_control
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/control.sh
-                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
-  set_tests_properties(nginx_control PROPERTIES TIMEOUT 60 LABELS nginx RUN_SERIAL ON)
+  nres_add_nginx_test(nginx_control control 60 ${NRES_NGX_MODULE})
   # weights and a backup peer through the module (spec/nginx/weights.sh)
-  add_test(NAME nginx_cweights
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/weights.sh
-                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
-  set_tests_properties(nginx_cweights PROPERTIES TIMEOUT 150 LABELS nginx RUN_SERIAL ON)
+  nres_add_nginx_test(nginx_cweights weights 150 ${NRES_NGX_MODULE})
   # peers added and removed at run time through the module (spec/nginx/members.sh)
-  add_test(NAME nginx_cmembers
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/members.sh
-                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
-  set_tests_properties(nginx_cmembers PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
+  nres_add_nginx_test(nginx_cmembers members 120 ${NRES_NGX_MODULE})
   # spec/nginx/leases.sh: probe permits whose holder never reports (a
   # worker killed with -9, an error_page without gw.log) lapse (issue 28).
-  add_test(NAME nginx_leases
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/leases.sh
-                   $<TARGET_FILE:nres> ${NRES_NGX_MODULE})
-  set_tests_properties(nginx_leases PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
+  nres_add_nginx_test(nginx_leases leases 120 ${NRES_NGX_MODULE})
   # spec/nginx/closed-loop.sh: bench/gateway/closed-loop.sh's plumbing,
   # --quick (record, nresrun tune, the gateway's JSON try log; ~20 s).
   if(NRES_SANITIZE STREQUAL "")
-    add_test(NAME nginx_closed_loop
-             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/closed-loop.sh $<TARGET_FILE:nres>)
-    set_tests_properties(nginx_closed_loop PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+    nres_add_nginx_test(nginx_closed_loop closed-loop 90)
   endif()
 endif()
 
@@ -138,10 +131,7 @@ if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
     set(nres_ngx_test_module ${NRES_NGX_MODULE})
   endif()
   foreach(script signals defects health migrate)
-    add_test(NAME nginx_${script}
-             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/${script}.sh
-                     $<TARGET_FILE:nres> ${nres_ngx_test_module})
-    set_tests_properties(nginx_${script} PROPERTIES TIMEOUT 120 LABELS nginx RUN_SERIAL ON)
+    nres_add_nginx_test(nginx_${script} ${script} 120 ${nres_ngx_test_module})
   endforeach()
 endif()
 
@@ -149,14 +139,9 @@ endif()
 # loopback port while requests run (issue 25); the Lua balancer and, when
 # built, the module.
 if(NRES_TESTS AND NRES_SANITIZE STREQUAL "")
-  add_test(NAME nginx_dns
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/dns.sh $<TARGET_FILE:nres>)
-  set_tests_properties(nginx_dns PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+  nres_add_nginx_test(nginx_dns dns 90)
   if(DEFINED NRES_NGX_MODULE)   # the same through the module
-    add_test(NAME nginx_cdns
-             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/spec/nginx/dns.sh $<TARGET_FILE:nres>
-                     ${NRES_NGX_MODULE})
-    set_tests_properties(nginx_cdns PROPERTIES TIMEOUT 90 LABELS nginx RUN_SERIAL ON)
+    nres_add_nginx_test(nginx_cdns dns 90 ${NRES_NGX_MODULE})
   endif()
 endif()
 
